@@ -1,0 +1,21 @@
+//! Core types of meshql: the storage envelope, time, the storage traits every backend
+//! implements, query templates, and authorization.
+//!
+//! Nothing here knows about HTTP, GraphQL or any concrete backend: frontends depend on these
+//! traits, backends implement them.
+
+pub mod auth;
+pub mod envelope;
+pub mod error;
+pub mod store;
+pub mod template;
+pub mod time;
+
+pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth};
+pub use envelope::{Envelope, NewDocument, Row};
+pub use error::StoreError;
+pub use store::{
+    BatchRows, Document, DynStore, KeyedRows, RemoveOutcome, Store, StoreStats, TokenFilter,
+};
+pub use template::{ArgValue, BoundArgs, FieldPath, QueryTemplate, TemplateError};
+pub use time::{now_millis, Millis};
