@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum StoreError {
     /// The backend cannot be reached or is shutting down.
     #[error("storage unavailable: {0}")]

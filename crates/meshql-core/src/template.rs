@@ -155,8 +155,8 @@ pub enum TemplateKind {
 impl QueryTemplate {
     /// Parses a Mongo-style JSON filter template.
     pub fn filter(source: &str) -> Result<Self, TemplateError> {
-        let value: Value = serde_json::from_str(source)
-            .map_err(|e| TemplateError::NotAnObject(e.to_string()))?;
+        let value: Value =
+            serde_json::from_str(source).map_err(|e| TemplateError::NotAnObject(e.to_string()))?;
         let Value::Object(map) = value else {
             return Err(TemplateError::NotAnObject(source.to_owned()));
         };
@@ -468,9 +468,8 @@ mod tests {
 
     #[test]
     fn filter_templates_match_documents() {
-        let t =
-            QueryTemplate::filter(r#"{"payload.zone": "{{zone}}", "payload.kind": "z-{{k}}"}"#)
-                .unwrap();
+        let t = QueryTemplate::filter(r#"{"payload.zone": "{{zone}}", "payload.kind": "z-{{k}}"}"#)
+            .unwrap();
         let doc = args(json!({"zone": "north", "kind": "z-1"}));
         assert!(t.matches(&args(json!({"zone": "north", "k": 1})), "x", &doc));
         assert!(!t.matches(&args(json!({"zone": "south", "k": 1})), "x", &doc));

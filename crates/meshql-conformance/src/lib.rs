@@ -1,0 +1,641 @@
+//! The storage conformance suite (CONTRACT §4), written once and run unchanged against every
+//! backend. A backend's test file calls [`conformance_tests!`] with an async expression that
+//! yields a fresh, prepared, empty [`DynStore`]:
+//!
+//! ```ignore
+//! meshql_conformance::conformance_tests!(async { my_backend::fresh_store().await });
+//! ```
+//!
+//! Each case is a plain async function taking the store, so a failure names its case.
+
+use meshql_core::{
+    BoundArgs, DynStore, Millis, NewDocument, QueryTemplate, RemoveOutcome, TokenFilter,
+};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+
+/// Templates every case may use; stores are prepared with them.
+pub fn templates() -> Vec<QueryTemplate> {
+    vec![by_id(), by_name(), by_name_and_type(), by_parent(), all()]
+}
+
+fn by_id() -> QueryTemplate {
+    QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap()
+}
+fn by_name() -> QueryTemplate {
+    QueryTemplate::filter(r#"{"payload.name": "{{name}}"}"#).unwrap()
+}
+fn by_name_and_type() -> QueryTemplate {
+    QueryTemplate::filter(r#"{"payload.name": "{{name}}", "payload.type": "{{type}}"}"#).unwrap()
+}
+fn by_parent() -> QueryTemplate {
+    QueryTemplate::filter(r#"{"payload.parent": "{{id}}"}"#).unwrap()
+}
+fn all() -> QueryTemplate {
+    QueryTemplate::filter("{}").unwrap()
+}
+
+fn payload(v: Value) -> Map<String, Value> {
+    v.as_object().expect("object").clone()
+}
+
+fn args(v: Value) -> BoundArgs {
+    payload(v)
+}
+
+fn name_of(payload_text: &str) -> String {
+    let v: Value = serde_json::from_str(payload_text).expect("payload is JSON");
+    v["name"].as_str().unwrap_or_default().to_owned()
+}
+
+fn names<T: AsRef<str>>(payloads: impl IntoIterator<Item = T>) -> BTreeSet<String> {
+    payloads.into_iter().map(|p| name_of(p.as_ref())).collect()
+}
+
+fn set(items: &[&str]) -> BTreeSet<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+const ALL: TokenFilter = TokenFilter::All;
+
+async fn create(store: &DynStore, v: Value) -> String {
+    store
+        .create(NewDocument::new(payload(v)), &[])
+        .await
+        .expect("create")
+        .id
+}
+
+async fn create_at(store: &DynStore, id: &str, v: Value, at: Millis) {
+    store
+        .create(NewDocument::with_id(id, payload(v)).at(at), &[])
+        .await
+        .expect("create at");
+}
+
+pub async fn create_assigns_uuid_and_embeds_id(store: DynStore) {
+    let env = store
+        .create(NewDocument::new(payload(json!({"name": "chuck"}))), &[])
+        .await
+        .unwrap();
+    assert_eq!(env.id.len(), 36, "ids are UUID strings: {}", env.id);
+    assert!(!env.deleted);
+    let p: Value = serde_json::from_str(&env.payload).unwrap();
+    assert_eq!(p["name"], "chuck");
+    assert_eq!(p["id"], env.id, "the payload carries the envelope id");
+    let read = store.read(&env.id, &ALL, None).await.unwrap().unwrap();
+    assert_eq!(read.payload, env.payload);
+    assert_eq!(read.created_at, env.created_at);
+}
+
+pub async fn create_honours_given_id_and_created_at(store: DynStore) {
+    let at = 1_600_000_000_000;
+    let env = store
+        .create(
+            NewDocument::with_id("fixed-id", payload(json!({"name": "old", "id": "spoof"}))).at(at),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(env.id, "fixed-id");
+    assert_eq!(env.created_at, at);
+    let p: Value = serde_json::from_str(&env.payload).unwrap();
+    assert_eq!(
+        p["id"], "fixed-id",
+        "the envelope id wins over a payload id"
+    );
+}
+
+pub async fn read_missing_is_none(store: DynStore) {
+    assert!(store.read("nope", &ALL, None).await.unwrap().is_none());
+    assert!(store.versions("nope").await.unwrap().is_empty());
+}
+
+pub async fn update_appends_a_version(store: DynStore) {
+    let id = create(&store, json!({"name": "v1"})).await;
+    let v2 = store
+        .update(
+            &id,
+            NewDocument::new(payload(json!({"name": "v2"}))),
+            &[],
+            &ALL,
+        )
+        .await
+        .unwrap()
+        .expect("update of an existing id");
+    assert_eq!(v2.id, id);
+    let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
+    assert_eq!(name_of(&now.payload), "v2");
+    let versions = store.versions(&id).await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert!(versions[0].created_at < versions[1].created_at);
+    assert_eq!(
+        names(
+            store
+                .list(&ALL, None)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| &e.payload)
+        ),
+        set(&["v2"])
+    );
+}
+
+pub async fn update_of_missing_or_deleted_writes_nothing(store: DynStore) {
+    let none = store
+        .update(
+            "ghost",
+            NewDocument::new(payload(json!({"name": "x"}))),
+            &[],
+            &ALL,
+        )
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    assert!(store.versions("ghost").await.unwrap().is_empty());
+    let id = create(&store, json!({"name": "a"})).await;
+    store.remove(&id, &ALL).await.unwrap();
+    let none = store
+        .update(
+            &id,
+            NewDocument::new(payload(json!({"name": "b"}))),
+            &[],
+            &ALL,
+        )
+        .await
+        .unwrap();
+    assert!(none.is_none());
+    assert_eq!(store.versions(&id).await.unwrap().len(), 2);
+}
+
+pub async fn versions_over_time(store: DynStore) {
+    let t0 = 1_700_000_000_000;
+    create_at(&store, "coop", json!({"name": "red"}), t0).await;
+    create_at(&store, "coop", json!({"name": "purple"}), t0 + 1000).await;
+    let read = |at| {
+        let store = store.clone();
+        async move {
+            store
+                .read("coop", &ALL, at)
+                .await
+                .unwrap()
+                .map(|e| name_of(&e.payload))
+        }
+    };
+    assert_eq!(read(Some(t0 - 1)).await, None, "before creation");
+    assert_eq!(
+        read(Some(t0)).await.as_deref(),
+        Some("red"),
+        "at is inclusive"
+    );
+    assert_eq!(read(Some(t0 + 999)).await.as_deref(), Some("red"));
+    assert_eq!(read(Some(t0 + 1000)).await.as_deref(), Some("purple"));
+    assert_eq!(read(None).await.as_deref(), Some("purple"));
+    let found = store
+        .find(
+            &by_id(),
+            &args(json!({"id": "coop"})),
+            &ALL,
+            Some(t0 + 500),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(found.iter().map(|r| &r.payload)), set(&["red"]));
+}
+
+pub async fn list_returns_latest_only(store: DynStore) {
+    let a = create(&store, json!({"name": "a1"})).await;
+    let _b = create(&store, json!({"name": "b1"})).await;
+    store
+        .update(
+            &a,
+            NewDocument::new(payload(json!({"name": "a2"}))),
+            &[],
+            &ALL,
+        )
+        .await
+        .unwrap();
+    let list = store.list(&ALL, None).await.unwrap();
+    assert_eq!(list.len(), 2, "one item per id");
+    assert_eq!(names(list.iter().map(|e| &e.payload)), set(&["a2", "b1"]));
+}
+
+pub async fn remove_is_a_tombstone(store: DynStore) {
+    let t0 = 1_700_000_000_000;
+    create_at(&store, "hen", json!({"name": "chuck"}), t0).await;
+    assert_eq!(
+        store.remove("hen", &ALL).await.unwrap(),
+        RemoveOutcome::Removed
+    );
+    assert!(
+        store.read("hen", &ALL, None).await.unwrap().is_none(),
+        "gone now"
+    );
+    assert!(store.list(&ALL, None).await.unwrap().is_empty());
+    assert!(store
+        .find(&all(), &BoundArgs::new(), &ALL, None, None)
+        .await
+        .unwrap()
+        .is_empty());
+    let then = store.read("hen", &ALL, Some(t0)).await.unwrap();
+    assert_eq!(
+        then.map(|e| name_of(&e.payload)).as_deref(),
+        Some("chuck"),
+        "history kept"
+    );
+    let versions = store.versions("hen").await.unwrap();
+    assert_eq!(versions.len(), 2);
+    assert!(versions[1].deleted);
+    assert_eq!(
+        store.remove("hen", &ALL).await.unwrap(),
+        RemoveOutcome::AlreadyDeleted,
+        "remove is idempotent"
+    );
+    assert_eq!(
+        store.remove("never", &ALL).await.unwrap(),
+        RemoveOutcome::NotFound
+    );
+}
+
+pub async fn tombstone_is_applied_before_filtering(store: DynStore) {
+    let id = create(&store, json!({"name": "ghost"})).await;
+    store.remove(&id, &ALL).await.unwrap();
+    let found = store
+        .find(
+            &by_name(),
+            &args(json!({"name": "ghost"})),
+            &ALL,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(
+        found.is_empty(),
+        "an older matching version must not resurrect"
+    );
+}
+
+pub async fn latest_then_filter(store: DynStore) {
+    let id = create(&store, json!({"name": "hen", "parent": "coop-a"})).await;
+    store
+        .update(
+            &id,
+            NewDocument::new(payload(json!({"name": "hen", "parent": "coop-b"}))),
+            &[],
+            &ALL,
+        )
+        .await
+        .unwrap();
+    let in_a = store
+        .find(
+            &by_parent(),
+            &args(json!({"id": "coop-a"})),
+            &ALL,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(in_a.is_empty(), "moved documents leave their old group");
+    let in_b = store
+        .find(
+            &by_parent(),
+            &args(json!({"id": "coop-b"})),
+            &ALL,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(in_b.len(), 1);
+}
+
+pub async fn read_many_and_remove_many(store: DynStore) {
+    let a = create(&store, json!({"name": "a"})).await;
+    let b = create(&store, json!({"name": "b"})).await;
+    let c = create(&store, json!({"name": "c"})).await;
+    let got = store
+        .read_many(&[a.clone(), "missing".into(), c.clone()], &ALL, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        got.iter().map(|e| e.id.clone()).collect::<Vec<_>>(),
+        vec![a.clone(), c.clone()]
+    );
+    let outcomes = store
+        .remove_many(&[a.clone(), b.clone(), "missing".into()], &ALL)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        vec![
+            (a.clone(), RemoveOutcome::Removed),
+            (b.clone(), RemoveOutcome::Removed),
+            ("missing".to_owned(), RemoveOutcome::NotFound)
+        ]
+    );
+    let left = store
+        .read_many(&[a, b, c.clone()], &ALL, None)
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].id, c);
+}
+
+pub async fn create_many_is_one_write(store: DynStore) {
+    let docs = (0..5)
+        .map(|i| NewDocument::new(payload(json!({"name": format!("n{i}")}))))
+        .collect();
+    let envs = store.create_many(docs, &[]).await.unwrap();
+    assert_eq!(envs.len(), 5);
+    let ids: BTreeSet<_> = envs.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids.len(), 5, "distinct ids");
+    assert_eq!(store.list(&ALL, None).await.unwrap().len(), 5);
+}
+
+pub async fn find_by_id_field_and_two_fields(store: DynStore) {
+    let a = create(&store, json!({"name": "chuck", "type": "hen"})).await;
+    create(&store, json!({"name": "chuck", "type": "rooster"})).await;
+    create(&store, json!({"name": "duck", "type": "hen"})).await;
+    let by_id_rows = store
+        .find(&by_id(), &args(json!({"id": a})), &ALL, None, None)
+        .await
+        .unwrap();
+    assert_eq!(by_id_rows.len(), 1);
+    assert_eq!(by_id_rows[0].id, a);
+    let chucks = store
+        .find(
+            &by_name(),
+            &args(json!({"name": "chuck"})),
+            &ALL,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(chucks.len(), 2);
+    let hen_chuck = store
+        .find(
+            &by_name_and_type(),
+            &args(json!({"name": "chuck", "type": "hen"})),
+            &ALL,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(hen_chuck.len(), 1);
+    assert_eq!(hen_chuck[0].id, a);
+    let everyone = store
+        .find(&all(), &BoundArgs::new(), &ALL, None, None)
+        .await
+        .unwrap();
+    assert_eq!(everyone.len(), 3);
+}
+
+pub async fn find_with_empty_or_missing_parameters(store: DynStore) {
+    create(&store, json!({"name": "chuck"})).await;
+    let none = store
+        .find(&by_name(), &BoundArgs::new(), &ALL, None, None)
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "a missing argument matches nothing");
+    let none = store
+        .find(&by_name(), &args(json!({"name": ""})), &ALL, None, None)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+    let none = store
+        .find(&by_id(), &args(json!({"id": "unknown"})), &ALL, None, None)
+        .await
+        .unwrap();
+    assert!(none.is_empty());
+}
+
+pub async fn find_honours_limit(store: DynStore) {
+    for i in 0..5 {
+        create(&store, json!({"name": format!("n{i}")})).await;
+    }
+    let two = store
+        .find(&all(), &BoundArgs::new(), &ALL, None, Some(2))
+        .await
+        .unwrap();
+    assert_eq!(two.len(), 2);
+    let all_rows = store
+        .find(&all(), &BoundArgs::new(), &ALL, None, Some(100))
+        .await
+        .unwrap();
+    assert_eq!(all_rows.len(), 5);
+}
+
+pub async fn find_at_a_time(store: DynStore) {
+    let t0 = 1_700_000_000_000;
+    create_at(&store, "a", json!({"name": "early"}), t0).await;
+    create_at(&store, "b", json!({"name": "late"}), t0 + 10).await;
+    let at_t0 = store
+        .find(&all(), &BoundArgs::new(), &ALL, Some(t0), None)
+        .await
+        .unwrap();
+    assert_eq!(names(at_t0.iter().map(|r| &r.payload)), set(&["early"]));
+    let listed = store.list(&ALL, Some(t0 + 10)).await.unwrap();
+    assert_eq!(listed.len(), 2);
+}
+
+pub async fn find_batch_groups_rows_by_key(store: DynStore) {
+    create(&store, json!({"name": "h1", "parent": "c1"})).await;
+    create(&store, json!({"name": "h2", "parent": "c1"})).await;
+    create(&store, json!({"name": "h3", "parent": "c2"})).await;
+    let before = store.stats().reads;
+    let rows = store
+        .find_batch(
+            &by_parent(),
+            "id",
+            &["c1".into(), "c2".into(), "c3".into()],
+            &ALL,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.stats().reads - before, 1, "one query for all keys");
+    let mut grouped: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+    for (k, r) in &rows {
+        grouped
+            .entry(k.clone())
+            .or_default()
+            .insert(name_of(&r.payload));
+    }
+    assert_eq!(grouped["c1"], set(&["h1", "h2"]));
+    assert_eq!(grouped["c2"], set(&["h3"]));
+    assert!(!grouped.contains_key("c3"));
+    let ids = store
+        .find_batch(&by_id(), "id", &[rows[0].1.id.clone()], &ALL, None)
+        .await
+        .unwrap();
+    assert_eq!(ids.len(), 1);
+}
+
+pub async fn token_filtering(store: DynStore) {
+    let secret = store
+        .create(
+            NewDocument::new(payload(json!({"name": "secret"}))),
+            &["alice".to_owned()],
+        )
+        .await
+        .unwrap()
+        .id;
+    let public = create(&store, json!({"name": "public"})).await;
+    let alice = TokenFilter::AnyOf(vec!["alice".into()]);
+    let bob = TokenFilter::AnyOf(vec!["bob".into()]);
+    let nobody = TokenFilter::AnyOf(vec![]);
+    assert!(store.read(&secret, &alice, None).await.unwrap().is_some());
+    assert!(store.read(&secret, &bob, None).await.unwrap().is_none());
+    assert!(store.read(&secret, &ALL, None).await.unwrap().is_some());
+    assert!(
+        store.read(&public, &bob, None).await.unwrap().is_some(),
+        "untokened is public"
+    );
+    assert_eq!(
+        store
+            .read(&secret, &alice, None)
+            .await
+            .unwrap()
+            .unwrap()
+            .authorized_tokens,
+        vec!["alice".to_owned()]
+    );
+    assert_eq!(
+        names(
+            store
+                .list(&bob, None)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| &e.payload)
+        ),
+        set(&["public"])
+    );
+    assert_eq!(store.list(&nobody, None).await.unwrap().len(), 1);
+    assert_eq!(store.list(&alice, None).await.unwrap().len(), 2);
+    let found = store
+        .find(&all(), &BoundArgs::new(), &bob, None, None)
+        .await
+        .unwrap();
+    assert_eq!(names(found.iter().map(|r| &r.payload)), set(&["public"]));
+    let batch = store
+        .find_batch(
+            &by_id(),
+            "id",
+            &[secret.clone(), public.clone()],
+            &bob,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(batch.len(), 1);
+    assert_eq!(
+        store.remove(&secret, &bob).await.unwrap(),
+        RemoveOutcome::NotFound
+    );
+    assert!(store
+        .update(
+            &secret,
+            NewDocument::new(payload(json!({"name": "hacked"}))),
+            &[],
+            &bob
+        )
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        store.versions(&secret).await.unwrap().len(),
+        1,
+        "bob changed nothing"
+    );
+}
+
+pub async fn concurrent_writes_all_land(store: DynStore) {
+    let mut tasks = Vec::new();
+    for w in 0..20 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10 {
+                store
+                    .create(
+                        NewDocument::new(payload(json!({"name": format!("w{w}-{i}")}))),
+                        &[],
+                    )
+                    .await
+                    .expect("no write may fail under concurrency");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(store.list(&ALL, None).await.unwrap().len(), 200);
+}
+
+pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
+    let id = create(&store, json!({"name": "v0"})).await;
+    for i in 1..=5 {
+        store
+            .update(
+                &id,
+                NewDocument::new(payload(json!({"name": format!("v{i}")}))),
+                &[],
+                &ALL,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let versions = store.versions(&id).await.unwrap();
+    assert_eq!(versions.len(), 6);
+    let stamps: BTreeSet<_> = versions.iter().map(|v| v.created_at).collect();
+    assert_eq!(stamps.len(), 6, "versions get distinct timestamps");
+    let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
+    assert_eq!(name_of(&now.payload), "v5");
+}
+
+/// Generates one `#[tokio::test]` per conformance case. `$make` is an async expression
+/// evaluating to a fresh, prepared (with [`templates`]), empty `DynStore`.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make:expr) => {
+        $crate::conformance_tests!(@cases $make;
+            create_assigns_uuid_and_embeds_id,
+            create_honours_given_id_and_created_at,
+            read_missing_is_none,
+            update_appends_a_version,
+            update_of_missing_or_deleted_writes_nothing,
+            versions_over_time,
+            list_returns_latest_only,
+            remove_is_a_tombstone,
+            tombstone_is_applied_before_filtering,
+            latest_then_filter,
+            read_many_and_remove_many,
+            create_many_is_one_write,
+            find_by_id_field_and_two_fields,
+            find_with_empty_or_missing_parameters,
+            find_honours_limit,
+            find_at_a_time,
+            find_batch_groups_rows_by_key,
+            token_filtering,
+            concurrent_writes_all_land,
+            same_millisecond_updates_keep_every_version
+        );
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let store: ::meshql_core::DynStore = $make.await;
+                $crate::$case(store.clone()).await;
+                store.shutdown().await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,299 @@
+//! One SQLite file: the group-committing writer thread and the pool of read connections.
+
+use meshql_core::StoreError;
+use parking_lot::Mutex;
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use tokio::sync::oneshot;
+
+/// The most jobs committed in one transaction.
+const MAX_GROUP: usize = 512;
+
+/// Tuning of one database file.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// `PRAGMA synchronous`: NORMAL (default; durable against process crashes, in WAL mode a
+    /// power loss may drop the last commits) or FULL.
+    pub synchronous_full: bool,
+    /// How long a reader waits on a locked database before failing.
+    pub busy_timeout_ms: u32,
+    /// Prepared statements cached per connection.
+    pub statement_cache: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            synchronous_full: false,
+            busy_timeout_ms: 5_000,
+            statement_cache: 256,
+        }
+    }
+}
+
+/// What a job tells the writer after running: whether to keep its changes, and how to
+/// answer once the transaction's fate is known.
+pub(crate) struct JobOutcome {
+    keep: bool,
+    reply: Box<dyn FnOnce(Option<&StoreError>) + Send>,
+}
+
+type JobFn = Box<dyn FnOnce(&Connection) -> JobOutcome + Send>;
+
+enum Command {
+    Job(JobFn),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// A SQLite database file shared by the entity stores that live in it.
+pub struct SqliteDatabase {
+    path: PathBuf,
+    options: SqliteOptions,
+    sender: Mutex<Option<mpsc::Sender<Command>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    commits: AtomicU64,
+}
+
+impl std::fmt::Debug for SqliteDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteDatabase")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+pub(crate) fn query_error(e: rusqlite::Error) -> StoreError {
+    StoreError::Query(e.to_string())
+}
+
+impl SqliteDatabase {
+    /// Opens (creating if missing) the file and starts its writer thread.
+    pub fn open(path: &Path, options: SqliteOptions) -> Result<std::sync::Arc<Self>, StoreError> {
+        if let Some(dir) = path.parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    unavailable(format!("cannot create directory {}: {e}", dir.display()))
+                })?;
+            }
+        }
+        let conn = Connection::open(path)
+            .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(query_error)?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            if options.synchronous_full {
+                "FULL"
+            } else {
+                "NORMAL"
+            },
+        )
+        .map_err(query_error)?;
+        conn.busy_timeout(std::time::Duration::from_millis(
+            options.busy_timeout_ms as u64,
+        ))
+        .map_err(query_error)?;
+        conn.set_prepared_statement_cache_capacity(options.statement_cache);
+
+        let (tx, rx) = mpsc::channel::<Command>();
+        let name = format!(
+            "sqlite-writer-{}",
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        );
+        let db = std::sync::Arc::new(Self {
+            path: path.to_owned(),
+            options,
+            sender: Mutex::new(Some(tx)),
+            writer: Mutex::new(None),
+            readers: Mutex::new(Vec::new()),
+            commits: AtomicU64::new(0),
+        });
+        let weak = std::sync::Arc::downgrade(&db);
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || writer_loop(conn, rx, weak))
+            .map_err(unavailable)?;
+        *db.writer.lock() = Some(handle);
+        Ok(db)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Transactions committed by the writer.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    /// Runs `job` on the writer thread, inside the next group transaction. The result is
+    /// delivered after the commit; if the commit fails the caller gets that error.
+    pub(crate) async fn write<T, F>(&self, job: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
+        let job: JobFn = Box::new(move |conn| {
+            let result = job(conn);
+            JobOutcome {
+                keep: result.is_ok(),
+                reply: Box::new(move |commit_error| {
+                    let _ = tx.send(match commit_error {
+                        Some(e) if result.is_ok() => Err(e.clone()),
+                        _ => result,
+                    });
+                }),
+            }
+        });
+        {
+            let sender = self.sender.lock();
+            let Some(sender) = sender.as_ref() else {
+                return Err(unavailable("database is shut down"));
+            };
+            sender
+                .send(Command::Job(job))
+                .map_err(|_| unavailable("writer thread stopped"))?;
+        }
+        rx.await.map_err(|_| unavailable("writer thread stopped"))?
+    }
+
+    /// Runs `f` with a pooled read connection on the calling thread.
+    ///
+    /// Reads are short indexed lookups (microseconds); running them inline avoids a thread
+    /// hand-off per request, which costs more than the lookup itself.
+    pub(crate) fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = match self.readers.lock().pop() {
+            Some(c) => c,
+            None => self.open_reader()?,
+        };
+        let result = f(&conn);
+        self.readers.lock().push(conn);
+        result
+    }
+
+    fn open_reader(&self) -> Result<Connection, StoreError> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(|e| unavailable(format!("cannot open {}: {e}", self.path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_millis(
+            self.options.busy_timeout_ms as u64,
+        ))
+        .map_err(query_error)?;
+        conn.pragma_update(None, "query_only", "ON")
+            .map_err(query_error)?;
+        conn.set_prepared_statement_cache_capacity(self.options.statement_cache);
+        Ok(conn)
+    }
+
+    /// Whether the file can be read now.
+    pub fn ping(&self) -> Result<(), StoreError> {
+        if self.sender.lock().is_none() {
+            return Err(unavailable("database is shut down"));
+        }
+        self.read(|c| c.query_row("SELECT 1", [], |_| Ok(())).map_err(query_error))
+    }
+
+    /// Commits what is queued, stops the writer and closes the readers. Idempotent.
+    pub async fn shutdown(&self) {
+        let sender = self.sender.lock().take();
+        if let Some(sender) = sender {
+            let (tx, rx) = oneshot::channel();
+            if sender.send(Command::Shutdown(tx)).is_ok() {
+                let _ = rx.await;
+            }
+        }
+        if let Some(handle) = self.writer.lock().take() {
+            let _ = handle.join();
+        }
+        self.readers.lock().clear();
+    }
+}
+
+/// The writer: take one command (blocking), then everything already queued, and commit the
+/// lot in one transaction.
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Weak<SqliteDatabase>) {
+    let mut batch: Vec<JobFn> = Vec::with_capacity(MAX_GROUP);
+    let mut stop: Option<oneshot::Sender<()>> = None;
+    while stop.is_none() {
+        let first = match rx.recv() {
+            Ok(c) => c,
+            Err(_) => break,
+        };
+        let mut next = Some(first);
+        while let Some(cmd) = next.take() {
+            match cmd {
+                Command::Job(j) => batch.push(j),
+                Command::Shutdown(s) => {
+                    stop = Some(s);
+                    break;
+                }
+            }
+            if batch.len() >= MAX_GROUP {
+                break;
+            }
+            next = rx.try_recv().ok();
+        }
+        if !batch.is_empty() {
+            commit_group(&conn, &mut batch);
+            if let Some(db) = db.upgrade() {
+                db.commits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let _ = conn.execute_batch("PRAGMA optimize");
+    drop(conn);
+    if let Some(s) = stop {
+        let _ = s.send(());
+    }
+}
+
+fn commit_group(conn: &Connection, batch: &mut Vec<JobFn>) {
+    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let err = query_error(e);
+        // Dropping the jobs drops their reply channels: each caller gets `Unavailable`.
+        batch.clear();
+        tracing::error!(error = %err, "sqlite writer cannot begin a transaction");
+        return;
+    }
+    let mut replies = Vec::with_capacity(batch.len());
+    for job in batch.drain(..) {
+        let savepoint = conn.execute_batch("SAVEPOINT job");
+        let outcome = job(conn);
+        if savepoint.is_ok() {
+            if outcome.keep {
+                let _ = conn.execute_batch("RELEASE job");
+            } else {
+                let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+            }
+        }
+        replies.push(outcome.reply);
+    }
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => replies.into_iter().for_each(|r| r(None)),
+        Err(e) => {
+            let err = query_error(e);
+            tracing::error!(error = %err, "sqlite group commit failed");
+            let _ = conn.execute_batch("ROLLBACK");
+            replies.into_iter().for_each(|r| r(Some(&err)));
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! SQL text for an entity table: DDL, and the statements that reads and searches run.
+//!
+//! Statement texts depend only on the table, the template and which optional clauses are
+//! present (time, tokens, limit, batch), never on argument values, so every one of them is
+//! prepared once per connection and cached.
+
+use meshql_core::template::{SqlPiece, TemplateKind};
+use meshql_core::{ArgValue, FieldPath, QueryTemplate};
+use rusqlite::types::Value as SqlValue;
+use serde_json::Value;
+
+/// A double-quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `json_extract(payload, '$.a.b')` with segments quoted when they need it. Paths come from
+/// validated config (identifier characters only).
+pub(crate) fn json_extract(path: &FieldPath, column: &str) -> String {
+    match path {
+        FieldPath::Id => column.replace("payload", "id"),
+        FieldPath::Payload(segments) => {
+            let mut p = String::from("$");
+            for s in segments {
+                if s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    p.push('.');
+                    p.push_str(s);
+                } else {
+                    p.push_str(&format!(".\"{s}\""));
+                }
+            }
+            format!("json_extract({column}, '{p}')")
+        }
+    }
+}
+
+pub(crate) fn create_table(table: &str) -> String {
+    let t = quote_ident(table);
+    let current = quote_ident(&format!("{table}_current"));
+    let latest = quote_ident(&format!("{table}_id_latest"));
+    format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            _id INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            deleted INTEGER NOT NULL DEFAULT 0,
+            authorized_tokens TEXT NOT NULL DEFAULT '[]',
+            latest INTEGER NOT NULL DEFAULT 1,
+            UNIQUE(id, created_at)
+         );
+         CREATE INDEX IF NOT EXISTS {current} ON {t}(_id) WHERE latest = 1 AND deleted = 0;
+         CREATE INDEX IF NOT EXISTS {latest} ON {t}(id) WHERE latest = 1;"
+    )
+}
+
+/// An expression index for a payload field that templates filter on.
+pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String> {
+    let FieldPath::Payload(segments) = path else {
+        return None;
+    };
+    let name = quote_ident(&format!("idx_{table}_{}", segments.join("_")));
+    Some(format!(
+        "CREATE INDEX IF NOT EXISTS {name} ON {}({})",
+        quote_ident(table),
+        json_extract(path, "payload")
+    ))
+}
+
+/// Where a statement's parameter comes from, in order of appearance.
+#[derive(Debug, Clone)]
+pub(crate) enum Param {
+    /// A query argument (as text when it stood in quotes in a SQL fragment).
+    Arg { name: String, as_text: bool },
+    /// A literal from a filter template.
+    Literal(Value),
+    /// A string with placeholders, rendered with the arguments.
+    Render(Vec<meshql_core::template::Piece>),
+    /// The time bound of an `at` read.
+    At,
+    /// The caller's tokens as a JSON array.
+    Tokens,
+    /// The row cap.
+    Limit,
+    /// The JSON array of batch keys.
+    Keys,
+}
+
+/// A statement text and its parameter sources.
+#[derive(Debug, Clone)]
+pub(crate) struct Compiled {
+    pub sql: String,
+    pub params: Vec<Param>,
+}
+
+/// Which optional clauses a search statement has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Shape {
+    pub at: bool,
+    pub tokens: bool,
+    pub limit: bool,
+    pub batch: bool,
+}
+
+const COLUMNS: &str = "t.id, t.payload";
+
+/// `t` is the visible version of its id: the latest (at `?at`) and not a tombstone.
+fn visibility(table: &str, at: bool, params: &mut Vec<Param>) -> String {
+    if at {
+        params.push(Param::At);
+        format!(
+            "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {} v \
+             WHERE v.id = t.id AND v.created_at <= ?)",
+            quote_ident(table)
+        )
+    } else {
+        "t.latest = 1 AND t.deleted = 0".to_owned()
+    }
+}
+
+fn token_clause(params: &mut Vec<Param>) -> &'static str {
+    params.push(Param::Tokens);
+    " AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM json_each(t.authorized_tokens) a \
+     WHERE a.value IN (SELECT value FROM json_each(?))))"
+}
+
+/// The template's predicate over `t`, with `key_arg` (when batching) bound to `k.key`.
+fn predicate(template: &QueryTemplate, key_arg: Option<&str>, params: &mut Vec<Param>) -> String {
+    match &template.kind {
+        TemplateKind::Filter(preds) => {
+            if preds.is_empty() {
+                return "1".to_owned();
+            }
+            let mut parts = Vec::with_capacity(preds.len());
+            for (path, value) in preds {
+                let lhs = json_extract(path, "t.payload");
+                let rhs = match value {
+                    ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "k.key".to_owned(),
+                    ArgValue::Arg(name) => {
+                        params.push(Param::Arg {
+                            name: name.clone(),
+                            as_text: false,
+                        });
+                        "?".to_owned()
+                    }
+                    ArgValue::Literal(v) => {
+                        params.push(Param::Literal(v.clone()));
+                        "?".to_owned()
+                    }
+                    ArgValue::Interpolated(pieces) => {
+                        params.push(Param::Render(pieces.clone()));
+                        "?".to_owned()
+                    }
+                };
+                parts.push(format!("{lhs} = {rhs}"));
+            }
+            parts.join(" AND ")
+        }
+        TemplateKind::Sql(pieces) => {
+            let mut out = String::from("(");
+            for p in pieces {
+                match p {
+                    SqlPiece::Text(t) => out.push_str(t),
+                    SqlPiece::Param { arg, .. } if Some(arg.as_str()) == key_arg => {
+                        out.push_str("k.key")
+                    }
+                    SqlPiece::Param { arg, as_text } => {
+                        params.push(Param::Arg {
+                            name: arg.clone(),
+                            as_text: *as_text,
+                        });
+                        out.push('?');
+                    }
+                }
+            }
+            out.push(')');
+            out
+        }
+    }
+}
+
+/// The statement of a search (or of a batched search when `shape.batch`).
+pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
+    let mut params = Vec::new();
+    let t = quote_ident(table);
+    let mut sql = String::new();
+    if shape.batch {
+        params.push(Param::Keys);
+        sql.push_str(&format!(
+            "SELECT k.key, {COLUMNS} FROM (SELECT DISTINCT value AS key FROM json_each(?)) k \
+             JOIN {t} t ON "
+        ));
+        sql.push_str(&predicate(template, Some("id"), &mut params));
+        sql.push_str(" WHERE ");
+    } else {
+        sql.push_str(&format!("SELECT {COLUMNS} FROM {t} t WHERE "));
+        sql.push_str(&predicate(template, None, &mut params));
+        sql.push_str(" AND ");
+    }
+    sql.push_str(&visibility(table, shape.at, &mut params));
+    if shape.tokens {
+        sql.push_str(token_clause(&mut params));
+    }
+    sql.push_str(" ORDER BY t._id");
+    if shape.limit {
+        params.push(Param::Limit);
+        sql.push_str(" LIMIT ?");
+    }
+    Compiled { sql, params }
+}
+
+/// Converts a JSON value to what `json_extract` returns for it, for comparisons.
+pub(crate) fn to_sql(value: &Value, as_text: bool) -> SqlValue {
+    match value {
+        Value::Null => SqlValue::Null,
+        Value::Bool(b) => {
+            if as_text {
+                SqlValue::Text(b.to_string())
+            } else {
+                SqlValue::Integer(*b as i64)
+            }
+        }
+        Value::Number(n) => {
+            if as_text {
+                SqlValue::Text(n.to_string())
+            } else if let Some(i) = n.as_i64() {
+                SqlValue::Integer(i)
+            } else {
+                SqlValue::Real(n.as_f64().unwrap_or(0.0))
+            }
+        }
+        Value::String(s) => SqlValue::Text(s.clone()),
+        other => SqlValue::Text(other.to_string()),
+    }
+}

@@ -1,0 +1,659 @@
+//! [`SqliteStore`]: one entity table in a [`SqliteDatabase`].
+
+use crate::db::{query_error, SqliteDatabase};
+use crate::sql::{self, quote_ident, Compiled, Param, Shape};
+use async_trait::async_trait;
+use meshql_core::{
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
+    Row, Store, StoreError, StoreStats, TokenFilter,
+};
+use parking_lot::RwLock;
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One entity's table.
+pub struct SqliteStore {
+    db: Arc<SqliteDatabase>,
+    table: String,
+    sql: Arc<TableSql>,
+    compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    reads: AtomicU64,
+    writes: Arc<AtomicU64>,
+}
+
+/// Statement texts that do not depend on templates.
+struct TableSql {
+    read_latest: String,
+    read_at: String,
+    list_latest: String,
+    list_at: String,
+    list_latest_tokens: String,
+    list_at_tokens: String,
+    current: String,
+    clear_latest: String,
+    insert: String,
+    version_exists: String,
+    versions: String,
+}
+
+const ENVELOPE_COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
+
+impl TableSql {
+    fn new(table: &str) -> Self {
+        let t = quote_ident(table);
+        let at_clause = format!(
+            "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
+             WHERE v.id = t.id AND v.created_at <= ?1)"
+        );
+        let tokens = "AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM \
+             json_each(t.authorized_tokens) a WHERE a.value IN (SELECT value FROM json_each(?{n}))))";
+        Self {
+            read_latest: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 AND t.latest = 1"
+            ),
+            read_at: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 AND t.created_at <= ?2 \
+                 ORDER BY t.created_at DESC LIMIT 1"
+            ),
+            list_latest: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 \
+                 ORDER BY t._id"
+            ),
+            list_at: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} ORDER BY t._id"
+            ),
+            list_latest_tokens: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 {} \
+                 ORDER BY t._id",
+                tokens.replace("{n}", "1")
+            ),
+            list_at_tokens: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {} ORDER BY t._id",
+                tokens.replace("{n}", "2")
+            ),
+            current: format!(
+                "SELECT _id, payload, created_at, deleted, authorized_tokens FROM {t} \
+                 WHERE id = ?1 AND latest = 1"
+            ),
+            clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?1"),
+            insert: format!(
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            ),
+            version_exists: format!("SELECT 1 FROM {t} WHERE id = ?1 AND created_at = ?2"),
+            versions: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 ORDER BY t.created_at"
+            ),
+        }
+    }
+}
+
+fn envelope_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Envelope, String)> {
+    let tokens: String = row.get(4)?;
+    Ok((
+        Envelope {
+            id: row.get(0)?,
+            payload: row.get(1)?,
+            created_at: row.get(2)?,
+            deleted: row.get::<_, i64>(3)? != 0,
+            authorized_tokens: Vec::new(),
+        },
+        tokens,
+    ))
+}
+
+fn decode_tokens(mut env: (Envelope, String)) -> Result<Envelope, StoreError> {
+    if env.1 != "[]" {
+        env.0.authorized_tokens = serde_json::from_str(&env.1)
+            .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?;
+    }
+    Ok(env.0)
+}
+
+fn tokens_json(filter: &TokenFilter) -> Option<String> {
+    match filter {
+        TokenFilter::All => None,
+        TokenFilter::AnyOf(t) => Some(serde_json::to_string(t).expect("strings serialise")),
+    }
+}
+
+/// The current version of `id` as the writer sees it.
+struct Current {
+    rowid: i64,
+    payload: String,
+    created_at: Millis,
+    deleted: bool,
+    tokens: Vec<String>,
+}
+
+impl SqliteStore {
+    /// A store for `table` in `db`. The table is created by [`Store::prepare`].
+    pub fn new(db: Arc<SqliteDatabase>, table: &str) -> Self {
+        Self {
+            db,
+            table: table.to_owned(),
+            sql: Arc::new(TableSql::new(table)),
+            compiled: RwLock::new(HashMap::new()),
+            reads: AtomicU64::new(0),
+            writes: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn count_read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
+        if let Some(c) = self.compiled.read().get(&(template.id, shape)) {
+            return c.clone();
+        }
+        let c = Arc::new(sql::search(&self.table, template, shape));
+        self.compiled
+            .write()
+            .insert((template.id, shape), c.clone());
+        c
+    }
+
+    fn bind(
+        compiled: &Compiled,
+        args: &BoundArgs,
+        at: Option<Millis>,
+        tokens: &Option<String>,
+        limit: Option<usize>,
+        keys: Option<&str>,
+    ) -> Vec<SqlValue> {
+        compiled
+            .params
+            .iter()
+            .map(|p| match p {
+                Param::Arg { name, as_text } => {
+                    sql::to_sql(args.get(name).unwrap_or(&serde_json::Value::Null), *as_text)
+                }
+                Param::Literal(v) => sql::to_sql(v, false),
+                Param::Render(pieces) => {
+                    SqlValue::Text(meshql_core::template::render(pieces, args))
+                }
+                Param::At => SqlValue::Integer(at.unwrap_or(Millis::MAX)),
+                Param::Tokens => SqlValue::Text(tokens.clone().unwrap_or_default()),
+                Param::Limit => SqlValue::Integer(limit.unwrap_or(usize::MAX) as i64),
+                Param::Keys => SqlValue::Text(keys.unwrap_or("[]").to_owned()),
+            })
+            .collect()
+    }
+
+    fn current(conn: &Connection, sql: &TableSql, id: &str) -> Result<Option<Current>, StoreError> {
+        let mut stmt = conn.prepare_cached(&sql.current).map_err(query_error)?;
+        let row = stmt
+            .query_row(params![id], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)? != 0,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .optional()
+            .map_err(query_error)?;
+        row.map(|(rowid, payload, created_at, deleted, tokens)| {
+            Ok(Current {
+                rowid,
+                payload,
+                created_at,
+                deleted,
+                tokens: serde_json::from_str(&tokens)
+                    .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Appends one version; keeps `latest` on the newest version and `(id, created_at)`
+    /// unique by moving a colliding or same-millisecond "now" version 1 ms later.
+    fn append(
+        conn: &Connection,
+        sql: &TableSql,
+        id: &str,
+        payload: String,
+        created_at: Option<Millis>,
+        deleted: bool,
+        tokens: &[String],
+    ) -> Result<Envelope, StoreError> {
+        let current = Self::current(conn, sql, id)?;
+        let mut stamp = created_at.unwrap_or_else(now_millis);
+        let is_latest = match &current {
+            None => true,
+            Some(cur) => stamp >= cur.created_at || created_at.is_none(),
+        };
+        if is_latest {
+            if let Some(cur) = &current {
+                if stamp <= cur.created_at {
+                    stamp = cur.created_at + 1;
+                }
+            }
+        } else {
+            // a back-dated version: keep it unique among the history
+            let mut exists = conn
+                .prepare_cached(&sql.version_exists)
+                .map_err(query_error)?;
+            while exists.exists(params![id, stamp]).map_err(query_error)? {
+                stamp += 1;
+            }
+        }
+        if is_latest {
+            if let Some(cur) = &current {
+                conn.prepare_cached(&sql.clear_latest)
+                    .map_err(query_error)?
+                    .execute(params![cur.rowid])
+                    .map_err(query_error)?;
+            }
+        }
+        let tokens_text = serde_json::to_string(tokens).expect("strings serialise");
+        conn.prepare_cached(&sql.insert)
+            .map_err(query_error)?
+            .execute(params![
+                id,
+                payload,
+                stamp,
+                deleted as i64,
+                tokens_text,
+                is_latest as i64
+            ])
+            .map_err(query_error)?;
+        Ok(Envelope {
+            id: id.to_owned(),
+            payload,
+            created_at: stamp,
+            deleted,
+            authorized_tokens: tokens.to_vec(),
+        })
+    }
+
+    fn remove_one(
+        conn: &Connection,
+        sql: &TableSql,
+        id: &str,
+        filter: &TokenFilter,
+    ) -> Result<RemoveOutcome, StoreError> {
+        match Self::current(conn, sql, id)? {
+            None => Ok(RemoveOutcome::NotFound),
+            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+                Ok(RemoveOutcome::NotFound)
+            }
+            Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
+            Some(cur) => {
+                Self::append(conn, sql, id, cur.payload, None, true, &cur.tokens)?;
+                Ok(RemoveOutcome::Removed)
+            }
+        }
+    }
+
+    fn read_envelopes(
+        &self,
+        conn: &Connection,
+        sql_text: &str,
+        params: &[SqlValue],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.count_read();
+        let mut stmt = conn.prepare_cached(sql_text).map_err(query_error)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), envelope_from_row)
+            .map_err(query_error)?;
+        rows.map(|r| decode_tokens(r.map_err(query_error)?))
+            .collect()
+    }
+
+    fn read_one(
+        &self,
+        conn: &Connection,
+        id: &str,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, StoreError> {
+        self.count_read();
+        let row = match at {
+            None => conn
+                .prepare_cached(&self.sql.read_latest)
+                .map_err(query_error)?
+                .query_row(params![id], envelope_from_row)
+                .optional(),
+            Some(at) => conn
+                .prepare_cached(&self.sql.read_at)
+                .map_err(query_error)?
+                .query_row(params![id, at], envelope_from_row)
+                .optional(),
+        }
+        .map_err(query_error)?;
+        let Some(row) = row else { return Ok(None) };
+        let env = decode_tokens(row)?;
+        if env.deleted || !meshql_core::auth::is_visible(filter, &env.authorized_tokens) {
+            return Ok(None);
+        }
+        Ok(Some(env))
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let mut ddl = sql::create_table(&self.table);
+        for t in templates {
+            for path in t.filtered_paths() {
+                if let Some(idx) = sql::create_field_index(&self.table, &path) {
+                    ddl.push_str(";\n");
+                    ddl.push_str(&idx);
+                }
+            }
+        }
+        self.db
+            .write(move |conn| conn.execute_batch(&ddl).map_err(query_error))
+            .await?;
+        // compile every statement now so that a bad SQL fragment fails at start-up
+        let templates = templates.to_vec();
+        let compiled: Vec<Arc<Compiled>> = templates
+            .iter()
+            .flat_map(|t| {
+                [false, true].into_iter().map(move |batch| {
+                    (
+                        t,
+                        Shape {
+                            at: false,
+                            tokens: false,
+                            limit: false,
+                            batch,
+                        },
+                    )
+                })
+            })
+            .map(|(t, shape)| self.compiled(t, shape))
+            .collect();
+        self.db.read(|conn| {
+            for c in &compiled {
+                conn.prepare(&c.sql)
+                    .map_err(|e| StoreError::Invalid(format!("{e} in statement `{}`", c.sql)))?;
+            }
+            Ok(())
+        })
+    }
+
+    async fn create(
+        &self,
+        mut doc: NewDocument,
+        tokens: &[String],
+    ) -> Result<Envelope, StoreError> {
+        let id = doc.resolve_id();
+        let created_at = doc.created_at;
+        let payload = doc.into_payload_text(&id);
+        let tokens = tokens.to_vec();
+        let sql = self.sql.clone();
+        let env = self
+            .db
+            .write(move |conn| Self::append(conn, &sql, &id, payload, created_at, false, &tokens))
+            .await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(env)
+    }
+
+    async fn create_many(
+        &self,
+        docs: Vec<NewDocument>,
+        tokens: &[String],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let prepared: Vec<(String, String, Option<Millis>)> = docs
+            .into_iter()
+            .map(|mut d| {
+                let id = d.resolve_id();
+                let at = d.created_at;
+                let payload = d.into_payload_text(&id);
+                (id, payload, at)
+            })
+            .collect();
+        let n = prepared.len() as u64;
+        let tokens = tokens.to_vec();
+        let sql = self.sql.clone();
+        let envs = self
+            .db
+            .write(move |conn| {
+                prepared
+                    .into_iter()
+                    .map(|(id, payload, at)| {
+                        Self::append(conn, &sql, &id, payload, at, false, &tokens)
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await?;
+        self.writes.fetch_add(n, Ordering::Relaxed);
+        Ok(envs)
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        doc: NewDocument,
+        tokens: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let id = id.to_owned();
+        let created_at = doc.created_at;
+        let payload = doc.into_payload_text(&id);
+        let tokens = tokens.to_vec();
+        let filter = filter.clone();
+        let sql = self.sql.clone();
+        let env = self
+            .db
+            .write(move |conn| match Self::current(conn, &sql, &id)? {
+                Some(cur)
+                    if !cur.deleted && meshql_core::auth::is_visible(&filter, &cur.tokens) =>
+                {
+                    Self::append(conn, &sql, &id, payload, created_at, false, &tokens).map(Some)
+                }
+                _ => Ok(None),
+            })
+            .await?;
+        if env.is_some() {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(env)
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, StoreError> {
+        self.db.read(|conn| self.read_one(conn, id, filter, at))
+    }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.db.read(|conn| {
+            let mut out = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(e) = self.read_one(conn, id, filter, at)? {
+                    out.push(e);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    async fn list(
+        &self,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let tokens = tokens_json(filter);
+        self.db.read(|conn| match (at, tokens) {
+            (None, None) => self.read_envelopes(conn, &self.sql.list_latest, &[]),
+            (Some(at), None) => {
+                self.read_envelopes(conn, &self.sql.list_at, &[SqlValue::Integer(at)])
+            }
+            (None, Some(t)) => {
+                self.read_envelopes(conn, &self.sql.list_latest_tokens, &[SqlValue::Text(t)])
+            }
+            (Some(at), Some(t)) => self.read_envelopes(
+                conn,
+                &self.sql.list_at_tokens,
+                &[SqlValue::Integer(at), SqlValue::Text(t)],
+            ),
+        })
+    }
+
+    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+        let id = id.to_owned();
+        let filter = filter.clone();
+        let sql = self.sql.clone();
+        let outcome = self
+            .db
+            .write(move |conn| Self::remove_one(conn, &sql, &id, &filter))
+            .await?;
+        if outcome == RemoveOutcome::Removed {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    async fn remove_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
+        let ids = ids.to_vec();
+        let filter = filter.clone();
+        let sql = self.sql.clone();
+        let outcomes = self
+            .db
+            .write(move |conn| {
+                ids.into_iter()
+                    .map(|id| {
+                        let o = Self::remove_one(conn, &sql, &id, &filter)?;
+                        Ok((id, o))
+                    })
+                    .collect::<Result<Vec<_>, StoreError>>()
+            })
+            .await?;
+        let removed = outcomes
+            .iter()
+            .filter(|(_, o)| *o == RemoveOutcome::Removed)
+            .count();
+        self.writes.fetch_add(removed as u64, Ordering::Relaxed);
+        Ok(outcomes)
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.db.read(|conn| {
+            self.read_envelopes(conn, &self.sql.versions, &[SqlValue::Text(id.to_owned())])
+        })
+    }
+
+    async fn find(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let tokens = tokens_json(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            limit: limit.is_some(),
+            batch: false,
+        };
+        let compiled = self.compiled(template, shape);
+        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
+        self.db.read(|conn| {
+            self.count_read();
+            let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok(Row {
+                        id: r.get(0)?,
+                        payload: r.get(1)?,
+                    })
+                })
+                .map_err(query_error)?;
+            rows.map(|r| r.map_err(query_error)).collect()
+        })
+    }
+
+    async fn find_batch(
+        &self,
+        template: &QueryTemplate,
+        key_arg: &str,
+        keys: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<KeyedRows, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if key_arg != "id" {
+            return Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{key_arg}`"
+            )));
+        }
+        let tokens = tokens_json(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            limit: false,
+            batch: true,
+        };
+        let compiled = self.compiled(template, shape);
+        let keys_json = serde_json::to_string(keys).expect("strings serialise");
+        let params = Self::bind(
+            &compiled,
+            &BoundArgs::new(),
+            at,
+            &tokens,
+            None,
+            Some(&keys_json),
+        );
+        self.db.read(|conn| {
+            self.count_read();
+            let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        Row {
+                            id: r.get(1)?,
+                            payload: r.get(2)?,
+                        },
+                    ))
+                })
+                .map_err(query_error)?;
+            rows.map(|r| r.map_err(query_error)).collect()
+        })
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.db.ping()
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            commits: self.db.commits(),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn shutdown(&self) {
+        self.db.shutdown().await;
+    }
+}
