@@ -1,0 +1,230 @@
+//! The config model, as written in `meshql.toml`. Doc comments here become the config's
+//! JSON Schema (`meshql config-schema`).
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+/// A meshql service: storage and the entities it serves on one HTTP port.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// TCP port of the single HTTP listener (REST, GraphQL, health).
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// Address to bind.
+    #[serde(default = "default_host")]
+    pub host: String,
+    /// Directory for embedded storage files, relative to the config file; created if missing.
+    #[serde(default = "default_data_dir")]
+    pub data_dir: String,
+    /// Value of `Access-Control-Allow-Origin` on every response.
+    #[serde(default = "default_cors")]
+    pub cors_origin: String,
+    /// Largest accepted request body, in bytes (larger bodies get 413).
+    #[serde(default = "default_body_limit")]
+    pub body_limit_bytes: usize,
+    /// How callers are identified.
+    #[serde(default)]
+    pub auth: AuthConfig,
+    /// Client settings for HTTP resolvers (federation to other services).
+    #[serde(default)]
+    pub http_client: HttpClientConfig,
+    /// Named storage backends; entities refer to them by name. An entity without `storage`
+    /// uses `default`, which is SQLite `meshql.db` unless declared.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, StorageConfig>")]
+    pub storage: BTreeMap<String, Spanned<StorageConfig>>,
+    /// The entities served.
+    #[serde(default, rename = "entity")]
+    pub entities: Vec<EntityConfig>,
+}
+
+fn default_port() -> u16 {
+    3033
+}
+fn default_host() -> String {
+    "0.0.0.0".into()
+}
+fn default_data_dir() -> String {
+    "data".into()
+}
+fn default_cors() -> String {
+    "*".into()
+}
+fn default_body_limit() -> usize {
+    1024 * 1024
+}
+
+/// Caller identification.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default, rename = "type")]
+    pub kind: AuthKind,
+}
+
+/// `none`: everyone sees everything. `jwt`: the `sub` claim of a `Bearer` JWT is the
+/// caller's token (the signature is not verified; that is the gateway's job).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthKind {
+    #[default]
+    None,
+    Jwt,
+}
+
+/// Timeouts of HTTP resolver calls.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpClientConfig {
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_request_timeout")]
+    pub request_timeout_ms: u64,
+}
+
+impl Default for HttpClientConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout_ms: default_connect_timeout(),
+            request_timeout_ms: default_request_timeout(),
+        }
+    }
+}
+
+fn default_connect_timeout() -> u64 {
+    10_000
+}
+fn default_request_timeout() -> u64 {
+    30_000
+}
+
+/// A storage backend, selected by `type`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum StorageConfig {
+    /// Embedded SQLite: one file, one table per entity.
+    Sqlite {
+        /// File name, relative to `data_dir` (or absolute).
+        file: String,
+        /// `PRAGMA synchronous=FULL` (fsync every commit) instead of NORMAL.
+        #[serde(default)]
+        synchronous_full: bool,
+    },
+}
+
+/// One entity: its storage, REST API and GraphQL API.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EntityConfig {
+    /// Entity name (letters, digits, `_`); default paths are `/<name>/api` and `/<name>/graph`.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// Name of a `[storage.<name>]` block.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub storage: Option<Spanned<String>>,
+    /// Table (or collection) name; default: the entity name.
+    #[serde(default)]
+    pub table: Option<String>,
+    /// Tokens stamped on every document written through REST; when empty, the writer's
+    /// own credentials are stamped (none with `auth.type = "none"`).
+    #[serde(default)]
+    pub tokens: Vec<String>,
+    /// The REST API (omit for a read-only service).
+    #[serde(default)]
+    pub rest: Option<RestConfig>,
+    /// The GraphQL API (omit for a write-only service).
+    #[serde(default)]
+    pub graphql: Option<GraphqlConfig>,
+}
+
+/// The REST API of an entity.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestConfig {
+    /// Base path; default `/<name>/api`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub path: Option<Spanned<String>>,
+    /// JSON Schema (draft-07) file that POST and PUT bodies must satisfy.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub schema: Option<Spanned<String>>,
+    /// Validate bodies against `schema` (set false to accept any JSON object).
+    #[serde(default = "yes")]
+    pub validate: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The GraphQL API of an entity.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GraphqlConfig {
+    /// Endpoint path; default `/<name>/graph`. In-process resolvers target graphlettes by it.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub path: Option<Spanned<String>>,
+    /// GraphQL SDL file.
+    #[schemars(with = "String")]
+    pub schema: Spanned<String>,
+    /// Root queries returning one object.
+    #[serde(default)]
+    pub singletons: Vec<QueryConfig>,
+    /// Root queries returning a list (they accept `limit`).
+    #[serde(default)]
+    pub vectors: Vec<QueryConfig>,
+    /// Relationship fields resolved through another entity's root query.
+    #[serde(default)]
+    pub resolvers: Vec<ResolverConfig>,
+}
+
+/// A root query bound to a template. Exactly one of `query` and `sql`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct QueryConfig {
+    /// Field name on `type Query`.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// Mongo-style JSON template: `{"id": "{{id}}"}`, `{"payload.zone": "{{zone}}"}`, `{}`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub query: Option<Spanned<String>>,
+    /// Raw SQL fragment (SQL backends), e.g. `json_extract(payload, '$.zone') = '{{zone}}'`;
+    /// placeholders become bound parameters.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub sql: Option<Spanned<String>>,
+}
+
+/// A relationship field. Exactly one of `graph` (in-process) and `url` (HTTP).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolverConfig {
+    /// Field on the entity's GraphQL type. A list type makes it a vector resolver.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// Parent field whose value is passed as the target query's `id` argument.
+    #[serde(default = "default_key")]
+    pub key: String,
+    /// Root query of the target graphlette; it must take an `id` argument.
+    #[schemars(with = "String")]
+    pub query: Spanned<String>,
+    /// Path of a graphlette in this service, e.g. `/coop/graph` (resolved in-process).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub graph: Option<Spanned<String>>,
+    /// URL of a remote graphlette, e.g. `http://coop-service:3033/coop/graph`.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub url: Option<Spanned<String>>,
+}
+
+fn default_key() -> String {
+    "id".into()
+}

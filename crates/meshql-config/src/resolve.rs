@@ -1,0 +1,751 @@
+//! Stage 3: read the files a config names and cross-check every name, producing a
+//! [`ResolvedConfig`] that a server can start from without further checks.
+
+use crate::error::{line_of, ConfigError, ConfigErrors};
+use crate::expand::expand;
+use crate::model::{AuthKind, HttpClientConfig, QueryConfig, ServiceConfig, StorageConfig};
+use apollo_compiler::schema::ExtendedType;
+use apollo_compiler::validation::Valid;
+use apollo_compiler::{Name, Schema};
+use meshql_core::QueryTemplate;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use toml::Spanned;
+
+/// A storage backend with its paths made absolute.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StorageSpec {
+    Sqlite {
+        path: PathBuf,
+        synchronous_full: bool,
+    },
+}
+
+/// A config that passed every check.
+#[derive(Debug, Clone)]
+pub struct ResolvedConfig {
+    pub file: PathBuf,
+    pub port: u16,
+    pub host: String,
+    pub data_dir: PathBuf,
+    pub cors_origin: String,
+    pub body_limit_bytes: usize,
+    pub auth: AuthKind,
+    pub http_client: HttpClientConfig,
+    /// Storage by name (only the ones some entity uses).
+    pub storages: BTreeMap<String, StorageSpec>,
+    pub entities: Vec<ResolvedEntity>,
+}
+
+impl ResolvedConfig {
+    /// Re-roots relative SQLite files under another data directory (`--data-dir`).
+    pub fn set_data_dir(&mut self, data_dir: PathBuf) {
+        for spec in self.storages.values_mut() {
+            match spec {
+                StorageSpec::Sqlite { path, .. } => {
+                    if let Ok(rel) = path.strip_prefix(&self.data_dir) {
+                        *path = data_dir.join(rel);
+                    }
+                }
+            }
+        }
+        self.data_dir = data_dir;
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolvedEntity {
+    pub name: String,
+    pub storage: String,
+    pub table: String,
+    pub tokens: Vec<String>,
+    pub rest: Option<ResolvedRest>,
+    pub graph: Option<ResolvedGraph>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolvedRest {
+    pub path: String,
+    /// The JSON Schema bodies are validated against (`None`: no validation).
+    pub schema: Option<serde_json::Value>,
+    pub schema_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolvedGraph {
+    pub path: String,
+    pub schema: Arc<Valid<Schema>>,
+    pub sdl_file: PathBuf,
+    /// The object type the root queries return (where resolver fields live).
+    pub entity_type: String,
+    pub queries: Vec<ResolvedQuery>,
+    pub resolvers: Vec<ResolvedResolver>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolvedQuery {
+    pub name: String,
+    pub vector: bool,
+    pub template: QueryTemplate,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolvedResolver {
+    pub field: String,
+    pub key: String,
+    pub query: String,
+    pub vector: bool,
+    pub target: ResolverTarget,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResolverTarget {
+    /// A graphlette of this service, by path.
+    InProcess { graph_path: String },
+    /// A remote graphlette.
+    Http { url: String },
+}
+
+/// Loads a config file, or the `meshql.toml` inside a directory.
+pub fn load(path: &Path) -> Result<ResolvedConfig, ConfigErrors> {
+    load_with_env(path, |k| std::env::var(k).ok())
+}
+
+/// [`load`] with an explicit environment (for tests).
+pub fn load_with_env(
+    path: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<ResolvedConfig, ConfigErrors> {
+    let file = if path.is_dir() {
+        path.join(crate::CONFIG_FILE_NAME)
+    } else {
+        path.to_owned()
+    };
+    let raw = std::fs::read_to_string(&file).map_err(|e| ConfigError {
+        file: file.clone(),
+        line: None,
+        field: String::new(),
+        message: format!("cannot read config: {e}"),
+    })?;
+    let text = expand(&raw, env).map_err(|e| ConfigError {
+        file: file.clone(),
+        line: Some(e.line),
+        field: String::new(),
+        message: e.message,
+    })?;
+    let model: ServiceConfig = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map(|s| line_of(&text, s.start));
+        ConfigError {
+            file: file.clone(),
+            line,
+            field: String::new(),
+            message: e.message().trim().to_owned(),
+        }
+    })?;
+    Resolver {
+        file: file.clone(),
+        base: file
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| PathBuf::from(".")),
+        text,
+        errors: Vec::new(),
+    }
+    .resolve(model)
+}
+
+struct Resolver {
+    file: PathBuf,
+    base: PathBuf,
+    text: String,
+    errors: Vec<ConfigError>,
+}
+
+fn is_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl Resolver {
+    fn error<T>(
+        &mut self,
+        at: Option<&Spanned<T>>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.errors.push(ConfigError {
+            file: self.file.clone(),
+            line: at.map(|s| line_of(&self.text, s.span().start)),
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn error_in(&mut self, file: &Path, line: Option<usize>, field: String, message: String) {
+        self.errors.push(ConfigError {
+            file: file.to_owned(),
+            line,
+            field,
+            message,
+        });
+    }
+
+    fn path_of(&self, relative: &str) -> PathBuf {
+        let p = Path::new(relative);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    fn resolve(mut self, model: ServiceConfig) -> Result<ResolvedConfig, ConfigErrors> {
+        let data_dir = self.path_of(&model.data_dir);
+        if model.entities.is_empty() {
+            self.error::<()>(None, "entity", "the config declares no [[entity]]");
+        }
+
+        // storage
+        let mut storages: BTreeMap<String, StorageSpec> = BTreeMap::new();
+        for (name, spec) in &model.storage {
+            let resolved = match spec.get_ref() {
+                StorageConfig::Sqlite {
+                    file,
+                    synchronous_full,
+                } => StorageSpec::Sqlite {
+                    path: if Path::new(file).is_absolute() {
+                        PathBuf::from(file)
+                    } else {
+                        data_dir.join(file)
+                    },
+                    synchronous_full: *synchronous_full,
+                },
+            };
+            storages.insert(name.clone(), resolved);
+        }
+
+        // entities, first pass: names, storage, paths, files
+        let mut seen_names = HashSet::new();
+        let mut seen_paths: HashMap<String, String> = HashMap::new();
+        let mut used_storage = BTreeMap::new();
+        let mut entities = Vec::new();
+        let mut pending: Vec<(usize, Vec<crate::model::ResolverConfig>, String)> = Vec::new();
+        for (index, entity) in model.entities.iter().enumerate() {
+            let name = entity.name.get_ref().clone();
+            let field = format!("entity[{index}] \"{name}\"");
+            if !is_identifier(&name) {
+                self.error(
+                    Some(&entity.name),
+                    format!("{field}.name"),
+                    "use letters, digits, `_` or `-`",
+                );
+            }
+            if !seen_names.insert(name.clone()) {
+                self.error(
+                    Some(&entity.name),
+                    format!("{field}.name"),
+                    "duplicate entity name",
+                );
+            }
+            let storage_name = entity
+                .storage
+                .as_ref()
+                .map(|s| s.get_ref().clone())
+                .unwrap_or_else(|| "default".to_owned());
+            match storages.get(&storage_name) {
+                Some(spec) => {
+                    used_storage.insert(storage_name.clone(), spec.clone());
+                }
+                None if entity.storage.is_none() => {
+                    let spec = StorageSpec::Sqlite {
+                        path: data_dir.join("meshql.db"),
+                        synchronous_full: false,
+                    };
+                    storages.insert(storage_name.clone(), spec.clone());
+                    used_storage.insert(storage_name.clone(), spec);
+                }
+                None => {
+                    let known: Vec<_> = storages.keys().cloned().collect();
+                    self.error(
+                        entity.storage.as_ref(),
+                        format!("{field}.storage"),
+                        format!(
+                            "no [storage.{storage_name}] block (declared: {})",
+                            list(&known)
+                        ),
+                    );
+                }
+            }
+            let table = entity.table.clone().unwrap_or_else(|| name.clone());
+            if !is_identifier(&table) {
+                self.error(
+                    Some(&entity.name),
+                    format!("{field}.table"),
+                    format!("`{table}` is not a valid table name"),
+                );
+            }
+
+            let rest = entity.rest.as_ref().map(|rest| {
+                let path = rest
+                    .path
+                    .as_ref()
+                    .map(|p| p.get_ref().clone())
+                    .unwrap_or_else(|| format!("/{name}/api"));
+                self.check_path(
+                    &path,
+                    rest.path.as_ref(),
+                    &format!("{field}.rest.path"),
+                    &name,
+                    &mut seen_paths,
+                );
+                let mut schema = None;
+                let mut schema_file = None;
+                if let Some(file) = &rest.schema {
+                    let p = self.path_of(file.get_ref());
+                    match std::fs::read_to_string(&p) {
+                        Err(e) => self.error(
+                            Some(file),
+                            format!("{field}.rest.schema"),
+                            format!("cannot read JSON Schema {}: {e}", p.display()),
+                        ),
+                        Ok(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+                            Err(e) => self.error_in(
+                                &p,
+                                Some(e.line()),
+                                format!("{field}.rest.schema"),
+                                format!("invalid JSON: {e}"),
+                            ),
+                            Ok(v) if !v.is_object() => self.error_in(
+                                &p,
+                                None,
+                                format!("{field}.rest.schema"),
+                                "a JSON Schema must be an object".into(),
+                            ),
+                            Ok(v) => {
+                                if rest.validate {
+                                    schema = Some(v);
+                                }
+                                schema_file = Some(p);
+                            }
+                        },
+                    }
+                } else if rest.validate {
+                    // no schema: nothing to validate against
+                }
+                ResolvedRest {
+                    path,
+                    schema,
+                    schema_file,
+                }
+            });
+
+            let graph = entity.graphql.as_ref().and_then(|g| {
+                let path = g
+                    .path
+                    .as_ref()
+                    .map(|p| p.get_ref().clone())
+                    .unwrap_or_else(|| format!("/{name}/graph"));
+                self.check_path(&path, g.path.as_ref(), &format!("{field}.graphql.path"), &name, &mut seen_paths);
+                let sdl_file = self.path_of(g.schema.get_ref());
+                let sdl = match std::fs::read_to_string(&sdl_file) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.error(Some(&g.schema), format!("{field}.graphql.schema"), format!("cannot read GraphQL SDL {}: {e}", sdl_file.display()));
+                        return None;
+                    }
+                };
+                let schema = self.parse_sdl(&sdl, &sdl_file, &format!("{field}.graphql.schema"))?;
+                let mut queries = Vec::new();
+                let mut entity_type: Option<String> = None;
+                for (vector, list_name, configs) in [(false, "singletons", &g.singletons), (true, "vectors", &g.vectors)] {
+                    for (qi, q) in configs.iter().enumerate() {
+                        let qfield = format!("{field}.graphql.{list_name}[{qi}]");
+                        if let Some(rq) = self.resolve_query(q, vector, &schema, &qfield) {
+                            if entity_type.is_none() {
+                                entity_type = root_field_type(&schema, &rq.name);
+                            }
+                            queries.push(rq);
+                        }
+                    }
+                }
+                let mut seen_q = HashSet::new();
+                for q in &queries {
+                    if !seen_q.insert(q.name.clone()) {
+                        self.error::<()>(None, format!("{field}.graphql"), format!("query `{}` is bound twice", q.name));
+                    }
+                }
+                let entity_type = match entity_type {
+                    Some(t) => t,
+                    None => {
+                        if !g.resolvers.is_empty() {
+                            self.error(Some(&g.schema), format!("{field}.graphql"), "resolvers need at least one bound root query (its return type is where resolver fields live)");
+                        }
+                        String::new()
+                    }
+                };
+                pending.push((index, g.resolvers.clone(), field.clone()));
+                Some(ResolvedGraph {
+                    path,
+                    schema: Arc::new(schema),
+                    sdl_file,
+                    entity_type,
+                    queries,
+                    resolvers: Vec::new(),
+                })
+            });
+            entities.push(ResolvedEntity {
+                name,
+                storage: storage_name,
+                table,
+                tokens: entity.tokens.clone(),
+                rest,
+                graph,
+            });
+        }
+
+        // second pass: resolvers (they refer to other entities' graphlettes)
+        for (index, resolvers, field) in pending {
+            let mut resolved = Vec::new();
+            for (ri, r) in resolvers.iter().enumerate() {
+                let rfield = format!("{field}.graphql.resolvers[{ri}]");
+                if let Some(rr) = self.resolve_resolver(r, &entities[index], &entities, &rfield) {
+                    resolved.push(rr);
+                }
+            }
+            if let Some(g) = entities[index].graph.as_mut() {
+                g.resolvers = resolved;
+            }
+        }
+
+        if !self.errors.is_empty() {
+            return Err(ConfigErrors(self.errors));
+        }
+        Ok(ResolvedConfig {
+            file: self.file,
+            port: model.port,
+            host: model.host,
+            data_dir,
+            cors_origin: model.cors_origin,
+            body_limit_bytes: model.body_limit_bytes,
+            auth: model.auth.kind,
+            http_client: model.http_client,
+            storages: used_storage,
+            entities,
+        })
+    }
+
+    fn check_path(
+        &mut self,
+        path: &str,
+        at: Option<&Spanned<String>>,
+        field: &str,
+        entity: &str,
+        seen: &mut HashMap<String, String>,
+    ) {
+        if !path.starts_with('/')
+            || path.contains(['{', '}', '*', ' ', '?', '#'])
+            || path.ends_with('/')
+        {
+            self.error(at, field, format!("`{path}` must start with `/`, not end with `/`, and contain no `{{ }} * ? #` or spaces"));
+        }
+        if matches!(path, "/health" | "/ready" | "/metrics") {
+            self.error(at, field, format!("`{path}` is reserved by the server"));
+        }
+        if let Some(other) = seen.insert(path.to_owned(), entity.to_owned()) {
+            self.error(
+                at,
+                field,
+                format!("path `{path}` is already used by entity \"{other}\""),
+            );
+        }
+    }
+
+    /// Parses and validates an SDL file. `at: Int` arguments of root queries become `Float`
+    /// so that 13-digit millisecond timestamps validate (GraphQL's Int is 32-bit).
+    fn parse_sdl(&mut self, sdl: &str, file: &Path, field: &str) -> Option<Valid<Schema>> {
+        let mut schema = match Schema::parse(sdl, file) {
+            Ok(s) => s,
+            Err(with_errors) => {
+                self.report_sdl(&with_errors.errors, file, field);
+                return None;
+            }
+        };
+        widen_at_arguments(&mut schema);
+        match schema.validate() {
+            Ok(valid) => {
+                if valid.schema_definition.query.is_none() {
+                    self.error_in(
+                        file,
+                        None,
+                        field.to_owned(),
+                        "the SDL has no `type Query`".into(),
+                    );
+                    return None;
+                }
+                Some(valid)
+            }
+            Err(with_errors) => {
+                self.report_sdl(&with_errors.errors, file, field);
+                None
+            }
+        }
+    }
+
+    fn report_sdl(
+        &mut self,
+        errors: &apollo_compiler::validation::DiagnosticList,
+        file: &Path,
+        field: &str,
+    ) {
+        for d in errors.iter() {
+            let line = d.line_column_range().map(|r| r.start.line);
+            self.error_in(file, line, field.to_owned(), d.error.to_string());
+        }
+    }
+
+    fn resolve_query(
+        &mut self,
+        q: &QueryConfig,
+        vector: bool,
+        schema: &Valid<Schema>,
+        field: &str,
+    ) -> Option<ResolvedQuery> {
+        let name = q.name.get_ref().clone();
+        let Some(def) = root_field(schema, &name) else {
+            self.error(
+                Some(&q.name),
+                format!("{field}.name"),
+                format!(
+                    "`{name}` is not a field of the SDL's Query type (fields: {})",
+                    list(&root_field_names(schema))
+                ),
+            );
+            return None;
+        };
+        let returns_list = def.ty.is_list();
+        if returns_list != vector {
+            self.error(
+                Some(&q.name),
+                format!("{field}.name"),
+                if vector {
+                    format!(
+                        "`{name}` is declared as a vector but the SDL returns `{}` (not a list)",
+                        def.ty
+                    )
+                } else {
+                    format!(
+                        "`{name}` is declared as a singleton but the SDL returns the list `{}`",
+                        def.ty
+                    )
+                },
+            );
+        }
+        let template = match (&q.query, &q.sql) {
+            (Some(t), None) => match QueryTemplate::filter(t.get_ref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.error(Some(t), format!("{field}.query"), e.to_string());
+                    return None;
+                }
+            },
+            (None, Some(t)) => match QueryTemplate::sql(t.get_ref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.error(Some(t), format!("{field}.sql"), e.to_string());
+                    return None;
+                }
+            },
+            _ => {
+                self.error(
+                    Some(&q.name),
+                    field.to_owned(),
+                    "give exactly one of `query` (JSON template) and `sql` (SQL fragment)",
+                );
+                return None;
+            }
+        };
+        let args: HashSet<&str> = def.arguments.iter().map(|a| a.name.as_str()).collect();
+        let at = q.query.as_ref().or(q.sql.as_ref());
+        for placeholder in template.placeholders() {
+            if !args.contains(placeholder.as_str()) {
+                self.error(at, format!("{field}.{}", if q.query.is_some() { "query" } else { "sql" }), format!("placeholder `{{{{{placeholder}}}}}` is not an argument of `{name}` (arguments: {})", list(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())));
+            }
+        }
+        Some(ResolvedQuery {
+            name,
+            vector,
+            template,
+        })
+    }
+
+    fn resolve_resolver(
+        &mut self,
+        r: &crate::model::ResolverConfig,
+        owner: &ResolvedEntity,
+        entities: &[ResolvedEntity],
+        field: &str,
+    ) -> Option<ResolvedResolver> {
+        let graph = owner.graph.as_ref()?;
+        let name = r.name.get_ref().clone();
+        if name.contains('.') {
+            // MeshQL's legacy dotted resolver names are never invoked; reject them loudly
+            self.error(Some(&r.name), format!("{field}.name"), format!("`{name}`: dotted resolver names are not supported; declare the resolver on the entity that owns the field"));
+            return None;
+        }
+        let ty = graph.schema.get_object(graph.entity_type.as_str());
+        let Some(field_def) = ty.and_then(|t| t.fields.get(name.as_str())) else {
+            self.error(
+                Some(&r.name),
+                format!("{field}.name"),
+                format!(
+                    "`{name}` is not a field of type `{}` in {}",
+                    graph.entity_type,
+                    graph.sdl_file.display()
+                ),
+            );
+            return None;
+        };
+        let vector = field_def.ty.is_list();
+        let target = match (&r.graph, &r.url) {
+            (Some(path), None) => {
+                let Some(target) = entities.iter().find(|e| {
+                    e.graph.as_ref().map(|g| g.path.as_str()) == Some(path.get_ref().as_str())
+                }) else {
+                    let known: Vec<String> = entities
+                        .iter()
+                        .filter_map(|e| e.graph.as_ref().map(|g| g.path.clone()))
+                        .collect();
+                    self.error(
+                        Some(path),
+                        format!("{field}.graph"),
+                        format!(
+                            "no graphlette at `{}` in this service (known: {})",
+                            path.get_ref(),
+                            list(&known)
+                        ),
+                    );
+                    return None;
+                };
+                let tg = target.graph.as_ref().expect("found by graph path");
+                match tg.queries.iter().find(|q| q.name == *r.query.get_ref()) {
+                    None => {
+                        let known: Vec<String> =
+                            tg.queries.iter().map(|q| q.name.clone()).collect();
+                        self.error(
+                            Some(&r.query),
+                            format!("{field}.query"),
+                            format!(
+                                "`{}` is not a bound query of `{}` (bound: {})",
+                                r.query.get_ref(),
+                                tg.path,
+                                list(&known)
+                            ),
+                        );
+                        return None;
+                    }
+                    Some(_) => {
+                        let has_id = root_field(&tg.schema, r.query.get_ref())
+                            .map(|d| d.arguments.iter().any(|a| a.name == "id"))
+                            .unwrap_or(false);
+                        if !has_id {
+                            self.error(Some(&r.query), format!("{field}.query"), format!("target query `{}` of `{}` has no `id` argument; resolvers call it as `{}(id: <key>, at: <time>)`", r.query.get_ref(), tg.path, r.query.get_ref()));
+                            return None;
+                        }
+                    }
+                }
+                ResolverTarget::InProcess {
+                    graph_path: path.get_ref().clone(),
+                }
+            }
+            (None, Some(url)) => {
+                let u = url.get_ref();
+                if !(u.starts_with("http://") || u.starts_with("https://")) {
+                    self.error(
+                        Some(url),
+                        format!("{field}.url"),
+                        format!("`{u}` is not an http(s) URL"),
+                    );
+                    return None;
+                }
+                ResolverTarget::Http { url: u.clone() }
+            }
+            _ => {
+                self.error(Some(&r.name), field.to_owned(), "give exactly one of `graph` (in-process graphlette path) and `url` (remote graphlette)");
+                return None;
+            }
+        };
+        Some(ResolvedResolver {
+            field: name,
+            key: r.key.clone(),
+            query: r.query.get_ref().clone(),
+            vector,
+            target,
+        })
+    }
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn root_field<'a>(
+    schema: &'a Schema,
+    name: &str,
+) -> Option<&'a apollo_compiler::schema::FieldDefinition> {
+    let query = schema.schema_definition.query.as_ref()?;
+    let obj = schema.get_object(query.name.as_str())?;
+    obj.fields.get(name).map(|c| &***c)
+}
+
+fn root_field_names(schema: &Schema) -> Vec<String> {
+    schema
+        .schema_definition
+        .query
+        .as_ref()
+        .and_then(|q| schema.get_object(q.name.as_str()))
+        .map(|o| o.fields.keys().map(|k| k.to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn root_field_type(schema: &Schema, name: &str) -> Option<String> {
+    root_field(schema, name).map(|f| f.ty.inner_named_type().to_string())
+}
+
+fn widen_at_arguments(schema: &mut Schema) {
+    let Some(query) = schema
+        .schema_definition
+        .query
+        .as_ref()
+        .map(|q| q.name.clone())
+    else {
+        return;
+    };
+    let int = Name::new_unchecked("Int");
+    let float = apollo_compiler::ast::Type::Named(Name::new_unchecked("Float"));
+    if let Some(ExtendedType::Object(obj)) = schema.types.get_mut(&query) {
+        let obj = obj.make_mut();
+        for (_, def) in obj.fields.iter_mut() {
+            let def = def.make_mut();
+            for arg in def.arguments.iter_mut() {
+                if arg.name == "at" && *arg.ty.inner_named_type() == int && !arg.ty.is_list() {
+                    let arg = arg.make_mut();
+                    let non_null = arg.ty.is_non_null();
+                    arg.ty = apollo_compiler::Node::new(if non_null {
+                        float.clone().non_null()
+                    } else {
+                        float.clone()
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
