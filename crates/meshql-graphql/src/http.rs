@@ -1,0 +1,162 @@
+//! Federation over HTTP: all keys of one resolver field at one level become one request
+//! with aliased root fields (`item_0: getByFarm(id: "F1", at: T) { ... } item_1: ...`),
+//! and each alias's JSON is spliced into the response as it is.
+
+use crate::execute::{Exec, Link};
+use crate::plan::{ResolverPlan, TargetPlan};
+use meshql_core::Millis;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+struct RemoteResponse {
+    #[serde(default)]
+    data: Option<HashMap<String, Box<RawValue>>>,
+    #[serde(default)]
+    errors: Option<Vec<RemoteError>>,
+}
+
+#[derive(Deserialize)]
+struct RemoteError {
+    message: String,
+}
+
+/// Builds the batched document for `keys`.
+pub(crate) fn batch_query(
+    query_name: &str,
+    selection: &str,
+    fragments: &str,
+    variables: &[(String, String)],
+    keys: &[String],
+    at: Option<Millis>,
+) -> String {
+    let mut q = String::with_capacity(64 + keys.len() * (selection.len() + 64));
+    q.push_str("query MeshqlBatch");
+    if !variables.is_empty() {
+        q.push('(');
+        for (i, (name, ty)) in variables.iter().enumerate() {
+            if i > 0 {
+                q.push_str(", ");
+            }
+            let _ = write!(q, "${name}: {ty}");
+        }
+        q.push(')');
+    }
+    q.push_str(" {");
+    for (i, key) in keys.iter().enumerate() {
+        let key = serde_json::to_string(key).expect("strings serialise");
+        let _ = write!(q, " item_{i}: {query_name}(id: {key}");
+        if let Some(at) = at {
+            let _ = write!(q, ", at: {at}");
+        }
+        let _ = write!(q, ") {selection}");
+    }
+    q.push_str(" }");
+    q.push_str(fragments);
+    q
+}
+
+pub(crate) async fn fetch(
+    exec: &Exec<'_>,
+    resolver: &ResolverPlan,
+    keys: &[String],
+    at: Option<Millis>,
+) -> Vec<Link> {
+    let TargetPlan::Http {
+        url,
+        query_name,
+        selection,
+        fragments,
+        variables,
+    } = &resolver.target
+    else {
+        unreachable!("fetch is only called for HTTP targets");
+    };
+    let all_failed = |message: String| -> Vec<Link> {
+        let msg: Arc<str> = Arc::from(message);
+        keys.iter().map(|_| Link::Error(msg.clone())).collect()
+    };
+    let query = batch_query(query_name, selection, fragments, variables, keys, at);
+    let vars: serde_json::Map<String, serde_json::Value> = variables
+        .iter()
+        .filter_map(|(n, _)| exec.variables.get(n).map(|v| (n.clone(), v.clone())))
+        .collect();
+    let body = serde_json::json!({ "query": query, "variables": vars });
+    let mut request = exec
+        .registry
+        .http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .body(body.to_string());
+    if let Some(auth) = &exec.ctx.authorization {
+        request = request.header("authorization", auth);
+    }
+    let response = match request.send().await {
+        Ok(r) => r,
+        Err(e) => return all_failed(format!("remote graphlette {url} is unreachable: {e}")),
+    };
+    let status = response.status();
+    let bytes = match response.bytes().await {
+        Ok(b) => b,
+        Err(e) => return all_failed(format!("remote graphlette {url} failed: {e}")),
+    };
+    if !status.is_success() {
+        return all_failed(format!("remote graphlette {url} answered HTTP {status}"));
+    }
+    let parsed: RemoteResponse = match serde_json::from_slice(&bytes) {
+        Ok(p) => p,
+        Err(e) => return all_failed(format!("remote graphlette {url} sent invalid JSON: {e}")),
+    };
+    let first_error = parsed
+        .errors
+        .as_ref()
+        .and_then(|e| e.first())
+        .map(|e| Arc::<str>::from(format!("Remote GraphQL error: {}", e.message)));
+    let mut data = parsed.data.unwrap_or_default();
+    (0..keys.len())
+        .map(|i| {
+            let raw = data.remove(&format!("item_{i}"));
+            match raw {
+                Some(raw) if raw.get() != "null" => {
+                    if !resolver.vector && raw.get().starts_with('[') {
+                        // a singleton field fed by a vector query: the first element
+                        let items: Vec<Box<RawValue>> =
+                            serde_json::from_str(raw.get()).unwrap_or_default();
+                        Link::Raw(items.into_iter().next().map(Arc::from))
+                    } else {
+                        Link::Raw(Some(Arc::from(raw)))
+                    }
+                }
+                _ => match &first_error {
+                    Some(msg) => Link::Error(msg.clone()),
+                    None => Link::Raw(None),
+                },
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_query_aliases_every_key() {
+        let q = batch_query(
+            "getByFarm",
+            "{ name hens { name } }",
+            " fragment F on Hen { name }",
+            &[("n".into(), "Int".into())],
+            &["F1".into(), "F\"2".into()],
+            Some(1_700_000_000_000),
+        );
+        assert_eq!(
+            q,
+            "query MeshqlBatch($n: Int) { item_0: getByFarm(id: \"F1\", at: 1700000000000) { name hens { name } } item_1: getByFarm(id: \"F\\\"2\", at: 1700000000000) { name hens { name } } } fragment F on Hen { name }"
+        );
+    }
+}

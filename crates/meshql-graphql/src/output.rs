@@ -1,0 +1,459 @@
+//! Writing the response JSON straight from the plan and the fetched rows, with GraphQL's
+//! null propagation: a null (or an error) in a non-null position nulls the nearest
+//! nullable ancestor; the bytes already written for it are truncated.
+
+use crate::execute::{Link, Node, RootResult};
+use crate::plan::{self, FieldKind, LeafKind, OperationPlan, RootKind, SelectionPlan, Shape};
+use serde_json::{Map, Value};
+
+/// A null reached a non-null position; the parent must become null.
+struct Bubble;
+
+#[derive(Clone)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+pub(crate) struct Writer<'v> {
+    buf: Vec<u8>,
+    errors: Vec<(String, Vec<Seg>)>,
+    path: Vec<Seg>,
+    variables: &'v Map<String, Value>,
+}
+
+fn push_json_str(buf: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *buf, s).expect("writing to a Vec cannot fail");
+}
+
+/// A response with request errors only (no `data`).
+pub(crate) fn request_errors(errors: &[(String, Vec<(usize, usize)>)]) -> Vec<u8> {
+    let list: Vec<Value> = errors
+        .iter()
+        .map(|(message, locations)| {
+            let mut e = serde_json::json!({ "message": message });
+            if !locations.is_empty() {
+                e["locations"] = locations
+                    .iter()
+                    .map(|(l, c)| serde_json::json!({"line": l, "column": c}))
+                    .collect();
+            }
+            e
+        })
+        .collect();
+    serde_json::to_vec(&serde_json::json!({ "errors": list })).expect("JSON serialises")
+}
+
+impl<'v> Writer<'v> {
+    pub(crate) fn new(variables: &'v Map<String, Value>) -> Self {
+        Self {
+            buf: Vec::with_capacity(1024),
+            errors: Vec::new(),
+            path: Vec::new(),
+            variables,
+        }
+    }
+
+    fn error(&mut self, message: impl Into<String>) {
+        self.errors.push((message.into(), self.path.clone()));
+    }
+
+    fn null_in(&mut self, shape_non_null: bool, what: &str) -> Result<(), Bubble> {
+        if shape_non_null {
+            self.error(format!("Cannot return null for non-nullable field {what}."));
+            Err(Bubble)
+        } else {
+            self.buf.extend_from_slice(b"null");
+            Ok(())
+        }
+    }
+
+    pub(crate) fn write_response(
+        &mut self,
+        plan: &OperationPlan,
+        results: Vec<Option<RootResult>>,
+        introspection: Option<&Map<String, Value>>,
+    ) {
+        self.buf.extend_from_slice(b"{\"data\":{");
+        let data_start = self.buf.len() - 1;
+        let mut first = true;
+        let mut bubbled = false;
+        for (root, result) in plan.roots.iter().zip(results) {
+            let Some(result) = result else { continue };
+            if !first {
+                self.buf.push(b',');
+            }
+            first = false;
+            push_json_str(&mut self.buf, &root.key);
+            self.buf.push(b':');
+            self.path.push(Seg::Key(root.key.clone()));
+            let start = self.buf.len();
+            let what = format!("Query.{}", root.field_name);
+            let r = match (&root.kind, result) {
+                (RootKind::Typename, _) => {
+                    self.buf.extend_from_slice(b"\"Query\"");
+                    Ok(())
+                }
+                (RootKind::Introspection, _) => {
+                    let v = introspection
+                        .and_then(|m| m.get(&root.key))
+                        .unwrap_or(&Value::Null);
+                    serde_json::to_writer(&mut self.buf, v).expect("JSON serialises");
+                    Ok(())
+                }
+                (RootKind::Unbound, _) => self.null_in(root.shape.non_null, &what),
+                (_, RootResult::Error(message)) => {
+                    self.error(message);
+                    self.null_in(root.shape.non_null, &what).or(Err(Bubble))
+                }
+                (
+                    RootKind::Query {
+                        selection,
+                        composite,
+                        ..
+                    },
+                    RootResult::Nodes(nodes),
+                ) => self.write_root_nodes(&nodes, selection, *composite, root.shape, &what),
+            };
+            self.path.pop();
+            if r.is_err() {
+                if root.shape.non_null {
+                    bubbled = true;
+                    break;
+                }
+                self.buf.truncate(start);
+                self.buf.extend_from_slice(b"null");
+            }
+        }
+        if bubbled {
+            self.buf.truncate(data_start);
+            self.buf.extend_from_slice(b"null");
+        } else {
+            self.buf.push(b'}');
+        }
+    }
+
+    fn write_root_nodes(
+        &mut self,
+        nodes: &[Node],
+        selection: &SelectionPlan,
+        composite: bool,
+        shape: Shape,
+        what: &str,
+    ) -> Result<(), Bubble> {
+        if !composite {
+            // a root field of a leaf type bound to a query: write the ids
+            return self.null_in(shape.non_null, what);
+        }
+        if shape.list {
+            self.buf.push(b'[');
+            for (i, node) in nodes.iter().enumerate() {
+                if i > 0 {
+                    self.buf.push(b',');
+                }
+                self.path.push(Seg::Index(i));
+                let start = self.buf.len();
+                let r = self.write_object(selection, &node.map, &node.links);
+                self.path.pop();
+                if r.is_err() {
+                    if shape.item_non_null {
+                        return Err(Bubble);
+                    }
+                    self.buf.truncate(start);
+                    self.buf.extend_from_slice(b"null");
+                }
+            }
+            self.buf.push(b']');
+            Ok(())
+        } else {
+            match nodes.first() {
+                Some(node) => self.write_object(selection, &node.map, &node.links),
+                None => self.null_in(shape.non_null, what),
+            }
+        }
+    }
+
+    fn write_object(
+        &mut self,
+        selection: &SelectionPlan,
+        map: &Map<String, Value>,
+        links: &[Link],
+    ) -> Result<(), Bubble> {
+        self.buf.push(b'{');
+        let mut first = true;
+        for field in &selection.fields {
+            if !plan::included(&field.include, self.variables) {
+                continue;
+            }
+            if !first {
+                self.buf.push(b',');
+            }
+            first = false;
+            push_json_str(&mut self.buf, &field.key);
+            self.buf.push(b':');
+            self.path.push(Seg::Key(field.key.clone()));
+            let start = self.buf.len();
+            let what = format!("{}.{}", field.type_name, field.field_name);
+            let r = match &field.kind {
+                FieldKind::Typename(name) => {
+                    push_json_str(&mut self.buf, name);
+                    Ok(())
+                }
+                FieldKind::Leaf(kind) => {
+                    self.write_leaf(map.get(&field.field_name), *kind, field.shape, &what)
+                }
+                FieldKind::Embedded(sub) => {
+                    self.write_embedded(map.get(&field.field_name), sub, field.shape, &what)
+                }
+                FieldKind::Resolver(i) => match links.get(*i) {
+                    Some(link) => self.write_link(link, selection, *i, field.shape, &what),
+                    None => self.null_in(field.shape.non_null, &what),
+                },
+            };
+            self.path.pop();
+            if r.is_err() {
+                if field.shape.non_null {
+                    return Err(Bubble);
+                }
+                self.buf.truncate(start);
+                self.buf.extend_from_slice(b"null");
+            }
+        }
+        self.buf.push(b'}');
+        Ok(())
+    }
+
+    fn write_link(
+        &mut self,
+        link: &Link,
+        parent: &SelectionPlan,
+        index: usize,
+        shape: Shape,
+        what: &str,
+    ) -> Result<(), Bubble> {
+        let crate::plan::TargetPlan::InProcess { selection, .. } = &parent.resolvers[index].target
+        else {
+            // HTTP target: the remote JSON is spliced as it is
+            return match link {
+                Link::Raw(Some(raw)) => {
+                    self.buf.extend_from_slice(raw.get().as_bytes());
+                    Ok(())
+                }
+                Link::Raw(None) | Link::Nodes(_) if shape.list => {
+                    self.buf.extend_from_slice(b"[]");
+                    Ok(())
+                }
+                Link::Raw(None) | Link::Nodes(_) => self.null_in(shape.non_null, what),
+                Link::Error(message) => {
+                    self.error(message.to_string());
+                    self.null_in(shape.non_null, what).or(Err(Bubble))
+                }
+            };
+        };
+        match link {
+            Link::Nodes(nodes) => {
+                if shape.list {
+                    self.buf.push(b'[');
+                    for (i, node) in nodes.iter().enumerate() {
+                        if i > 0 {
+                            self.buf.push(b',');
+                        }
+                        self.path.push(Seg::Index(i));
+                        let start = self.buf.len();
+                        let r = self.write_object(selection, &node.map, &node.links);
+                        self.path.pop();
+                        if r.is_err() {
+                            if shape.item_non_null {
+                                return Err(Bubble);
+                            }
+                            self.buf.truncate(start);
+                            self.buf.extend_from_slice(b"null");
+                        }
+                    }
+                    self.buf.push(b']');
+                    Ok(())
+                } else {
+                    match nodes.first() {
+                        Some(node) => self.write_object(selection, &node.map, &node.links),
+                        None => self.null_in(shape.non_null, what),
+                    }
+                }
+            }
+            Link::Raw(_) => self.null_in(shape.non_null, what),
+            Link::Error(message) => {
+                self.error(message.to_string());
+                if shape.non_null {
+                    Err(Bubble)
+                } else {
+                    self.buf.extend_from_slice(b"null");
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    fn write_embedded(
+        &mut self,
+        value: Option<&Value>,
+        selection: &SelectionPlan,
+        shape: Shape,
+        what: &str,
+    ) -> Result<(), Bubble> {
+        match value {
+            None | Some(Value::Null) => self.null_in(shape.non_null, what),
+            Some(Value::Array(items)) if shape.list => {
+                self.buf.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.buf.push(b',');
+                    }
+                    self.path.push(Seg::Index(i));
+                    let start = self.buf.len();
+                    let inner = Shape {
+                        non_null: shape.item_non_null,
+                        list: false,
+                        item_non_null: false,
+                    };
+                    let r = self.write_embedded(Some(item), selection, inner, what);
+                    self.path.pop();
+                    if r.is_err() {
+                        if shape.item_non_null {
+                            return Err(Bubble);
+                        }
+                        self.buf.truncate(start);
+                        self.buf.extend_from_slice(b"null");
+                    }
+                }
+                self.buf.push(b']');
+                Ok(())
+            }
+            Some(Value::Object(map)) if !shape.list => self.write_object(selection, map, &[]),
+            Some(_) => {
+                self.error(format!(
+                    "{what} holds a value that is not of its declared type"
+                ));
+                self.null_in(shape.non_null, what).or(Err(Bubble))
+            }
+        }
+    }
+
+    fn write_leaf(
+        &mut self,
+        value: Option<&Value>,
+        kind: LeafKind,
+        shape: Shape,
+        what: &str,
+    ) -> Result<(), Bubble> {
+        let value = match value {
+            None | Some(Value::Null) => return self.null_in(shape.non_null, what),
+            Some(v) => v,
+        };
+        if shape.list {
+            let Value::Array(items) = value else {
+                // a single stored value where a list is declared: a list of one
+                self.buf.push(b'[');
+                let r = self.write_scalar(value, kind, what);
+                self.buf.push(b']');
+                return r;
+            };
+            self.buf.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    self.buf.push(b',');
+                }
+                if item.is_null() {
+                    if shape.item_non_null {
+                        self.error(format!("Cannot return null for non-nullable field {what}."));
+                        return Err(Bubble);
+                    }
+                    self.buf.extend_from_slice(b"null");
+                } else {
+                    self.path.push(Seg::Index(i));
+                    let r = self.write_scalar(item, kind, what);
+                    self.path.pop();
+                    r?;
+                }
+            }
+            self.buf.push(b']');
+            return Ok(());
+        }
+        self.write_scalar(value, kind, what).or_else(|_| {
+            if shape.non_null {
+                Err(Bubble)
+            } else {
+                self.buf.extend_from_slice(b"null");
+                Ok(())
+            }
+        })
+    }
+
+    /// Writes one non-null scalar, coercing where GraphQL allows it.
+    fn write_scalar(&mut self, value: &Value, kind: LeafKind, what: &str) -> Result<(), Bubble> {
+        match (kind, value) {
+            (LeafKind::String | LeafKind::Id, Value::String(s)) => push_json_str(&mut self.buf, s),
+            (LeafKind::String | LeafKind::Id, Value::Number(n)) => {
+                push_json_str(&mut self.buf, &n.to_string())
+            }
+            (LeafKind::String, Value::Bool(b)) => push_json_str(&mut self.buf, &b.to_string()),
+            (LeafKind::Int, Value::Number(n)) if n.is_i64() || n.is_u64() => {
+                self.buf.extend_from_slice(n.to_string().as_bytes())
+            }
+            (LeafKind::Int, Value::Number(n))
+                if n.as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15) =>
+            {
+                self.buf
+                    .extend_from_slice((n.as_f64().unwrap_or(0.0) as i64).to_string().as_bytes())
+            }
+            (LeafKind::Float, Value::Number(n)) => {
+                self.buf.extend_from_slice(n.to_string().as_bytes())
+            }
+            (LeafKind::Boolean, Value::Bool(b)) => {
+                self.buf
+                    .extend_from_slice(if *b { b"true" } else { b"false" })
+            }
+            (LeafKind::PassThrough, v) => {
+                serde_json::to_writer(&mut self.buf, v).expect("JSON serialises")
+            }
+            (_, v) => {
+                let kind_name = match kind {
+                    LeafKind::Int => "Int",
+                    LeafKind::Float => "Float",
+                    LeafKind::Boolean => "Boolean",
+                    LeafKind::Id => "ID",
+                    _ => "String",
+                };
+                self.error(format!("{kind_name} cannot represent value {v} ({what})"));
+                return Err(Bubble);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        if !self.errors.is_empty() {
+            self.buf.extend_from_slice(b",\"errors\":[");
+            for (i, (message, path)) in self.errors.iter().enumerate() {
+                if i > 0 {
+                    self.buf.push(b',');
+                }
+                self.buf.extend_from_slice(b"{\"message\":");
+                push_json_str(&mut self.buf, message);
+                self.buf.extend_from_slice(b",\"path\":[");
+                for (j, seg) in path.iter().enumerate() {
+                    if j > 0 {
+                        self.buf.push(b',');
+                    }
+                    match seg {
+                        Seg::Key(k) => push_json_str(&mut self.buf, k),
+                        Seg::Index(n) => self.buf.extend_from_slice(n.to_string().as_bytes()),
+                    }
+                }
+                self.buf.extend_from_slice(b"]}");
+            }
+            self.buf.push(b']');
+        }
+        self.buf.push(b'}');
+        self.buf
+    }
+}

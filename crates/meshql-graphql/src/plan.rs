@@ -1,0 +1,669 @@
+//! Compiling a validated operation into a plan: which store query answers each root field,
+//! which fields are payload values, which are relationships and where they are resolved.
+
+use crate::registry::Registry;
+use apollo_compiler::ast::{self, OperationType};
+use apollo_compiler::executable::{
+    DirectiveList, ExecutableDocument, Field, Operation, Selection, SelectionSet,
+};
+use apollo_compiler::validation::Valid;
+use apollo_compiler::{Name, Node, Schema};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashSet};
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Deepest selection nesting a query may have.
+pub const MAX_DEPTH: usize = 32;
+
+/// A value in the document: a constant or something that depends on variables.
+#[derive(Debug, Clone)]
+pub enum ArgExpr {
+    Const(Value),
+    /// Converted per request with the request's variables.
+    Dynamic(Node<ast::Value>),
+}
+
+/// `@skip(if:)` / `@include(if:)` of one occurrence; all must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions(pub Vec<(bool, ArgExpr)>);
+
+impl Conditions {
+    fn from_directives(directives: &DirectiveList) -> Option<Self> {
+        let mut out = Vec::new();
+        for (name, include_when) in [("skip", false), ("include", true)] {
+            if let Some(d) = directives.get(name) {
+                let Some(v) = d.specified_argument_by_name("if") else {
+                    continue;
+                };
+                match v.as_ref() {
+                    ast::Value::Boolean(b) => {
+                        if *b != include_when {
+                            return None; // statically excluded
+                        }
+                    }
+                    _ => out.push((include_when, ArgExpr::Dynamic(v.clone()))),
+                }
+            }
+        }
+        Some(Conditions(out))
+    }
+
+    fn and(&self, other: &Conditions) -> Conditions {
+        let mut v = self.0.clone();
+        v.extend(other.0.iter().cloned());
+        Conditions(v)
+    }
+}
+
+/// How a leaf value is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeafKind {
+    String,
+    Id,
+    Int,
+    Float,
+    Boolean,
+    /// Enums and custom scalars (`Date`): written as stored.
+    PassThrough,
+}
+
+/// Wrapping of a field's type: `T`, `T!`, `[T]`, `[T!]!`...
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub non_null: bool,
+    pub list: bool,
+    pub item_non_null: bool,
+}
+
+impl Shape {
+    fn of(ty: &ast::Type) -> Self {
+        Shape {
+            non_null: ty.is_non_null(),
+            list: ty.is_list(),
+            item_non_null: ty.is_list() && ty.item_type().is_non_null(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct FieldPlan {
+    /// Response key (alias or name).
+    pub key: String,
+    /// Alternatives (OR) of condition sets (AND); empty = always included.
+    pub include: Vec<Conditions>,
+    pub type_name: String,
+    pub field_name: String,
+    pub shape: Shape,
+    pub kind: FieldKind,
+}
+
+#[derive(Debug)]
+pub enum FieldKind {
+    Typename(String),
+    Leaf(LeafKind),
+    /// A JSON object (or list of them) stored inside the payload.
+    Embedded(Arc<SelectionPlan>),
+    /// A relationship: index into the selection's `resolvers`.
+    Resolver(usize),
+}
+
+#[derive(Debug)]
+pub struct SelectionPlan {
+    pub fields: Vec<FieldPlan>,
+    pub resolvers: Vec<ResolverPlan>,
+}
+
+#[derive(Debug)]
+pub struct ResolverPlan {
+    /// Parent payload field whose value is the key.
+    pub key_field: String,
+    pub vector: bool,
+    pub target: TargetPlan,
+}
+
+#[derive(Debug)]
+pub enum TargetPlan {
+    InProcess {
+        graphlette: usize,
+        query: usize,
+        selection: Arc<SelectionPlan>,
+    },
+    Http {
+        url: String,
+        query_name: String,
+        /// `{ ... }` sub-selection text sent for every key.
+        selection: String,
+        /// Fragment definitions the selection uses.
+        fragments: String,
+        /// Variables the selection uses: (name, GraphQL type text).
+        variables: Vec<(String, String)>,
+    },
+}
+
+#[derive(Debug)]
+pub enum RootKind {
+    Typename,
+    /// `__schema` / `__type`: answered by the introspection engine.
+    Introspection,
+    /// A `Query` field with no bound template: always null.
+    Unbound,
+    Query {
+        query: usize,
+        args: Vec<(String, ArgExpr)>,
+        selection: Arc<SelectionPlan>,
+        /// The field returns an object (not a leaf): write the selection.
+        composite: bool,
+    },
+}
+
+#[derive(Debug)]
+pub struct RootPlan {
+    pub key: String,
+    pub include: Vec<Conditions>,
+    pub field_name: String,
+    pub shape: Shape,
+    pub kind: RootKind,
+}
+
+/// A compiled operation.
+#[derive(Debug)]
+pub struct OperationPlan {
+    pub document: Valid<ExecutableDocument>,
+    pub operation_name: Option<String>,
+    pub roots: Vec<RootPlan>,
+    pub has_introspection: bool,
+    pub has_variables: bool,
+}
+
+/// A planning error (reported as a GraphQL request error).
+#[derive(Debug, Clone)]
+pub struct PlanError {
+    pub message: String,
+    pub locations: Vec<(usize, usize)>,
+}
+
+impl PlanError {
+    fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            locations: Vec::new(),
+        }
+    }
+}
+
+/// Parses, validates and plans `query` against graphlette `index` of the registry.
+pub fn plan(
+    registry: &Registry,
+    index: usize,
+    query: &str,
+    operation_name: Option<&str>,
+) -> Result<OperationPlan, Vec<PlanError>> {
+    let graphlette = &registry.graphlettes()[index];
+    let schema = graphlette.schema.as_ref();
+    let document = ExecutableDocument::parse_and_validate(schema, query, "query.graphql").map_err(
+        |with_errors| {
+            with_errors
+                .errors
+                .iter()
+                .map(|d| {
+                    let json = d.to_json();
+                    PlanError {
+                        message: json.message.clone(),
+                        locations: json.locations.iter().map(|l| (l.line, l.column)).collect(),
+                    }
+                })
+                .collect::<Vec<_>>()
+        },
+    )?;
+    let operation = document.operations.get(operation_name).map_err(|_| {
+        vec![PlanError::new(match operation_name {
+            Some(n) => format!("Unknown operation named \"{n}\"."),
+            None => "Must provide operation name if query contains multiple operations.".to_owned(),
+        })]
+    })?;
+    if operation.operation_type != OperationType::Query {
+        return Err(vec![PlanError::new(format!(
+            "{} operations are not supported: meshql graphlettes are read-only (write through REST)",
+            operation.operation_type
+        ))]);
+    }
+    let planner = Planner {
+        registry,
+        schema,
+        document: &document,
+    };
+    let roots = planner.plan_roots(index, operation)?;
+    let has_introspection = roots
+        .iter()
+        .any(|r| matches!(r.kind, RootKind::Introspection));
+    let has_variables = !operation.variables.is_empty();
+    let operation_name = operation.name.as_ref().map(|n| n.to_string());
+    Ok(OperationPlan {
+        document,
+        operation_name,
+        roots,
+        has_introspection,
+        has_variables,
+    })
+}
+
+struct Planner<'a> {
+    registry: &'a Registry,
+    /// The schema the document was validated against.
+    schema: &'a Valid<Schema>,
+    document: &'a Valid<ExecutableDocument>,
+}
+
+/// Fields of a selection set grouped by response key (CollectFields), in order.
+type Collected<'d> = Vec<(String, Vec<(&'d Node<Field>, Conditions)>)>;
+
+impl<'a> Planner<'a> {
+    fn collect<'d>(
+        &self,
+        set: &'d SelectionSet,
+        type_name: &str,
+        conds: &Conditions,
+        out: &mut Collected<'d>,
+        visited: &mut HashSet<Name>,
+    ) where
+        'a: 'd,
+    {
+        for selection in &set.selections {
+            match selection {
+                Selection::Field(field) => {
+                    let Some(c) = Conditions::from_directives(&field.directives) else {
+                        continue;
+                    };
+                    let key = field.response_key().to_string();
+                    let entry = (field, conds.and(&c));
+                    match out.iter_mut().find(|(k, _)| *k == key) {
+                        Some((_, list)) => list.push(entry),
+                        None => out.push((key, vec![entry])),
+                    }
+                }
+                Selection::FragmentSpread(spread) => {
+                    let Some(c) = Conditions::from_directives(&spread.directives) else {
+                        continue;
+                    };
+                    if !visited.insert(spread.fragment_name.clone()) {
+                        continue;
+                    }
+                    if let Some(fragment) = self.document.fragments.get(&spread.fragment_name) {
+                        if self.applies(fragment.type_condition(), type_name) {
+                            let conds = conds.and(&c);
+                            self.collect(&fragment.selection_set, type_name, &conds, out, visited);
+                        }
+                    }
+                    visited.remove(&spread.fragment_name);
+                }
+                Selection::InlineFragment(inline) => {
+                    let Some(c) = Conditions::from_directives(&inline.directives) else {
+                        continue;
+                    };
+                    let applies = inline
+                        .type_condition
+                        .as_ref()
+                        .is_none_or(|t| self.applies(t, type_name));
+                    if applies {
+                        let conds = conds.and(&c);
+                        self.collect(&inline.selection_set, type_name, &conds, out, visited);
+                    }
+                }
+            }
+        }
+    }
+
+    fn applies(&self, condition: &Name, type_name: &str) -> bool {
+        condition == type_name || self.schema.is_subtype(condition, type_name)
+    }
+
+    fn plan_roots(
+        &self,
+        index: usize,
+        operation: &Operation,
+    ) -> Result<Vec<RootPlan>, Vec<PlanError>> {
+        let graphlette = &self.registry.graphlettes()[index];
+        let query_type = operation.selection_set.ty.to_string();
+        let mut collected = Vec::new();
+        self.collect(
+            &operation.selection_set,
+            &query_type,
+            &Conditions::default(),
+            &mut collected,
+            &mut HashSet::new(),
+        );
+        let mut roots = Vec::with_capacity(collected.len());
+        for (key, occurrences) in collected {
+            let (field, _) = occurrences[0];
+            let include = includes(&occurrences);
+            let shape = Shape::of(&field.definition.ty);
+            let name = field.name.as_str();
+            let kind = match name {
+                "__typename" => RootKind::Typename,
+                "__schema" | "__type" => RootKind::Introspection,
+                _ => match graphlette.query_index(name) {
+                    None => RootKind::Unbound,
+                    Some(query) => {
+                        let args = field
+                            .arguments
+                            .iter()
+                            .map(|a| (a.name.to_string(), arg_expr(&a.value)))
+                            .collect();
+                        let ty = field.definition.ty.inner_named_type();
+                        let composite = self.is_composite(ty);
+                        let selection = if composite {
+                            self.plan_selection(&occurrences, ty.as_str(), Some(index), 1)?
+                        } else {
+                            Arc::new(SelectionPlan {
+                                fields: Vec::new(),
+                                resolvers: Vec::new(),
+                            })
+                        };
+                        RootKind::Query {
+                            query,
+                            args,
+                            selection,
+                            composite,
+                        }
+                    }
+                },
+            };
+            roots.push(RootPlan {
+                key,
+                include,
+                field_name: name.to_owned(),
+                shape,
+                kind,
+            });
+        }
+        Ok(roots)
+    }
+
+    fn is_composite(&self, ty: &Name) -> bool {
+        self.schema
+            .types
+            .get(ty)
+            .is_some_and(|t| t.is_object() || t.is_interface() || t.is_union())
+    }
+
+    /// Plans the merged sub-selection of `occurrences` (fields with one response key).
+    /// `exec` is the graphlette whose rows fill this selection (`None` inside an embedded
+    /// payload object, where no resolver applies).
+    fn plan_selection(
+        &self,
+        occurrences: &[(&Node<Field>, Conditions)],
+        type_name: &str,
+        exec: Option<usize>,
+        depth: usize,
+    ) -> Result<Arc<SelectionPlan>, Vec<PlanError>> {
+        if depth > MAX_DEPTH {
+            return Err(vec![PlanError::new(format!(
+                "the query is nested deeper than {MAX_DEPTH} levels"
+            ))]);
+        }
+        let mut collected = Vec::new();
+        for (field, conds) in occurrences {
+            self.collect(
+                &field.selection_set,
+                type_name,
+                conds,
+                &mut collected,
+                &mut HashSet::new(),
+            );
+        }
+        let exec_graphlette = exec.map(|i| &self.registry.graphlettes()[i]);
+        let mut fields = Vec::with_capacity(collected.len());
+        let mut resolvers = Vec::new();
+        for (key, occ) in collected {
+            let (field, _) = occ[0];
+            let include = includes(&occ);
+            let shape = Shape::of(&field.definition.ty);
+            let name = field.name.to_string();
+            let inner = field.definition.ty.inner_named_type();
+            let resolver = exec_graphlette.and_then(|g| {
+                (g.entity_type == type_name)
+                    .then(|| g.resolvers.iter().find(|r| r.field == name))
+                    .flatten()
+            });
+            let kind = if name == "__typename" {
+                FieldKind::Typename(type_name.to_owned())
+            } else if let Some(r) = resolver {
+                let target = match &r.target {
+                    meshql_config::ResolverTarget::InProcess { graph_path } => {
+                        let (t_index, target) = self
+                            .registry
+                            .by_path(graph_path)
+                            .expect("resolver targets are checked at start-up");
+                        let query = target
+                            .query_index(&r.query)
+                            .expect("resolver queries are checked at start-up");
+                        let selection = if self.is_composite(inner) {
+                            self.plan_selection(&occ, inner.as_str(), Some(t_index), depth + 1)?
+                        } else {
+                            Arc::new(SelectionPlan {
+                                fields: Vec::new(),
+                                resolvers: Vec::new(),
+                            })
+                        };
+                        TargetPlan::InProcess {
+                            graphlette: t_index,
+                            query,
+                            selection,
+                        }
+                    }
+                    meshql_config::ResolverTarget::Http { url } => {
+                        self.http_target(url, &r.query, &occ)
+                    }
+                };
+                resolvers.push(ResolverPlan {
+                    key_field: r.key.clone(),
+                    vector: r.vector,
+                    target,
+                });
+                FieldKind::Resolver(resolvers.len() - 1)
+            } else if self.is_composite(inner) {
+                FieldKind::Embedded(self.plan_selection(&occ, inner.as_str(), None, depth + 1)?)
+            } else {
+                FieldKind::Leaf(leaf_kind(inner.as_str()))
+            };
+            fields.push(FieldPlan {
+                key,
+                include,
+                type_name: type_name.to_owned(),
+                field_name: name,
+                shape,
+                kind,
+            });
+        }
+        Ok(Arc::new(SelectionPlan { fields, resolvers }))
+    }
+
+    /// The text sent to a remote graphlette for this field's sub-selection: the merged
+    /// selections, the fragment definitions they use, and the variables they reference.
+    fn http_target(
+        &self,
+        url: &str,
+        query_name: &str,
+        occurrences: &[(&Node<Field>, Conditions)],
+    ) -> TargetPlan {
+        let mut selection = String::from("{");
+        let mut fragment_names = BTreeSet::new();
+        let mut variable_names = BTreeSet::new();
+        for (field, _) in occurrences {
+            for s in &field.selection_set.selections {
+                let _ = write!(selection, " {}", s.serialize().no_indent());
+                walk_selection(s, self.document, &mut fragment_names, &mut variable_names);
+            }
+        }
+        selection.push_str(" }");
+        let mut fragments = String::new();
+        for name in &fragment_names {
+            if let Some(f) = self.document.fragments.get(name.as_str()) {
+                let _ = write!(fragments, " {}", f.serialize().no_indent());
+            }
+        }
+        let variables = variable_names
+            .into_iter()
+            .filter_map(|v| {
+                self.document
+                    .operations
+                    .iter()
+                    .flat_map(|op| op.variables.iter())
+                    .find(|d| d.name == v.as_str())
+                    .map(|d| (v.clone(), d.ty.to_string()))
+            })
+            .collect();
+        TargetPlan::Http {
+            url: url.to_owned(),
+            query_name: query_name.to_owned(),
+            selection,
+            fragments,
+            variables,
+        }
+    }
+}
+
+fn walk_selection(
+    s: &Selection,
+    doc: &ExecutableDocument,
+    fragments: &mut BTreeSet<String>,
+    variables: &mut BTreeSet<String>,
+) {
+    let mut directives = |list: &DirectiveList| {
+        for d in list.iter() {
+            for a in &d.arguments {
+                collect_vars(&a.value, variables);
+            }
+        }
+    };
+    match s {
+        Selection::Field(f) => {
+            directives(&f.directives);
+            for a in &f.arguments {
+                collect_vars(&a.value, variables);
+            }
+            for c in &f.selection_set.selections {
+                walk_selection(c, doc, fragments, variables);
+            }
+        }
+        Selection::InlineFragment(i) => {
+            directives(&i.directives);
+            for c in &i.selection_set.selections {
+                walk_selection(c, doc, fragments, variables);
+            }
+        }
+        Selection::FragmentSpread(spread) => {
+            directives(&spread.directives);
+            if fragments.insert(spread.fragment_name.to_string()) {
+                if let Some(f) = doc.fragments.get(&spread.fragment_name) {
+                    for c in &f.selection_set.selections {
+                        walk_selection(c, doc, fragments, variables);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn collect_vars(v: &ast::Value, out: &mut BTreeSet<String>) {
+    match v {
+        ast::Value::Variable(n) => {
+            out.insert(n.to_string());
+        }
+        ast::Value::List(items) => items.iter().for_each(|i| collect_vars(i, out)),
+        ast::Value::Object(fields) => fields.iter().for_each(|(_, i)| collect_vars(i, out)),
+        _ => {}
+    }
+}
+
+fn includes(occurrences: &[(&Node<Field>, Conditions)]) -> Vec<Conditions> {
+    if occurrences.iter().any(|(_, c)| c.0.is_empty()) {
+        Vec::new()
+    } else {
+        occurrences.iter().map(|(_, c)| c.clone()).collect()
+    }
+}
+
+fn leaf_kind(name: &str) -> LeafKind {
+    match name {
+        "String" => LeafKind::String,
+        "ID" => LeafKind::Id,
+        "Int" => LeafKind::Int,
+        "Float" => LeafKind::Float,
+        "Boolean" => LeafKind::Boolean,
+        _ => LeafKind::PassThrough,
+    }
+}
+
+fn has_variables(v: &ast::Value) -> bool {
+    match v {
+        ast::Value::Variable(_) => true,
+        ast::Value::List(items) => items.iter().any(|i| has_variables(i)),
+        ast::Value::Object(fields) => fields.iter().any(|(_, i)| has_variables(i)),
+        _ => false,
+    }
+}
+
+fn arg_expr(v: &Node<ast::Value>) -> ArgExpr {
+    if has_variables(v) {
+        ArgExpr::Dynamic(v.clone())
+    } else {
+        ArgExpr::Const(to_json(v, &serde_json::Map::new()))
+    }
+}
+
+/// Converts a document value to JSON, substituting variables.
+pub fn to_json(v: &ast::Value, variables: &serde_json::Map<String, Value>) -> Value {
+    match v {
+        ast::Value::Null => Value::Null,
+        ast::Value::Enum(n) => Value::String(n.to_string()),
+        ast::Value::Variable(n) => variables.get(n.as_str()).cloned().unwrap_or(Value::Null),
+        ast::Value::String(s) => Value::String(s.clone()),
+        ast::Value::Float(f) => f
+            .try_to_f64()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number)
+            .unwrap_or(Value::Null),
+        ast::Value::Int(i) => match i.as_str().parse::<i64>() {
+            Ok(n) => Value::Number(n.into()),
+            Err(_) => i
+                .try_to_f64()
+                .ok()
+                .and_then(serde_json::Number::from_f64)
+                .map(Value::Number)
+                .unwrap_or(Value::Null),
+        },
+        ast::Value::Boolean(b) => Value::Bool(*b),
+        ast::Value::List(items) => {
+            Value::Array(items.iter().map(|i| to_json(i, variables)).collect())
+        }
+        ast::Value::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, v)| (k.to_string(), to_json(v, variables)))
+                .collect(),
+        ),
+    }
+}
+
+impl ArgExpr {
+    pub fn eval(&self, variables: &serde_json::Map<String, Value>) -> Value {
+        match self {
+            ArgExpr::Const(v) => v.clone(),
+            ArgExpr::Dynamic(v) => to_json(v, variables),
+        }
+    }
+}
+
+/// Whether a field is included given the request's variables.
+pub fn included(include: &[Conditions], variables: &serde_json::Map<String, Value>) -> bool {
+    include.is_empty()
+        || include.iter().any(|conds| {
+            conds
+                .0
+                .iter()
+                .all(|(want, expr)| expr.eval(variables).as_bool() == Some(*want))
+        })
+}

@@ -1,0 +1,74 @@
+//! REST errors, converted to an HTTP status and a JSON body in one place.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use meshql_core::StoreError;
+use serde_json::{json, Value};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum RestError {
+    #[error("Malformed JSON: {0}")]
+    MalformedJson(String),
+    #[error("the request body must be a JSON {0}")]
+    WrongShape(&'static str),
+    #[error("Invalid payload")]
+    Invalid(Vec<Value>),
+    #[error("Invalid payload in batch")]
+    InvalidBatch(Vec<Value>),
+    #[error("Missing ids parameter")]
+    MissingIds,
+    #[error("Resource not found")]
+    NotFound,
+    #[error("Resource not found or could not be deleted")]
+    NotDeleted,
+    #[error("request body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("cannot read the request body: {0}")]
+    Body(String),
+    #[error("method {0} is not allowed here")]
+    MethodNotAllowed(String, &'static str),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl RestError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            RestError::MalformedJson(_)
+            | RestError::WrongShape(_)
+            | RestError::Invalid(_)
+            | RestError::InvalidBatch(_)
+            | RestError::MissingIds
+            | RestError::Body(_) => StatusCode::BAD_REQUEST,
+            RestError::NotFound | RestError::NotDeleted => StatusCode::NOT_FOUND,
+            RestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RestError::MethodNotAllowed(..) => StatusCode::METHOD_NOT_ALLOWED,
+            RestError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            RestError::Store(StoreError::Invalid(_)) => StatusCode::BAD_REQUEST,
+            RestError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "REST request failed");
+        }
+        let body = match &self {
+            RestError::Invalid(details) | RestError::InvalidBatch(details) => {
+                json!({ "error": self.to_string(), "details": details })
+            }
+            _ => json!({ "error": self.to_string() }),
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        if let RestError::MethodNotAllowed(_, allow) = self {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+        }
+        response
+    }
+}

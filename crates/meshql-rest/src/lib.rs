@@ -1,0 +1,24 @@
+//! Restlettes: the REST API of one entity (CONTRACT §2).
+//!
+//! | route | behaviour |
+//! |---|---|
+//! | `POST P` | validate, store a new document: 201, payload + `id`, `Location` |
+//! | `GET P` | 200, array of the current payloads |
+//! | `GET P/{id}` | 200 payload / 404 |
+//! | `PUT P/{id}` | validate, replace (new version): 200 / 404 |
+//! | `DELETE P/{id}` | tombstone: 200 (idempotent) / 404 for never-seen ids |
+//! | `POST P/bulk` | all-or-nothing create of an array: 201 |
+//! | `GET P/bulk?ids=a,b` | 200, the visible ones |
+//! | `GET P/api-docs`, `P/api-docs/swagger.json` | Swagger UI, OpenAPI 3 document |
+//!
+//! Errors are JSON `{"error": ...}` with a precise status; a rejected write stores nothing.
+
+mod error;
+mod openapi;
+mod routes;
+mod validate;
+
+pub use error::RestError;
+pub use openapi::openapi_document;
+pub use routes::{router, Restlette};
+pub use validate::{PayloadValidator, ValidatorError};

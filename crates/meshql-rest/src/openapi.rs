@@ -1,0 +1,114 @@
+//! The OpenAPI 3 document of a restlette.
+
+use serde_json::{json, Value};
+
+/// OpenAPI 3.0 schemas do not accept `$schema`/`$id`; everything else of draft-07 that
+/// MeshQL's schemas use is valid there.
+fn as_openapi_schema(schema: Option<&Value>) -> Value {
+    let mut s = schema.cloned().unwrap_or_else(|| json!({"type": "object"}));
+    if let Some(obj) = s.as_object_mut() {
+        obj.remove("$schema");
+        obj.remove("$id");
+    }
+    s
+}
+
+/// The document for a restlette at `path` whose bodies follow `schema`.
+pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Value {
+    let state = json!({"$ref": "#/components/schemas/State"});
+    let error = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    let one =
+        json!({"description": "the document", "content": {"application/json": {"schema": state}}});
+    let many = json!({"description": "documents", "content": {"application/json": {"schema": {"type": "array", "items": state}}}});
+    let body = json!({"required": true, "content": {"application/json": {"schema": state}}});
+    let id_param =
+        json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    let security = json!([{"BearerAuth": []}]);
+    let mut paths = serde_json::Map::new();
+    paths.insert(
+        path.to_owned(),
+        json!({
+            "get": {"operationId": "list", "summary": format!("List current {entity} documents"),
+                    "security": security, "responses": {"200": many}},
+            "post": {"operationId": "create", "summary": format!("Create a {entity} document"),
+                     "security": security, "requestBody": body,
+                     "responses": {"201": one, "400": error, "413": error}}
+        }),
+    );
+    paths.insert(
+        format!("{path}/{{id}}"),
+        json!({
+            "parameters": id_param,
+            "get": {"operationId": "read", "summary": format!("Read a {entity} document"),
+                    "security": security, "responses": {"200": one, "404": error}},
+            "put": {"operationId": "update", "summary": format!("Replace a {entity} document (a new version)"),
+                    "security": security, "requestBody": body,
+                    "responses": {"200": one, "400": error, "404": error}},
+            "delete": {"operationId": "delete", "summary": format!("Delete a {entity} document"),
+                       "security": security,
+                       "responses": {"200": {"description": "deleted", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OperationStatus"}}}}, "404": error}}
+        }),
+    );
+    paths.insert(
+        format!("{path}/bulk"),
+        json!({
+            "get": {"operationId": "bulk_read", "summary": format!("Read several {entity} documents"),
+                    "security": security,
+                    "parameters": [{"name": "ids", "in": "query", "required": true, "description": "comma-separated ids", "schema": {"type": "string"}}],
+                    "responses": {"200": many, "400": error}},
+            "post": {"operationId": "bulk_create", "summary": format!("Create several {entity} documents (all or nothing)"),
+                     "security": security,
+                     "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "array", "items": state}}}},
+                     "responses": {"201": many, "400": error}}
+        }),
+    );
+    json!({
+        "openapi": "3.0.3",
+        "info": {"title": format!("{path} API"), "version": "0.1.0", "description": format!("API for mutating {path}")},
+        "servers": [{"url": "/"}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"BearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
+            "schemas": {
+                "State": as_openapi_schema(schema),
+                "OperationStatus": {"type": "object", "properties": {"id": {"type": "string"}, "status": {"type": "string"}, "error": {"type": "string"}}},
+                "Error": {"type": "object", "properties": {"error": {"type": "string"}, "details": {"type": "array", "items": {"type": "object"}}}}
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_lists_every_operation_with_the_entity_path_first() {
+        let doc = openapi_document(
+            "/hen/api",
+            "hen",
+            Some(&json!({"$schema": "x", "type": "object"})),
+        );
+        let paths = doc["paths"].as_object().unwrap();
+        assert_eq!(paths.keys().next().unwrap(), "/hen/api");
+        let ops: Vec<&str> = paths
+            .values()
+            .flat_map(|p| p.as_object().unwrap().values())
+            .filter_map(|op| op.get("operationId").and_then(Value::as_str))
+            .collect();
+        for op in [
+            "list",
+            "create",
+            "read",
+            "update",
+            "delete",
+            "bulk_read",
+            "bulk_create",
+        ] {
+            assert!(ops.contains(&op), "{op}");
+        }
+        assert!(doc["components"]["schemas"]["State"]
+            .get("$schema")
+            .is_none());
+    }
+}
