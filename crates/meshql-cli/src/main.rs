@@ -1,0 +1,160 @@
+//! The `meshql` command line.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "meshql",
+    version,
+    about = "REST and GraphQL data services from a declarative model of entities"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the entities of a config (a meshql.toml file, or a directory holding one).
+    Serve {
+        /// Config file or directory.
+        #[arg(default_value = ".")]
+        config: PathBuf,
+        /// Override the config's port.
+        #[arg(long, env = "MESHQL_PORT")]
+        port: Option<u16>,
+        /// Override the config's bind address.
+        #[arg(long)]
+        host: Option<String>,
+        /// Override the config's data directory (created if missing).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// Worker threads (default: one per core).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// error, warn, info, debug or trace (or a tracing filter).
+        #[arg(long, default_value = "info", env = "MESHQL_LOG")]
+        log_level: String,
+    },
+    /// Validate a config and every file it names; exit non-zero on any error.
+    Check {
+        #[arg(default_value = ".")]
+        config: PathBuf,
+    },
+    /// Print the JSON Schema of the config format.
+    ConfigSchema,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::ConfigSchema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&meshql_config::config_json_schema())
+                    .expect("JSON serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Check { config } => match meshql_config::load(&config) {
+            Ok(c) => {
+                let resolvers: usize = c
+                    .entities
+                    .iter()
+                    .filter_map(|e| e.graph.as_ref())
+                    .map(|g| g.resolvers.len())
+                    .sum();
+                println!(
+                    "{}: ok ({} entities, {} resolvers, port {})",
+                    c.file.display(),
+                    c.entities.len(),
+                    resolvers,
+                    c.port
+                );
+                ExitCode::SUCCESS
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                eprintln!("{} error(s)", errors.0.len());
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve {
+            config,
+            port,
+            host,
+            data_dir,
+            workers,
+            log_level,
+        } => {
+            let started = Instant::now();
+            init_tracing(&log_level);
+            let mut resolved = match meshql_config::load(&config) {
+                Ok(c) => c,
+                Err(errors) => {
+                    eprintln!("{errors}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Some(p) = port {
+                resolved.port = p;
+            }
+            if let Some(h) = host {
+                resolved.host = h;
+            }
+            if let Some(d) = data_dir {
+                resolved.set_data_dir(d);
+            }
+            let mut runtime = tokio::runtime::Builder::new_multi_thread();
+            runtime.enable_all();
+            if let Some(w) = workers {
+                runtime.worker_threads(w.max(1));
+            }
+            let runtime = match runtime.build() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve(resolved, started)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("meshql: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+fn init_tracing(level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+}
+
+async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyhow::Result<()> {
+    let app = meshql_server::build(&config).await?;
+    let address = format!("{}:{}", config.host, config.port);
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
+    let local = listener.local_addr()?;
+    tracing::info!(
+        "meshql serving {} entities from {} on http://{} (data in {}), ready in {} ms",
+        config.entities.len(),
+        config.file.display(),
+        local,
+        config.data_dir.display(),
+        started.elapsed().as_millis()
+    );
+    meshql_server::serve(app, listener, meshql_server::shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,218 @@
+//! Building a service from a resolved config.
+
+use crate::assets;
+use crate::cors::{cors, Cors};
+use crate::graphql_routes::{self, GraphEndpoint};
+use crate::ops::{self, Ops};
+use axum::body::Bytes;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use meshql_config::model::AuthKind;
+use meshql_config::{ResolvedConfig, StorageSpec};
+use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
+use meshql_graphql::{Graphlette, Registry, RegistryError};
+use meshql_rest::{openapi_document, PayloadValidator, Restlette};
+use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum BuildError {
+    #[error("entity \"{entity}\": storage: {source}")]
+    Storage { entity: String, source: StoreError },
+    #[error("entity \"{entity}\": JSON Schema {file}: {message}")]
+    Schema {
+        entity: String,
+        file: String,
+        message: String,
+    },
+    #[error("cors_origin `{0}` is not a valid header value")]
+    Cors(String),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// A built service: its router and what must be closed on shutdown.
+pub struct App {
+    pub router: Router,
+    pub registry: Arc<Registry>,
+    stores: Vec<(String, DynStore)>,
+    databases: Vec<Arc<SqliteDatabase>>,
+}
+
+impl App {
+    /// Stores by entity name.
+    pub fn stores(&self) -> &[(String, DynStore)] {
+        &self.stores
+    }
+
+    /// Flushes and closes every storage backend.
+    pub async fn shutdown(&self) {
+        for db in &self.databases {
+            db.shutdown().await;
+        }
+        tracing::info!("storage flushed; bye");
+    }
+}
+
+async fn not_found(uri: axum::http::Uri, method: axum::http::Method) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(serde_json::json!({"error": format!("no route for {method} {}", uri.path())})),
+    )
+        .into_response()
+}
+
+/// Opens storage, prepares tables and indexes, and assembles every route.
+pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
+    let authorizer: Arc<dyn Authorizer> = match config.auth {
+        AuthKind::None => Arc::new(NoAuth),
+        AuthKind::Jwt => Arc::new(JwtSubAuthorizer),
+    };
+
+    // storage: one database per file, one store per entity
+    let mut databases: HashMap<PathBuf, Arc<SqliteDatabase>> = HashMap::new();
+    let mut stores: Vec<(String, DynStore)> = Vec::new();
+    for entity in &config.entities {
+        let spec = &config.storages[&entity.storage];
+        let store: DynStore = match spec {
+            StorageSpec::Sqlite {
+                path,
+                synchronous_full,
+            } => {
+                let db = match databases.get(path) {
+                    Some(db) => db.clone(),
+                    None => {
+                        let options = SqliteOptions {
+                            synchronous_full: *synchronous_full,
+                            ..SqliteOptions::default()
+                        };
+                        let db = SqliteDatabase::open(path, options).map_err(|source| {
+                            BuildError::Storage {
+                                entity: entity.name.clone(),
+                                source,
+                            }
+                        })?;
+                        databases.insert(path.clone(), db.clone());
+                        db
+                    }
+                };
+                Arc::new(SqliteStore::new(db, &entity.table))
+            }
+        };
+        let templates: Vec<_> = entity
+            .graph
+            .iter()
+            .flat_map(|g| g.queries.iter().map(|q| q.template.clone()))
+            .collect();
+        store
+            .prepare(&templates)
+            .await
+            .map_err(|source| BuildError::Storage {
+                entity: entity.name.clone(),
+                source,
+            })?;
+        stores.push((entity.name.clone(), store));
+    }
+    let store_of = |name: &str| -> DynStore {
+        stores
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .expect("every entity has a store")
+    };
+
+    // graphlettes
+    let mut graphlettes = Vec::new();
+    for entity in &config.entities {
+        if let Some(g) = &entity.graph {
+            graphlettes.push(Graphlette::new(&entity.name, g, store_of(&entity.name)));
+        }
+    }
+    let registry = Arc::new(Registry::new(
+        graphlettes,
+        Duration::from_millis(config.http_client.connect_timeout_ms),
+        Duration::from_millis(config.http_client.request_timeout_ms),
+    )?);
+
+    let mut router = Router::new();
+    for entity in &config.entities {
+        if let Some(rest) = &entity.rest {
+            let validator = rest
+                .schema
+                .as_ref()
+                .map(|s| {
+                    PayloadValidator::new(s).map_err(|e| BuildError::Schema {
+                        entity: entity.name.clone(),
+                        file: rest
+                            .schema_file
+                            .as_ref()
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_default(),
+                        message: e.0,
+                    })
+                })
+                .transpose()?;
+            let openapi = openapi_document(&rest.path, &entity.name, rest.schema.as_ref());
+            let restlette = Arc::new(Restlette {
+                path: rest.path.clone(),
+                entity: entity.name.clone(),
+                store: store_of(&entity.name),
+                validator,
+                tokens: entity.tokens.clone(),
+                authorizer: authorizer.clone(),
+                openapi: Bytes::from(serde_json::to_vec(&openapi).expect("JSON serialises")),
+                docs_page: Some(Bytes::from(assets::swagger_page(
+                    &format!("{} API", rest.path),
+                    &format!("{}/api-docs/swagger.json", rest.path),
+                ))),
+                body_limit: config.body_limit_bytes,
+            });
+            router = router.merge(meshql_rest::router(restlette));
+        }
+        if let Some(g) = &entity.graph {
+            let (index, _) = registry
+                .by_path(&g.path)
+                .expect("graphlettes were registered above");
+            let endpoint = Arc::new(GraphEndpoint {
+                registry: registry.clone(),
+                index,
+                authorizer: authorizer.clone(),
+                page: Bytes::from(assets::graphiql_page(&g.path, &g.path)),
+                body_limit: config.body_limit_bytes,
+            });
+            router = router.merge(graphql_routes::router(&g.path, endpoint));
+        }
+    }
+
+    let ops = Arc::new(Ops {
+        stores: stores.clone(),
+    });
+    let ops_router = Router::new()
+        .route("/health", get(ops::health))
+        .route("/ready", get(ops::ready))
+        .route("/metrics", get(ops::metrics))
+        .with_state(ops);
+    let origin = HeaderValue::from_str(&config.cors_origin)
+        .map_err(|_| BuildError::Cors(config.cors_origin.clone()))?;
+    let router = router
+        .merge(ops_router)
+        .route(
+            &format!("{}/{{file}}", assets::PREFIX),
+            get(assets::serve_asset),
+        )
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(Cors { origin }, cors));
+
+    Ok(App {
+        router,
+        registry,
+        stores,
+        databases: databases.into_values().collect(),
+    })
+}

@@ -1,0 +1,153 @@
+//! GraphQL over HTTP: POST `{query, variables, operationName}`, GET with the same as query
+//! parameters, and GraphiQL for browsers. Every well-formed request answers 200.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::get;
+use axum::Router;
+use meshql_core::Authorizer;
+use meshql_graphql::{GraphqlRequest, Registry, RequestContext};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub struct GraphEndpoint {
+    pub registry: Arc<Registry>,
+    pub index: usize,
+    pub authorizer: Arc<dyn Authorizer>,
+    pub page: Bytes,
+    pub body_limit: usize,
+}
+
+fn json(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
+    let mut r = Response::new(body.into());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn request_error(status: StatusCode, message: String) -> Response {
+    json(
+        status,
+        serde_json::json!({"errors": [{"message": message}]}).to_string(),
+    )
+}
+
+impl GraphEndpoint {
+    fn context(&self, headers: &HeaderMap) -> RequestContext {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        RequestContext {
+            filter: self
+                .authorizer
+                .credentials(authorization.as_deref())
+                .filter(),
+            authorization,
+        }
+    }
+
+    async fn run(&self, request: GraphqlRequest, headers: &HeaderMap) -> Response {
+        let body = self
+            .registry
+            .execute(self.index, &request, &self.context(headers))
+            .await;
+        json(StatusCode::OK, body)
+    }
+}
+
+async fn post(
+    State(e): State<Arc<GraphEndpoint>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let bytes = match body {
+        Ok(b) => b,
+        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return request_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body is larger than {} bytes", e.body_limit),
+            )
+        }
+        Err(r) => return request_error(StatusCode::BAD_REQUEST, r.body_text()),
+    };
+    let request: GraphqlRequest = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(err) => {
+            return request_error(
+                StatusCode::BAD_REQUEST,
+                format!("Malformed GraphQL request: {err}"),
+            )
+        }
+    };
+    e.run(request, &headers).await
+}
+
+async fn get_query(
+    State(e): State<Arc<GraphEndpoint>>,
+    Query(params): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"));
+    let Some(query) = params.get("query").cloned() else {
+        if wants_html {
+            let mut r = Response::new(axum::body::Body::from(e.page.clone()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/html; charset=utf-8"),
+            );
+            return r;
+        }
+        return request_error(
+            StatusCode::BAD_REQUEST,
+            "Must provide query string.".to_owned(),
+        );
+    };
+    let variables = match params.get("variables").filter(|v| !v.is_empty()) {
+        None => None,
+        Some(text) => match serde_json::from_str(text) {
+            Ok(v) => Some(v),
+            Err(err) => {
+                return request_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("`variables` is not valid JSON: {err}"),
+                )
+            }
+        },
+    };
+    let request = GraphqlRequest {
+        query: Some(query),
+        operation_name: params.get("operationName").cloned(),
+        variables,
+    };
+    e.run(request, &headers).await
+}
+
+async fn not_allowed() -> Response {
+    let mut r = request_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "GraphQL endpoints accept GET and POST".to_owned(),
+    );
+    r.headers_mut().insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    r
+}
+
+pub fn router(path: &str, endpoint: Arc<GraphEndpoint>) -> Router {
+    let limit = endpoint.body_limit;
+    Router::new()
+        .route(path, get(get_query).post(post).fallback(not_allowed))
+        .layer(axum::extract::DefaultBodyLimit::max(limit))
+        .with_state(endpoint)
+}

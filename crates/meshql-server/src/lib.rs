@@ -1,0 +1,52 @@
+//! Assembles a meshql service from a resolved config: opens storage, builds one restlette
+//! and one graphlette per entity, and serves them all on one HTTP listener together with
+//! `/health`, `/ready`, `/metrics` and the built-in Swagger UI / GraphiQL assets.
+
+mod app;
+mod assets;
+mod cors;
+mod graphql_routes;
+mod ops;
+
+pub use app::{build, App, BuildError};
+
+use std::future::Future;
+use tokio::net::TcpListener;
+
+/// Serves `app` on `listener` until `shutdown` completes, then finishes in-flight requests,
+/// flushes the storage writers and returns.
+pub async fn serve(
+    app: App,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let router = app.router.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    app.shutdown().await;
+    Ok(())
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => futures::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = futures::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}

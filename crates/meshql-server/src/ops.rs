@@ -1,0 +1,80 @@
+//! Operational endpoints: `/health` (the process answers), `/ready` (every store answers),
+//! `/metrics` (Prometheus text: storage counters per entity).
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::Response;
+use meshql_core::DynStore;
+use std::fmt::Write;
+use std::sync::Arc;
+
+pub struct Ops {
+    /// (entity, store)
+    pub stores: Vec<(String, DynStore)>,
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    let mut r = Response::new(axum::body::Body::from(body));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+pub async fn health() -> Response {
+    respond(
+        StatusCode::OK,
+        "application/json",
+        r#"{"status":"ok"}"#.to_owned(),
+    )
+}
+
+pub async fn ready(State(ops): State<Arc<Ops>>) -> Response {
+    let mut failures = serde_json::Map::new();
+    for (entity, store) in &ops.stores {
+        if let Err(e) = store.ready().await {
+            failures.insert(entity.clone(), serde_json::Value::String(e.to_string()));
+        }
+    }
+    if failures.is_empty() {
+        respond(
+            StatusCode::OK,
+            "application/json",
+            r#"{"status":"ok"}"#.to_owned(),
+        )
+    } else {
+        respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "application/json",
+            serde_json::json!({"status": "unavailable", "failures": failures}).to_string(),
+        )
+    }
+}
+
+pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
+    let mut out = String::new();
+    let series: [(&str, &str, fn(&meshql_core::StoreStats) -> u64); 3] = [
+        (
+            "meshql_storage_reads_total",
+            "Read statements executed by the entity's store.",
+            |s| s.reads,
+        ),
+        (
+            "meshql_storage_writes_total",
+            "Document versions written by the entity's store.",
+            |s| s.writes,
+        ),
+        (
+            "meshql_storage_commits_total",
+            "Transactions committed by the storage the entity lives in.",
+            |s| s.commits,
+        ),
+    ];
+    for (name, help, get) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        for (entity, store) in &ops.stores {
+            let _ = writeln!(out, "{name}{{entity=\"{entity}\"}} {}", get(&store.stats()));
+        }
+    }
+    respond(StatusCode::OK, "text/plain; version=0.0.4", out)
+}
