@@ -139,7 +139,7 @@ pub fn load_with_env(
         ConfigError {
             file: file.clone(),
             line,
-            field: String::new(),
+            field: toml_key_path(&e),
             message: e.message().trim().to_owned(),
         }
     })?;
@@ -153,6 +153,20 @@ pub fn load_with_env(
         errors: Vec::new(),
     }
     .resolve(model)
+}
+
+/// The dotted key path a TOML error occurred at (e.g. `storage.actors.type`; empty at the
+/// top level). `toml` exposes it only in the `Display` of an error without input text.
+fn toml_key_path(e: &toml::de::Error) -> String {
+    let mut e = e.clone();
+    e.set_input(None);
+    e.to_string()
+        .lines()
+        .last()
+        .and_then(|l| l.strip_prefix("in `"))
+        .and_then(|l| l.strip_suffix('`'))
+        .unwrap_or_default()
+        .to_owned()
 }
 
 struct Resolver {

@@ -222,6 +222,41 @@ pub async fn list_returns_latest_only(store: DynStore) {
     assert_eq!(names(list.iter().map(|e| &e.payload)), set(&["a2", "b1"]));
 }
 
+pub async fn lists_keep_creation_order(store: DynStore) {
+    let a = create(&store, json!({"name": "a"})).await;
+    create(&store, json!({"name": "b"})).await;
+    create(&store, json!({"name": "c"})).await;
+    store
+        .update(
+            &a,
+            NewDocument::new(payload(json!({"name": "a2"}))),
+            &[],
+            &ALL,
+        )
+        .await
+        .unwrap();
+    let listed: Vec<String> = store
+        .list(&ALL, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| name_of(&e.payload))
+        .collect();
+    assert_eq!(
+        listed,
+        ["a2", "b", "c"],
+        "an update keeps the document's place"
+    );
+    let found: Vec<String> = store
+        .find(&all(), &BoundArgs::new(), &ALL, None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| name_of(&r.payload))
+        .collect();
+    assert_eq!(found, ["a2", "b", "c"]);
+}
+
 pub async fn remove_is_a_tombstone(store: DynStore) {
     let t0 = 1_700_000_000_000;
     create_at(&store, "hen", json!({"name": "chuck"}), t0).await;
@@ -613,6 +648,7 @@ macro_rules! conformance_tests {
             update_of_missing_or_deleted_writes_nothing,
             versions_over_time,
             list_returns_latest_only,
+            lists_keep_creation_order,
             remove_is_a_tombstone,
             tombstone_is_applied_before_filtering,
             latest_then_filter,

@@ -47,9 +47,10 @@ pub(crate) fn create_table(table: &str) -> String {
             deleted INTEGER NOT NULL DEFAULT 0,
             authorized_tokens TEXT NOT NULL DEFAULT '[]',
             latest INTEGER NOT NULL DEFAULT 1,
+            seq INTEGER,
             UNIQUE(id, created_at)
          );
-         CREATE INDEX IF NOT EXISTS {current} ON {t}(_id) WHERE latest = 1 AND deleted = 0;
+         CREATE INDEX IF NOT EXISTS {current} ON {t}(COALESCE(seq, _id)) WHERE latest = 1 AND deleted = 0;
          CREATE INDEX IF NOT EXISTS {latest} ON {t}(id) WHERE latest = 1;"
     )
 }
@@ -103,6 +104,10 @@ pub(crate) struct Shape {
 }
 
 const COLUMNS: &str = "t.id, t.payload";
+
+/// Documents are listed in the order they were first created (`seq` is the row id of a
+/// document's first version; NULL on that first version itself).
+pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
 
 /// `t` is the visible version of its id: the latest (at `?at`) and not a tombstone.
 fn visibility(table: &str, at: bool, params: &mut Vec<Param>) -> String {
@@ -201,7 +206,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     if shape.tokens {
         sql.push_str(token_clause(&mut params));
     }
-    sql.push_str(" ORDER BY t._id");
+    sql.push_str(ORDER);
     if shape.limit {
         params.push(Param::Limit);
         sql.push_str(" LIMIT ?");

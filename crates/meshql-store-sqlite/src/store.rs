@@ -1,7 +1,7 @@
 //! [`SqliteStore`]: one entity table in a [`SqliteDatabase`].
 
 use crate::db::{query_error, SqliteDatabase};
-use crate::sql::{self, quote_ident, Compiled, Param, Shape};
+use crate::sql::{self, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use meshql_core::{
     now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
@@ -60,28 +60,28 @@ impl TableSql {
             ),
             list_latest: format!(
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 \
-                 ORDER BY t._id"
+                 {ORDER}"
             ),
             list_at: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} ORDER BY t._id"
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {ORDER}"
             ),
             list_latest_tokens: format!(
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 {} \
-                 ORDER BY t._id",
+                 {ORDER}",
                 tokens.replace("{n}", "1")
             ),
             list_at_tokens: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {} ORDER BY t._id",
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {} {ORDER}",
                 tokens.replace("{n}", "2")
             ),
             current: format!(
-                "SELECT _id, payload, created_at, deleted, authorized_tokens FROM {t} \
-                 WHERE id = ?1 AND latest = 1"
+                "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
+                 FROM {t} WHERE id = ?1 AND latest = 1"
             ),
             clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?1"),
             insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
             ),
             version_exists: format!("SELECT 1 FROM {t} WHERE id = ?1 AND created_at = ?2"),
             versions: format!(
@@ -123,6 +123,8 @@ fn tokens_json(filter: &TokenFilter) -> Option<String> {
 /// The current version of `id` as the writer sees it.
 struct Current {
     rowid: i64,
+    /// Row id of the document's first version.
+    seq: i64,
     payload: String,
     created_at: Millis,
     deleted: bool,
@@ -198,13 +200,15 @@ impl SqliteStore {
                     r.get::<_, i64>(2)?,
                     r.get::<_, i64>(3)? != 0,
                     r.get::<_, String>(4)?,
+                    r.get::<_, i64>(5)?,
                 ))
             })
             .optional()
             .map_err(query_error)?;
-        row.map(|(rowid, payload, created_at, deleted, tokens)| {
+        row.map(|(rowid, payload, created_at, deleted, tokens, seq)| {
             Ok(Current {
                 rowid,
+                seq,
                 payload,
                 created_at,
                 deleted,
@@ -264,7 +268,8 @@ impl SqliteStore {
                 stamp,
                 deleted as i64,
                 tokens_text,
-                is_latest as i64
+                is_latest as i64,
+                current.as_ref().map(|c| c.seq)
             ])
             .map_err(query_error)?;
         Ok(Envelope {

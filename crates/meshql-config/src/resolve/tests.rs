@@ -152,6 +152,7 @@ fn unknown_storage_type_is_rejected() {
         "[storage.x]\ntype = \"cassandra\"\nfile = \"a\"\n{GOOD}"
     )));
     assert!(e.message.contains("cassandra"), "{e}");
+    assert_eq!(e.field, "storage.x.type", "{e}");
     assert!(matches!(e.line, Some(1..=2)), "{e}");
 }
 

@@ -1,0 +1,511 @@
+//! Graphlette execution against real SQLite stores: root queries, nested resolvers in both
+//! directions, `at` propagation, batching (counted storage queries), GraphQL error shapes.
+
+use meshql_core::{DynStore, NewDocument};
+use meshql_graphql::{Graphlette, GraphqlRequest, Registry, RequestContext};
+use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+const FARM_SDL: &str = r#"
+scalar Date
+type Query {
+  getById(id: ID, at: Float): Farm
+  getAll(at: Float, limit: Int): [Farm]
+  getByZone(zone: String, at: Float): [Farm]
+}
+type Farm { id: ID name: String! zone: String coops: [Coop] details: Details }
+type Details { acres: Int tags: [String] }
+type Coop { id: ID name: String! hens: [Hen!] }
+type Hen { id: ID name: String! eggs: Int coop: Coop }
+"#;
+
+const COOP_SDL: &str = r#"
+type Query {
+  getById(id: ID, at: Int): Coop
+  getByFarm(id: ID, at: Int): [Coop]
+}
+type Coop { id: ID name: String! farm_id: ID farm: Farm hens: [Hen!] }
+type Farm { id: ID name: String! }
+type Hen { id: ID name: String! eggs: Int coop: Coop }
+"#;
+
+const HEN_SDL: &str = r#"
+type Query {
+  getById(id: ID, at: Float): Hen
+  getByCoop(id: ID, at: Float): [Hen]
+  getAll(at: Float): [Hen]
+}
+type Hen { id: ID name: String! eggs: Int coop_id: ID coop: Coop }
+type Coop { id: ID name: String! farm: Farm hens: [Hen!] }
+type Farm { id: ID name: String! }
+"#;
+
+const CONFIG: &str = r#"
+[[entity]]
+name = "farm"
+[entity.graphql]
+schema = "farm.graphql"
+[[entity.graphql.singletons]]
+name = "getById"
+query = '{"id": "{{id}}"}'
+[[entity.graphql.vectors]]
+name = "getAll"
+query = '{}'
+[[entity.graphql.vectors]]
+name = "getByZone"
+sql = "json_extract(payload, '$.zone') = '{{zone}}'"
+[[entity.graphql.resolvers]]
+name = "coops"
+query = "getByFarm"
+graph = "/coop/graph"
+
+[[entity]]
+name = "coop"
+[entity.graphql]
+schema = "coop.graphql"
+[[entity.graphql.singletons]]
+name = "getById"
+query = '{"id": "{{id}}"}'
+[[entity.graphql.vectors]]
+name = "getByFarm"
+query = '{"payload.farm_id": "{{id}}"}'
+[[entity.graphql.resolvers]]
+name = "farm"
+key = "farm_id"
+query = "getById"
+graph = "/farm/graph"
+[[entity.graphql.resolvers]]
+name = "hens"
+query = "getByCoop"
+graph = "/hen/graph"
+
+[[entity]]
+name = "hen"
+[entity.graphql]
+schema = "hen.graphql"
+[[entity.graphql.singletons]]
+name = "getById"
+query = '{"id": "{{id}}"}'
+[[entity.graphql.vectors]]
+name = "getByCoop"
+query = '{"payload.coop_id": "{{id}}"}'
+[[entity.graphql.vectors]]
+name = "getAll"
+query = '{}'
+[[entity.graphql.resolvers]]
+name = "coop"
+key = "coop_id"
+query = "getById"
+graph = "/coop/graph"
+"#;
+
+struct World {
+    registry: Registry,
+    stores: Vec<(String, DynStore)>,
+    _dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        for (f, s) in [
+            ("farm.graphql", FARM_SDL),
+            ("coop.graphql", COOP_SDL),
+            ("hen.graphql", HEN_SDL),
+            ("meshql.toml", CONFIG),
+        ] {
+            std::fs::write(dir.path().join(f), s).unwrap();
+        }
+        let config = meshql_config::load(dir.path()).expect("valid test config");
+        let db = SqliteDatabase::open(&dir.path().join("data/test.db"), SqliteOptions::default())
+            .unwrap();
+        let mut graphlettes = Vec::new();
+        let mut stores = Vec::new();
+        for e in &config.entities {
+            let store: DynStore = Arc::new(SqliteStore::new(db.clone(), &e.table));
+            let g = e.graph.as_ref().unwrap();
+            let templates: Vec<_> = g.queries.iter().map(|q| q.template.clone()).collect();
+            store.prepare(&templates).await.unwrap();
+            graphlettes.push(Graphlette::new(&e.name, g, store.clone()));
+            stores.push((e.name.clone(), store));
+        }
+        let registry =
+            Registry::new(graphlettes, Duration::from_secs(1), Duration::from_secs(5)).unwrap();
+        World {
+            registry,
+            stores,
+            _dir: dir,
+        }
+    }
+
+    fn store(&self, entity: &str) -> &DynStore {
+        &self.stores.iter().find(|(n, _)| n == entity).unwrap().1
+    }
+
+    async fn put(&self, entity: &str, id: &str, payload: Value, at: i64) {
+        self.store(entity)
+            .create(
+                NewDocument::with_id(id, payload.as_object().unwrap().clone()).at(at),
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+
+    fn reads(&self) -> u64 {
+        self.stores.iter().map(|(_, s)| s.stats().reads).sum()
+    }
+
+    async fn query_with(&self, path: &str, query: &str, variables: Option<Value>) -> Value {
+        let (index, _) = self.registry.by_path(path).unwrap();
+        let request = GraphqlRequest {
+            query: Some(query.to_owned()),
+            operation_name: None,
+            variables,
+        };
+        let body = self
+            .registry
+            .execute(index, &request, &RequestContext::default())
+            .await;
+        serde_json::from_slice(&body).unwrap_or_else(|e| {
+            panic!(
+                "invalid JSON response {e}: {}",
+                String::from_utf8_lossy(&body)
+            )
+        })
+    }
+
+    async fn query(&self, path: &str, query: &str) -> Value {
+        self.query_with(path, query, None).await
+    }
+}
+
+const T0: i64 = 1_700_000_000_000;
+
+/// Emerdale with coops red (2 hens) and yellow (1 hen); red renamed purple at T0+1000.
+async fn farm_world() -> World {
+    let w = World::new().await;
+    w.put(
+        "farm",
+        "F1",
+        json!({"name": "Emerdale", "zone": "north", "details": {"acres": 40, "tags": ["a", "b"]}}),
+        T0,
+    )
+    .await;
+    w.put("farm", "F2", json!({"name": "Dale", "zone": "south"}), T0)
+        .await;
+    w.put("coop", "C1", json!({"name": "red", "farm_id": "F1"}), T0)
+        .await;
+    w.put("coop", "C2", json!({"name": "yellow", "farm_id": "F1"}), T0)
+        .await;
+    w.put("coop", "C3", json!({"name": "blue", "farm_id": "F2"}), T0)
+        .await;
+    w.put(
+        "hen",
+        "H1",
+        json!({"name": "chuck", "eggs": 2, "coop_id": "C1"}),
+        T0,
+    )
+    .await;
+    w.put(
+        "hen",
+        "H2",
+        json!({"name": "duck", "eggs": 1, "coop_id": "C1"}),
+        T0,
+    )
+    .await;
+    w.put(
+        "hen",
+        "H3",
+        json!({"name": "euck", "eggs": 3, "coop_id": "C2"}),
+        T0,
+    )
+    .await;
+    w.put(
+        "coop",
+        "C1",
+        json!({"name": "purple", "farm_id": "F1"}),
+        T0 + 1000,
+    )
+    .await;
+    w
+}
+
+#[tokio::test]
+async fn root_singleton_and_vector_queries() {
+    let w = farm_world().await;
+    let r = w
+        .query("/farm/graph", r#"{ getById(id: "F1") { id name zone } }"#)
+        .await;
+    assert_eq!(
+        r,
+        json!({"data": {"getById": {"id": "F1", "name": "Emerdale", "zone": "north"}}})
+    );
+    let r = w.query("/farm/graph", "{ getAll { name } }").await;
+    assert_eq!(
+        r,
+        json!({"data": {"getAll": [{"name": "Emerdale"}, {"name": "Dale"}]}})
+    );
+    let r = w
+        .query("/farm/graph", r#"{ getByZone(zone: "south") { name } }"#)
+        .await;
+    assert_eq!(r, json!({"data": {"getByZone": [{"name": "Dale"}]}}));
+    let r = w
+        .query("/farm/graph", "{ getAll(limit: 1) { name } }")
+        .await;
+    assert_eq!(r["data"]["getAll"].as_array().unwrap().len(), 1);
+    let r = w
+        .query("/farm/graph", r#"{ getById(id: "nope") { name } }"#)
+        .await;
+    assert_eq!(r, json!({"data": {"getById": null}}), "not found is null");
+}
+
+#[tokio::test]
+async fn nested_resolvers_three_levels_down_and_up() {
+    let w = farm_world().await;
+    let r = w
+        .query(
+            "/farm/graph",
+            r#"{ getById(id: "F1") { name coops { name hens { name eggs } } } }"#,
+        )
+        .await;
+    assert_eq!(
+        r,
+        json!({"data": {"getById": {"name": "Emerdale", "coops": [
+            {"name": "purple", "hens": [{"name": "chuck", "eggs": 2}, {"name": "duck", "eggs": 1}]},
+            {"name": "yellow", "hens": [{"name": "euck", "eggs": 3}]}
+        ]}}})
+    );
+    let r = w
+        .query(
+            "/hen/graph",
+            r#"{ getById(id: "H3") { name coop { name farm { name } } } }"#,
+        )
+        .await;
+    assert_eq!(
+        r,
+        json!({"data": {"getById": {"name": "euck", "coop": {"name": "yellow", "farm": {"name": "Emerdale"}}}}})
+    );
+    // a vector relationship with no match is [] (never null)
+    let r = w
+        .query(
+            "/farm/graph",
+            r#"{ getById(id: "F2") { coops { hens { name } } } }"#,
+        )
+        .await;
+    assert_eq!(r, json!({"data": {"getById": {"coops": [{"hens": []}]}}}));
+}
+
+#[tokio::test]
+async fn at_is_propagated_to_every_level() {
+    let w = farm_world().await;
+    let q = format!(
+        r#"{{ getById(id: "F1", at: {}) {{ coops {{ name hens {{ coop {{ name }} }} }} }} }}"#,
+        T0 + 500
+    );
+    let r = w.query("/farm/graph", &q).await;
+    assert_eq!(
+        r,
+        json!({"data": {"getById": {"coops": [
+            {"name": "red", "hens": [{"coop": {"name": "red"}}, {"coop": {"name": "red"}}]},
+            {"name": "yellow", "hens": [{"coop": {"name": "yellow"}}]}
+        ]}}}),
+        "old names at an old `at`, at every depth"
+    );
+    // before creation: nothing
+    let q = format!(r#"{{ getById(id: "F1", at: {}) {{ name }} }}"#, T0 - 1);
+    assert_eq!(
+        w.query("/farm/graph", &q).await,
+        json!({"data": {"getById": null}})
+    );
+    // `at: Int` in the coop SDL still takes 13-digit milliseconds
+    let q = format!(r#"{{ getById(id: "C1", at: {}) {{ name }} }}"#, T0 + 500);
+    assert_eq!(
+        w.query("/coop/graph", &q).await,
+        json!({"data": {"getById": {"name": "red"}}})
+    );
+}
+
+#[tokio::test]
+async fn one_storage_query_per_level_whatever_the_fan_out() {
+    let w = World::new().await;
+    for f in 0..5 {
+        w.put(
+            "farm",
+            &format!("F{f}"),
+            json!({"name": format!("farm{f}")}),
+            T0,
+        )
+        .await;
+        for c in 0..4 {
+            let coop = format!("C{f}-{c}");
+            w.put(
+                "coop",
+                &coop,
+                json!({"name": coop.clone(), "farm_id": format!("F{f}")}),
+                T0,
+            )
+            .await;
+            for h in 0..3 {
+                w.put(
+                    "hen",
+                    &format!("H{f}-{c}-{h}"),
+                    json!({"name": "hen", "coop_id": coop.clone()}),
+                    T0,
+                )
+                .await;
+            }
+        }
+    }
+    let before = w.reads();
+    let r = w
+        .query(
+            "/farm/graph",
+            "{ getAll { name coops { name hens { name coop { name } } } } }",
+        )
+        .await;
+    assert!(r.get("errors").is_none(), "{r}");
+    let farms = r["data"]["getAll"].as_array().unwrap();
+    assert_eq!(farms.len(), 5);
+    let hens: usize = farms
+        .iter()
+        .flat_map(|f| f["coops"].as_array().unwrap())
+        .map(|c| c["hens"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(hens, 60);
+    // farms, coops, hens, hens' coops: four levels, four queries (not 1 + 5 + 20 + 60)
+    assert_eq!(w.reads() - before, 4);
+}
+
+#[tokio::test]
+async fn aliases_fragments_variables_and_directives() {
+    let w = farm_world().await;
+    let q = r#"
+        query Q($id: ID, $withCoops: Boolean!, $zone: String) {
+          a: getById(id: $id) { ...F coops @include(if: $withCoops) { n: name } }
+          b: getByZone(zone: $zone) { name __typename }
+          __typename
+        }
+        fragment F on Farm { title: name details { acres tags } }
+    "#;
+    let r = w
+        .query_with(
+            "/farm/graph",
+            q,
+            Some(json!({"id": "F1", "withCoops": false, "zone": "south"})),
+        )
+        .await;
+    assert_eq!(
+        r,
+        json!({"data": {
+            "a": {"title": "Emerdale", "details": {"acres": 40, "tags": ["a", "b"]}},
+            "b": [{"name": "Dale", "__typename": "Farm"}],
+            "__typename": "Query"
+        }})
+    );
+    let r = w
+        .query_with(
+            "/farm/graph",
+            q,
+            Some(json!({"id": "F1", "withCoops": true, "zone": "x"})),
+        )
+        .await;
+    assert_eq!(
+        r["data"]["a"]["coops"],
+        json!([{"n": "purple"}, {"n": "yellow"}])
+    );
+    // a variable of the wrong type is a request error
+    let r = w
+        .query_with(
+            "/farm/graph",
+            q,
+            Some(json!({"id": "F1", "withCoops": "yes"})),
+        )
+        .await;
+    assert!(r.get("data").is_none(), "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("withCoops"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn validation_errors_have_locations_and_no_data() {
+    let w = farm_world().await;
+    let r = w
+        .query("/farm/graph", "{ getById(id: \"F1\") { name colour } }")
+        .await;
+    assert!(r.get("data").is_none(), "{r}");
+    let e = &r["errors"][0];
+    assert!(e["message"].as_str().unwrap().contains("colour"), "{r}");
+    assert_eq!(e["locations"][0]["line"], 1);
+    let r = w
+        .query("/farm/graph", "{ getById(idx: \"F1\") { name } }")
+        .await;
+    assert!(
+        r["errors"][0]["message"].as_str().unwrap().contains("idx"),
+        "{r}"
+    );
+    let r = w.query("/farm/graph", "{ getById(id: ").await;
+    assert!(r["errors"][0]["message"].is_string(), "{r}");
+    let r = w.query("/farm/graph", "mutation { x }").await;
+    assert!(r.get("data").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn non_null_violations_propagate_to_the_nearest_nullable_parent() {
+    let w = farm_world().await;
+    // a hen without a name, in a coop whose `hens` items are non-null (`[Hen!]`)
+    w.put("hen", "H9", json!({"eggs": 1, "coop_id": "C2"}), T0)
+        .await;
+    let r = w
+        .query(
+            "/farm/graph",
+            r#"{ getById(id: "F1") { name coops { name hens { name } } } }"#,
+        )
+        .await;
+    assert_eq!(
+        r["data"]["getById"]["coops"][0]["hens"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(r["data"]["getById"]["coops"][1]["hens"], Value::Null, "{r}");
+    let e = &r["errors"][0];
+    assert!(e["message"].as_str().unwrap().contains("Hen.name"), "{r}");
+    assert_eq!(e["path"], json!(["getById", "coops", 1, "hens", 1, "name"]));
+}
+
+#[tokio::test]
+async fn introspection_works() {
+    let w = farm_world().await;
+    let r = w
+        .query("/farm/graph", "{ __schema { queryType { name } types { name } } __type(name: \"Farm\") { fields { name } } }")
+        .await;
+    assert_eq!(r["data"]["__schema"]["queryType"]["name"], "Query");
+    let fields: Vec<&str> = r["data"]["__type"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert!(fields.contains(&"coops"), "{r}");
+}
+
+#[tokio::test]
+async fn plans_are_cached_and_results_stay_correct() {
+    let w = farm_world().await;
+    let q = r#"{ getById(id: "F1") { name } }"#;
+    let first = w.query("/farm/graph", q).await;
+    w.put("farm", "F1", json!({"name": "Renamed"}), T0 + 5000)
+        .await;
+    let second = w.query("/farm/graph", q).await;
+    assert_eq!(first["data"]["getById"]["name"], "Emerdale");
+    assert_eq!(second["data"]["getById"]["name"], "Renamed");
+}
