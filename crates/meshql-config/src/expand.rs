@@ -19,8 +19,8 @@ pub fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<Str
     while let Some(pos) = rest.find("${") {
         let before = &rest[..pos];
         line += before.matches('\n').count();
-        if before.ends_with('$') {
-            out.push_str(&before[..before.len() - 1]);
+        if let Some(literal) = before.strip_suffix('$') {
+            out.push_str(literal);
             out.push_str("${");
             rest = &rest[pos + 2..];
             continue;

@@ -2,7 +2,7 @@
 //! backend. A backend's test file calls [`conformance_tests!`] with an async expression that
 //! yields a fresh, prepared, empty [`DynStore`]:
 //!
-//! ```ignore
+//! ```text
 //! meshql_conformance::conformance_tests!(async { my_backend::fresh_store().await });
 //! ```
 //!

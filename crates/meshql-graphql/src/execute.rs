@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// A fetched document and its resolved relationships (one link per resolver of the
 /// selection that fetched it).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Node {
     pub map: Map<String, Value>,
     pub links: Vec<Link>,
@@ -102,7 +102,7 @@ pub(crate) async fn execute(
     } else {
         None
     };
-    let results = join_all(plan.roots.iter().map(|root| exec.root(index, root))).await;
+    let results = exec.roots(index, &plan).await;
     let mut writer = Writer::new(&exec.variables);
     writer.write_response(&plan, results, introspection.as_ref());
     writer.finish()
@@ -193,6 +193,103 @@ fn key_of(value: Option<&Value>) -> Option<String> {
 }
 
 impl<'a> Exec<'a> {
+    /// Every root field: batched groups with one lookup each, the others one by one, all
+    /// concurrently.
+    async fn roots(&self, index: usize, plan: &OperationPlan) -> Vec<Option<RootResult>> {
+        let mut in_batch = vec![false; plan.roots.len()];
+        for b in &plan.batches {
+            for (i, _) in &b.members {
+                in_batch[*i] = true;
+            }
+        }
+        let singles = join_all(
+            plan.roots
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !in_batch[*i])
+                .map(|(i, root)| async move { (i, self.root(index, root).await) }),
+        );
+        let batches = join_all(plan.batches.iter().map(|b| self.root_batch(index, plan, b)));
+        let (singles, batches) = futures::future::join(singles, batches).await;
+        let mut results: Vec<Option<RootResult>> = plan.roots.iter().map(|_| None).collect();
+        for (i, r) in singles.into_iter().chain(batches.into_iter().flatten()) {
+            results[i] = r;
+        }
+        results
+    }
+
+    async fn root_batch(
+        &self,
+        index: usize,
+        plan: &OperationPlan,
+        batch: &plan::RootBatch,
+    ) -> Vec<(usize, Option<RootResult>)> {
+        let (first, _) = batch.members[0];
+        let RootKind::Query {
+            query, selection, ..
+        } = &plan.roots[first].kind
+        else {
+            unreachable!("batches hold query roots only");
+        };
+        let g = &self.registry.graphlettes()[index];
+        let q = &g.queries[*query];
+        let mut keys: Vec<String> = Vec::new();
+        let mut key_index: HashMap<String, usize> = HashMap::new();
+        for (_, id) in &batch.members {
+            if !key_index.contains_key(id) {
+                key_index.insert(id.clone(), keys.len());
+                keys.push(id.clone());
+            }
+        }
+        let rows = match g
+            .store
+            .find_batch(&q.template, "id", &keys, &self.ctx.filter, batch.at)
+            .await
+        {
+            Ok(rows) => rows,
+            Err(e) => {
+                return batch
+                    .members
+                    .iter()
+                    .map(|(i, _)| (*i, Some(RootResult::Error(e.to_string()))))
+                    .collect()
+            }
+        };
+        let mut owners = Vec::with_capacity(rows.len());
+        let mut nodes = Vec::with_capacity(rows.len());
+        for (key, row) in rows {
+            if let Some(&k) = key_index.get(&key) {
+                owners.push(k);
+                nodes.push(Node::from_row(row));
+            }
+        }
+        self.resolve_links(selection, &mut nodes, batch.at).await;
+        let mut per_key: Vec<Vec<Node>> = vec![Vec::new(); keys.len()];
+        for (node, k) in nodes.into_iter().zip(owners) {
+            if q.vector || per_key[k].is_empty() {
+                per_key[k].push(node);
+            }
+        }
+        let mut remaining = vec![0usize; keys.len()];
+        for (_, id) in &batch.members {
+            remaining[key_index[id]] += 1;
+        }
+        batch
+            .members
+            .iter()
+            .map(|(i, id)| {
+                let k = key_index[id];
+                remaining[k] -= 1;
+                let nodes = if remaining[k] > 0 {
+                    per_key[k].clone()
+                } else {
+                    std::mem::take(&mut per_key[k])
+                };
+                (*i, Some(RootResult::Nodes(nodes)))
+            })
+            .collect()
+    }
+
     async fn root(&self, index: usize, root: &plan::RootPlan) -> Option<RootResult> {
         if !plan::included(&root.include, &self.variables) {
             return None;

@@ -172,8 +172,19 @@ pub struct OperationPlan {
     pub document: Valid<ExecutableDocument>,
     pub operation_name: Option<String>,
     pub roots: Vec<RootPlan>,
+    /// Root fields that differ only in their `id` argument (MeshQL's aliased batch
+    /// requests: `item_0: getById(id: "a") {..} item_1: getById(id: "b") {..}`), answered
+    /// with one batched storage query per group.
+    pub batches: Vec<RootBatch>,
     pub has_introspection: bool,
     pub has_variables: bool,
+}
+
+/// Root fields answered together: `(root index, id)` pairs sharing query, `at` and selection.
+#[derive(Debug)]
+pub struct RootBatch {
+    pub members: Vec<(usize, String)>,
+    pub at: Option<i64>,
 }
 
 /// A planning error (reported as a GraphQL request error).
@@ -234,6 +245,7 @@ pub fn plan(
         document: &document,
     };
     let roots = planner.plan_roots(index, operation)?;
+    let batches = batches(&roots, &registry.graphlettes()[index], operation, &document);
     let has_introspection = roots
         .iter()
         .any(|r| matches!(r.kind, RootKind::Introspection));
@@ -243,9 +255,74 @@ pub fn plan(
         document,
         operation_name,
         roots,
+        batches,
         has_introspection,
         has_variables,
     })
+}
+
+/// Groups root fields that can share one batched lookup: same bound query, a template that
+/// only uses `id`, constant `id` (and `at`), no `limit`, no conditions, same selection.
+fn batches(
+    roots: &[RootPlan],
+    graphlette: &crate::registry::Graphlette,
+    operation: &Operation,
+    document: &ExecutableDocument,
+) -> Vec<RootBatch> {
+    let mut groups: Vec<(String, RootBatch)> = Vec::new();
+    for (i, root) in roots.iter().enumerate() {
+        let RootKind::Query { query, args, .. } = &root.kind else {
+            continue;
+        };
+        if !root.include.is_empty() {
+            continue;
+        }
+        let template = &graphlette.queries[*query].template;
+        if template.placeholders().iter().any(|p| p != "id") {
+            continue;
+        }
+        let mut id = None;
+        let mut at = None;
+        let mut batchable = true;
+        for (name, expr) in args {
+            match (name.as_str(), expr) {
+                ("id", ArgExpr::Const(Value::String(s))) => id = Some(s.clone()),
+                ("id", ArgExpr::Const(Value::Number(n))) => id = Some(n.to_string()),
+                ("at", ArgExpr::Const(v)) => {
+                    at = crate::execute::at_of(&serde_json::Map::from_iter([(
+                        "at".to_owned(),
+                        v.clone(),
+                    )]))
+                }
+                _ => batchable = false,
+            }
+        }
+        let Some(id) = id.filter(|_| batchable) else {
+            continue;
+        };
+        // the selection, as written, must be the same for every member
+        let selection: String = operation
+            .root_fields(document)
+            .filter(|f| f.response_key() == root.key.as_str())
+            .map(|f| f.selection_set.serialize().no_indent().to_string())
+            .collect();
+        let key = format!("{query}|{at:?}|{selection}");
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, batch)) => batch.members.push((i, id)),
+            None => groups.push((
+                key,
+                RootBatch {
+                    members: vec![(i, id)],
+                    at,
+                },
+            )),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, b)| b)
+        .filter(|b| b.members.len() > 1)
+        .collect()
 }
 
 struct Planner<'a> {

@@ -509,3 +509,32 @@ async fn plans_are_cached_and_results_stay_correct() {
     assert_eq!(first["data"]["getById"]["name"], "Emerdale");
     assert_eq!(second["data"]["getById"]["name"], "Renamed");
 }
+
+#[tokio::test]
+async fn aliased_root_fields_differing_only_in_id_share_one_query() {
+    let w = farm_world().await;
+    let before = w.reads();
+    let r = w
+        .query(
+            "/coop/graph",
+            r#"{ item_0: getByFarm(id: "F1") { name hens { name } } item_1: getByFarm(id: "F2") { name hens { name } } item_2: getByFarm(id: "F1") { name hens { name } } item_3: getByFarm(id: "none") { name hens { name } } }"#,
+        )
+        .await;
+    assert!(r.get("errors").is_none(), "{r}");
+    assert_eq!(r["data"]["item_0"], r["data"]["item_2"]);
+    assert_eq!(r["data"]["item_0"].as_array().unwrap().len(), 2);
+    assert_eq!(r["data"]["item_1"], json!([{"name": "blue", "hens": []}]));
+    assert_eq!(r["data"]["item_3"], json!([]));
+    assert_eq!(
+        w.reads() - before,
+        2,
+        "one query for the coops, one for their hens"
+    );
+    let r = w
+        .query("/farm/graph", r#"{ a: getById(id: "F1") { name } b: getById(id: "F2") { name } c: getById(id: "F9") { name } }"#)
+        .await;
+    assert_eq!(
+        r,
+        json!({"data": {"a": {"name": "Emerdale"}, "b": {"name": "Dale"}, "c": null}})
+    );
+}

@@ -53,7 +53,12 @@ pub async fn ready(State(ops): State<Arc<Ops>>) -> Response {
 
 pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     let mut out = String::new();
-    let series: [(&str, &str, fn(&meshql_core::StoreStats) -> u64); 3] = [
+    type Series = (
+        &'static str,
+        &'static str,
+        fn(&meshql_core::StoreStats) -> u64,
+    );
+    let series: [Series; 3] = [
         (
             "meshql_storage_reads_total",
             "Read statements executed by the entity's store.",

@@ -38,8 +38,11 @@ impl Default for SqliteOptions {
 /// answer once the transaction's fate is known.
 pub(crate) struct JobOutcome {
     keep: bool,
-    reply: Box<dyn FnOnce(Option<&StoreError>) + Send>,
+    reply: Reply,
 }
+
+/// Answers a job's caller once the commit's outcome (an error, or none) is known.
+type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
 type JobFn = Box<dyn FnOnce(&Connection) -> JobOutcome + Send>;
 

@@ -1,0 +1,234 @@
+//! The `meshql` command line: `check`, `serve` on a broken config, `config-schema`.
+
+mod common;
+
+use common::{example_copy, examples_dir, free_port, run_meshql};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn check(config: &Path) -> Output {
+    run_meshql(&["check", config.to_str().expect("UTF-8 path")], TIMEOUT)
+}
+
+/// The 1-based line of the first line of `text` containing `needle`.
+fn line_containing(text: &str, needle: &str) -> usize {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no line contains {needle:?}"))
+        + 1
+}
+
+/// Replaces the first occurrence of `from` (which must exist).
+fn replace_first(text: &str, from: &str, to: &str) -> String {
+    assert!(text.contains(from), "the example has no {from:?}");
+    text.replacen(from, to, 1)
+}
+
+/// Asserts that `meshql check` rejects `dir`'s config and that stderr names the config file
+/// at `line`, and contains every one of `mentions` (the field, the bad value, ...).
+#[track_caller]
+fn assert_rejected(dir: &Path, line: usize, mentions: &[&str]) -> String {
+    let out = check(dir);
+    let stderr = text(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "check accepted a broken config; stdout: {}",
+        text(&out.stdout)
+    );
+    assert!(!text(&out.stdout).contains(": ok"), "{}", text(&out.stdout));
+    let at = format!("{}:{line}:", dir.join("meshql.toml").display());
+    assert!(stderr.contains(&at), "expected {at:?} in stderr:\n{stderr}");
+    for m in mentions {
+        assert!(stderr.contains(m), "expected {m:?} in stderr:\n{stderr}");
+    }
+    assert!(stderr.contains("error(s)"), "{stderr}");
+    stderr
+}
+
+#[test]
+fn check_accepts_the_egg_economy_example() {
+    let out = check(&examples_dir().join("egg-economy"));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("13 entities, 19 resolvers"), "{stdout}");
+    assert!(stdout.contains("meshql.toml: ok"), "{stdout}");
+}
+
+#[test]
+fn check_accepts_the_farm_example_by_dir_and_by_file() {
+    let out = check(&examples_dir().join("farm"));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("4 entities"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = check(&examples_dir().join("farm/meshql.toml"));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+}
+
+#[test]
+fn check_rejects_a_missing_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = check(dir.path());
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("meshql.toml"), "{stderr}");
+    assert!(stderr.contains("cannot read config"), "{stderr}");
+}
+
+#[test]
+fn check_names_an_unknown_field() {
+    let mut line = 0;
+    let dir = example_copy("egg-economy", |t| {
+        let t = replace_first(&t, "\nport = ", "\nbogus_field = 1\nport = ");
+        line = line_containing(&t, "bogus_field");
+        t
+    });
+    assert_rejected(dir.path(), line, &["unknown field `bogus_field`"]);
+}
+
+#[test]
+fn check_names_an_unknown_storage_type() {
+    let mut line = 0;
+    let dir = example_copy("egg-economy", |t| {
+        let t = replace_first(&t, "type = \"sqlite\"", "type = \"postgres\"");
+        line = line_containing(&t, "postgres");
+        t
+    });
+    assert_rejected(dir.path(), line, &["storage.actors.type", "`postgres`"]);
+}
+
+#[test]
+fn check_names_a_missing_sdl_file() {
+    let dir = example_copy("egg-economy", |t| t);
+    std::fs::remove_file(dir.path().join("graph/hen.graphql")).unwrap();
+    let toml = std::fs::read_to_string(dir.path().join("meshql.toml")).unwrap();
+    let line = line_containing(&toml, "schema = \"graph/hen.graphql\"");
+    assert_rejected(
+        dir.path(),
+        line,
+        &["entity[2] \"hen\".graphql.schema", "graph/hen.graphql"],
+    );
+}
+
+#[test]
+fn check_names_a_missing_json_schema_file() {
+    let dir = example_copy("egg-economy", |t| t);
+    std::fs::remove_file(dir.path().join("schema/coop.schema.json")).unwrap();
+    let toml = std::fs::read_to_string(dir.path().join("meshql.toml")).unwrap();
+    let line = line_containing(&toml, "schema = \"schema/coop.schema.json\"");
+    assert_rejected(
+        dir.path(),
+        line,
+        &["entity[1] \"coop\".rest.schema", "schema/coop.schema.json"],
+    );
+}
+
+#[test]
+fn check_names_a_resolver_to_a_missing_graph_path() {
+    let mut line = 0;
+    let dir = example_copy("egg-economy", |t| {
+        // the first in-process resolver is farm's `coops`
+        let t = replace_first(&t, "graph = \"/coop/graph\"", "graph = \"/nowhere/graph\"");
+        line = line_containing(&t, "/nowhere/graph");
+        t
+    });
+    assert_rejected(
+        dir.path(),
+        line,
+        &[
+            "entity[0] \"farm\".graphql.resolvers[0].graph",
+            "/nowhere/graph",
+        ],
+    );
+}
+
+#[test]
+fn check_names_a_template_placeholder_that_is_not_an_argument() {
+    let mut line = 0;
+    let dir = example_copy("egg-economy", |t| {
+        let t = replace_first(&t, "{{zone}}", "{{region}}");
+        line = line_containing(&t, "{{region}}");
+        t
+    });
+    assert_rejected(
+        dir.path(),
+        line,
+        &["entity[0] \"farm\".graphql.vectors[1].query", "region"],
+    );
+}
+
+#[test]
+fn check_names_the_sdl_file_and_line_of_an_sdl_error() {
+    let dir = example_copy("egg-economy", |t| t);
+    let sdl = dir.path().join("graph/farm.graphql");
+    let text_before = std::fs::read_to_string(&sdl).unwrap();
+    let broken = replace_first(&text_before, "  zone: String!\n", "  zone: Strung!\n");
+    std::fs::write(&sdl, &broken).unwrap();
+    let line = line_containing(&broken, "Strung");
+    let out = check(dir.path());
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    let at = format!("{}:{line}:", sdl.display());
+    assert!(stderr.contains(&at), "expected {at:?} in:\n{stderr}");
+    assert!(stderr.contains("Strung"), "{stderr}");
+    assert!(
+        stderr.contains("entity[0] \"farm\".graphql.schema"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn serve_refuses_a_broken_config() {
+    let mut line = 0;
+    let dir = example_copy("egg-economy", |t| {
+        let t = replace_first(&t, "{{zone}}", "{{region}}");
+        line = line_containing(&t, "{{region}}");
+        t
+    });
+    let data = dir.path().join("never-created");
+    let port = free_port().to_string();
+    let out = run_meshql(
+        &[
+            "serve",
+            dir.path().to_str().unwrap(),
+            "--port",
+            &port,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--log-level",
+            "warn",
+        ],
+        TIMEOUT,
+    );
+    assert!(!out.status.success(), "serve exited with {}", out.status);
+    let stderr = text(&out.stderr);
+    let at = format!("{}:{line}:", dir.path().join("meshql.toml").display());
+    assert!(stderr.contains(&at), "expected {at:?} in:\n{stderr}");
+    assert!(stderr.contains("region"), "{stderr}");
+    assert!(
+        !data.exists(),
+        "serve created its data dir from a broken config"
+    );
+}
+
+#[test]
+fn config_schema_is_json_describing_entities() {
+    let out = run_meshql(&["config-schema"], TIMEOUT);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let schema: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)));
+    assert!(schema.is_object());
+    assert!(text(&out.stdout).contains("entity"));
+    assert!(schema["properties"]["entity"].is_object(), "{schema}");
+    assert!(schema["properties"]["body_limit_bytes"].is_object());
+}

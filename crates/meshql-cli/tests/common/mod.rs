@@ -1,0 +1,506 @@
+//! End-to-end test harness: runs the real `meshql` binary on a free port with a fresh data
+//! directory, and talks to it over HTTP.
+//!
+//! Used by every test file in this directory (`mod common;`); not every file uses every helper.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer `GET /health` with 200.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a server may take to exit after SIGTERM before it is killed.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Path of the `meshql` binary under test.
+pub fn meshql_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_meshql")
+}
+
+/// The repository's `examples/` directory.
+pub fn examples_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// A port nobody listens on right now (bind 127.0.0.1:0, read the port, close).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
+
+/// Copies a directory tree.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("create {}: {e}", to.display()));
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()))
+    {
+        let entry = entry.expect("directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap_or_else(|e| {
+                panic!(
+                    "copy {} to {}: {e}",
+                    entry.path().display(),
+                    target.display()
+                )
+            });
+        }
+    }
+}
+
+/// A copy of `examples/<name>` in a fresh temporary directory, with its `meshql.toml`
+/// rewritten by `edit`. The config's relative paths resolve inside the copy.
+pub fn example_copy(name: &str, edit: impl FnOnce(String) -> String) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_dir(&examples_dir().join(name), dir.path());
+    let config = dir.path().join("meshql.toml");
+    let text = std::fs::read_to_string(&config).expect("read the copied meshql.toml");
+    std::fs::write(&config, edit(text)).expect("write the edited meshql.toml");
+    dir
+}
+
+/// Runs `meshql <args>` to completion (killed and panicking after `timeout`).
+pub fn run_meshql(args: &[&str], timeout: Duration) -> Output {
+    let mut child = Command::new(meshql_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn meshql");
+    // read both pipes on threads so that a chatty child never blocks on a full pipe
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stdout.read_to_end(&mut b);
+        b
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stderr.read_to_end(&mut b);
+        b
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for meshql") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`meshql {}` did not finish within {timeout:?}; stderr:\n{}",
+                args.join(" "),
+                String::from_utf8_lossy(&err.join().unwrap_or_default())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// Where a server keeps its data: a temporary directory it owns, or one the test owns.
+enum DataDir {
+    Owned(tempfile::TempDir),
+    Borrowed(PathBuf),
+}
+
+impl DataDir {
+    fn path(&self) -> &Path {
+        match self {
+            DataDir::Owned(d) => d.path(),
+            DataDir::Borrowed(p) => p,
+        }
+    }
+}
+
+/// A running `meshql serve`. Dropping it stops the process (SIGTERM, then kill).
+pub struct Server {
+    child: Option<Child>,
+    port: u16,
+    data_dir: DataDir,
+    /// Holds the captured stderr log of the child.
+    log_dir: tempfile::TempDir,
+    base: String,
+}
+
+impl Server {
+    /// Serves `config_path` on a free port with a fresh data directory (deleted on drop).
+    pub fn start(config_path: &Path, extra_args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("temp data dir");
+        Self::start_in(config_path, DataDir::Owned(dir), extra_args, &[], None)
+    }
+
+    /// Serves `config_path` with extra environment variables, on `port` when given (for
+    /// services that must know each other's address before both are up).
+    pub fn start_with_env(
+        config_path: &Path,
+        envs: &[(&str, String)],
+        port: Option<u16>,
+    ) -> Server {
+        let dir = tempfile::tempdir().expect("temp data dir");
+        Self::start_in(config_path, DataDir::Owned(dir), &[], envs, port)
+    }
+
+    /// Serves `config_path` on a free port with `data_dir` (kept after the server stops, so
+    /// another server can be started on it).
+    pub fn start_with_data_dir(config_path: &Path, data_dir: &Path, extra_args: &[&str]) -> Server {
+        Self::start_in(
+            config_path,
+            DataDir::Borrowed(data_dir.to_owned()),
+            extra_args,
+            &[],
+            None,
+        )
+    }
+
+    fn start_in(
+        config_path: &Path,
+        data_dir: DataDir,
+        extra_args: &[&str],
+        envs: &[(&str, String)],
+        fixed_port: Option<u16>,
+    ) -> Server {
+        let log_dir = tempfile::tempdir().expect("temp log dir");
+        // Another process may take the free port between our probe and the child's bind;
+        // that (and only that) is retried with a new port.
+        for attempt in 1..=3 {
+            let port = fixed_port.unwrap_or_else(free_port);
+            let log_path = log_dir.path().join(format!("stderr-{attempt}.log"));
+            let log = std::fs::File::create(&log_path).expect("create the stderr log");
+            let mut child = Command::new(meshql_bin())
+                .arg("serve")
+                .arg(config_path)
+                .arg("--port")
+                .arg(port.to_string())
+                .arg("--data-dir")
+                .arg(data_dir.path())
+                .arg("--log-level")
+                .arg("warn")
+                .args(extra_args)
+                .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .expect("spawn meshql serve");
+            match wait_healthy(&mut child, port, &log_path) {
+                Ok(()) => {
+                    return Server {
+                        child: Some(child),
+                        port,
+                        data_dir,
+                        log_dir,
+                        base: format!("http://127.0.0.1:{port}"),
+                    }
+                }
+                Err(why) => {
+                    terminate(&mut child);
+                    if !(why.contains("cannot listen") && attempt < 3 && fixed_port.is_none()) {
+                        panic!(
+                            "`meshql serve {}` did not become healthy {why}",
+                            config_path.display()
+                        );
+                    }
+                }
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
+    }
+
+    /// The process id of the server.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// What the server wrote to stderr so far (all start attempts).
+    pub fn stderr(&self) -> String {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(self.log_dir.path())
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect()
+    }
+
+    /// An HTTP client bound to this server.
+    pub fn client(&self) -> Client {
+        Client::new(&self.base)
+    }
+
+    /// Sends SIGTERM and waits for the process to exit (killing it after the timeout, in
+    /// which case this panics).
+    pub fn stop_gracefully(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        match terminate(&mut child) {
+            Some(status) => status,
+            None => panic!(
+                "meshql did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM; stderr:\n{}",
+                self.stderr()
+            ),
+        }
+    }
+}
+
+/// SIGTERM, wait up to [`SHUTDOWN_TIMEOUT`], then kill. `None` if it had to be killed.
+fn terminate(child: &mut Child) -> Option<ExitStatus> {
+    if let Ok(Some(status)) = child.try_wait() {
+        return Some(status);
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&mut child);
+        }
+    }
+}
+
+/// Polls `GET /health` until it answers 200; on failure returns why, with the child's stderr.
+fn wait_healthy(child: &mut Child, port: u16, log_path: &Path) -> Result<(), String> {
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let stderr = || std::fs::read_to_string(log_path).unwrap_or_default();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait for meshql") {
+            return Err(format!("(it exited with {status}); stderr:\n{}", stderr()));
+        }
+        if health_ok(port) {
+            // the answer came from our child only if it is still running
+            if let Some(status) = child.try_wait().expect("wait for meshql") {
+                return Err(format!("(it exited with {status}); stderr:\n{}", stderr()));
+            }
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "(no 200 from /health within {STARTUP_TIMEOUT:?}); stderr:\n{}",
+                stderr()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A raw `GET /health` over a plain socket (no async runtime needed): true on a 200.
+fn health_ok(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    ) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    let request =
+        format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Response {
+    /// The body as JSON (panics, showing the body, if it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| {
+            panic!(
+                "body of a {} response is not JSON ({e}): {:?}",
+                self.status, self.text
+            )
+        })
+    }
+
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The media type of `content-type`, without parameters, lowercased.
+    pub fn content_type(&self) -> String {
+        self.header("content-type")
+            .unwrap_or_default()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase()
+    }
+
+    /// Panics, showing the response, unless the status is `expected`.
+    #[track_caller]
+    pub fn expect_status(&self, expected: u16) -> &Self {
+        assert_eq!(
+            self.status, expected,
+            "expected status {expected}, got {} with body {:?}",
+            self.status, self.text
+        );
+        self
+    }
+}
+
+/// An async HTTP client for one server (cheap to clone; clones share connections).
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Client {
+    pub fn new(base: &str) -> Client {
+        Client {
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("reqwest client"),
+            base: base.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Any request: `body` is sent as-is (with `content-type: application/json` unless a
+    /// content type is given in `headers`).
+    pub async fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Response {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("HTTP method");
+        let mut req = self.http.request(method.clone(), self.url(path));
+        let has_content_type = headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        if let Some(body) = body {
+            if !has_content_type {
+                req = req.header("content-type", "application/json");
+            }
+            req = req.body(body);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let text = resp
+            .text()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"));
+        Response {
+            status,
+            headers,
+            text,
+        }
+    }
+
+    pub async fn get(&self, path: &str) -> Response {
+        self.request("GET", path, None, &[]).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Response {
+        self.request("DELETE", path, None, &[]).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &Value) -> Response {
+        self.request("POST", path, Some(body.to_string().into_bytes()), &[])
+            .await
+    }
+
+    pub async fn put_json(&self, path: &str, body: &Value) -> Response {
+        self.request("PUT", path, Some(body.to_string().into_bytes()), &[])
+            .await
+    }
+
+    /// POST of raw bytes as `application/json` (for malformed bodies).
+    pub async fn post_raw(&self, path: &str, body: &[u8]) -> Response {
+        self.request("POST", path, Some(body.to_vec()), &[]).await
+    }
+
+    pub async fn put_raw(&self, path: &str, body: &[u8]) -> Response {
+        self.request("PUT", path, Some(body.to_vec()), &[]).await
+    }
+
+    /// `GET path`, asserting 200 and a JSON array; returns its items.
+    pub async fn list(&self, path: &str) -> Vec<Value> {
+        let r = self.get(path).await;
+        r.expect_status(200);
+        match r.json() {
+            Value::Array(items) => items,
+            other => panic!("GET {path}: expected a JSON array, got {other}"),
+        }
+    }
+}
+
+/// True for an RFC-4122 UUID in canonical text form (8-4-4-4-12 hex, version 1-8, variant
+/// `10xx`).
+pub fn is_rfc4122_uuid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+        && matches!(b[14], b'1'..=b'8')
+        && matches!(b[19], b'8' | b'9' | b'a' | b'b' | b'A' | b'B')
+}

@@ -1,0 +1,308 @@
+//! GraphQL through the binary: the egg-economy graph in-process, and the farm split over two
+//! `meshql serve` processes federating over HTTP (batching, `at`, errors).
+
+mod common;
+
+use common::{examples_dir, Client, Server};
+use serde_json::{json, Value};
+
+async fn id_of(c: &Client, path: &str, body: Value) -> String {
+    let r = c.post_json(path, &body).await;
+    r.expect_status(201);
+    r.json()["id"].as_str().unwrap().to_owned()
+}
+
+async fn gql(c: &Client, path: &str, query: &str) -> Value {
+    let r = c.post_json(path, &json!({ "query": query })).await;
+    r.expect_status(200);
+    r.json()
+}
+
+fn metric(text: &str, name: &str, entity: &str) -> u64 {
+    let prefix = format!("{name}{{entity=\"{entity}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metric {prefix} in\n{text}"))
+}
+
+async fn reads(c: &Client, entity: &str) -> u64 {
+    metric(
+        &c.get("/metrics").await.text,
+        "meshql_storage_reads_total",
+        entity,
+    )
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test]
+async fn egg_economy_graph_in_process() {
+    let server = Server::start(&examples_dir().join("egg-economy"), &[]);
+    let c = server.client();
+    let farm = id_of(
+        &c,
+        "/farm/api",
+        json!({"name": "Emerdale", "farm_type": "megafarm", "zone": "north"}),
+    )
+    .await;
+    let mut coops = Vec::new();
+    for i in 0..3 {
+        coops.push(
+            id_of(&c, "/coop/api", json!({"name": format!("coop{i}"), "farm_id": farm, "capacity": 10, "coop_type": "a"})).await,
+        );
+    }
+    for (i, coop) in coops.iter().enumerate() {
+        for h in 0..5 {
+            id_of(
+                &c,
+                "/hen/api",
+                json!({"name": format!("hen{i}-{h}"), "coop_id": coop, "breed": "leghorn"}),
+            )
+            .await;
+        }
+    }
+    let container = id_of(
+        &c,
+        "/container/api",
+        json!({"name": "shelf", "container_type": "fridge", "capacity": 100, "zone": "north"}),
+    )
+    .await;
+
+    // depth 3: 1 farm → 3 coops → 15 hens, costing one query per level
+    let before = (
+        reads(&c, "farm").await,
+        reads(&c, "coop").await,
+        reads(&c, "hen").await,
+    );
+    let q = format!(
+        r#"{{ getById(id: "{farm}") {{ name coops {{ name hens {{ name breed }} }} farmOutput {{ eggs_today }} }} }}"#
+    );
+    let r = gql(&c, "/farm/graph", &q).await;
+    assert!(r.get("errors").is_none(), "{r}");
+    let got = &r["data"]["getById"];
+    assert_eq!(got["name"], "Emerdale");
+    assert_eq!(got["coops"].as_array().unwrap().len(), 3);
+    for coop in got["coops"].as_array().unwrap() {
+        assert_eq!(coop["hens"].as_array().unwrap().len(), 5, "{r}");
+    }
+    assert_eq!(
+        got["farmOutput"],
+        json!([]),
+        "vector resolvers are arrays, even empty"
+    );
+    let after = (
+        reads(&c, "farm").await,
+        reads(&c, "coop").await,
+        reads(&c, "hen").await,
+    );
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        (1, 1, 1)
+    );
+
+    // upward, and the other direction's vectors
+    let r = gql(
+        &c,
+        "/hen/graph",
+        "{ getAll { name coop { name } layReports { id } productivity { total_eggs } } }",
+    )
+    .await;
+    assert!(r.get("errors").is_none(), "{r}");
+    let hens = r["data"]["getAll"].as_array().unwrap();
+    assert_eq!(hens.len(), 15);
+    assert!(hens
+        .iter()
+        .all(|h| h["coop"]["name"].as_str().unwrap().starts_with("coop")));
+    assert!(hens
+        .iter()
+        .all(|h| h["layReports"] == json!([]) && h["productivity"] == json!([])));
+    let r = gql(
+        &c,
+        "/container/graph",
+        &format!(r#"{{ getById(id: "{container}") {{ name inventory {{ current_eggs }} }} }}"#),
+    )
+    .await;
+    assert_eq!(
+        r["data"]["getById"],
+        json!({"name": "shelf", "inventory": []})
+    );
+
+    // filtered root queries
+    let r = gql(
+        &c,
+        "/farm/graph",
+        r#"{ getByZone(zone: "north") { name } }"#,
+    )
+    .await;
+    assert_eq!(r["data"]["getByZone"], json!([{"name": "Emerdale"}]));
+    let r = gql(
+        &c,
+        "/coop/graph",
+        &format!(r#"{{ getByFarm(id: "{farm}") {{ name farm {{ name }} }} }}"#),
+    )
+    .await;
+    assert_eq!(r["data"]["getByFarm"].as_array().unwrap().len(), 3);
+    assert_eq!(r["data"]["getByFarm"][0]["farm"]["name"], "Emerdale");
+}
+
+#[tokio::test]
+async fn graphql_http_shapes() {
+    let server = Server::start(&examples_dir().join("egg-economy"), &[]);
+    let c = server.client();
+    // errors come back in `errors` with status 200, with locations
+    let r = gql(&c, "/farm/graph", "{ getAll { name nosuchfield } }").await;
+    assert!(r.get("data").is_none());
+    assert!(r["errors"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("nosuchfield"));
+    assert!(r["errors"][0]["locations"].is_array());
+    // GET with query parameters, and variables
+    let r = c
+        .get("/farm/graph?query=%7B%20getAll%20%7B%20name%20%7D%20%7D")
+        .await;
+    r.expect_status(200);
+    assert_eq!(r.json(), json!({"data": {"getAll": []}}));
+    let r = c
+        .post_json(
+            "/farm/graph",
+            &json!({"query": "query Z($z: String) { getByZone(zone: $z) { name } }", "variables": {"z": "x"}, "operationName": "Z"}),
+        )
+        .await;
+    assert_eq!(r.json(), json!({"data": {"getByZone": []}}));
+    // malformed request bodies are 400 with a GraphQL-shaped error
+    let r = c.post_raw("/farm/graph", b"{nope").await;
+    r.expect_status(400);
+    assert!(r.json()["errors"][0]["message"].is_string());
+    // a 13-digit `at` is accepted
+    let r = gql(
+        &c,
+        "/farm/graph",
+        &format!("{{ getAll(at: {}) {{ name }} }}", now_ms()),
+    )
+    .await;
+    assert_eq!(r, json!({"data": {"getAll": []}}));
+}
+
+/// Two processes, each owning half of the farm, resolving each other over HTTP.
+struct Federation {
+    farm: Server,
+    hen: Server,
+}
+
+fn federation() -> Federation {
+    let dir = examples_dir().join("farm-federated");
+    let hen_port = common::free_port();
+    let farm = Server::start_with_env(
+        &dir.join("farm-service.toml"),
+        &[("HEN_SERVICE_URL", format!("http://127.0.0.1:{hen_port}"))],
+        None,
+    );
+    let hen = Server::start_with_env(
+        &dir.join("hen-service.toml"),
+        &[(
+            "FARM_SERVICE_URL",
+            format!("http://127.0.0.1:{}", farm.port()),
+        )],
+        Some(hen_port),
+    );
+    Federation { farm, hen }
+}
+
+#[tokio::test]
+async fn two_services_federate_over_http_with_at_and_batching() {
+    let f = federation();
+    let (fc, hc) = (f.farm.client(), f.hen.client());
+    let farm = id_of(&fc, "/farm/api", json!({"name": "Emerdale"})).await;
+    let red = id_of(&fc, "/coop/api", json!({"name": "red", "farm_id": farm})).await;
+    let yellow = id_of(&fc, "/coop/api", json!({"name": "yellow", "farm_id": farm})).await;
+    for (name, coop) in [("chuck", &red), ("duck", &red), ("euck", &yellow)] {
+        id_of(&hc, "/hen/api", json!({"name": name, "coop_id": coop})).await;
+    }
+    let first_stamp = now_ms();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    fc.put_json(
+        &format!("/coop/api/{red}"),
+        &json!({"name": "purple", "farm_id": farm}),
+    )
+    .await
+    .expect_status(200);
+
+    // now: farm-service → (HTTP) hen-service → (HTTP) farm-service
+    let q = format!(
+        r#"{{ getById(id: "{farm}") {{ name coops {{ name hens {{ name coop {{ name }} }} }} }} }}"#
+    );
+    let r = gql(&fc, "/farm/graph", &q).await;
+    assert!(r.get("errors").is_none(), "{r}");
+    assert_eq!(
+        r["data"]["getById"],
+        json!({"name": "Emerdale", "coops": [
+            {"name": "purple", "hens": [{"name": "chuck", "coop": {"name": "purple"}}, {"name": "duck", "coop": {"name": "purple"}}]},
+            {"name": "yellow", "hens": [{"name": "euck", "coop": {"name": "yellow"}}]}
+        ]})
+    );
+
+    // as of first_stamp, through both hops: the old name everywhere
+    let q = format!(
+        r#"{{ getById(id: "{farm}", at: {first_stamp}) {{ coops {{ name hens {{ name coop {{ name }} }} }} }} }}"#
+    );
+    let r = gql(&fc, "/farm/graph", &q).await;
+    assert!(r.get("errors").is_none(), "{r}");
+    let coops = &r["data"]["getById"]["coops"];
+    assert_eq!(coops[0]["name"], "red");
+    assert_eq!(
+        coops[0]["hens"][0]["coop"]["name"], "red",
+        "`at` crossed both HTTP hops: {r}"
+    );
+
+    // batching over HTTP: 2 coops' hens in one request → one hen-service query; the 3 hens'
+    // coops in one request back → one coop query
+    let hen_before = reads(&hc, "hen").await;
+    let coop_before = reads(&fc, "coop").await;
+    let q = format!(r#"{{ getById(id: "{farm}") {{ coops {{ hens {{ coop {{ name }} }} }} }} }}"#);
+    gql(&fc, "/farm/graph", &q).await;
+    assert_eq!(reads(&hc, "hen").await - hen_before, 1);
+    assert_eq!(
+        reads(&fc, "coop").await - coop_before,
+        2,
+        "getByFarm, then the batched getById"
+    );
+
+    // the reverse direction
+    let r = gql(
+        &hc,
+        "/hen/graph",
+        r#"{ getByName(name: "euck") { name coop { name farm { name } } } }"#,
+    )
+    .await;
+    assert_eq!(
+        r["data"]["getByName"],
+        json!([{"name": "euck", "coop": {"name": "yellow", "farm": {"name": "Emerdale"}}}])
+    );
+}
+
+#[tokio::test]
+async fn a_remote_failure_is_a_field_error_not_a_failed_request() {
+    let f = federation();
+    let fc = f.farm.client();
+    let farm = id_of(&fc, "/farm/api", json!({"name": "Lonely"})).await;
+    id_of(&fc, "/coop/api", json!({"name": "red", "farm_id": farm})).await;
+    drop(f.hen); // the hen service goes away
+    let q = format!(r#"{{ getById(id: "{farm}") {{ name coops {{ name hens {{ name }} }} }} }}"#);
+    let r = gql(&fc, "/farm/graph", &q).await;
+    assert_eq!(r["data"]["getById"]["name"], "Lonely");
+    assert_eq!(r["data"]["getById"]["coops"][0]["name"], "red");
+    assert_eq!(r["data"]["getById"]["coops"][0]["hens"], Value::Null);
+    let e = &r["errors"][0];
+    assert!(
+        e["message"].as_str().unwrap().contains("unreachable"),
+        "{r}"
+    );
+    assert_eq!(e["path"], json!(["getById", "coops", 0, "hens"]));
+}
