@@ -81,8 +81,6 @@ pub(crate) enum Param {
     At,
     /// The caller's tokens as a JSON array.
     Tokens,
-    /// The row cap.
-    Limit,
     /// The JSON array of batch keys.
     Keys,
 }
@@ -99,7 +97,6 @@ pub(crate) struct Compiled {
 pub(crate) struct Shape {
     pub at: bool,
     pub tokens: bool,
-    pub limit: bool,
     pub batch: bool,
 }
 
@@ -207,10 +204,8 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         sql.push_str(token_clause(&mut params));
     }
     sql.push_str(ORDER);
-    if shape.limit {
-        params.push(Param::Limit);
-        sql.push_str(" LIMIT ?");
-    }
+    // No `LIMIT ?`: a bound LIMIT makes SQLite re-prepare the statement on every run; the
+    // caller stops reading after `limit` rows instead.
     Compiled { sql, params }
 }
 

@@ -120,6 +120,17 @@ fn tokens_json(filter: &TokenFilter) -> Option<String> {
     }
 }
 
+/// A version to append.
+struct Version<'a> {
+    id: &'a str,
+    payload: String,
+    created_at: Option<Millis>,
+    deleted: bool,
+    tokens: &'a [String],
+    /// The id was generated for this write, so no earlier version can exist.
+    fresh_id: bool,
+}
+
 /// The current version of `id` as the writer sees it.
 struct Current {
     rowid: i64,
@@ -168,7 +179,6 @@ impl SqliteStore {
         args: &BoundArgs,
         at: Option<Millis>,
         tokens: &Option<String>,
-        limit: Option<usize>,
         keys: Option<&str>,
     ) -> Vec<SqlValue> {
         compiled
@@ -184,7 +194,6 @@ impl SqliteStore {
                 }
                 Param::At => SqlValue::Integer(at.unwrap_or(Millis::MAX)),
                 Param::Tokens => SqlValue::Text(tokens.clone().unwrap_or_default()),
-                Param::Limit => SqlValue::Integer(limit.unwrap_or(usize::MAX) as i64),
                 Param::Keys => SqlValue::Text(keys.unwrap_or("[]").to_owned()),
             })
             .collect()
@@ -221,16 +230,21 @@ impl SqliteStore {
 
     /// Appends one version; keeps `latest` on the newest version and `(id, created_at)`
     /// unique by moving a colliding or same-millisecond "now" version 1 ms later.
-    fn append(
-        conn: &Connection,
-        sql: &TableSql,
-        id: &str,
-        payload: String,
-        created_at: Option<Millis>,
-        deleted: bool,
-        tokens: &[String],
-    ) -> Result<Envelope, StoreError> {
-        let current = Self::current(conn, sql, id)?;
+    fn append(conn: &Connection, sql: &TableSql, v: Version<'_>) -> Result<Envelope, StoreError> {
+        let Version {
+            id,
+            payload,
+            created_at,
+            deleted,
+            tokens,
+            fresh_id,
+        } = v;
+        // a server-generated UUID has no history: skip the lookup
+        let current = if fresh_id {
+            None
+        } else {
+            Self::current(conn, sql, id)?
+        };
         let mut stamp = created_at.unwrap_or_else(now_millis);
         let is_latest = match &current {
             None => true,
@@ -294,7 +308,18 @@ impl SqliteStore {
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
             Some(cur) => {
-                Self::append(conn, sql, id, cur.payload, None, true, &cur.tokens)?;
+                Self::append(
+                    conn,
+                    sql,
+                    Version {
+                        id,
+                        payload: cur.payload,
+                        created_at: None,
+                        deleted: true,
+                        tokens: &cur.tokens,
+                        fresh_id: false,
+                    },
+                )?;
                 Ok(RemoveOutcome::Removed)
             }
         }
@@ -371,7 +396,6 @@ impl Store for SqliteStore {
                         Shape {
                             at: false,
                             tokens: false,
-                            limit: false,
                             batch,
                         },
                     )
@@ -393,6 +417,7 @@ impl Store for SqliteStore {
         mut doc: NewDocument,
         tokens: &[String],
     ) -> Result<Envelope, StoreError> {
+        let fresh_id = doc.id.is_none();
         let id = doc.resolve_id();
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(&id);
@@ -400,7 +425,20 @@ impl Store for SqliteStore {
         let sql = self.sql.clone();
         let env = self
             .db
-            .write(move |conn| Self::append(conn, &sql, &id, payload, created_at, false, &tokens))
+            .write(move |conn| {
+                Self::append(
+                    conn,
+                    &sql,
+                    Version {
+                        id: &id,
+                        payload,
+                        created_at,
+                        deleted: false,
+                        tokens: &tokens,
+                        fresh_id,
+                    },
+                )
+            })
             .await?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         Ok(env)
@@ -411,13 +449,14 @@ impl Store for SqliteStore {
         docs: Vec<NewDocument>,
         tokens: &[String],
     ) -> Result<Vec<Envelope>, StoreError> {
-        let prepared: Vec<(String, String, Option<Millis>)> = docs
+        let prepared: Vec<(String, String, Option<Millis>, bool)> = docs
             .into_iter()
             .map(|mut d| {
+                let fresh_id = d.id.is_none();
                 let id = d.resolve_id();
                 let at = d.created_at;
                 let payload = d.into_payload_text(&id);
-                (id, payload, at)
+                (id, payload, at, fresh_id)
             })
             .collect();
         let n = prepared.len() as u64;
@@ -428,8 +467,19 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 prepared
                     .into_iter()
-                    .map(|(id, payload, at)| {
-                        Self::append(conn, &sql, &id, payload, at, false, &tokens)
+                    .map(|(id, payload, at, fresh_id)| {
+                        Self::append(
+                            conn,
+                            &sql,
+                            Version {
+                                id: &id,
+                                payload,
+                                created_at: at,
+                                deleted: false,
+                                tokens: &tokens,
+                                fresh_id,
+                            },
+                        )
                     })
                     .collect::<Result<Vec<_>, _>>()
             })
@@ -457,7 +507,19 @@ impl Store for SqliteStore {
                 Some(cur)
                     if !cur.deleted && meshql_core::auth::is_visible(&filter, &cur.tokens) =>
                 {
-                    Self::append(conn, &sql, &id, payload, created_at, false, &tokens).map(Some)
+                    Self::append(
+                        conn,
+                        &sql,
+                        Version {
+                            id: &id,
+                            payload,
+                            created_at,
+                            deleted: false,
+                            tokens: &tokens,
+                            fresh_id: false,
+                        },
+                    )
+                    .map(Some)
                 }
                 _ => Ok(None),
             })
@@ -575,11 +637,10 @@ impl Store for SqliteStore {
         let shape = Shape {
             at: at.is_some(),
             tokens: tokens.is_some(),
-            limit: limit.is_some(),
             batch: false,
         };
         let compiled = self.compiled(template, shape);
-        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
+        let params = Self::bind(&compiled, args, at, &tokens, None);
         self.db.read(|conn| {
             self.count_read();
             let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
@@ -591,7 +652,9 @@ impl Store for SqliteStore {
                     })
                 })
                 .map_err(query_error)?;
-            rows.map(|r| r.map_err(query_error)).collect()
+            rows.take(limit.unwrap_or(usize::MAX))
+                .map(|r| r.map_err(query_error))
+                .collect()
         })
     }
 
@@ -615,19 +678,11 @@ impl Store for SqliteStore {
         let shape = Shape {
             at: at.is_some(),
             tokens: tokens.is_some(),
-            limit: false,
             batch: true,
         };
         let compiled = self.compiled(template, shape);
         let keys_json = serde_json::to_string(keys).expect("strings serialise");
-        let params = Self::bind(
-            &compiled,
-            &BoundArgs::new(),
-            at,
-            &tokens,
-            None,
-            Some(&keys_json),
-        );
+        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
         self.db.read(|conn| {
             self.count_read();
             let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;

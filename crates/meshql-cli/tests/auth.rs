@@ -1,0 +1,183 @@
+//! Authorization through the binary: JWT `sub` tokens stamped on writes, filtering REST and
+//! GraphQL reads, and forwarded on HTTP resolver calls.
+
+mod common;
+
+use common::{examples_dir, Client, Server};
+use serde_json::{json, Value};
+
+fn bearer(sub: &str) -> String {
+    fn b64(s: &str) -> String {
+        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let bytes = s.as_bytes();
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n =
+                chunk.iter().fold(0u32, |acc, b| (acc << 8) | *b as u32) << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+    format!(
+        "Bearer {}.{}.signature",
+        b64(r#"{"alg":"none"}"#),
+        b64(&format!(r#"{{"sub":"{sub}"}}"#))
+    )
+}
+
+async fn as_user(
+    c: &Client,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    user: Option<&str>,
+) -> common::Response {
+    let header = user.map(bearer);
+    let headers: Vec<(&str, &str)> = header
+        .iter()
+        .map(|h| ("authorization", h.as_str()))
+        .collect();
+    c.request(
+        method,
+        path,
+        body.map(|b| b.to_string().into_bytes()),
+        &headers,
+    )
+    .await
+}
+
+fn jwt_services() -> (Server, Server) {
+    let dir = examples_dir().join("farm-federated");
+    let hen_port = common::free_port();
+    let farm = Server::start_with_env(
+        &dir.join("farm-service.toml"),
+        &[
+            ("MESHQL_AUTH", "jwt".into()),
+            ("HEN_SERVICE_URL", format!("http://127.0.0.1:{hen_port}")),
+        ],
+        None,
+    );
+    let hen = Server::start_with_env(
+        &dir.join("hen-service.toml"),
+        &[
+            ("MESHQL_AUTH", "jwt".into()),
+            (
+                "FARM_SERVICE_URL",
+                format!("http://127.0.0.1:{}", farm.port()),
+            ),
+        ],
+        Some(hen_port),
+    );
+    (farm, hen)
+}
+
+#[tokio::test]
+async fn jwt_subjects_own_what_they_write() {
+    let (farm, _hen) = jwt_services();
+    let c = farm.client();
+    let r = as_user(
+        &c,
+        "POST",
+        "/farm/api",
+        Some(&json!({"name": "alices"})),
+        Some("alice"),
+    )
+    .await;
+    r.expect_status(201);
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let path = format!("/farm/api/{id}");
+    as_user(&c, "GET", &path, None, Some("alice"))
+        .await
+        .expect_status(200);
+    as_user(&c, "GET", &path, None, Some("bob"))
+        .await
+        .expect_status(404);
+    as_user(&c, "GET", &path, None, None)
+        .await
+        .expect_status(404);
+    // bob can neither change nor delete it, and learns nothing about it
+    let put = as_user(
+        &c,
+        "PUT",
+        &path,
+        Some(&json!({"name": "bobs"})),
+        Some("bob"),
+    )
+    .await;
+    put.expect_status(404);
+    as_user(&c, "DELETE", &path, None, Some("bob"))
+        .await
+        .expect_status(404);
+    let mine = as_user(&c, "GET", &path, None, Some("alice")).await;
+    assert_eq!(mine.json()["name"], "alices");
+    // lists are filtered
+    let list = as_user(&c, "GET", "/farm/api", None, Some("bob"))
+        .await
+        .json();
+    assert_eq!(list, json!([]));
+    let list = as_user(&c, "GET", "/farm/api", None, Some("alice"))
+        .await
+        .json();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    // GraphQL reads use the caller's header too
+    let q = json!({"query": "{ getAll { name } }"});
+    let r = as_user(&c, "POST", "/farm/graph", Some(&q), Some("bob"))
+        .await
+        .json();
+    assert_eq!(r, json!({"data": {"getAll": []}}));
+    let r = as_user(&c, "POST", "/farm/graph", Some(&q), Some("alice"))
+        .await
+        .json();
+    assert_eq!(r, json!({"data": {"getAll": [{"name": "alices"}]}}));
+}
+
+#[tokio::test]
+async fn the_authorization_header_is_forwarded_to_remote_graphlettes() {
+    let (farm, hen) = jwt_services();
+    let (fc, hc) = (farm.client(), hen.client());
+    let farm_id = as_user(
+        &fc,
+        "POST",
+        "/farm/api",
+        Some(&json!({"name": "shared"})),
+        Some("alice"),
+    )
+    .await
+    .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let coop = as_user(
+        &fc,
+        "POST",
+        "/coop/api",
+        Some(&json!({"name": "red", "farm_id": farm_id})),
+        Some("alice"),
+    )
+    .await
+    .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // hens live in the other service, written by alice
+    as_user(
+        &hc,
+        "POST",
+        "/hen/api",
+        Some(&json!({"name": "chuck", "coop_id": coop})),
+        Some("alice"),
+    )
+    .await
+    .expect_status(201);
+    let q = json!({"query": format!(r#"{{ getById(id: "{farm_id}") {{ coops {{ hens {{ name }} }} }} }}"#)});
+    let r = as_user(&fc, "POST", "/farm/graph", Some(&q), Some("alice"))
+        .await
+        .json();
+    assert_eq!(
+        r["data"]["getById"]["coops"][0]["hens"],
+        json!([{"name": "chuck"}]),
+        "{r}"
+    );
+}
