@@ -61,6 +61,9 @@ fn main() -> ExitCode {
         }
         Command::Check { config } => match meshql_config::load(&config) {
             Ok(c) => {
+                for w in &c.warnings {
+                    eprintln!("warning: {w}");
+                }
                 let resolvers: usize = c
                     .entities
                     .iter()
@@ -141,6 +144,9 @@ fn init_tracing(level: &str) {
 }
 
 async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyhow::Result<()> {
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
     let app = meshql_server::build(&config).await?;
     let address = format!("{}:{}", config.host, config.port);
     let listener = tokio::net::TcpListener::bind(&address)

@@ -306,3 +306,40 @@ async fn a_remote_failure_is_a_field_error_not_a_failed_request() {
     );
     assert_eq!(e["path"], json!(["getById", "coops", 0, "hens"]));
 }
+
+#[tokio::test]
+async fn the_farm_example_federates_with_itself_over_http() {
+    let port = common::free_port();
+    let server = Server::start_with_env(
+        &examples_dir().join("farm"),
+        &[("PLATFORM_URL", format!("http://127.0.0.1:{port}"))],
+        Some(port),
+    );
+    let c = server.client();
+    let farm = id_of(&c, "/farm/api", json!({"name": "Emerdale"})).await;
+    let coop = id_of(&c, "/coop/api", json!({"name": "red", "farm_id": farm})).await;
+    let hen = id_of(
+        &c,
+        "/hen/api",
+        json!({"name": "chuck", "coop_id": coop, "eggs": 3}),
+    )
+    .await;
+    id_of(
+        &c,
+        "/lay_report/api",
+        json!({"time_of_day": "morning", "hen_id": hen, "eggs": 2}),
+    )
+    .await;
+    let q =
+        format!(r#"{{ getById(id: "{farm}") {{ name coops {{ name hens {{ name eggs }} }} }} }}"#);
+    let r = gql(&c, "/farm/graph", &q).await;
+    assert_eq!(
+        r,
+        json!({"data": {"getById": {"name": "Emerdale", "coops": [{"name": "red", "hens": [{"name": "chuck", "eggs": 3}]}]}}})
+    );
+    let r = gql(&c, "/hen/graph", r#"{ getByName(name: "chuck") { layReports { time_of_day eggs } coop { farm { name } } } }"#).await;
+    assert_eq!(
+        r,
+        json!({"data": {"getByName": [{"layReports": [{"time_of_day": "morning", "eggs": 2}], "coop": {"farm": {"name": "Emerdale"}}}]}})
+    );
+}

@@ -36,6 +36,9 @@ pub struct ResolvedConfig {
     /// Storage by name (only the ones some entity uses).
     pub storages: BTreeMap<String, StorageSpec>,
     pub entities: Vec<ResolvedEntity>,
+    /// Problems that do not stop a service but make some queries answer less than they ask
+    /// (e.g. a projection field the target graphlette does not have).
+    pub warnings: Vec<ConfigError>,
 }
 
 impl ResolvedConfig {
@@ -436,6 +439,7 @@ impl Resolver {
         if !self.errors.is_empty() {
             return Err(ConfigErrors(self.errors));
         }
+        let warnings = projection_warnings(&entities);
         Ok(ResolvedConfig {
             file: self.file,
             port: model.port,
@@ -447,6 +451,7 @@ impl Resolver {
             http_client: model.http_client,
             storages: used_storage,
             entities,
+            warnings,
         })
     }
 
@@ -697,6 +702,105 @@ impl Resolver {
             vector,
             target,
         })
+    }
+}
+
+/// Every field of the projection type the parent's SDL declares for a relationship should
+/// exist on the type the target query returns, or selecting it answers null (in-process) or
+/// an error (over HTTP). Checked for in-process targets, and for HTTP targets whose path is a
+/// graphlette of this config (the same service, or another instance of it).
+fn projection_warnings(entities: &[ResolvedEntity]) -> Vec<ConfigError> {
+    let mut warnings = Vec::new();
+    for e in entities {
+        let Some(g) = &e.graph else { continue };
+        for r in &g.resolvers {
+            let graph_path = match &r.target {
+                ResolverTarget::InProcess { graph_path } => graph_path.as_str(),
+                ResolverTarget::Http { url } => url
+                    .split_once("://")
+                    .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+                    .unwrap_or(""),
+            };
+            let Some(tg) = entities
+                .iter()
+                .filter_map(|t| t.graph.as_ref())
+                .find(|t| t.path == graph_path)
+            else {
+                continue;
+            };
+            let projection = g
+                .schema
+                .get_object(g.entity_type.as_str())
+                .and_then(|t| t.fields.get(r.field.as_str()))
+                .map(|f| f.ty.inner_named_type().clone());
+            let Some(projection) = projection else {
+                continue;
+            };
+            let Some(target_type) = root_field_type(&tg.schema, &r.query) else {
+                continue;
+            };
+            let mut seen = HashSet::new();
+            compare_projection(
+                g,
+                tg,
+                projection.as_str(),
+                &target_type,
+                &format!("{}.{}", g.entity_type, r.field),
+                &mut seen,
+                &mut warnings,
+            );
+        }
+    }
+    warnings
+}
+
+/// Checks that projection type `p` of `g`'s SDL fits type `t` of `tg`'s SDL, recursing into
+/// object-typed fields (the target validates nested selections against its own SDL).
+fn compare_projection(
+    g: &ResolvedGraph,
+    tg: &ResolvedGraph,
+    p: &str,
+    t: &str,
+    via: &str,
+    seen: &mut HashSet<(String, String)>,
+    warnings: &mut Vec<ConfigError>,
+) {
+    if !seen.insert((p.to_owned(), t.to_owned())) {
+        return;
+    }
+    let (Some(po), Some(to)) = (g.schema.get_object(p), tg.schema.get_object(t)) else {
+        return;
+    };
+    for (name, field) in &po.fields {
+        match to.fields.get(name) {
+            None => warnings.push(ConfigError {
+                file: g.sdl_file.clone(),
+                line: field
+                    .location()
+                    .and_then(|l| l.line_column(&g.schema.sources))
+                    .map(|lc| lc.line),
+                field: format!("{p}.{name}"),
+                message: format!(
+                    "`{t}` in {} has no field `{name}`: selecting it through `{via}` fails",
+                    tg.sdl_file.display()
+                ),
+            }),
+            Some(target_field) => {
+                let inner = field.ty.inner_named_type();
+                let target_inner = target_field.ty.inner_named_type();
+                if g.schema.get_object(inner.as_str()).is_some() {
+                    compare_projection(
+                        g,
+                        tg,
+                        inner.as_str(),
+                        target_inner.as_str(),
+                        via,
+                        seen,
+                        warnings,
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -33,6 +33,7 @@ fn egg_economy_example_loads() {
         }
     );
     assert_eq!(c.storages.len(), 3);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
 
 #[test]
@@ -241,4 +242,32 @@ fn config_json_schema_describes_entities() {
     let text = s.to_string();
     assert!(text.contains("entity"));
     assert!(text.contains("sqlite"));
+}
+
+#[test]
+fn projection_fields_missing_on_the_target_are_warned_about() {
+    let f = Fixture::new();
+    fs::write(
+        f.dir.path().join("other.graphql"),
+        "type Query { getById(id: ID, at: Float): Other }\ntype Other { id: ID }\n",
+    )
+    .unwrap();
+    let toml = GOOD.replace("graph = \"/thing/graph\"", "graph = \"/other/graph\"")
+        + "[[entity]]\nname = \"other\"\n[entity.graphql]\nschema = \"other.graphql\"\n[[entity.graphql.singletons]]\nname = \"getById\"\nquery = '{\"id\": \"{{id}}\"}'\n";
+    let c = f.load(&toml).expect("warnings do not stop a config");
+    let names: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(
+        names,
+        ["Thing.name", "Thing.other", "Thing.others"],
+        "{:?}",
+        c.warnings
+    );
+    assert!(c.warnings[0].file.ends_with("thing.graphql"));
+    assert_eq!(c.warnings[0].line, Some(7));
+}
+
+#[test]
+fn farm_example_has_consistent_projections() {
+    let c = load_with_env(&examples().join("farm"), no_env).unwrap();
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
