@@ -42,8 +42,17 @@ fn now_ms() -> u64 {
 }
 
 #[tokio::test]
-async fn egg_economy_graph_in_process() {
-    let server = Server::start(&examples_dir().join("egg-economy"), &[]);
+async fn egg_economy_graph_in_process_on_sqlite() {
+    egg_economy_graph(Server::start(&examples_dir().join("egg-economy"), &[])).await;
+}
+
+#[tokio::test]
+async fn egg_economy_graph_in_process_on_memory() {
+    let config = examples_dir().join("egg-economy/meshql-memory.toml");
+    egg_economy_graph(Server::start(&config, &[])).await;
+}
+
+async fn egg_economy_graph(server: Server) {
     let c = server.client();
     let farm = id_of(
         &c,

@@ -113,6 +113,9 @@ pub enum StorageConfig {
         #[serde(default)]
         synchronous_full: bool,
     },
+    /// In-process memory: nothing survives a restart (tests and demos). Templates must be
+    /// JSON filters.
+    Memory,
 }
 
 /// One entity: its storage, REST API and GraphQL API.

@@ -20,6 +20,7 @@ pub enum StorageSpec {
         path: PathBuf,
         synchronous_full: bool,
     },
+    Memory,
 }
 
 /// A config that passed every check.
@@ -51,6 +52,7 @@ impl ResolvedConfig {
                         *path = data_dir.join(rel);
                     }
                 }
+                StorageSpec::Memory => {}
             }
         }
         self.data_dir = data_dir;
@@ -239,6 +241,7 @@ impl Resolver {
                     },
                     synchronous_full: *synchronous_full,
                 },
+                StorageConfig::Memory => StorageSpec::Memory,
             };
             storages.insert(name.clone(), resolved);
         }

@@ -14,6 +14,7 @@ use meshql_config::{ResolvedConfig, StorageSpec};
 use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
+use meshql_store_memory::MemoryStore;
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -104,6 +105,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 };
                 Arc::new(SqliteStore::new(db, &entity.table))
             }
+            StorageSpec::Memory => Arc::new(MemoryStore::new()),
         };
         let templates: Vec<_> = entity
             .graph

@@ -1,0 +1,367 @@
+//! In-memory storage: the versioned envelope model held in a map, for tests and demos.
+//! Nothing survives the process. Same semantics as every backend (the conformance suite runs
+//! against it); query templates must be Mongo-style filters (SQL fragments need a SQL store).
+
+use async_trait::async_trait;
+use meshql_core::auth::is_visible;
+use meshql_core::template::TemplateKind;
+use meshql_core::{
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
+    Row, Store, StoreError, StoreStats, TokenFilter,
+};
+use parking_lot::RwLock;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+struct Version {
+    payload: String,
+    parsed: Arc<Map<String, Value>>,
+    created_at: Millis,
+    deleted: bool,
+    tokens: Vec<String>,
+}
+
+#[derive(Default)]
+struct Data {
+    /// Versions per id, oldest first.
+    docs: HashMap<String, Vec<Version>>,
+    /// Ids in creation order.
+    order: Vec<String>,
+}
+
+impl Data {
+    /// The version of `id` visible at `at` (latest when `None`), tombstones included.
+    fn at(&self, id: &str, at: Option<Millis>) -> Option<&Version> {
+        let versions = self.docs.get(id)?;
+        match at {
+            None => versions.last(),
+            Some(at) => versions.iter().rev().find(|v| v.created_at <= at),
+        }
+    }
+
+    fn visible(&self, id: &str, filter: &TokenFilter, at: Option<Millis>) -> Option<&Version> {
+        self.at(id, at)
+            .filter(|v| !v.deleted && is_visible(filter, &v.tokens))
+    }
+
+    fn append(&mut self, id: &str, mut v: Version, explicit_time: bool) -> Envelope {
+        let versions = self.docs.entry(id.to_owned()).or_default();
+        if versions.is_empty() {
+            self.order.push(id.to_owned());
+        }
+        let last = versions.last().map(|l| l.created_at);
+        match last {
+            Some(last) if !explicit_time || v.created_at >= last => {
+                if v.created_at <= last {
+                    v.created_at = last + 1;
+                }
+                versions.push(v.clone());
+            }
+            Some(_) => {
+                // back-dated: keep (id, created_at) unique and the history ordered
+                while versions.iter().any(|x| x.created_at == v.created_at) {
+                    v.created_at += 1;
+                }
+                let pos = versions.partition_point(|x| x.created_at < v.created_at);
+                versions.insert(pos, v.clone());
+            }
+            None => versions.push(v.clone()),
+        }
+        Envelope {
+            id: id.to_owned(),
+            payload: v.payload,
+            created_at: v.created_at,
+            deleted: v.deleted,
+            authorized_tokens: v.tokens,
+        }
+    }
+}
+
+fn envelope(id: &str, v: &Version) -> Envelope {
+    Envelope {
+        id: id.to_owned(),
+        payload: v.payload.clone(),
+        created_at: v.created_at,
+        deleted: v.deleted,
+        authorized_tokens: v.tokens.clone(),
+    }
+}
+
+/// One entity's documents in memory.
+#[derive(Default)]
+pub struct MemoryStore {
+    data: RwLock<Data>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    commits: AtomicU64,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn version(mut doc: NewDocument, tokens: &[String]) -> (String, Version, bool) {
+        let id = doc.resolve_id();
+        let explicit = doc.created_at.is_some();
+        let created_at = doc.created_at.unwrap_or_else(now_millis);
+        let parsed = {
+            let mut p = doc.payload.clone();
+            p.insert("id".into(), Value::String(id.clone()));
+            Arc::new(p)
+        };
+        let payload = doc.into_payload_text(&id);
+        (
+            id,
+            Version {
+                payload,
+                parsed,
+                created_at,
+                deleted: false,
+                tokens: tokens.to_vec(),
+            },
+            explicit,
+        )
+    }
+
+    fn check(template: &QueryTemplate) -> Result<(), StoreError> {
+        match template.kind {
+            TemplateKind::Filter(_) => Ok(()),
+            TemplateKind::Sql(_) => Err(StoreError::Invalid(format!(
+                "SQL fragment `{}` needs a SQL backend; the memory store takes JSON templates",
+                template.source
+            ))),
+        }
+    }
+
+    fn remove_locked(data: &mut Data, id: &str, filter: &TokenFilter) -> RemoveOutcome {
+        let Some(current) = data.at(id, None).cloned() else {
+            return RemoveOutcome::NotFound;
+        };
+        if !is_visible(filter, &current.tokens) {
+            return RemoveOutcome::NotFound;
+        }
+        if current.deleted {
+            return RemoveOutcome::AlreadyDeleted;
+        }
+        data.append(
+            id,
+            Version {
+                deleted: true,
+                created_at: now_millis(),
+                ..current
+            },
+            false,
+        );
+        RemoveOutcome::Removed
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        templates.iter().try_for_each(Self::check)
+    }
+
+    async fn create(&self, doc: NewDocument, tokens: &[String]) -> Result<Envelope, StoreError> {
+        let (id, v, explicit) = Self::version(doc, tokens);
+        let env = self.data.write().append(&id, v, explicit);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(env)
+    }
+
+    async fn create_many(
+        &self,
+        docs: Vec<NewDocument>,
+        tokens: &[String],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let versions: Vec<_> = docs.into_iter().map(|d| Self::version(d, tokens)).collect();
+        let mut data = self.data.write();
+        let envs: Vec<Envelope> = versions
+            .into_iter()
+            .map(|(id, v, explicit)| data.append(&id, v, explicit))
+            .collect();
+        self.writes.fetch_add(envs.len() as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(envs)
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        mut doc: NewDocument,
+        tokens: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Option<Envelope>, StoreError> {
+        doc.id = Some(id.to_owned());
+        let (id, v, explicit) = Self::version(doc, tokens);
+        let mut data = self.data.write();
+        if data.visible(&id, filter, None).is_none() {
+            return Ok(None);
+        }
+        let env = data.append(&id, v, explicit);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(env))
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .data
+            .read()
+            .visible(id, filter, at)
+            .map(|v| envelope(id, v)))
+    }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        Ok(ids
+            .iter()
+            .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
+            .collect())
+    }
+
+    async fn list(
+        &self,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        Ok(data
+            .order
+            .iter()
+            .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
+            .collect())
+    }
+
+    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+        let outcome = Self::remove_locked(&mut self.data.write(), id, filter);
+        if outcome == RemoveOutcome::Removed {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    async fn remove_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
+        let mut data = self.data.write();
+        let outcomes: Vec<_> = ids
+            .iter()
+            .map(|id| (id.clone(), Self::remove_locked(&mut data, id, filter)))
+            .collect();
+        let removed = outcomes
+            .iter()
+            .filter(|(_, o)| *o == RemoveOutcome::Removed)
+            .count() as u64;
+        self.writes.fetch_add(removed, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(outcomes)
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .data
+            .read()
+            .docs
+            .get(id)
+            .map(|vs| vs.iter().map(|v| envelope(id, v)).collect())
+            .unwrap_or_default())
+    }
+
+    async fn find(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, StoreError> {
+        Self::check(template)?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        Ok(data
+            .order
+            .iter()
+            .filter_map(|id| {
+                let v = data.visible(id, filter, at)?;
+                template.matches(args, id, &v.parsed).then(|| Row {
+                    id: id.clone(),
+                    payload: v.payload.clone(),
+                })
+            })
+            .take(limit.unwrap_or(usize::MAX))
+            .collect())
+    }
+
+    async fn find_batch(
+        &self,
+        template: &QueryTemplate,
+        key_arg: &str,
+        keys: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<KeyedRows, StoreError> {
+        Self::check(template)?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for key in keys {
+            if !seen.insert(key) {
+                continue;
+            }
+            let mut args = BoundArgs::new();
+            args.insert(key_arg.to_owned(), Value::String(key.clone()));
+            for id in &data.order {
+                if let Some(v) = data.visible(id, filter, at) {
+                    if template.matches(&args, id, &v.parsed) {
+                        out.push((
+                            key.clone(),
+                            Row {
+                                id: id.clone(),
+                                payload: v.payload.clone(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn shutdown(&self) {}
+}
