@@ -1,0 +1,163 @@
+//! Connection pools (primary and optional read replica) and error mapping.
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use meshql_core::StoreError;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How to reach PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// `postgres://user:password@host:port/database`
+    pub url: String,
+    /// A replica for reads (CQRS / read-replica topologies); reads use `url` when absent.
+    pub read_url: Option<String>,
+    /// Connections per pool.
+    pub pool_size: usize,
+    /// How long a request waits for a free connection before failing with 503.
+    pub pool_wait: Duration,
+    /// Server-side `statement_timeout`.
+    pub statement_timeout: Duration,
+    /// How long to wait for a new connection.
+    pub connect_timeout: Duration,
+}
+
+impl PostgresOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            read_url: None,
+            pool_size: 16,
+            pool_wait: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The pools of one PostgreSQL database.
+pub struct PostgresDatabase {
+    pub(crate) write: Pool,
+    pub(crate) read: Pool,
+    url_for_logs: String,
+}
+
+impl std::fmt::Debug for PostgresDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresDatabase")
+            .field("url", &self.url_for_logs)
+            .finish()
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn pool(url: &str, o: &PostgresOptions) -> Result<Pool, StoreError> {
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL {}: {e}", redact(url))))?;
+    config.connect_timeout(o.connect_timeout);
+    config.options(format!(
+        "-c statement_timeout={}",
+        o.statement_timeout.as_millis()
+    ));
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(o.pool_size.max(1))
+        .wait_timeout(Some(o.pool_wait))
+        .create_timeout(Some(o.connect_timeout))
+        .recycle_timeout(Some(o.connect_timeout))
+        .runtime(Runtime::Tokio1)
+        .build()
+        .map_err(|e| StoreError::Invalid(format!("cannot build the PostgreSQL pool: {e}")))
+}
+
+impl PostgresDatabase {
+    /// Builds the pools; no connection is made until first use, so a server can start while
+    /// the database is down (and report it through `/ready`).
+    pub fn connect(options: &PostgresOptions) -> Result<Arc<Self>, StoreError> {
+        let write = pool(&options.url, options)?;
+        let read = match &options.read_url {
+            Some(u) => pool(u, options)?,
+            None => write.clone(),
+        };
+        Ok(Arc::new(Self {
+            write,
+            read,
+            url_for_logs: redact(&options.url),
+        }))
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        for pool in [&self.write, &self.read] {
+            let client = pool.get().await.map_err(pool_error)?;
+            client.simple_query("SELECT 1").await.map_err(pg_error)?;
+        }
+        Ok(())
+    }
+
+    pub fn close(&self) {
+        self.write.close();
+        self.read.close();
+    }
+}
+
+pub(crate) fn pool_error(e: PoolError) -> StoreError {
+    match e {
+        PoolError::Timeout(_) => StoreError::Unavailable(
+            "no PostgreSQL connection became free in time (pool exhausted)".into(),
+        ),
+        PoolError::Backend(e) => pg_error(e),
+        PoolError::Closed => StoreError::Unavailable("the PostgreSQL pool is closed".into()),
+        other => StoreError::Unavailable(format!("PostgreSQL unavailable: {other}")),
+    }
+}
+
+pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
+    if e.is_closed() || e.as_db_error().is_none() {
+        // connection refused, reset, closed: the database is unreachable right now
+        return StoreError::Unavailable(format!("PostgreSQL unavailable: {e}"));
+    }
+    let db = e.as_db_error().expect("checked above");
+    match db.code().code() {
+        // admin shutdown, crash shutdown, cannot connect now, too many connections
+        "57P01" | "57P02" | "57P03" | "53300" => {
+            StoreError::Unavailable(format!("PostgreSQL unavailable: {}", db.message()))
+        }
+        // query canceled (statement_timeout)
+        "57014" => {
+            StoreError::Unavailable(format!("PostgreSQL statement timed out: {}", db.message()))
+        }
+        _ => StoreError::Query(format!("{}: {}", db.code().code(), db.message())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+}

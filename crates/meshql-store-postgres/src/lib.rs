@@ -1,0 +1,27 @@
+//! PostgreSQL storage.
+//!
+//! One table per entity, one row per version:
+//!
+//! | column | meaning |
+//! |---|---|
+//! | `_id BIGSERIAL` | monotonic row id |
+//! | `id TEXT` | document id; `UNIQUE(id, created_at)` |
+//! | `payload JSONB` | the document (including `"id"`) |
+//! | `created_at BIGINT` | version time, ms since the epoch |
+//! | `deleted BOOLEAN` | tombstone |
+//! | `authorized_tokens TEXT[]` | who may read |
+//! | `latest BOOLEAN` | newest version of its id |
+//! | `seq BIGINT` | `_id` of the document's first version (list order) |
+//!
+//! Writes of one id are serialised with a transaction-scoped advisory lock (so `latest`
+//! stays exact under concurrent updates); writes of fresh server-generated ids take no lock.
+//! Reads use a separate pool when a read URL (a replica) is configured. Every statement is
+//! prepared once per connection; templates filter on `payload->>'field'`, for which
+//! expression indexes are created.
+
+mod db;
+mod sql;
+mod store;
+
+pub use db::{PostgresDatabase, PostgresOptions};
+pub use store::PostgresStore;

@@ -1,0 +1,648 @@
+//! [`PostgresStore`]: one entity table.
+
+use crate::db::{pg_error, pool_error, PostgresDatabase};
+use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
+use async_trait::async_trait;
+use deadpool_postgres::GenericClient;
+use meshql_core::{
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
+    Row, Store, StoreError, StoreStats, TokenFilter,
+};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio_postgres::types::ToSql;
+
+type SqlParam = Box<dyn ToSql + Sync + Send>;
+
+/// One entity's table.
+pub struct PostgresStore {
+    db: Arc<PostgresDatabase>,
+    table: String,
+    sql: TableSql,
+    compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    commits: AtomicU64,
+}
+
+struct TableSql {
+    read_latest: String,
+    read_at: String,
+    list: [String; 4],
+    current: String,
+    clear_latest: String,
+    insert: String,
+    version_exists: String,
+    versions: String,
+    lock: String,
+}
+
+const COLUMNS: &str = "t.id, t.payload::text, t.created_at, t.deleted, t.authorized_tokens";
+
+impl TableSql {
+    fn new(table: &str) -> Self {
+        let t = quote_ident(table);
+        let at = |n: usize| {
+            format!(
+                "NOT t.deleted AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
+                 WHERE v.id = t.id AND v.created_at <= ${n})"
+            )
+        };
+        let tokens = |n: usize| {
+            format!(" AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && ${n}::text[])")
+        };
+        Self {
+            read_latest: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 AND t.latest"),
+            read_at: format!(
+                "SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 AND t.created_at <= $2 \
+                 ORDER BY t.created_at DESC LIMIT 1"
+            ),
+            list: [
+                format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest AND NOT t.deleted{ORDER}"),
+                format!("SELECT {COLUMNS} FROM {t} t WHERE {}{ORDER}", at(1)),
+                format!(
+                    "SELECT {COLUMNS} FROM {t} t WHERE t.latest AND NOT t.deleted{}{ORDER}",
+                    tokens(1)
+                ),
+                format!("SELECT {COLUMNS} FROM {t} t WHERE {}{}{ORDER}", at(1), tokens(2)),
+            ],
+            current: format!(
+                "SELECT _id, payload::text, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
+                 FROM {t} WHERE id = $1 AND latest"
+            ),
+            clear_latest: format!("UPDATE {t} SET latest = false WHERE _id = $1"),
+            insert: format!(
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq) \
+                 VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7) RETURNING payload::text"
+            ),
+            version_exists: format!("SELECT 1 FROM {t} WHERE id = $1 AND created_at = $2"),
+            versions: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 ORDER BY t.created_at"),
+            lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))".to_owned(),
+        }
+    }
+}
+
+fn envelope(row: &tokio_postgres::Row) -> Envelope {
+    Envelope {
+        id: row.get(0),
+        payload: row.get(1),
+        created_at: row.get(2),
+        deleted: row.get(3),
+        authorized_tokens: row.get(4),
+    }
+}
+
+struct Current {
+    rowid: i64,
+    payload: String,
+    created_at: Millis,
+    deleted: bool,
+    tokens: Vec<String>,
+    seq: i64,
+}
+
+struct Version<'a> {
+    id: &'a str,
+    payload: String,
+    created_at: Option<Millis>,
+    deleted: bool,
+    tokens: &'a [String],
+    fresh_id: bool,
+}
+
+fn filter_tokens(filter: &TokenFilter) -> Option<Vec<String>> {
+    match filter {
+        TokenFilter::All => None,
+        TokenFilter::AnyOf(t) => Some(t.clone()),
+    }
+}
+
+impl PostgresStore {
+    pub fn new(db: Arc<PostgresDatabase>, table: &str) -> Self {
+        Self {
+            db,
+            table: table.to_owned(),
+            sql: TableSql::new(table),
+            compiled: RwLock::new(HashMap::new()),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
+        if let Some(c) = self.compiled.read().get(&(template.id, shape)) {
+            return c.clone();
+        }
+        let c = Arc::new(sql::search(&self.table, template, shape));
+        self.compiled
+            .write()
+            .insert((template.id, shape), c.clone());
+        c
+    }
+
+    fn bind(
+        compiled: &Compiled,
+        args: &BoundArgs,
+        at: Option<Millis>,
+        tokens: &Option<Vec<String>>,
+        limit: Option<usize>,
+        keys: Option<&[String]>,
+    ) -> Vec<SqlParam> {
+        compiled
+            .params
+            .iter()
+            .map(|p| -> SqlParam {
+                match p {
+                    Param::Arg(name) => Box::new(args.get(name).and_then(as_text)),
+                    Param::Literal(v) => Box::new(as_text(v)),
+                    Param::Render(pieces) => Box::new(meshql_core::template::render(pieces, args)),
+                    Param::At => Box::new(at.unwrap_or(Millis::MAX)),
+                    Param::Tokens => Box::new(tokens.clone().unwrap_or_default()),
+                    Param::Limit => {
+                        Box::new(limit.unwrap_or(usize::MAX).min(i64::MAX as usize) as i64)
+                    }
+                    Param::Keys => Box::new(keys.unwrap_or_default().to_vec()),
+                }
+            })
+            .collect()
+    }
+
+    async fn current<C: GenericClient>(
+        &self,
+        client: &C,
+        id: &str,
+    ) -> Result<Option<Current>, StoreError> {
+        let stmt = client
+            .prepare_cached(&self.sql.current)
+            .await
+            .map_err(pg_error)?;
+        let row = client.query_opt(&stmt, &[&id]).await.map_err(pg_error)?;
+        Ok(row.map(|r| Current {
+            rowid: r.get(0),
+            payload: r.get(1),
+            created_at: r.get(2),
+            deleted: r.get(3),
+            tokens: r.get(4),
+            seq: r.get(5),
+        }))
+    }
+
+    /// Appends a version inside the caller's transaction (which holds the id's lock unless
+    /// the id is fresh).
+    async fn append<C: GenericClient>(
+        &self,
+        client: &C,
+        v: Version<'_>,
+    ) -> Result<Envelope, StoreError> {
+        let current = if v.fresh_id {
+            None
+        } else {
+            self.current(client, v.id).await?
+        };
+        let mut stamp = v.created_at.unwrap_or_else(now_millis);
+        let is_latest = match &current {
+            None => true,
+            Some(cur) => stamp >= cur.created_at || v.created_at.is_none(),
+        };
+        if is_latest {
+            if let Some(cur) = &current {
+                if stamp <= cur.created_at {
+                    stamp = cur.created_at + 1;
+                }
+                let clear = client
+                    .prepare_cached(&self.sql.clear_latest)
+                    .await
+                    .map_err(pg_error)?;
+                client
+                    .execute(&clear, &[&cur.rowid])
+                    .await
+                    .map_err(pg_error)?;
+            }
+        } else {
+            let exists = client
+                .prepare_cached(&self.sql.version_exists)
+                .await
+                .map_err(pg_error)?;
+            while client
+                .query_opt(&exists, &[&v.id, &stamp])
+                .await
+                .map_err(pg_error)?
+                .is_some()
+            {
+                stamp += 1;
+            }
+        }
+        let insert = client
+            .prepare_cached(&self.sql.insert)
+            .await
+            .map_err(pg_error)?;
+        let seq = current.as_ref().map(|c| c.seq);
+        let tokens = v.tokens.to_vec();
+        let row = client
+            .query_one(
+                &insert,
+                &[
+                    &v.id, &v.payload, &stamp, &v.deleted, &tokens, &is_latest, &seq,
+                ],
+            )
+            .await
+            .map_err(pg_error)?;
+        Ok(Envelope {
+            id: v.id.to_owned(),
+            payload: row.get(0),
+            created_at: stamp,
+            deleted: v.deleted,
+            authorized_tokens: tokens,
+        })
+    }
+
+    async fn lock<C: GenericClient>(&self, client: &C, id: &str) -> Result<(), StoreError> {
+        let stmt = client
+            .prepare_cached(&self.sql.lock)
+            .await
+            .map_err(pg_error)?;
+        let key = format!("{}/{}", self.table, id);
+        client.execute(&stmt, &[&key]).await.map_err(pg_error)?;
+        Ok(())
+    }
+
+    async fn remove_in<C: GenericClient>(
+        &self,
+        client: &C,
+        id: &str,
+        filter: &TokenFilter,
+    ) -> Result<RemoveOutcome, StoreError> {
+        self.lock(client, id).await?;
+        match self.current(client, id).await? {
+            None => Ok(RemoveOutcome::NotFound),
+            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+                Ok(RemoveOutcome::NotFound)
+            }
+            Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
+            Some(cur) => {
+                self.append(
+                    client,
+                    Version {
+                        id,
+                        payload: cur.payload,
+                        created_at: None,
+                        deleted: true,
+                        tokens: &cur.tokens,
+                        fresh_id: false,
+                    },
+                )
+                .await?;
+                Ok(RemoveOutcome::Removed)
+            }
+        }
+    }
+
+    async fn query_envelopes(
+        &self,
+        sql_text: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client.prepare_cached(sql_text).await.map_err(pg_error)?;
+        let rows = client.query(&stmt, params).await.map_err(pg_error)?;
+        Ok(rows.iter().map(envelope).collect())
+    }
+
+    fn visible(filter: &TokenFilter, e: &Envelope) -> bool {
+        !e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let mut ddl = sql::create_table(&self.table);
+        for t in templates {
+            for path in t.filtered_paths() {
+                if let Some(idx) = sql::create_field_index(&self.table, &path) {
+                    ddl.push_str(";\n");
+                    ddl.push_str(&idx);
+                }
+            }
+        }
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        // concurrent start-ups of several services must not race on CREATE
+        tx.execute("SELECT pg_advisory_xact_lock(7164746865)", &[])
+            .await
+            .map_err(pg_error)?;
+        tx.batch_execute(&ddl).await.map_err(pg_error)?;
+        tx.commit().await.map_err(pg_error)?;
+        // prepare every template statement now, so a bad SQL fragment fails at start-up
+        for t in templates {
+            for batch in [false, true] {
+                let c = self.compiled(
+                    t,
+                    Shape {
+                        at: false,
+                        tokens: false,
+                        limit: false,
+                        batch,
+                    },
+                );
+                client.prepare_cached(&c.sql).await.map_err(|e| {
+                    StoreError::Invalid(format!("{} in statement `{}`", pg_error(e), c.sql))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(
+        &self,
+        mut doc: NewDocument,
+        tokens: &[String],
+    ) -> Result<Envelope, StoreError> {
+        let fresh_id = doc.id.is_none();
+        let id = doc.resolve_id();
+        let created_at = doc.created_at;
+        let payload = doc.into_payload_text(&id);
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        if !fresh_id {
+            self.lock(&tx, &id).await?;
+        }
+        let env = self
+            .append(
+                &tx,
+                Version {
+                    id: &id,
+                    payload,
+                    created_at,
+                    deleted: false,
+                    tokens,
+                    fresh_id,
+                },
+            )
+            .await?;
+        tx.commit().await.map_err(pg_error)?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(env)
+    }
+
+    async fn create_many(
+        &self,
+        docs: Vec<NewDocument>,
+        tokens: &[String],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let mut out = Vec::with_capacity(docs.len());
+        for mut doc in docs {
+            let fresh_id = doc.id.is_none();
+            let id = doc.resolve_id();
+            let created_at = doc.created_at;
+            let payload = doc.into_payload_text(&id);
+            if !fresh_id {
+                self.lock(&tx, &id).await?;
+            }
+            out.push(
+                self.append(
+                    &tx,
+                    Version {
+                        id: &id,
+                        payload,
+                        created_at,
+                        deleted: false,
+                        tokens,
+                        fresh_id,
+                    },
+                )
+                .await?,
+            );
+        }
+        tx.commit().await.map_err(pg_error)?;
+        self.writes.fetch_add(out.len() as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        doc: NewDocument,
+        tokens: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let created_at = doc.created_at;
+        let payload = doc.into_payload_text(id);
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        self.lock(&tx, id).await?;
+        let env = match self.current(&tx, id).await? {
+            Some(cur) if !cur.deleted && meshql_core::auth::is_visible(filter, &cur.tokens) => {
+                Some(
+                    self.append(
+                        &tx,
+                        Version {
+                            id,
+                            payload,
+                            created_at,
+                            deleted: false,
+                            tokens,
+                            fresh_id: false,
+                        },
+                    )
+                    .await?,
+                )
+            }
+            _ => None,
+        };
+        tx.commit().await.map_err(pg_error)?;
+        if env.is_some() {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(env)
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let rows = match at {
+            None => self.query_envelopes(&self.sql.read_latest, &[&id]).await?,
+            Some(at) => self.query_envelopes(&self.sql.read_at, &[&id, &at]).await?,
+        };
+        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
+    }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(e) = self.read(id, filter, at).await? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list(
+        &self,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let tokens = filter_tokens(filter);
+        match (at, tokens) {
+            (None, None) => self.query_envelopes(&self.sql.list[0], &[]).await,
+            (Some(at), None) => self.query_envelopes(&self.sql.list[1], &[&at]).await,
+            (None, Some(t)) => self.query_envelopes(&self.sql.list[2], &[&t]).await,
+            (Some(at), Some(t)) => self.query_envelopes(&self.sql.list[3], &[&at, &t]).await,
+        }
+    }
+
+    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let outcome = self.remove_in(&tx, id, filter).await?;
+        tx.commit().await.map_err(pg_error)?;
+        if outcome == RemoveOutcome::Removed {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    async fn remove_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push((id.clone(), self.remove_in(&tx, id, filter).await?));
+        }
+        tx.commit().await.map_err(pg_error)?;
+        let removed = out
+            .iter()
+            .filter(|(_, o)| *o == RemoveOutcome::Removed)
+            .count() as u64;
+        self.writes.fetch_add(removed, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.query_envelopes(&self.sql.versions, &[&id]).await
+    }
+
+    async fn find(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let tokens = filter_tokens(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                limit: limit.is_some(),
+                batch: false,
+            },
+        );
+        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&compiled.sql)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| Row {
+                id: r.get(0),
+                payload: r.get(1),
+            })
+            .collect())
+    }
+
+    async fn find_batch(
+        &self,
+        template: &QueryTemplate,
+        key_arg: &str,
+        keys: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<KeyedRows, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if key_arg != "id" {
+            return Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{key_arg}`"
+            )));
+        }
+        let tokens = filter_tokens(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                limit: false,
+                batch: true,
+            },
+        );
+        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, None, Some(keys));
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&compiled.sql)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    Row {
+                        id: r.get(1),
+                        payload: r.get(2),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.db.ping().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn shutdown(&self) {
+        self.db.close();
+    }
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# A throw-away PostgreSQL for the tests: installs it if missing (Debian), creates a cluster
+# under $MESHQL_SERVICES_DIR (default /tmp/meshql-services), listens on 127.0.0.1:$MESHQL_PG_PORT
+# (default 55432), and prints the connection URL of database `meshql_test`.
+#
+#   scripts/services/postgres.sh start   # idempotent; prints the URL
+#   scripts/services/postgres.sh stop
+#   scripts/services/postgres.sh url
+set -euo pipefail
+DIR=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}/postgres
+PORT=${MESHQL_PG_PORT:-55432}
+URL="postgres://postgres@127.0.0.1:$PORT/meshql_test"
+
+pgbin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+as_owner() { # run a command as the cluster owner (postgres when we are root)
+  if [ "$(id -u)" = 0 ]; then su postgres -s /bin/bash -c "$*"; else bash -c "$*"; fi
+}
+
+install() {
+  if ! pgbin >/dev/null; then
+    echo "installing PostgreSQL (apt)..." >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+  fi
+}
+
+start() {
+  install
+  local bin; bin=$(pgbin)
+  mkdir -p "$DIR"
+  [ "$(id -u)" = 0 ] && chown postgres "$DIR" "$(dirname "$DIR")" 2>/dev/null || true
+  if ! as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1; then
+    if [ ! -f "$DIR/data/PG_VERSION" ]; then
+      as_owner "$bin/initdb -D '$DIR/data' -U postgres -A trust --no-instructions" >"$DIR/initdb.log" 2>&1 \
+        || { cat "$DIR/initdb.log" >&2; exit 1; }
+    fi
+    as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 30 \
+      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off\" start" >&2 \
+      || { echo "PostgreSQL did not start; its log:" >&2; cat "$DIR/server.log" >&2; exit 1; }
+  fi
+  for _ in $(seq 50); do
+    "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" && break
+    sleep 0.1
+  done
+  "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" || { echo "PostgreSQL is not accepting connections" >&2; exit 1; }
+  if ! psql -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='meshql_test'" | grep -q 1; then
+    psql -q -h 127.0.0.1 -p "$PORT" -U postgres -c "CREATE DATABASE meshql_test" >&2
+  fi
+  echo "$URL"
+}
+
+stop() {
+  local bin
+  bin=$(pgbin) || exit 0
+  as_owner "$bin/pg_ctl -D '$DIR/data' -m fast stop" >/dev/null 2>&1 || true
+}
+
+case "${1:-start}" in
+  start) start ;;
+  stop) stop ;;
+  url) echo "$URL" ;;
+  *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
+esac
