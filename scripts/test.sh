@@ -9,7 +9,10 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# Servers needed by storage backends are started here as backends are added
-# (each test that needs one fails loudly if it cannot start).
+# Real servers for the storage backends: installed if missing, started on unusual loopback
+# ports, stopped when the tests end. A test that needs one fails loudly if it cannot start.
+MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
+export MESHQL_TEST_POSTGRES_URL
+trap 'scripts/services/postgres.sh stop' EXIT
 
 cargo test --workspace --locked "$@"

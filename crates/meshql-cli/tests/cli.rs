@@ -100,11 +100,11 @@ fn check_names_an_unknown_field() {
 fn check_names_an_unknown_storage_type() {
     let mut line = 0;
     let dir = example_copy("egg-economy", |t| {
-        let t = replace_first(&t, "type = \"sqlite\"", "type = \"postgres\"");
-        line = line_containing(&t, "postgres");
+        let t = replace_first(&t, "type = \"sqlite\"", "type = \"cassandra\"");
+        line = line_containing(&t, "cassandra");
         t
     });
-    assert_rejected(dir.path(), line, &["storage.actors.type", "`postgres`"]);
+    assert_rejected(dir.path(), line, &["storage.actors.type", "`cassandra`"]);
 }
 
 #[test]

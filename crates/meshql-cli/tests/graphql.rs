@@ -52,6 +52,18 @@ async fn egg_economy_graph_in_process_on_memory() {
     egg_economy_graph(Server::start(&config, &[])).await;
 }
 
+#[tokio::test]
+async fn egg_economy_graph_in_process_on_postgres() {
+    let config = examples_dir().join("egg-economy/meshql-postgres.toml");
+    let url = common::fresh_postgres_database();
+    egg_economy_graph(Server::start_with_env(
+        &config,
+        &[("DATABASE_URL", url)],
+        None,
+    ))
+    .await;
+}
+
 async fn egg_economy_graph(server: Server) {
     let c = server.client();
     let farm = id_of(

@@ -116,6 +116,33 @@ pub enum StorageConfig {
     /// In-process memory: nothing survives a restart (tests and demos). Templates must be
     /// JSON filters.
     Memory,
+    /// PostgreSQL: one table per entity, JSONB payloads.
+    Postgres {
+        /// `postgres://user:password@host:port/database`
+        url: String,
+        /// A read replica for reads (GraphQL, REST GETs); the primary when absent.
+        #[serde(default)]
+        read_url: Option<String>,
+        /// Connections per pool.
+        #[serde(default = "default_pool_size")]
+        pool_size: usize,
+        /// How long a request waits for a free connection before answering 503.
+        #[serde(default = "default_pool_wait_ms")]
+        pool_wait_ms: u64,
+        /// Server-side statement timeout.
+        #[serde(default = "default_statement_timeout_ms")]
+        statement_timeout_ms: u64,
+    },
+}
+
+fn default_pool_size() -> usize {
+    16
+}
+fn default_pool_wait_ms() -> u64 {
+    5_000
+}
+fn default_statement_timeout_ms() -> u64 {
+    30_000
 }
 
 /// One entity: its storage, REST API and GraphQL API.

@@ -21,6 +21,13 @@ pub enum StorageSpec {
         synchronous_full: bool,
     },
     Memory,
+    Postgres {
+        url: String,
+        read_url: Option<String>,
+        pool_size: usize,
+        pool_wait_ms: u64,
+        statement_timeout_ms: u64,
+    },
 }
 
 /// A config that passed every check.
@@ -52,7 +59,7 @@ impl ResolvedConfig {
                         *path = data_dir.join(rel);
                     }
                 }
-                StorageSpec::Memory => {}
+                StorageSpec::Memory | StorageSpec::Postgres { .. } => {}
             }
         }
         self.data_dir = data_dir;
@@ -242,6 +249,19 @@ impl Resolver {
                     synchronous_full: *synchronous_full,
                 },
                 StorageConfig::Memory => StorageSpec::Memory,
+                StorageConfig::Postgres {
+                    url,
+                    read_url,
+                    pool_size,
+                    pool_wait_ms,
+                    statement_timeout_ms,
+                } => StorageSpec::Postgres {
+                    url: url.clone(),
+                    read_url: read_url.clone(),
+                    pool_size: *pool_size,
+                    pool_wait_ms: *pool_wait_ms,
+                    statement_timeout_ms: *statement_timeout_ms,
+                },
             };
             storages.insert(name.clone(), resolved);
         }

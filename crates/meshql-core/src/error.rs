@@ -17,3 +17,15 @@ pub enum StoreError {
     #[error("invalid query: {0}")]
     Invalid(String),
 }
+
+impl StoreError {
+    /// The message without the kind prefix.
+    pub fn message(&self) -> &str {
+        match self {
+            StoreError::Unavailable(m)
+            | StoreError::Query(m)
+            | StoreError::Corrupt(m)
+            | StoreError::Invalid(m) => m,
+        }
+    }
+}

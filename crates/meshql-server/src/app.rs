@@ -2,6 +2,7 @@
 
 use crate::assets;
 use crate::cors::{cors, Cors};
+use crate::deferred::Deferred;
 use crate::graphql_routes::{self, GraphEndpoint};
 use crate::ops::{self, Ops};
 use axum::body::Bytes;
@@ -15,6 +16,7 @@ use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
 use meshql_store_memory::MemoryStore;
+use meshql_store_postgres::{PostgresDatabase, PostgresOptions, PostgresStore};
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -44,6 +46,7 @@ pub struct App {
     pub registry: Arc<Registry>,
     stores: Vec<(String, DynStore)>,
     databases: Vec<Arc<SqliteDatabase>>,
+    postgres: Vec<Arc<PostgresDatabase>>,
 }
 
 impl App {
@@ -56,6 +59,9 @@ impl App {
     pub async fn shutdown(&self) {
         for db in &self.databases {
             db.shutdown().await;
+        }
+        for db in &self.postgres {
+            db.close();
         }
         tracing::info!("storage flushed; bye");
     }
@@ -78,6 +84,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
 
     // storage: one database per file, one store per entity
     let mut databases: HashMap<PathBuf, Arc<SqliteDatabase>> = HashMap::new();
+    let mut postgres: HashMap<(String, Option<String>), Arc<PostgresDatabase>> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {
         let spec = &config.storages[&entity.storage];
@@ -106,19 +113,63 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 Arc::new(SqliteStore::new(db, &entity.table))
             }
             StorageSpec::Memory => Arc::new(MemoryStore::new()),
+            StorageSpec::Postgres {
+                url,
+                read_url,
+                pool_size,
+                pool_wait_ms,
+                statement_timeout_ms,
+            } => {
+                let key = (url.clone(), read_url.clone());
+                let db = match postgres.get(&key) {
+                    Some(db) => db.clone(),
+                    None => {
+                        let mut options = PostgresOptions::new(url.clone());
+                        options.read_url = read_url.clone();
+                        options.pool_size = *pool_size;
+                        options.pool_wait = Duration::from_millis(*pool_wait_ms);
+                        options.statement_timeout = Duration::from_millis(*statement_timeout_ms);
+                        let db = PostgresDatabase::connect(&options).map_err(|source| {
+                            BuildError::Storage {
+                                entity: entity.name.clone(),
+                                source,
+                            }
+                        })?;
+                        postgres.insert(key, db.clone());
+                        db
+                    }
+                };
+                Arc::new(PostgresStore::new(db, &entity.table))
+            }
         };
         let templates: Vec<_> = entity
             .graph
             .iter()
             .flat_map(|g| g.queries.iter().map(|q| q.template.clone()))
             .collect();
-        store
-            .prepare(&templates)
-            .await
-            .map_err(|source| BuildError::Storage {
-                entity: entity.name.clone(),
-                source,
-            })?;
+        let store: DynStore = match store.prepare(&templates).await {
+            Ok(()) => store,
+            Err(e @ StoreError::Unavailable(_)) => {
+                tracing::error!(
+                    entity = %entity.name,
+                    error = %e,
+                    "storage unreachable at start-up: serving 503 for this entity and retrying every second"
+                );
+                Deferred::start(
+                    entity.name.clone(),
+                    store,
+                    templates,
+                    e,
+                    Duration::from_secs(1),
+                )
+            }
+            Err(source) => {
+                return Err(BuildError::Storage {
+                    entity: entity.name.clone(),
+                    source,
+                })
+            }
+        };
         stores.push((entity.name.clone(), store));
     }
     let store_of = |name: &str| -> DynStore {
@@ -216,5 +267,6 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         registry,
         stores,
         databases: databases.into_values().collect(),
+        postgres: postgres.into_values().collect(),
     })
 }

@@ -5,6 +5,7 @@
 mod app;
 mod assets;
 mod cors;
+mod deferred;
 mod graphql_routes;
 mod ops;
 

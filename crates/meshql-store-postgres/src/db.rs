@@ -134,7 +134,10 @@ pub(crate) fn pool_error(e: PoolError) -> StoreError {
 pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
     if e.is_closed() || e.as_db_error().is_none() {
         // connection refused, reset, closed: the database is unreachable right now
-        return StoreError::Unavailable(format!("PostgreSQL unavailable: {e}"));
+        let cause = std::error::Error::source(&e)
+            .map(|s| format!(" ({s})"))
+            .unwrap_or_default();
+        return StoreError::Unavailable(format!("PostgreSQL unavailable: {e}{cause}"));
     }
     let db = e.as_db_error().expect("checked above");
     match db.code().code() {

@@ -504,3 +504,65 @@ pub fn is_rfc4122_uuid(s: &str) -> bool {
         && matches!(b[14], b'1'..=b'8')
         && matches!(b[19], b'8' | b'9' | b'a' | b'b' | b'A' | b'B')
 }
+
+/// The URL of the test PostgreSQL server: `MESHQL_TEST_POSTGRES_URL`, or one started by
+/// `scripts/services/postgres.sh` (which installs PostgreSQL when missing). Panics — the test
+/// fails loudly — when no server can be had.
+#[allow(dead_code)]
+pub fn postgres_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("MESHQL_TEST_POSTGRES_URL") {
+            return url;
+        }
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg("start")
+            .output()
+            .expect("run scripts/services/postgres.sh");
+        assert!(
+            out.status.success(),
+            "PostgreSQL could not be started for the tests:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+    .clone()
+}
+
+/// A new, empty database on the test server; returns its URL.
+#[allow(dead_code)]
+pub fn fresh_postgres_database() -> String {
+    let base = postgres_url();
+    let name = format!("t_{}", uuid_like());
+    let out = Command::new("psql")
+        .arg(&base)
+        .arg("-qc")
+        .arg(format!("CREATE DATABASE {name}"))
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "cannot create a test database: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (prefix, _) = base.rsplit_once('/').expect("URL with a database");
+    format!("{prefix}/{name}")
+}
+
+fn uuid_like() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{:x}_{}_{}",
+        t,
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}

@@ -1,0 +1,170 @@
+//! A store whose backend was unreachable at start-up: the service starts anyway, answers
+//! 503 (and `/ready` 503) for that entity, and keeps preparing the backend in the background
+//! until it succeeds — no restart needed when the database comes back.
+
+use async_trait::async_trait;
+use meshql_core::{
+    BoundArgs, DynStore, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
+    Row, Store, StoreError, StoreStats, TokenFilter,
+};
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Deferred {
+    inner: DynStore,
+    prepared: AtomicBool,
+    last_error: Mutex<String>,
+}
+
+impl Deferred {
+    /// Wraps `inner` and retries `prepare(templates)` every `every` until it succeeds.
+    pub fn start(
+        entity: String,
+        inner: DynStore,
+        templates: Vec<QueryTemplate>,
+        first_error: StoreError,
+        every: Duration,
+    ) -> Arc<Deferred> {
+        let d = Arc::new(Deferred {
+            inner,
+            prepared: AtomicBool::new(false),
+            last_error: Mutex::new(first_error.message().to_owned()),
+        });
+        let weak = Arc::downgrade(&d);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(d) = weak.upgrade() else { return };
+                match d.inner.prepare(&templates).await {
+                    Ok(()) => {
+                        d.prepared.store(true, Ordering::Release);
+                        tracing::info!(entity = %entity, "storage is reachable again; entity ready");
+                        return;
+                    }
+                    Err(e) => *d.last_error.lock() = e.message().to_owned(),
+                }
+            }
+        });
+        d
+    }
+
+    fn gate(&self) -> Result<(), StoreError> {
+        if self.prepared.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "not ready yet ({})",
+                self.last_error.lock()
+            )))
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Deferred {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        self.inner.prepare(templates).await?;
+        self.prepared.store(true, Ordering::Release);
+        Ok(())
+    }
+    async fn create(&self, doc: NewDocument, tokens: &[String]) -> Result<Envelope, StoreError> {
+        self.gate()?;
+        self.inner.create(doc, tokens).await
+    }
+    async fn create_many(
+        &self,
+        docs: Vec<NewDocument>,
+        tokens: &[String],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.create_many(docs, tokens).await
+    }
+    async fn update(
+        &self,
+        id: &str,
+        doc: NewDocument,
+        tokens: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Option<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.update(id, doc, tokens, filter).await
+    }
+    async fn read(
+        &self,
+        id: &str,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.read(id, filter, at).await
+    }
+    async fn read_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.read_many(ids, filter, at).await
+    }
+    async fn list(
+        &self,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.list(filter, at).await
+    }
+    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+        self.gate()?;
+        self.inner.remove(id, filter).await
+    }
+    async fn remove_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
+        self.gate()?;
+        self.inner.remove_many(ids, filter).await
+    }
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.versions(id).await
+    }
+    async fn find(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.gate()?;
+        self.inner.find(template, args, filter, at, limit).await
+    }
+    async fn find_batch(
+        &self,
+        template: &QueryTemplate,
+        key_arg: &str,
+        keys: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<KeyedRows, StoreError> {
+        self.gate()?;
+        self.inner
+            .find_batch(template, key_arg, keys, filter, at)
+            .await
+    }
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.gate()?;
+        self.inner.ready().await
+    }
+    fn stats(&self) -> StoreStats {
+        self.inner.stats()
+    }
+    async fn shutdown(&self) {
+        self.inner.shutdown().await
+    }
+}
