@@ -177,9 +177,15 @@ pub(crate) fn at_of(args: &Map<String, Value>) -> Option<Millis> {
     }
 }
 
-fn limit_of(args: &Map<String, Value>) -> Option<usize> {
-    let n = args.get("limit")?.as_f64()?;
-    (n >= 1.0).then_some(n as usize)
+/// `limit`: absent or null means no cap; anything else must be a positive integer.
+fn limit_of(args: &Map<String, Value>) -> Result<Option<usize>, String> {
+    match args.get("limit") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(n) if n >= 1.0 && n.fract() == 0.0 => Ok(Some(n as usize)),
+            _ => Err(format!("`limit` must be a positive integer, not {v}")),
+        },
+    }
 }
 
 /// The key a parent sends for a resolver: strings as they are, numbers as text.
@@ -310,7 +316,14 @@ impl<'a> Exec<'a> {
             .map(|(k, v)| (k.clone(), v.eval(&self.variables)))
             .collect();
         let at = at_of(&args);
-        let limit = if q.vector { limit_of(&args) } else { Some(1) };
+        let limit = if q.vector {
+            match limit_of(&args) {
+                Ok(l) => l,
+                Err(message) => return Some(RootResult::Error(message)),
+            }
+        } else {
+            Some(1)
+        };
         let rows = match g
             .store
             .find(&q.template, &args, &self.ctx.filter, at, limit)

@@ -16,12 +16,22 @@ use std::sync::Arc;
 /// Deepest selection nesting a query may have.
 pub const MAX_DEPTH: usize = 32;
 
+/// Most field selections one operation may plan (after fragment expansion): bounds the
+/// work a single request can ask for.
+pub const MAX_PLANNED_FIELDS: usize = 20_000;
+
+/// Most root fields one operation may have (MeshQL's aliased batches are 100 per request).
+pub const MAX_ROOT_FIELDS: usize = 1_000;
+
 /// A value in the document: a constant or something that depends on variables.
 #[derive(Debug, Clone)]
 pub enum ArgExpr {
     Const(Value),
     /// Converted per request with the request's variables.
     Dynamic(Node<ast::Value>),
+    /// Like `Dynamic`, for an `ID` argument: numbers become strings, as GraphQL coerces
+    /// ID inputs.
+    DynamicId(Node<ast::Value>),
 }
 
 /// `@skip(if:)` / `@include(if:)` of one occurrence; all must hold.
@@ -243,6 +253,7 @@ pub fn plan(
         registry,
         schema,
         document: &document,
+        planned: std::cell::Cell::new(0),
     };
     let roots = planner.plan_roots(index, operation)?;
     let batches = batches(&roots, &registry.graphlettes()[index], operation, &document);
@@ -330,6 +341,14 @@ struct Planner<'a> {
     /// The schema the document was validated against.
     schema: &'a Valid<Schema>,
     document: &'a Valid<ExecutableDocument>,
+    /// Field occurrences collected so far (see [`MAX_PLANNED_FIELDS`]).
+    planned: std::cell::Cell<usize>,
+}
+
+fn too_big() -> Vec<PlanError> {
+    vec![PlanError::new(format!(
+        "the query selects more than {MAX_PLANNED_FIELDS} fields once fragments are expanded"
+    ))]
 }
 
 /// Fields of a selection set grouped by response key (CollectFields), in order.
@@ -342,16 +361,20 @@ impl<'a> Planner<'a> {
         type_name: &str,
         conds: &Conditions,
         out: &mut Collected<'d>,
-        visited: &mut HashSet<Name>,
+        visited: &mut HashSet<(Name, String)>,
     ) where
         'a: 'd,
     {
         for selection in &set.selections {
+            if self.planned.get() > MAX_PLANNED_FIELDS {
+                return;
+            }
             match selection {
                 Selection::Field(field) => {
                     let Some(c) = Conditions::from_directives(&field.directives) else {
                         continue;
                     };
+                    self.planned.set(self.planned.get() + 1);
                     let key = field.response_key().to_string();
                     let entry = (field, conds.and(&c));
                     match out.iter_mut().find(|(k, _)| *k == key) {
@@ -363,16 +386,17 @@ impl<'a> Planner<'a> {
                     let Some(c) = Conditions::from_directives(&spread.directives) else {
                         continue;
                     };
-                    if !visited.insert(spread.fragment_name.clone()) {
+                    let conds = conds.and(&c);
+                    // a fragment is expanded once per selection set (and condition set), as
+                    // the spec's CollectFields does: repeated spreads add nothing
+                    if !visited.insert((spread.fragment_name.clone(), format!("{:?}", conds.0))) {
                         continue;
                     }
                     if let Some(fragment) = self.document.fragments.get(&spread.fragment_name) {
                         if self.applies(fragment.type_condition(), type_name) {
-                            let conds = conds.and(&c);
                             self.collect(&fragment.selection_set, type_name, &conds, out, visited);
                         }
                     }
-                    visited.remove(&spread.fragment_name);
                 }
                 Selection::InlineFragment(inline) => {
                     let Some(c) = Conditions::from_directives(&inline.directives) else {
@@ -410,6 +434,15 @@ impl<'a> Planner<'a> {
             &mut collected,
             &mut HashSet::new(),
         );
+        if self.planned.get() > MAX_PLANNED_FIELDS {
+            return Err(too_big());
+        }
+        if collected.len() > MAX_ROOT_FIELDS {
+            return Err(vec![PlanError::new(format!(
+                "the query has {} root fields; at most {MAX_ROOT_FIELDS} are allowed",
+                collected.len()
+            ))]);
+        }
         let mut roots = Vec::with_capacity(collected.len());
         for (key, occurrences) in collected {
             let (field, _) = occurrences[0];
@@ -425,7 +458,13 @@ impl<'a> Planner<'a> {
                         let args = field
                             .arguments
                             .iter()
-                            .map(|a| (a.name.to_string(), arg_expr(&a.value)))
+                            .map(|a| {
+                                let is_id = field
+                                    .definition
+                                    .argument_by_name(&a.name)
+                                    .is_some_and(|d| d.ty.inner_named_type() == "ID");
+                                (a.name.to_string(), arg_expr(&a.value, is_id))
+                            })
                             .collect();
                         let ty = field.definition.ty.inner_named_type();
                         let composite = self.is_composite(ty);
@@ -489,6 +528,9 @@ impl<'a> Planner<'a> {
                 &mut HashSet::new(),
             );
         }
+        if self.planned.get() > MAX_PLANNED_FIELDS {
+            return Err(too_big());
+        }
         let exec_graphlette = exec.map(|i| &self.registry.graphlettes()[i]);
         let mut fields = Vec::with_capacity(collected.len());
         let mut resolvers = Vec::new();
@@ -498,11 +540,10 @@ impl<'a> Planner<'a> {
             let shape = Shape::of(&field.definition.ty);
             let name = field.name.to_string();
             let inner = field.definition.ty.inner_named_type();
-            let resolver = exec_graphlette.and_then(|g| {
-                (g.entity_type == type_name)
-                    .then(|| g.resolvers.iter().find(|r| r.field == name))
-                    .flatten()
-            });
+            // rows fetched from a graphlette carry its resolvers, whatever the caller's SDL
+            // names the projection type
+            let resolver =
+                exec_graphlette.and_then(|g| g.resolvers.iter().find(|r| r.field == name));
             let kind = if name == "__typename" {
                 FieldKind::Typename(type_name.to_owned())
             } else if let Some(r) = resolver {
@@ -682,11 +723,20 @@ fn has_variables(v: &ast::Value) -> bool {
     }
 }
 
-fn arg_expr(v: &Node<ast::Value>) -> ArgExpr {
-    if has_variables(v) {
-        ArgExpr::Dynamic(v.clone())
-    } else {
-        ArgExpr::Const(to_json(v, &serde_json::Map::new()))
+fn arg_expr(v: &Node<ast::Value>, is_id: bool) -> ArgExpr {
+    match (has_variables(v), is_id) {
+        (true, false) => ArgExpr::Dynamic(v.clone()),
+        (true, true) => ArgExpr::DynamicId(v.clone()),
+        (false, false) => ArgExpr::Const(to_json(v, &serde_json::Map::new())),
+        (false, true) => ArgExpr::Const(id_string(to_json(v, &serde_json::Map::new()))),
+    }
+}
+
+/// GraphQL's ID input coercion: integers are accepted and become strings.
+fn id_string(v: Value) -> Value {
+    match v {
+        Value::Number(n) => Value::String(n.to_string()),
+        other => other,
     }
 }
 
@@ -730,6 +780,7 @@ impl ArgExpr {
         match self {
             ArgExpr::Const(v) => v.clone(),
             ArgExpr::Dynamic(v) => to_json(v, variables),
+            ArgExpr::DynamicId(v) => id_string(to_json(v, variables)),
         }
     }
 }

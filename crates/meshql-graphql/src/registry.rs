@@ -18,6 +18,9 @@ use thiserror::Error;
 /// traffic of distinct query texts).
 const PLAN_CACHE_CAPACITY: usize = 2048;
 
+/// Query texts longer than this are planned every time rather than cached.
+const PLAN_CACHE_MAX_QUERY: usize = 16 * 1024;
+
 #[derive(Debug, Error)]
 pub enum RegistryError {
     #[error("two graphlettes at path {0}")]
@@ -141,6 +144,9 @@ impl Registry {
         let planned = plan::plan(self, index, query, operation)
             .map(Arc::new)
             .map_err(Arc::new);
+        if planned.is_err() || query.len() > PLAN_CACHE_MAX_QUERY {
+            return planned;
+        }
         let mut plans = g.plans.write();
         if plans.len() >= PLAN_CACHE_CAPACITY {
             plans.clear();

@@ -538,3 +538,69 @@ async fn aliased_root_fields_differing_only_in_id_share_one_query() {
         json!({"data": {"a": {"name": "Emerdale"}, "b": {"name": "Dale"}, "c": null}})
     );
 }
+
+#[tokio::test]
+async fn repeated_fragment_spreads_are_expanded_once() {
+    let w = farm_world().await;
+    // 2^30 expansions if every spread were expanded: must plan instantly instead
+    let mut q = String::from("{ getById(id: \"F1\") { ...F0 } }");
+    for i in 0..30 {
+        q.push_str(&format!(
+            " fragment F{i} on Farm {{ name ...F{n} ...F{n} }}",
+            n = i + 1
+        ));
+    }
+    q.push_str(" fragment F30 on Farm { name }");
+    let r = w.query("/farm/graph", &q).await;
+    assert_eq!(r, json!({"data": {"getById": {"name": "Emerdale"}}}));
+}
+
+#[tokio::test]
+async fn oversized_operations_are_refused() {
+    let w = farm_world().await;
+    let q: String = std::iter::once("{".to_owned())
+        .chain((0..1001).map(|i| format!(" a{i}: getById(id: \"F1\") {{ name }}")))
+        .chain(std::iter::once(" }".to_owned()))
+        .collect();
+    let r = w.query("/farm/graph", &q).await;
+    assert!(r.get("data").is_none(), "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("root fields"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn limit_must_be_positive_and_ids_may_be_integers() {
+    let w = farm_world().await;
+    let r = w
+        .query("/farm/graph", "{ getAll(limit: 0) { name } }")
+        .await;
+    assert_eq!(r["data"]["getAll"], Value::Null);
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit"),
+        "{r}"
+    );
+    w.put("farm", "42", json!({"name": "Numbered"}), T0).await;
+    let r = w
+        .query("/farm/graph", "{ getById(id: 42) { id name } }")
+        .await;
+    assert_eq!(
+        r,
+        json!({"data": {"getById": {"id": "42", "name": "Numbered"}}})
+    );
+    let r = w
+        .query_with(
+            "/farm/graph",
+            "query($i: ID) { getById(id: $i) { name } }",
+            Some(json!({"i": 42})),
+        )
+        .await;
+    assert_eq!(r, json!({"data": {"getById": {"name": "Numbered"}}}));
+}
