@@ -205,6 +205,37 @@ pub async fn versions_over_time(store: DynStore) {
     assert_eq!(names(found.iter().map(|r| &r.payload)), set(&["red"]));
 }
 
+pub async fn back_dated_collisions_keep_latest_exact(store: DynStore) {
+    create_at(&store, "d", json!({"name": "v100"}), 100).await;
+    create_at(&store, "d", json!({"name": "v101"}), 101).await;
+    // stamped 100 again: collisions push it to 102, which makes it the newest version
+    create_at(&store, "d", json!({"name": "late"}), 100).await;
+    let versions = store.versions("d").await.unwrap();
+    let stamps: Vec<_> = versions.iter().map(|v| v.created_at).collect();
+    assert_eq!(stamps, [100, 101, 102]);
+    let now = store.read("d", &ALL, None).await.unwrap().unwrap();
+    assert_eq!(name_of(&now.payload), "late");
+    assert_eq!(
+        names(
+            store
+                .list(&ALL, None)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| &e.payload)
+        ),
+        set(&["late"])
+    );
+    // a back-dated version between existing ones stays history
+    create_at(&store, "e", json!({"name": "e100"}), 100).await;
+    create_at(&store, "e", json!({"name": "e200"}), 200).await;
+    create_at(&store, "e", json!({"name": "e150"}), 150).await;
+    let now = store.read("e", &ALL, None).await.unwrap().unwrap();
+    assert_eq!(name_of(&now.payload), "e200");
+    let then = store.read("e", &ALL, Some(160)).await.unwrap().unwrap();
+    assert_eq!(name_of(&then.payload), "e150");
+}
+
 pub async fn list_returns_latest_only(store: DynStore) {
     let a = create(&store, json!({"name": "a1"})).await;
     let _b = create(&store, json!({"name": "b1"})).await;
@@ -649,6 +680,7 @@ macro_rules! conformance_tests {
             versions_over_time,
             list_returns_latest_only,
             lists_keep_creation_order,
+            back_dated_collisions_keep_latest_exact,
             remove_is_a_tombstone,
             tombstone_is_applied_before_filtering,
             latest_then_filter,

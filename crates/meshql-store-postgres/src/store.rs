@@ -203,7 +203,7 @@ impl PostgresStore {
             self.current(client, v.id).await?
         };
         let mut stamp = v.created_at.unwrap_or_else(now_millis);
-        let is_latest = match &current {
+        let mut is_latest = match &current {
             None => true,
             Some(cur) => stamp >= cur.created_at || v.created_at.is_none(),
         };
@@ -212,14 +212,6 @@ impl PostgresStore {
                 if stamp <= cur.created_at {
                     stamp = cur.created_at + 1;
                 }
-                let clear = client
-                    .prepare_cached(&self.sql.clear_latest)
-                    .await
-                    .map_err(pg_error)?;
-                client
-                    .execute(&clear, &[&cur.rowid])
-                    .await
-                    .map_err(pg_error)?;
             }
         } else {
             let exists = client
@@ -234,6 +226,20 @@ impl PostgresStore {
             {
                 stamp += 1;
             }
+            // pushed past the newest version by collisions: it is the newest now
+            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
+                is_latest = true;
+            }
+        }
+        if let (true, Some(cur)) = (is_latest, &current) {
+            let clear = client
+                .prepare_cached(&self.sql.clear_latest)
+                .await
+                .map_err(pg_error)?;
+            client
+                .execute(&clear, &[&cur.rowid])
+                .await
+                .map_err(pg_error)?;
         }
         let insert = client
             .prepare_cached(&self.sql.insert)

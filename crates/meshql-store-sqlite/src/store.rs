@@ -246,7 +246,7 @@ impl SqliteStore {
             Self::current(conn, sql, id)?
         };
         let mut stamp = created_at.unwrap_or_else(now_millis);
-        let is_latest = match &current {
+        let mut is_latest = match &current {
             None => true,
             Some(cur) => stamp >= cur.created_at || created_at.is_none(),
         };
@@ -263,6 +263,10 @@ impl SqliteStore {
                 .map_err(query_error)?;
             while exists.exists(params![id, stamp]).map_err(query_error)? {
                 stamp += 1;
+            }
+            // pushed past the newest version by collisions: it is the newest now
+            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
+                is_latest = true;
             }
         }
         if is_latest {
