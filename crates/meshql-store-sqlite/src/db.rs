@@ -44,7 +44,9 @@ pub(crate) struct JobOutcome {
 /// Answers a job's caller once the commit's outcome (an error, or none) is known.
 type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 
-type JobFn = Box<dyn FnOnce(&Connection) -> JobOutcome + Send>;
+/// A job runs on the connection (`Ok`), or is refused with an error (`Err`) and only
+/// answers.
+type JobFn = Box<dyn FnOnce(Result<&Connection, StoreError>) -> JobOutcome + Send>;
 
 enum Command {
     Job(JobFn),
@@ -149,7 +151,10 @@ impl SqliteDatabase {
     {
         let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
         let job: JobFn = Box::new(move |conn| {
-            let result = job(conn);
+            let result = match conn {
+                Ok(conn) => job(conn),
+                Err(e) => Err(e),
+            };
             JobOutcome {
                 keep: result.is_ok(),
                 reply: Box::new(move |commit_error| {
@@ -269,34 +274,109 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Wea
     }
 }
 
+/// Runs a group of jobs in one transaction, each in its own savepoint. If SQLite abandons the
+/// transaction itself (disk full, I/O error), the remaining jobs are refused, not run, and
+/// every caller of the group learns that nothing was committed.
 fn commit_group(conn: &Connection, batch: &mut Vec<JobFn>) {
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         let err = query_error(e);
-        // Dropping the jobs drops their reply channels: each caller gets `Unavailable`.
-        batch.clear();
         tracing::error!(error = %err, "sqlite writer cannot begin a transaction");
+        for job in batch.drain(..) {
+            (job(Err(err.clone())).reply)(None);
+        }
         return;
     }
     let mut replies = Vec::with_capacity(batch.len());
+    let mut lost: Option<StoreError> = None;
     for job in batch.drain(..) {
-        let savepoint = conn.execute_batch("SAVEPOINT job");
-        let outcome = job(conn);
-        if savepoint.is_ok() {
-            if outcome.keep {
-                let _ = conn.execute_batch("RELEASE job");
-            } else {
-                let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
-            }
+        if let Some(err) = &lost {
+            replies.push(job(Err(err.clone())).reply);
+            continue;
+        }
+        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+            replies.push(job(Err(query_error(e))).reply);
+            continue;
+        }
+        let outcome = job(Ok(conn));
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back
+            lost = Some(StoreError::Query(
+                "the write transaction was rolled back by SQLite; nothing was stored".into(),
+            ));
+        } else if outcome.keep {
+            let _ = conn.execute_batch("RELEASE job");
+        } else {
+            let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
         }
         replies.push(outcome.reply);
     }
-    match conn.execute_batch("COMMIT") {
+    let result = match lost {
+        Some(err) => Err(err),
+        None => conn.execute_batch("COMMIT").map_err(query_error),
+    };
+    match result {
         Ok(()) => replies.into_iter().for_each(|r| r(None)),
-        Err(e) => {
-            let err = query_error(e);
+        Err(err) => {
             tracing::error!(error = %err, "sqlite group commit failed");
-            let _ = conn.execute_batch("ROLLBACK");
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
             replies.into_iter().for_each(|r| r(Some(&err)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_job_does_not_undo_the_others_in_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("g.db"), SqliteOptions::default()).unwrap();
+        db.write(|c| {
+            c.execute_batch("CREATE TABLE t (n INTEGER)")
+                .map_err(query_error)
+        })
+        .await
+        .unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..40i64 {
+            let db = db.clone();
+            tasks.push(tokio::spawn(async move {
+                db.write(move |c| {
+                    c.execute("INSERT INTO t VALUES (?1)", [n])
+                        .map_err(query_error)?;
+                    if n % 4 == 0 {
+                        // fails after writing: its insert must be undone, and only its own
+                        c.execute("INSERT INTO missing VALUES (1)", [])
+                            .map_err(query_error)?;
+                    }
+                    Ok(n)
+                })
+                .await
+            }));
+        }
+        let mut failed = 0;
+        for t in tasks {
+            if t.await.unwrap().is_err() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 10);
+        let count: i64 = db
+            .read(|c| {
+                c.query_row("SELECT COUNT(*) FROM t WHERE n % 4 != 0", [], |r| r.get(0))
+                    .map_err(query_error)
+            })
+            .unwrap();
+        let undone: i64 = db
+            .read(|c| {
+                c.query_row("SELECT COUNT(*) FROM t WHERE n % 4 = 0", [], |r| r.get(0))
+                    .map_err(query_error)
+            })
+            .unwrap();
+        assert_eq!((count, undone), (30, 0));
+        db.shutdown().await;
     }
 }
