@@ -181,3 +181,34 @@ async fn the_authorization_header_is_forwarded_to_remote_graphlettes() {
         "{r}"
     );
 }
+
+#[tokio::test]
+async fn updating_a_public_document_does_not_take_it_over() {
+    let (farm, _hen) = jwt_services();
+    let c = farm.client();
+    let r = as_user(
+        &c,
+        "POST",
+        "/farm/api",
+        Some(&json!({"name": "commons"})),
+        None,
+    )
+    .await;
+    r.expect_status(201);
+    let path = format!("/farm/api/{}", r.json()["id"].as_str().unwrap());
+    as_user(
+        &c,
+        "PUT",
+        &path,
+        Some(&json!({"name": "commons v2"})),
+        Some("bob"),
+    )
+    .await
+    .expect_status(200);
+    let seen = as_user(&c, "GET", &path, None, Some("alice")).await;
+    seen.expect_status(200);
+    assert_eq!(seen.json()["name"], "commons v2");
+    as_user(&c, "GET", &path, None, None)
+        .await
+        .expect_status(200);
+}

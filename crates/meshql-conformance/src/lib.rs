@@ -117,7 +117,7 @@ pub async fn update_appends_a_version(store: DynStore) {
         .update(
             &id,
             NewDocument::new(payload(json!({"name": "v2"}))),
-            &[],
+            None,
             &ALL,
         )
         .await
@@ -147,7 +147,7 @@ pub async fn update_of_missing_or_deleted_writes_nothing(store: DynStore) {
         .update(
             "ghost",
             NewDocument::new(payload(json!({"name": "x"}))),
-            &[],
+            None,
             &ALL,
         )
         .await
@@ -160,7 +160,7 @@ pub async fn update_of_missing_or_deleted_writes_nothing(store: DynStore) {
         .update(
             &id,
             NewDocument::new(payload(json!({"name": "b"}))),
-            &[],
+            None,
             &ALL,
         )
         .await
@@ -243,7 +243,7 @@ pub async fn list_returns_latest_only(store: DynStore) {
         .update(
             &a,
             NewDocument::new(payload(json!({"name": "a2"}))),
-            &[],
+            None,
             &ALL,
         )
         .await
@@ -261,7 +261,7 @@ pub async fn lists_keep_creation_order(store: DynStore) {
         .update(
             &a,
             NewDocument::new(payload(json!({"name": "a2"}))),
-            &[],
+            None,
             &ALL,
         )
         .await
@@ -350,7 +350,7 @@ pub async fn latest_then_filter(store: DynStore) {
         .update(
             &id,
             NewDocument::new(payload(json!({"name": "hen", "parent": "coop-b"}))),
-            &[],
+            None,
             &ALL,
         )
         .await
@@ -609,7 +609,7 @@ pub async fn token_filtering(store: DynStore) {
         .update(
             &secret,
             NewDocument::new(payload(json!({"name": "hacked"}))),
-            &[],
+            None,
             &bob
         )
         .await
@@ -620,6 +620,43 @@ pub async fn token_filtering(store: DynStore) {
         1,
         "bob changed nothing"
     );
+}
+
+pub async fn update_keeps_the_owner_unless_told_otherwise(store: DynStore) {
+    let alice = TokenFilter::AnyOf(vec!["alice".into()]);
+    let id = store
+        .create(
+            NewDocument::new(payload(json!({"name": "v1"}))),
+            &["alice".to_owned()],
+        )
+        .await
+        .unwrap()
+        .id;
+    store
+        .update(
+            &id,
+            NewDocument::new(payload(json!({"name": "v2"}))),
+            None,
+            &alice,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let now = store.read(&id, &alice, None).await.unwrap().unwrap();
+    assert_eq!(now.authorized_tokens, vec!["alice".to_owned()]);
+    let team = ["team".to_owned()];
+    store
+        .update(
+            &id,
+            NewDocument::new(payload(json!({"name": "v3"}))),
+            Some(&team),
+            &alice,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
+    assert_eq!(now.authorized_tokens, team.to_vec());
 }
 
 pub async fn concurrent_writes_all_land(store: DynStore) {
@@ -651,7 +688,7 @@ pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
             .update(
                 &id,
                 NewDocument::new(payload(json!({"name": format!("v{i}")}))),
-                &[],
+                None,
                 &ALL,
             )
             .await
@@ -692,6 +729,7 @@ macro_rules! conformance_tests {
             find_at_a_time,
             find_batch_groups_rows_by_key,
             token_filtering,
+            update_keeps_the_owner_unless_told_otherwise,
             concurrent_writes_all_land,
             same_millisecond_updates_keep_every_version
         );

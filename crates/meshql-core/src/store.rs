@@ -72,12 +72,13 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<Envelope>, StoreError>;
 
     /// Appends a version of `id` only if a current, visible, non-deleted version exists.
-    /// `None` when there is none (nothing is written).
+    /// `None` when there is none (nothing is written). `tokens: None` keeps the current
+    /// version's authorized tokens (an update does not change who owns a document).
     async fn update(
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: &[String],
+        tokens: Option<&[String]>,
         filter: &TokenFilter,
     ) -> Result<Option<Envelope>, StoreError>;
 

@@ -158,7 +158,8 @@ async fn update(
         .update(
             &id,
             NewDocument::new(doc),
-            &r.write_tokens(&creds),
+            // configured tokens are stamped on every write; otherwise the owner stays
+            (!r.tokens.is_empty()).then_some(r.tokens.as_slice()),
             &creds.filter(),
         )
         .await?

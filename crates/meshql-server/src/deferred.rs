@@ -85,7 +85,7 @@ impl Store for Deferred {
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: &[String],
+        tokens: Option<&[String]>,
         filter: &TokenFilter,
     ) -> Result<Option<Envelope>, StoreError> {
         self.gate()?;

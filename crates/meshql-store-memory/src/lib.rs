@@ -194,15 +194,16 @@ impl Store for MemoryStore {
         &self,
         id: &str,
         mut doc: NewDocument,
-        tokens: &[String],
+        tokens: Option<&[String]>,
         filter: &TokenFilter,
     ) -> Result<Option<Envelope>, StoreError> {
         doc.id = Some(id.to_owned());
-        let (id, v, explicit) = Self::version(doc, tokens);
         let mut data = self.data.write();
-        if data.visible(&id, filter, None).is_none() {
+        let Some(current) = data.visible(id, filter, None) else {
             return Ok(None);
-        }
+        };
+        let kept = current.tokens.clone();
+        let (id, v, explicit) = Self::version(doc, tokens.unwrap_or(&kept));
         let env = data.append(&id, v, explicit);
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);

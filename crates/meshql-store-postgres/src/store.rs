@@ -437,7 +437,7 @@ impl Store for PostgresStore {
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: &[String],
+        tokens: Option<&[String]>,
         filter: &TokenFilter,
     ) -> Result<Option<Envelope>, StoreError> {
         let created_at = doc.created_at;
@@ -447,6 +447,7 @@ impl Store for PostgresStore {
         self.lock(&tx, id).await?;
         let env = match self.current(&tx, id).await? {
             Some(cur) if !cur.deleted && meshql_core::auth::is_visible(filter, &cur.tokens) => {
+                let tokens = tokens.unwrap_or(&cur.tokens);
                 Some(
                     self.append(
                         &tx,

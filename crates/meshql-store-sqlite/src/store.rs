@@ -496,13 +496,13 @@ impl Store for SqliteStore {
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: &[String],
+        tokens: Option<&[String]>,
         filter: &TokenFilter,
     ) -> Result<Option<Envelope>, StoreError> {
         let id = id.to_owned();
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(&id);
-        let tokens = tokens.to_vec();
+        let tokens = tokens.map(<[String]>::to_vec);
         let filter = filter.clone();
         let sql = self.sql.clone();
         let env = self
@@ -511,6 +511,7 @@ impl Store for SqliteStore {
                 Some(cur)
                     if !cur.deleted && meshql_core::auth::is_visible(&filter, &cur.tokens) =>
                 {
+                    let tokens = tokens.unwrap_or(cur.tokens);
                     Self::append(
                         conn,
                         &sql,
