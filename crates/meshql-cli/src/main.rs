@@ -64,6 +64,14 @@ fn main() -> ExitCode {
                 for w in &c.warnings {
                     eprintln!("warning: {w}");
                 }
+                let problems = meshql_server::preflight(&c);
+                if !problems.is_empty() {
+                    for p in &problems {
+                        eprintln!("{p}");
+                    }
+                    eprintln!("{} error(s)", problems.len());
+                    return ExitCode::FAILURE;
+                }
                 let resolvers: usize = c
                     .entities
                     .iter()

@@ -270,6 +270,7 @@ impl Resolver {
         let mut seen_names = HashSet::new();
         let mut seen_paths: HashMap<String, String> = HashMap::new();
         let mut used_storage = BTreeMap::new();
+        let mut tables: HashMap<(String, String), String> = HashMap::new();
         let mut entities = Vec::new();
         let mut pending: Vec<(usize, Vec<crate::model::ResolverConfig>, String)> = Vec::new();
         for (index, entity) in model.entities.iter().enumerate() {
@@ -319,6 +320,14 @@ impl Resolver {
                 }
             }
             let table = entity.table.clone().unwrap_or_else(|| name.clone());
+            if let Some(other) = tables.insert((storage_name.clone(), table.clone()), name.clone())
+            {
+                self.error(
+                    Some(&entity.name),
+                    format!("{field}.table"),
+                    format!("table `{table}` of storage `{storage_name}` is already used by entity \"{other}\"; give one of them another `table`"),
+                );
+            }
             if !is_identifier(&table) {
                 self.error(
                     Some(&entity.name),
@@ -492,15 +501,39 @@ impl Resolver {
         {
             self.error(at, field, format!("`{path}` must start with `/`, not end with `/`, and contain no `{{ }} * ? #` or spaces"));
         }
-        if matches!(path, "/health" | "/ready" | "/metrics") {
+        if matches!(path, "/health" | "/ready" | "/metrics") || path.starts_with("/_meshql") {
             self.error(at, field, format!("`{path}` is reserved by the server"));
         }
-        if let Some(other) = seen.insert(path.to_owned(), entity.to_owned()) {
+        // a REST path also serves `P/bulk`, `P/api-docs`, ...: none may collide
+        let routes: Vec<String> = if field.ends_with("rest.path") {
+            [
+                "",
+                "/",
+                "/bulk",
+                "/api-docs",
+                "/api-docs/swagger.json",
+                "/health",
+                "/ready",
+            ]
+            .iter()
+            .map(|suffix| format!("{path}{suffix}"))
+            .collect()
+        } else {
+            vec![path.to_owned()]
+        };
+        if let Some((route, other)) = routes
+            .iter()
+            .find_map(|r| seen.get(r).map(|o| (r.clone(), o.clone())))
+        {
             self.error(
                 at,
                 field,
-                format!("path `{path}` is already used by entity \"{other}\""),
+                format!("route `{route}` is already served for entity \"{other}\""),
             );
+            return;
+        }
+        for r in routes {
+            seen.insert(r, entity.to_owned());
         }
     }
 
@@ -687,12 +720,34 @@ impl Resolver {
                         );
                         return None;
                     }
-                    Some(_) => {
+                    Some(q) => {
                         let has_id = root_field(&tg.schema, r.query.get_ref())
                             .map(|d| d.arguments.iter().any(|a| a.name == "id"))
                             .unwrap_or(false);
                         if !has_id {
                             self.error(Some(&r.query), format!("{field}.query"), format!("target query `{}` of `{}` has no `id` argument; resolvers call it as `{}(id: <key>, at: <time>)`", r.query.get_ref(), tg.path, r.query.get_ref()));
+                            return None;
+                        }
+                        let target_args: HashSet<&str> = root_field(&tg.schema, r.query.get_ref())
+                            .map(|d| d.arguments.iter().map(|a| a.name.as_str()).collect())
+                            .unwrap_or_default();
+                        let extra: Vec<String> = q
+                            .template
+                            .placeholders()
+                            .into_iter()
+                            .filter(|p| p != "id" && target_args.contains(p.as_str()))
+                            .collect();
+                        if !extra.is_empty() {
+                            self.error(
+                                Some(&r.query),
+                                format!("{field}.query"),
+                                format!(
+                                    "target query `{}` of `{}` uses {}; a resolver passes only `id` (and `at`), so those would match nothing",
+                                    r.query.get_ref(),
+                                    tg.path,
+                                    extra.iter().map(|p| format!("{{{{{p}}}}}")).collect::<Vec<_>>().join(", ")
+                                ),
+                            );
                             return None;
                         }
                     }

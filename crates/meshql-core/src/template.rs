@@ -365,7 +365,7 @@ fn parse_sql(source: &str) -> Result<Vec<SqlPiece>, TemplateError> {
                 text_start = j + 1;
             }
             i = j + 1;
-        } else if source[i..].starts_with("{{") {
+        } else if bytes[i..].starts_with(b"{{") {
             push_text(&mut out, &source[text_start..i]);
             let rest = &source[i..];
             let pieces = parse_pieces(rest)?;
@@ -511,5 +511,8 @@ mod tests {
             ])
         );
         assert!(QueryTemplate::sql("a = 'open").is_err());
+        // multi-byte characters around placeholders
+        let t = QueryTemplate::sql("\"größe\" = {{x}} AND name = 'é{{y}}ü'").unwrap();
+        assert_eq!(t.placeholders().len(), 2);
     }
 }

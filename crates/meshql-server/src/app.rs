@@ -26,6 +26,8 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum BuildError {
+    #[error("{}", .0.join("\n"))]
+    Preflight(Vec<String>),
     #[error("entity \"{entity}\": storage: {source}")]
     Storage { entity: String, source: StoreError },
     #[error("entity \"{entity}\": JSON Schema {file}: {message}")]
@@ -77,6 +79,10 @@ async fn not_found(uri: axum::http::Uri, method: axum::http::Method) -> Response
 
 /// Opens storage, prepares tables and indexes, and assembles every route.
 pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
+    let problems = crate::preflight(config);
+    if !problems.is_empty() {
+        return Err(BuildError::Preflight(problems));
+    }
     let authorizer: Arc<dyn Authorizer> = match config.auth {
         AuthKind::None => Arc::new(NoAuth),
         AuthKind::Jwt => Arc::new(JwtSubAuthorizer),

@@ -8,8 +8,10 @@ mod cors;
 mod deferred;
 mod graphql_routes;
 mod ops;
+mod preflight;
 
 pub use app::{build, App, BuildError};
+pub use preflight::preflight;
 
 use std::future::Future;
 use tokio::net::TcpListener;

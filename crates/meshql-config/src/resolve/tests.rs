@@ -271,3 +271,33 @@ fn farm_example_has_consistent_projections() {
     let c = load_with_env(&examples().join("farm"), no_env).unwrap();
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
+
+#[test]
+fn colliding_routes_and_tables_are_rejected() {
+    let f = Fixture::new();
+    let second = "\n[[entity]]\nname = \"other\"\ntable = \"thing\"\n[entity.rest]\npath = \"/thing/api/bulk\"\n";
+    let errs = f.load(&format!("{GOOD}{second}")).unwrap_err().0;
+    let text = ConfigErrors(errs.clone()).to_string();
+    assert!(text.contains("table `thing`"), "{text}");
+    assert!(
+        text.contains("route `/thing/api/bulk` is already served"),
+        "{text}"
+    );
+    let reserved = "\n[[entity]]\nname = \"other\"\n[entity.rest]\npath = \"/_meshql/assets\"\n";
+    let e = one_error(f.load(&format!("{GOOD}{reserved}")));
+    assert!(e.message.contains("reserved"), "{e}");
+}
+
+#[test]
+fn resolver_targets_must_only_need_id() {
+    let f = Fixture::new();
+    let toml = GOOD.replace("query = \"getById\"\ngraph", "query = \"byName\"\ngraph")
+        + "[[entity.graphql.vectors]]\nname = \"byName\"\nquery = '{\"payload.name\": \"{{name}}\", \"id\": \"{{id}}\"}'\n";
+    std::fs::write(
+        f.dir.path().join("thing.graphql"),
+        "type Query {\n  getById(id: ID, at: Float): Thing\n  getAll(at: Float): [Thing]\n  byName(id: ID, name: String): [Thing]\n}\ntype Thing { id: ID name: String other: Thing others: [Thing] }\n",
+    )
+    .unwrap();
+    let e = one_error(f.load(&toml));
+    assert!(e.message.contains("{{name}}"), "{e}");
+}
