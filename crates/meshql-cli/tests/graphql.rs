@@ -364,3 +364,34 @@ async fn the_farm_example_federates_with_itself_over_http() {
         json!({"data": {"getByName": [{"layReports": [{"time_of_day": "morning", "eggs": 2}], "coop": {"farm": {"name": "Emerdale"}}}]}})
     );
 }
+
+#[tokio::test]
+async fn wide_levels_over_http_are_sent_in_chunks_of_100_keys() {
+    let f = federation();
+    let (fc, hc) = (f.farm.client(), f.hen.client());
+    let farm = id_of(&fc, "/farm/api", json!({"name": "Wide"})).await;
+    let coops: Vec<Value> = (0..150)
+        .map(|i| json!({"name": format!("c{i}"), "farm_id": farm}))
+        .collect();
+    let created = fc.post_json("/coop/api/bulk", &json!(coops)).await;
+    created.expect_status(201);
+    let last = created.json()[149]["id"].as_str().unwrap().to_owned();
+    id_of(&hc, "/hen/api", json!({"name": "lonely", "coop_id": last})).await;
+    let before = reads(&hc, "hen").await;
+    let r = gql(
+        &fc,
+        "/farm/graph",
+        &format!(r#"{{ getById(id: "{farm}") {{ coops {{ name hens {{ name }} }} }} }}"#),
+    )
+    .await;
+    assert!(r.get("errors").is_none(), "{r}");
+    let coops = r["data"]["getById"]["coops"].as_array().unwrap();
+    assert_eq!(coops.len(), 150);
+    assert_eq!(coops[149]["hens"], json!([{"name": "lonely"}]));
+    assert!(coops[..149].iter().all(|c| c["hens"] == json!([])));
+    assert_eq!(
+        reads(&hc, "hen").await - before,
+        2,
+        "150 keys: two requests of ≤ 100, one query each"
+    );
+}

@@ -22,7 +22,16 @@ struct RemoteResponse {
 #[derive(Deserialize)]
 struct RemoteError {
     message: String,
+    #[serde(default)]
+    path: Option<Vec<serde_json::Value>>,
 }
+
+/// Keys per aliased request (MeshQL batches at most 100 per request too); larger levels are
+/// sent as several requests at once.
+const CHUNK: usize = 100;
+
+/// Largest remote response accepted.
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Builds the batched document for `keys`.
 pub(crate) fn batch_query(
@@ -65,6 +74,20 @@ pub(crate) async fn fetch(
     keys: &[String],
     at: Option<Millis>,
 ) -> Vec<Link> {
+    let chunks = futures::future::join_all(
+        keys.chunks(CHUNK)
+            .map(|chunk| fetch_chunk(exec, resolver, chunk, at)),
+    )
+    .await;
+    chunks.into_iter().flatten().collect()
+}
+
+async fn fetch_chunk(
+    exec: &Exec<'_>,
+    resolver: &ResolverPlan,
+    keys: &[String],
+    at: Option<Millis>,
+) -> Vec<Link> {
     let TargetPlan::Http {
         url,
         query_name,
@@ -100,6 +123,14 @@ pub(crate) async fn fetch(
         Err(e) => return all_failed(format!("remote graphlette {url} is unreachable: {e}")),
     };
     let status = response.status();
+    if response
+        .content_length()
+        .is_some_and(|n| n as usize > MAX_RESPONSE_BYTES)
+    {
+        return all_failed(format!(
+            "remote graphlette {url} answered more than {MAX_RESPONSE_BYTES} bytes"
+        ));
+    }
     let bytes = match response.bytes().await {
         Ok(b) => b,
         Err(e) => return all_failed(format!("remote graphlette {url} failed: {e}")),
@@ -111,15 +142,22 @@ pub(crate) async fn fetch(
         Ok(p) => p,
         Err(e) => return all_failed(format!("remote graphlette {url} sent invalid JSON: {e}")),
     };
-    let first_error = parsed
-        .errors
-        .as_ref()
-        .and_then(|e| e.first())
-        .map(|e| Arc::<str>::from(format!("Remote GraphQL error: {}", e.message)));
+    // errors that name an alias belong to that key; errors without a path to every key
+    let errors = parsed.errors.unwrap_or_default();
+    let error_for = |alias: &str| -> Option<Arc<str>> {
+        errors
+            .iter()
+            .find(|e| match e.path.as_deref() {
+                Some([first, ..]) => first.as_str() == Some(alias),
+                _ => true,
+            })
+            .map(|e| Arc::<str>::from(format!("Remote GraphQL error: {}", e.message)))
+    };
     let mut data = parsed.data.unwrap_or_default();
     (0..keys.len())
         .map(|i| {
-            let raw = data.remove(&format!("item_{i}"));
+            let alias = format!("item_{i}");
+            let raw = data.remove(&alias);
             match raw {
                 Some(raw) if raw.get() != "null" => {
                     if !resolver.vector && raw.get().starts_with('[') {
@@ -131,8 +169,8 @@ pub(crate) async fn fetch(
                         Link::Raw(Some(Arc::from(raw)))
                     }
                 }
-                _ => match &first_error {
-                    Some(msg) => Link::Error(msg.clone()),
+                _ => match error_for(&alias) {
+                    Some(msg) => Link::Error(msg),
                     None => Link::Raw(None),
                 },
             }
