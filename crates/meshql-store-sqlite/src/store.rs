@@ -3,6 +3,7 @@
 use crate::db::{query_error, SqliteDatabase};
 use crate::sql::{self, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
+use meshql_core::template::TemplateKind;
 use meshql_core::{
     now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
     Row, Store, StoreError, StoreStats, TokenFilter,
@@ -20,7 +21,7 @@ pub struct SqliteStore {
     table: String,
     sql: Arc<TableSql>,
     compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
-    reads: AtomicU64,
+    reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
 }
 
@@ -105,6 +106,19 @@ fn envelope_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Envelope, Str
     ))
 }
 
+fn query_envelopes(
+    conn: &Connection,
+    sql_text: &str,
+    params: &[SqlValue],
+) -> Result<Vec<Envelope>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql_text).map_err(query_error)?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(params.iter()), envelope_from_row)
+        .map_err(query_error)?;
+    rows.map(|r| decode_tokens(r.map_err(query_error)?))
+        .collect()
+}
+
 fn decode_tokens(mut env: (Envelope, String)) -> Result<Envelope, StoreError> {
     if env.1 != "[]" {
         env.0.authorized_tokens = serde_json::from_str(&env.1)
@@ -150,7 +164,7 @@ impl SqliteStore {
             table: table.to_owned(),
             sql: Arc::new(TableSql::new(table)),
             compiled: RwLock::new(HashMap::new()),
-            reads: AtomicU64::new(0),
+            reads: Arc::new(AtomicU64::new(0)),
             writes: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -161,6 +175,19 @@ impl SqliteStore {
 
     fn count_read(&self) {
         self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs a whole-table read on the blocking pool: point lookups run inline (they take
+    /// microseconds), scans must not hold up the async workers.
+    async fn scan<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let db = self.db.clone();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        tokio::task::spawn_blocking(move || db.read(f))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("reader task failed: {e}")))?
     }
 
     fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
@@ -336,12 +363,7 @@ impl SqliteStore {
         params: &[SqlValue],
     ) -> Result<Vec<Envelope>, StoreError> {
         self.count_read();
-        let mut stmt = conn.prepare_cached(sql_text).map_err(query_error)?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), envelope_from_row)
-            .map_err(query_error)?;
-        rows.map(|r| decode_tokens(r.map_err(query_error)?))
-            .collect()
+        query_envelopes(conn, sql_text, params)
     }
 
     fn read_one(
@@ -566,21 +588,17 @@ impl Store for SqliteStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let tokens = tokens_json(filter);
-        self.db.read(|conn| match (at, tokens) {
-            (None, None) => self.read_envelopes(conn, &self.sql.list_latest, &[]),
-            (Some(at), None) => {
-                self.read_envelopes(conn, &self.sql.list_at, &[SqlValue::Integer(at)])
-            }
-            (None, Some(t)) => {
-                self.read_envelopes(conn, &self.sql.list_latest_tokens, &[SqlValue::Text(t)])
-            }
-            (Some(at), Some(t)) => self.read_envelopes(
-                conn,
-                &self.sql.list_at_tokens,
-                &[SqlValue::Integer(at), SqlValue::Text(t)],
+        let (text, params) = match (at, tokens_json(filter)) {
+            (None, None) => (self.sql.list_latest.clone(), vec![]),
+            (Some(at), None) => (self.sql.list_at.clone(), vec![SqlValue::Integer(at)]),
+            (None, Some(t)) => (self.sql.list_latest_tokens.clone(), vec![SqlValue::Text(t)]),
+            (Some(at), Some(t)) => (
+                self.sql.list_at_tokens.clone(),
+                vec![SqlValue::Integer(at), SqlValue::Text(t)],
             ),
-        })
+        };
+        self.scan(move |conn| query_envelopes(conn, &text, &params))
+            .await
     }
 
     async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
@@ -646,8 +664,7 @@ impl Store for SqliteStore {
         };
         let compiled = self.compiled(template, shape);
         let params = Self::bind(&compiled, args, at, &tokens, None);
-        self.db.read(|conn| {
-            self.count_read();
+        let run = move |conn: &Connection| -> Result<Vec<Row>, StoreError> {
             let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
             let rows = stmt
                 .query_map(rusqlite::params_from_iter(params.iter()), |r| {
@@ -660,7 +677,16 @@ impl Store for SqliteStore {
             rows.take(limit.unwrap_or(usize::MAX))
                 .map(|r| r.map_err(query_error))
                 .collect()
-        })
+        };
+        let whole_table = matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty());
+        if whole_table && limit.is_none() {
+            self.scan(run).await
+        } else {
+            self.db.read(|conn| {
+                self.count_read();
+                run(conn)
+            })
+        }
     }
 
     async fn find_batch(
