@@ -26,8 +26,10 @@ as_owner() { # run a command as the cluster owner (postgres when we are root)
 install() {
   if ! pgbin >/dev/null; then
     echo "installing PostgreSQL (apt)..." >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    mkdir -p "$(dirname "$DIR")"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+      >"$(dirname "$DIR")/apt-postgresql.log" 2>&1 \
+      || { cat "$(dirname "$DIR")/apt-postgresql.log" >&2; exit 1; }
   fi
 }
 

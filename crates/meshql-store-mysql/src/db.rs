@@ -1,0 +1,82 @@
+//! The connection pool, bounded waits and error mapping.
+
+use meshql_core::StoreError;
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How to reach MySQL / MariaDB.
+#[derive(Debug, Clone)]
+pub struct MysqlOptions {
+    /// `mysql://user:password@host:port/database`
+    pub url: String,
+    pub pool_size: usize,
+    /// How long a request waits for a connection before failing with 503.
+    pub pool_wait: Duration,
+}
+
+impl MysqlOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            pool_size: 16,
+            pool_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+pub struct MysqlDatabase {
+    pub(crate) pool: Pool,
+    wait: Duration,
+}
+
+impl std::fmt::Debug for MysqlDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MysqlDatabase")
+    }
+}
+
+impl MysqlDatabase {
+    /// Builds the pool; no connection is made until first use.
+    pub fn connect(o: &MysqlOptions) -> Result<Arc<Self>, StoreError> {
+        let opts = Opts::from_url(&o.url)
+            .map_err(|e| StoreError::Invalid(format!("bad MySQL URL: {e}")))?;
+        let constraints = PoolConstraints::new(0, o.pool_size.max(1))
+            .ok_or_else(|| StoreError::Invalid("bad pool size".into()))?;
+        let opts = OptsBuilder::from_opts(opts)
+            .stmt_cache_size(256)
+            .pool_opts(PoolOpts::default().with_constraints(constraints));
+        Ok(Arc::new(Self {
+            pool: Pool::new(opts),
+            wait: o.pool_wait,
+        }))
+    }
+
+    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
+        match tokio::time::timeout(self.wait, self.pool.get_conn()).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(my_error(e)),
+            Err(_) => Err(StoreError::Unavailable(
+                "no MySQL connection became free in time (pool exhausted)".into(),
+            )),
+        }
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        use mysql_async::prelude::Queryable;
+        let mut c = self.conn().await?;
+        c.ping().await.map_err(my_error)
+    }
+
+    pub async fn close(&self) {
+        let _ = self.pool.clone().disconnect().await;
+    }
+}
+
+pub(crate) fn my_error(e: mysql_async::Error) -> StoreError {
+    match e {
+        mysql_async::Error::Server(s) => StoreError::Query(format!("{}: {}", s.code, s.message)),
+        mysql_async::Error::Url(u) => StoreError::Invalid(format!("bad MySQL URL: {u}")),
+        other => StoreError::Unavailable(format!("MySQL unavailable: {other}")),
+    }
+}

@@ -1,0 +1,673 @@
+//! [`MysqlStore`]: one entity table.
+
+use crate::db::{my_error, MysqlDatabase};
+use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
+use async_trait::async_trait;
+use meshql_core::{
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
+    Row, Store, StoreError, StoreStats, TokenFilter,
+};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Params, TxOpts, Value};
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub struct MysqlStore {
+    db: Arc<MysqlDatabase>,
+    table: String,
+    sql: TableSql,
+    compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    commits: AtomicU64,
+}
+
+struct TableSql {
+    read_latest: String,
+    read_at: String,
+    list: [String; 4],
+    current: String,
+    clear_latest: String,
+    insert: String,
+    version_exists: String,
+    versions: String,
+}
+
+const COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
+
+impl TableSql {
+    fn new(table: &str) -> Self {
+        let t = quote_ident(table);
+        let at = sql::visibility(table, true).replace("{T}", &t);
+        let now = sql::visibility(table, false);
+        Self {
+            read_latest: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = ? AND t.latest = 1"),
+            read_at: format!(
+                "SELECT {COLUMNS} FROM {t} t WHERE t.id = ? AND t.created_at <= ? \
+                 ORDER BY t.created_at DESC LIMIT 1"
+            ),
+            list: [
+                format!("SELECT {COLUMNS} FROM {t} t WHERE {now}{ORDER}"),
+                format!("SELECT {COLUMNS} FROM {t} t WHERE {at}{ORDER}"),
+                format!("SELECT {COLUMNS} FROM {t} t WHERE {now}{TOKENS}{ORDER}"),
+                format!("SELECT {COLUMNS} FROM {t} t WHERE {at}{TOKENS}{ORDER}"),
+            ],
+            current: format!(
+                "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
+                 FROM {t} WHERE id = ? AND latest = 1 FOR UPDATE"
+            ),
+            clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?"),
+            insert: format!(
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?)"
+            ),
+            version_exists: format!("SELECT 1 FROM {t} WHERE id = ? AND created_at = ?"),
+            versions: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = ? ORDER BY t.created_at"),
+        }
+    }
+}
+
+fn envelope(row: mysql_async::Row) -> Result<Envelope, StoreError> {
+    let tokens: String = row.get(4).unwrap_or_default();
+    Ok(Envelope {
+        id: row.get(0).unwrap_or_default(),
+        payload: row.get(1).unwrap_or_default(),
+        created_at: row.get(2).unwrap_or_default(),
+        deleted: row.get::<i64, _>(3).unwrap_or_default() != 0,
+        authorized_tokens: serde_json::from_str(&tokens)
+            .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
+    })
+}
+
+struct Current {
+    rowid: i64,
+    payload: String,
+    created_at: Millis,
+    deleted: bool,
+    tokens: Vec<String>,
+    seq: i64,
+}
+
+struct Version<'a> {
+    id: &'a str,
+    payload: String,
+    created_at: Option<Millis>,
+    deleted: bool,
+    tokens: &'a [String],
+    fresh_id: bool,
+}
+
+fn tokens_json(filter: &TokenFilter) -> Option<String> {
+    match filter {
+        TokenFilter::All => None,
+        TokenFilter::AnyOf(t) => Some(serde_json::to_string(t).expect("strings serialise")),
+    }
+}
+
+fn text(v: Option<String>) -> Value {
+    v.map(Value::from).unwrap_or(Value::NULL)
+}
+
+impl MysqlStore {
+    pub fn new(db: Arc<MysqlDatabase>, table: &str) -> Self {
+        Self {
+            db,
+            table: table.to_owned(),
+            sql: TableSql::new(table),
+            compiled: RwLock::new(HashMap::new()),
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
+        if let Some(c) = self.compiled.read().get(&(template.id, shape)) {
+            return c.clone();
+        }
+        let c = Arc::new(sql::search(&self.table, template, shape));
+        self.compiled
+            .write()
+            .insert((template.id, shape), c.clone());
+        c
+    }
+
+    fn bind(
+        compiled: &Compiled,
+        args: &BoundArgs,
+        at: Option<Millis>,
+        tokens: &Option<String>,
+        keys: Option<&str>,
+    ) -> Params {
+        Params::Positional(
+            compiled
+                .params
+                .iter()
+                .map(|p| match p {
+                    Param::Arg(name) => text(args.get(name).and_then(as_text)),
+                    Param::Literal(v) => text(as_text(v)),
+                    Param::Render(pieces) => {
+                        Value::from(meshql_core::template::render(pieces, args))
+                    }
+                    Param::At => Value::from(at.unwrap_or(Millis::MAX)),
+                    Param::Tokens => Value::from(tokens.clone().unwrap_or_else(|| "[]".into())),
+                    Param::Keys => Value::from(keys.unwrap_or("[]").to_owned()),
+                })
+                .collect(),
+        )
+    }
+
+    async fn current<Q: Queryable>(
+        &self,
+        q: &mut Q,
+        id: &str,
+    ) -> Result<Option<Current>, StoreError> {
+        let row: Option<mysql_async::Row> = q
+            .exec_first(&self.sql.current, (id,))
+            .await
+            .map_err(my_error)?;
+        row.map(|r| {
+            let tokens: String = r.get(4).unwrap_or_default();
+            Ok(Current {
+                rowid: r.get(0).unwrap_or_default(),
+                payload: r.get(1).unwrap_or_default(),
+                created_at: r.get(2).unwrap_or_default(),
+                deleted: r.get::<i64, _>(3).unwrap_or_default() != 0,
+                tokens: serde_json::from_str(&tokens)
+                    .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
+                seq: r.get(5).unwrap_or_default(),
+            })
+        })
+        .transpose()
+    }
+
+    async fn append<Q: Queryable>(
+        &self,
+        q: &mut Q,
+        v: Version<'_>,
+    ) -> Result<Envelope, StoreError> {
+        let current = if v.fresh_id {
+            None
+        } else {
+            self.current(q, v.id).await?
+        };
+        let mut stamp = v.created_at.unwrap_or_else(now_millis);
+        let mut is_latest = match &current {
+            None => true,
+            Some(cur) => stamp >= cur.created_at || v.created_at.is_none(),
+        };
+        if is_latest {
+            if let Some(cur) = &current {
+                if stamp <= cur.created_at {
+                    stamp = cur.created_at + 1;
+                }
+            }
+        } else {
+            loop {
+                let exists: Option<i64> = q
+                    .exec_first(&self.sql.version_exists, (v.id, stamp))
+                    .await
+                    .map_err(my_error)?;
+                if exists.is_none() {
+                    break;
+                }
+                stamp += 1;
+            }
+            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
+                is_latest = true;
+            }
+        }
+        if let (true, Some(cur)) = (is_latest, &current) {
+            q.exec_drop(&self.sql.clear_latest, (cur.rowid,))
+                .await
+                .map_err(my_error)?;
+        }
+        let tokens_text = serde_json::to_string(v.tokens).expect("strings serialise");
+        q.exec_drop(
+            &self.sql.insert,
+            Params::Positional(vec![
+                Value::from(v.id),
+                Value::from(v.payload.clone()),
+                Value::from(stamp),
+                Value::from(v.deleted as i64),
+                Value::from(tokens_text),
+                Value::from(is_latest as i64),
+                current
+                    .as_ref()
+                    .map(|c| Value::from(c.seq))
+                    .unwrap_or(Value::NULL),
+            ]),
+        )
+        .await
+        .map_err(my_error)?;
+        Ok(Envelope {
+            id: v.id.to_owned(),
+            payload: v.payload,
+            created_at: stamp,
+            deleted: v.deleted,
+            authorized_tokens: v.tokens.to_vec(),
+        })
+    }
+
+    async fn remove_in<Q: Queryable>(
+        &self,
+        q: &mut Q,
+        id: &str,
+        filter: &TokenFilter,
+    ) -> Result<RemoveOutcome, StoreError> {
+        match self.current(q, id).await? {
+            None => Ok(RemoveOutcome::NotFound),
+            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+                Ok(RemoveOutcome::NotFound)
+            }
+            Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
+            Some(cur) => {
+                self.append(
+                    q,
+                    Version {
+                        id,
+                        payload: cur.payload,
+                        created_at: None,
+                        deleted: true,
+                        tokens: &cur.tokens,
+                        fresh_id: false,
+                    },
+                )
+                .await?;
+                Ok(RemoveOutcome::Removed)
+            }
+        }
+    }
+
+    async fn envelopes(&self, text: &str, params: Params) -> Result<Vec<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let rows: Vec<mysql_async::Row> = conn.exec(text, params).await.map_err(my_error)?;
+        rows.into_iter().map(envelope).collect()
+    }
+
+    fn visible(filter: &TokenFilter, e: &Envelope) -> bool {
+        !e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)
+    }
+
+    /// Runs `writes` in one transaction. Documents with a caller-chosen id are serialised by
+    /// the row lock `current` takes (`FOR UPDATE`); the unique `(id, created_at)` key stops
+    /// the one race left (two first versions of a new caller-chosen id) with an error.
+    async fn write_tx<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: for<'c> FnOnce(
+            &'c Self,
+            &'c mut mysql_async::Transaction<'_>,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'c>,
+        >,
+    {
+        let mut conn = self.db.conn().await?;
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(my_error)?;
+        let result = f(self, &mut tx).await;
+        match result {
+            Ok(v) => {
+                tx.commit().await.map_err(my_error)?;
+                self.commits.fetch_add(1, Ordering::Relaxed);
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MysqlStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let mut conn = self.db.conn().await?;
+        // serialise schema changes between services starting at once
+        let _: Option<i64> = conn
+            .exec_first("SELECT GET_LOCK('meshql-ddl', 30)", ())
+            .await
+            .map_err(my_error)?;
+        let mut ddl = vec![sql::create_table(&self.table)];
+        for t in templates {
+            for path in t.filtered_paths() {
+                ddl.extend(sql::field_column_ddl(&self.table, &path));
+            }
+        }
+        let mut result = Ok(());
+        for stmt in ddl {
+            if let Err(e) = conn.query_drop(&stmt).await {
+                result = Err(my_error(e));
+                break;
+            }
+        }
+        let _ = conn.query_drop("DO RELEASE_LOCK('meshql-ddl')").await;
+        result?;
+        for t in templates {
+            for batch in [false, true] {
+                let c = self.compiled(
+                    t,
+                    Shape {
+                        at: false,
+                        tokens: false,
+                        batch,
+                    },
+                );
+                conn.prep(&c.sql).await.map_err(|e| {
+                    StoreError::Invalid(format!("{} in statement `{}`", my_error(e), c.sql))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn create(
+        &self,
+        mut doc: NewDocument,
+        tokens: &[String],
+    ) -> Result<Envelope, StoreError> {
+        let fresh_id = doc.id.is_none();
+        let id = doc.resolve_id();
+        let created_at = doc.created_at;
+        let payload = doc.into_payload_text(&id);
+        let tokens = tokens.to_vec();
+        let env = self
+            .write_tx(move |s, tx| {
+                Box::pin(async move {
+                    s.append(
+                        tx,
+                        Version {
+                            id: &id,
+                            payload,
+                            created_at,
+                            deleted: false,
+                            tokens: &tokens,
+                            fresh_id,
+                        },
+                    )
+                    .await
+                })
+            })
+            .await?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        Ok(env)
+    }
+
+    async fn create_many(
+        &self,
+        docs: Vec<NewDocument>,
+        tokens: &[String],
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let tokens = tokens.to_vec();
+        let envs = self
+            .write_tx(move |s, tx| {
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(docs.len());
+                    for mut doc in docs {
+                        let fresh_id = doc.id.is_none();
+                        let id = doc.resolve_id();
+                        let created_at = doc.created_at;
+                        let payload = doc.into_payload_text(&id);
+                        out.push(
+                            s.append(
+                                tx,
+                                Version {
+                                    id: &id,
+                                    payload,
+                                    created_at,
+                                    deleted: false,
+                                    tokens: &tokens,
+                                    fresh_id,
+                                },
+                            )
+                            .await?,
+                        );
+                    }
+                    Ok(out)
+                })
+            })
+            .await?;
+        self.writes.fetch_add(envs.len() as u64, Ordering::Relaxed);
+        Ok(envs)
+    }
+
+    async fn update(
+        &self,
+        id: &str,
+        doc: NewDocument,
+        tokens: Option<&[String]>,
+        filter: &TokenFilter,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let created_at = doc.created_at;
+        let payload = doc.into_payload_text(id);
+        let id = id.to_owned();
+        let tokens = tokens.map(<[String]>::to_vec);
+        let filter = filter.clone();
+        let env = self
+            .write_tx(move |s, tx| {
+                Box::pin(async move {
+                    match s.current(tx, &id).await? {
+                        Some(cur)
+                            if !cur.deleted
+                                && meshql_core::auth::is_visible(&filter, &cur.tokens) =>
+                        {
+                            let tokens = tokens.unwrap_or(cur.tokens);
+                            s.append(
+                                tx,
+                                Version {
+                                    id: &id,
+                                    payload,
+                                    created_at,
+                                    deleted: false,
+                                    tokens: &tokens,
+                                    fresh_id: false,
+                                },
+                            )
+                            .await
+                            .map(Some)
+                        }
+                        _ => Ok(None),
+                    }
+                })
+            })
+            .await?;
+        if env.is_some() {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(env)
+    }
+
+    async fn read(
+        &self,
+        id: &str,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let rows = match at {
+            None => {
+                self.envelopes(&self.sql.read_latest, Params::Positional(vec![id.into()]))
+                    .await?
+            }
+            Some(at) => {
+                self.envelopes(
+                    &self.sql.read_at,
+                    Params::Positional(vec![id.into(), at.into()]),
+                )
+                .await?
+            }
+        };
+        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
+    }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(e) = self.read(id, filter, at).await? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn list(
+        &self,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let (i, params): (usize, Vec<Value>) = match (at, tokens_json(filter)) {
+            (None, None) => (0, vec![]),
+            (Some(at), None) => (1, vec![at.into()]),
+            (None, Some(t)) => (2, vec![t.into()]),
+            (Some(at), Some(t)) => (3, vec![at.into(), t.into()]),
+        };
+        let params = if params.is_empty() {
+            Params::Empty
+        } else {
+            Params::Positional(params)
+        };
+        self.envelopes(&self.sql.list[i], params).await
+    }
+
+    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+        let id = id.to_owned();
+        let filter = filter.clone();
+        let outcome = self
+            .write_tx(move |s, tx| Box::pin(async move { s.remove_in(tx, &id, &filter).await }))
+            .await?;
+        if outcome == RemoveOutcome::Removed {
+            self.writes.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(outcome)
+    }
+
+    async fn remove_many(
+        &self,
+        ids: &[String],
+        filter: &TokenFilter,
+    ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
+        let ids = ids.to_vec();
+        let filter = filter.clone();
+        let out = self
+            .write_tx(move |s, tx| {
+                Box::pin(async move {
+                    let mut out = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        let o = s.remove_in(tx, &id, &filter).await?;
+                        out.push((id, o));
+                    }
+                    Ok(out)
+                })
+            })
+            .await?;
+        let removed = out
+            .iter()
+            .filter(|(_, o)| *o == RemoveOutcome::Removed)
+            .count() as u64;
+        self.writes.fetch_add(removed, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.envelopes(&self.sql.versions, Params::Positional(vec![id.into()]))
+            .await
+    }
+
+    async fn find(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let tokens = tokens_json(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                batch: false,
+            },
+        );
+        let params = Self::bind(&compiled, args, at, &tokens, None);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let rows: Vec<(String, String)> =
+            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        Ok(rows
+            .into_iter()
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(id, payload)| Row { id, payload })
+            .collect())
+    }
+
+    async fn find_batch(
+        &self,
+        template: &QueryTemplate,
+        key_arg: &str,
+        keys: &[String],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+    ) -> Result<KeyedRows, StoreError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if key_arg != "id" {
+            return Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{key_arg}`"
+            )));
+        }
+        let tokens = tokens_json(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                batch: true,
+            },
+        );
+        let mut unique: Vec<&String> = Vec::with_capacity(keys.len());
+        let mut seen = std::collections::HashSet::new();
+        for k in keys {
+            if seen.insert(k) {
+                unique.push(k);
+            }
+        }
+        let keys_json = serde_json::to_string(&unique).expect("strings serialise");
+        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let rows: Vec<(String, String, String)> =
+            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(k, id, payload)| (k, Row { id, payload }))
+            .collect())
+    }
+
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.db.ping().await
+    }
+
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            reads: self.reads.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn shutdown(&self) {
+        self.db.close().await;
+    }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A throw-away MariaDB for the tests: installs it if missing (Debian), creates a data
+# directory under $MESHQL_SERVICES_DIR (default /tmp/meshql-services), listens on
+# 127.0.0.1:$MESHQL_MARIADB_PORT (default 13306) and prints the URL of database `meshql_test`
+# (user `meshql`, password `meshql`).
+#
+#   scripts/services/mariadb.sh start   # idempotent; prints the URL
+#   scripts/services/mariadb.sh stop
+#   scripts/services/mariadb.sh url
+set -euo pipefail
+DIR=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}/mariadb
+PORT=${MESHQL_MARIADB_PORT:-13306}
+URL="mysql://meshql:meshql@127.0.0.1:$PORT/meshql_test"
+
+install() {
+  if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+    echo "installing MariaDB (apt)..." >&2
+    mkdir -p "$(dirname "$DIR")"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server; } \
+      >"$(dirname "$DIR")/apt-mariadb-server.log" 2>&1 \
+      || { cat "$(dirname "$DIR")/apt-mariadb-server.log" >&2; exit 1; }
+  fi
+}
+
+running() { [ -f "$DIR/mysqld.pid" ] && kill -0 "$(cat "$DIR/mysqld.pid")" 2>/dev/null; }
+
+client() { mariadb --protocol=socket -S "$DIR/mysqld.sock" -u root "$@"; }
+
+start() {
+  install
+  mkdir -p "$DIR"
+  chown -R mysql "$DIR" 2>/dev/null || true
+  if ! running; then
+    if [ ! -d "$DIR/data/mysql" ]; then
+      mariadb-install-db --user=mysql --datadir="$DIR/data" --auth-root-authentication-method=socket \
+        --skip-test-db >"$DIR/install.log" 2>&1 || { cat "$DIR/install.log" >&2; exit 1; }
+    fi
+    (cd "$DIR" && nohup /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$DIR/data" \
+      --port="$PORT" --bind-address=127.0.0.1 --socket="$DIR/mysqld.sock" \
+      --pid-file="$DIR/mysqld.pid" --log-error="$DIR/error.log" \
+      --innodb-flush-log-at-trx-commit=2 --max-connections=300 >/dev/null 2>&1 &)
+    for _ in $(seq 100); do
+      client -e "SELECT 1" >/dev/null 2>&1 && break
+      sleep 0.1
+    done
+    client -e "SELECT 1" >/dev/null 2>&1 || { echo "MariaDB did not start; its log:" >&2; cat "$DIR/error.log" >&2; exit 1; }
+  fi
+  client -e "CREATE DATABASE IF NOT EXISTS meshql_test;
+    CREATE USER IF NOT EXISTS 'meshql'@'%' IDENTIFIED BY 'meshql';
+    CREATE USER IF NOT EXISTS 'meshql'@'localhost' IDENTIFIED BY 'meshql';
+    GRANT ALL ON *.* TO 'meshql'@'%'; GRANT ALL ON *.* TO 'meshql'@'localhost';"
+  echo "$URL"
+}
+
+stop() {
+  if running; then
+    kill "$(cat "$DIR/mysqld.pid")"
+    for _ in $(seq 100); do running || break; sleep 0.1; done
+  fi
+}
+
+case "${1:-start}" in
+  start) start ;;
+  stop) stop ;;
+  url) echo "$URL" ;;
+  *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
+esac
