@@ -12,7 +12,8 @@ fi
 # Real servers for the storage backends: installed if missing, started on unusual loopback
 # ports, stopped when the tests end. A test that needs one fails loudly if it cannot start.
 MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
-export MESHQL_TEST_POSTGRES_URL
-trap 'scripts/services/postgres.sh stop' EXIT
+MESHQL_TEST_MYSQL_URL=$(scripts/services/mariadb.sh start)
+export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL
+trap 'scripts/services/postgres.sh stop; scripts/services/mariadb.sh stop' EXIT
 
 cargo test --workspace --locked "$@"

@@ -64,6 +64,18 @@ async fn egg_economy_graph_in_process_on_postgres() {
     .await;
 }
 
+#[tokio::test]
+async fn egg_economy_graph_in_process_on_mariadb() {
+    let config = examples_dir().join("egg-economy/meshql-mysql.toml");
+    let url = common::fresh_mysql_database();
+    egg_economy_graph(Server::start_with_env(
+        &config,
+        &[("DATABASE_URL", url)],
+        None,
+    ))
+    .await;
+}
+
 async fn egg_economy_graph(server: Server) {
     let c = server.client();
     let farm = id_of(

@@ -133,6 +133,17 @@ pub enum StorageConfig {
         #[serde(default = "default_statement_timeout_ms")]
         statement_timeout_ms: u64,
     },
+    /// MySQL or MariaDB: one table per entity, JSON payloads.
+    Mysql {
+        /// `mysql://user:password@host:port/database`
+        url: String,
+        /// Connections in the pool.
+        #[serde(default = "default_pool_size")]
+        pool_size: usize,
+        /// How long a request waits for a free connection before answering 503.
+        #[serde(default = "default_pool_wait_ms")]
+        pool_wait_ms: u64,
+    },
 }
 
 fn default_pool_size() -> usize {

@@ -28,6 +28,11 @@ pub enum StorageSpec {
         pool_wait_ms: u64,
         statement_timeout_ms: u64,
     },
+    Mysql {
+        url: String,
+        pool_size: usize,
+        pool_wait_ms: u64,
+    },
 }
 
 /// A config that passed every check.
@@ -59,7 +64,7 @@ impl ResolvedConfig {
                         *path = data_dir.join(rel);
                     }
                 }
-                StorageSpec::Memory | StorageSpec::Postgres { .. } => {}
+                StorageSpec::Memory | StorageSpec::Postgres { .. } | StorageSpec::Mysql { .. } => {}
             }
         }
         self.data_dir = data_dir;
@@ -261,6 +266,15 @@ impl Resolver {
                     pool_size: *pool_size,
                     pool_wait_ms: *pool_wait_ms,
                     statement_timeout_ms: *statement_timeout_ms,
+                },
+                StorageConfig::Mysql {
+                    url,
+                    pool_size,
+                    pool_wait_ms,
+                } => StorageSpec::Mysql {
+                    url: url.clone(),
+                    pool_size: *pool_size,
+                    pool_wait_ms: *pool_wait_ms,
                 },
             };
             storages.insert(name.clone(), resolved);

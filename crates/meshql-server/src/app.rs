@@ -16,6 +16,7 @@ use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
 use meshql_store_memory::MemoryStore;
+use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
 use meshql_store_postgres::{PostgresDatabase, PostgresOptions, PostgresStore};
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use std::collections::HashMap;
@@ -49,6 +50,7 @@ pub struct App {
     stores: Vec<(String, DynStore)>,
     databases: Vec<Arc<SqliteDatabase>>,
     postgres: Vec<Arc<PostgresDatabase>>,
+    mysql: Vec<Arc<MysqlDatabase>>,
 }
 
 impl App {
@@ -64,6 +66,9 @@ impl App {
         }
         for db in &self.postgres {
             db.close();
+        }
+        for db in &self.mysql {
+            db.close().await;
         }
         tracing::info!("storage flushed; bye");
     }
@@ -91,6 +96,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // storage: one database per file, one store per entity
     let mut databases: HashMap<PathBuf, Arc<SqliteDatabase>> = HashMap::new();
     let mut postgres: HashMap<(String, Option<String>), Arc<PostgresDatabase>> = HashMap::new();
+    let mut mysql: HashMap<String, Arc<MysqlDatabase>> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {
         let spec = &config.storages[&entity.storage];
@@ -146,6 +152,29 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                     }
                 };
                 Arc::new(PostgresStore::new(db, &entity.table))
+            }
+            StorageSpec::Mysql {
+                url,
+                pool_size,
+                pool_wait_ms,
+            } => {
+                let db = match mysql.get(url) {
+                    Some(db) => db.clone(),
+                    None => {
+                        let mut options = MysqlOptions::new(url.clone());
+                        options.pool_size = *pool_size;
+                        options.pool_wait = Duration::from_millis(*pool_wait_ms);
+                        let db = MysqlDatabase::connect(&options).map_err(|source| {
+                            BuildError::Storage {
+                                entity: entity.name.clone(),
+                                source,
+                            }
+                        })?;
+                        mysql.insert(url.clone(), db.clone());
+                        db
+                    }
+                };
+                Arc::new(MysqlStore::new(db, &entity.table))
             }
         };
         let templates: Vec<_> = entity
@@ -274,5 +303,6 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         stores,
         databases: databases.into_values().collect(),
         postgres: postgres.into_values().collect(),
+        mysql: mysql.into_values().collect(),
     })
 }

@@ -566,3 +566,53 @@ fn uuid_like() -> String {
         N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     )
 }
+
+/// The URL of the test MariaDB server: `MESHQL_TEST_MYSQL_URL`, or one started by
+/// `scripts/services/mariadb.sh`. Panics — the test fails loudly — when none can be had.
+#[allow(dead_code)]
+pub fn mysql_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("MESHQL_TEST_MYSQL_URL") {
+            return url;
+        }
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/mariadb.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg("start")
+            .output()
+            .expect("run scripts/services/mariadb.sh");
+        assert!(
+            out.status.success(),
+            "MariaDB could not be started for the tests:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+    .clone()
+}
+
+/// A new, empty database on the test MariaDB; returns its URL.
+#[allow(dead_code)]
+pub fn fresh_mysql_database() -> String {
+    let base = mysql_url();
+    let name = format!("t_{}", uuid_like());
+    let rest = base.strip_prefix("mysql://").expect("mysql URL");
+    let (creds, host_db) = rest.split_once('@').expect("user@host");
+    let (user, password) = creds.split_once(':').unwrap_or((creds, ""));
+    let (host_port, _) = host_db.split_once('/').expect("host/db");
+    let (host, port) = host_port.split_once(':').unwrap_or((host_port, "3306"));
+    let out = Command::new("mariadb")
+        .args(["-h", host, "-P", port, "-u", user, &format!("-p{password}")])
+        .args(["-e", &format!("CREATE DATABASE {name}")])
+        .output()
+        .expect("run the mariadb client");
+    assert!(
+        out.status.success(),
+        "cannot create a test database: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (prefix, _) = base.rsplit_once('/').expect("URL with a database");
+    format!("{prefix}/{name}")
+}
