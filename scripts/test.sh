@@ -13,7 +13,8 @@ fi
 # ports, stopped when the tests end. A test that needs one fails loudly if it cannot start.
 MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
 MESHQL_TEST_MYSQL_URL=$(scripts/services/mariadb.sh start)
-export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL
-trap 'scripts/services/postgres.sh stop; scripts/services/mariadb.sh stop' EXIT
+MESHQL_TEST_MONGO_URL=$(scripts/services/ferretdb.sh start)
+export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL MESHQL_TEST_MONGO_URL
+trap 'scripts/services/postgres.sh stop; scripts/services/mariadb.sh stop; scripts/services/ferretdb.sh stop' EXIT
 
 cargo test --workspace --locked "$@"

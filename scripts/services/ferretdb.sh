@@ -30,29 +30,38 @@ build() {
   mv "$BIN.tmp" "$BIN"
 }
 
-running() { [ -f "$DIR/pid" ] && kill -0 "$(cat "$DIR/pid")" 2>/dev/null; }
+alive() { # a live, non-zombie process
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]
+}
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
+
+running() { [ -f "$DIR/pid" ] && alive "$(cat "$DIR/pid")" && listening; }
 
 start() {
   build
   mkdir -p "$DIR/data"
   if ! running; then
-    nohup "$BIN" --handler=sqlite --sqlite-url="file:$DIR/data/" --state-dir="$DIR" \
+    nohup "$BIN" </dev/null --handler=sqlite --sqlite-url="file:$DIR/data/" --state-dir="$DIR" \
       --listen-addr="127.0.0.1:$PORT" --telemetry=disable --debug-addr=- --log-level=warn \
       >"$DIR/server.log" 2>&1 &
     echo $! > "$DIR/pid"
     for _ in $(seq 100); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+      listening && break
       sleep 0.1
     done
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null || { echo "FerretDB did not start; its log:" >&2; cat "$DIR/server.log" >&2; exit 1; }
+    listening || { echo "FerretDB did not start; its log:" >&2; cat "$DIR/server.log" >&2; exit 1; }
   fi
   echo "$URL"
 }
 
 stop() {
-  if running; then
-    kill "$(cat "$DIR/pid")"
-    for _ in $(seq 50); do running || break; sleep 0.1; done
+  local pid
+  pid=$(cat "$DIR/pid" 2>/dev/null) || return 0
+  if alive "$pid"; then
+    kill "$pid"
+    for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
   fi
 }
 

@@ -22,9 +22,15 @@ install() {
   fi
 }
 
-running() { [ -f "$DIR/mysqld.pid" ] && kill -0 "$(cat "$DIR/mysqld.pid")" 2>/dev/null; }
+client() { mariadb --connect-timeout=2 --protocol=socket -S "$DIR/mysqld.sock" -u root "$@"; }
 
-client() { mariadb --protocol=socket -S "$DIR/mysqld.sock" -u root "$@"; }
+# running = answering (a pid alone can be a zombie or a recycled number)
+running() { [ -S "$DIR/mysqld.sock" ] && client -e "SELECT 1" >/dev/null 2>&1; }
+
+alive() { # a live, non-zombie process
+  local pid=$1
+  kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]
+}
 
 start() {
   install
@@ -35,10 +41,12 @@ start() {
       mariadb-install-db --user=mysql --datadir="$DIR/data" --auth-root-authentication-method=socket \
         --skip-test-db >"$DIR/install.log" 2>&1 || { cat "$DIR/install.log" >&2; exit 1; }
     fi
-    (cd "$DIR" && nohup /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$DIR/data" \
+    rm -f "$DIR/mysqld.sock"
+    # started as a plain background command: no subshell may keep our stdout open
+    nohup /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$DIR/data" \
       --port="$PORT" --bind-address=127.0.0.1 --socket="$DIR/mysqld.sock" \
       --pid-file="$DIR/mysqld.pid" --log-error="$DIR/error.log" \
-      --innodb-flush-log-at-trx-commit=2 --max-connections=300 >/dev/null 2>&1 &)
+      --innodb-flush-log-at-trx-commit=2 --max-connections=300 </dev/null >/dev/null 2>&1 &
     for _ in $(seq 100); do
       client -e "SELECT 1" >/dev/null 2>&1 && break
       sleep 0.1
@@ -53,9 +61,11 @@ start() {
 }
 
 stop() {
-  if running; then
-    kill "$(cat "$DIR/mysqld.pid")"
-    for _ in $(seq 100); do running || break; sleep 0.1; done
+  local pid
+  pid=$(cat "$DIR/mysqld.pid" 2>/dev/null) || return 0
+  if alive "$pid"; then
+    kill "$pid"
+    for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
   fi
 }
 

@@ -44,8 +44,8 @@ start() {
         || { cat "$DIR/initdb.log" >&2; exit 1; }
     fi
     as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 30 \
-      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off\" start" >&2 \
-      || { echo "PostgreSQL did not start; its log:" >&2; cat "$DIR/server.log" >&2; exit 1; }
+      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
+      || { echo "PostgreSQL did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
   fi
   for _ in $(seq 50); do
     "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" && break
@@ -53,7 +53,7 @@ start() {
   done
   "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" || { echo "PostgreSQL is not accepting connections" >&2; exit 1; }
   if ! psql -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='meshql_test'" | grep -q 1; then
-    psql -q -h 127.0.0.1 -p "$PORT" -U postgres -c "CREATE DATABASE meshql_test" >&2
+    psql -q -h 127.0.0.1 -p "$PORT" -U postgres -c "CREATE DATABASE meshql_test" >/dev/null
   fi
   echo "$URL"
 }

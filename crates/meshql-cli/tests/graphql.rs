@@ -76,6 +76,18 @@ async fn egg_economy_graph_in_process_on_mariadb() {
     .await;
 }
 
+#[tokio::test]
+async fn egg_economy_graph_in_process_on_mongodb_wire() {
+    let config = examples_dir().join("egg-economy/meshql-mongo.toml");
+    let db = format!("eggs{}", common::free_port());
+    egg_economy_graph(Server::start_with_env(
+        &config,
+        &[("MONGO_URI", common::mongo_url()), ("PREFIX", db)],
+        None,
+    ))
+    .await;
+}
+
 async fn egg_economy_graph(server: Server) {
     let c = server.client();
     let farm = id_of(

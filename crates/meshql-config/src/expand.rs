@@ -1,4 +1,5 @@
-//! Environment expansion: `${VAR}` and `${VAR:-default}` anywhere in the config text.
+//! Environment expansion: `${VAR}` and `${VAR:-default}` in the config text, outside TOML
+//! comments. Defaults may nest (`${A:-${B:-x}}`).
 //!
 //! Expansion happens on the raw text before parsing (so that `port = ${PORT:-5088}` works
 //! for numbers too). An expanded value may not contain a newline, which keeps line numbers
@@ -13,67 +14,147 @@ pub struct ExpandError {
 
 /// Expands the text with `lookup` (normally `std::env::var`).
 pub fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
+    expand_dyn(text, &lookup)
+}
+
+fn expand_dyn(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
+    let bytes = text.as_bytes();
+    let mut i = 0;
     let mut line = 1;
-    while let Some(pos) = rest.find("${") {
-        let before = &rest[..pos];
-        line += before.matches('\n').count();
-        if let Some(literal) = before.strip_suffix('$') {
-            out.push_str(literal);
-            out.push_str("${");
-            rest = &rest[pos + 2..];
+    // lexical state, just enough to know what is a comment
+    let mut in_comment = false;
+    let mut quote: Option<&'static str> = None;
+    while i < bytes.len() {
+        let rest = &text[i..];
+        let c = bytes[i];
+        if c == b'\n' {
+            line += 1;
+            in_comment = false;
+            if matches!(quote, Some("\"") | Some("'")) {
+                quote = None; // single-line strings end at the line end
+            }
+            out.push('\n');
+            i += 1;
             continue;
         }
-        out.push_str(before);
-        let after = &rest[pos + 2..];
-        let end = after.find('}').ok_or_else(|| ExpandError {
-            line,
-            message: "unterminated `${`".into(),
-        })?;
-        let inner = &after[..end];
-        if inner.contains('\n') {
-            return Err(ExpandError {
-                line,
-                message: "unterminated `${`".into(),
-            });
+        if in_comment {
+            let ch = rest.chars().next().expect("not at the end");
+            out.push(ch);
+            i += ch.len_utf8();
+            continue;
         }
-        let (name, default) = match inner.find(":-") {
-            Some(i) => (&inner[..i], Some(&inner[i + 2..])),
-            None => (inner, None),
-        };
-        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !valid {
-            return Err(ExpandError {
-                line,
-                message: format!("`${{{inner}}}` is not a variable reference (use ${{NAME}} or ${{NAME:-default}})"),
-            });
+        if let Some(q) = quote {
+            if rest.starts_with(q) && !(q == "\"" && is_escaped(bytes, i)) {
+                out.push_str(q);
+                i += q.len();
+                quote = None;
+                continue;
+            }
+        } else {
+            if c == b'#' {
+                in_comment = true;
+                out.push('#');
+                i += 1;
+                continue;
+            }
+            if let Some(q) = ["\"\"\"", "'''", "\"", "'"]
+                .into_iter()
+                .find(|q| rest.starts_with(q))
+            {
+                quote = Some(q);
+                out.push_str(q);
+                i += q.len();
+                continue;
+            }
         }
-        let value = match lookup(name).filter(|v| !v.is_empty()) {
-            Some(v) => v,
-            None => match default {
-                Some(d) => d.to_owned(),
-                None => {
-                    return Err(ExpandError {
-                        line,
-                        message: format!(
-                            "environment variable {name} is not set and has no default (write ${{{name}:-default}})"
-                        ),
-                    })
-                }
-            },
-        };
-        if value.contains('\n') {
-            return Err(ExpandError {
-                line,
-                message: format!("environment variable {name} contains a newline"),
-            });
+        if rest.starts_with("$${") {
+            out.push_str("${");
+            i += 3;
+            continue;
         }
-        out.push_str(&value);
-        rest = &after[end + 1..];
+        if rest.starts_with("${") {
+            let (value, used) = reference(rest, line, lookup)?;
+            out.push_str(&value);
+            i += used;
+            continue;
+        }
+        let ch = rest.chars().next().expect("not at the end");
+        out.push(ch);
+        i += ch.len_utf8();
     }
-    out.push_str(rest);
     Ok(out)
+}
+
+fn is_escaped(bytes: &[u8], i: usize) -> bool {
+    let mut n = 0;
+    let mut j = i;
+    while j > 0 && bytes[j - 1] == b'\\' {
+        n += 1;
+        j -= 1;
+    }
+    n % 2 == 1
+}
+
+/// Expands the reference at the start of `s` (`${...}`); returns the value and its length.
+fn reference(
+    s: &str,
+    line: usize,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<(String, usize), ExpandError> {
+    let err = |message: String| ExpandError { line, message };
+    // find the matching `}`, counting nested `${`
+    let bytes = s.as_bytes();
+    let mut depth = 0;
+    let mut end = None;
+    let mut j = 0;
+    while j < bytes.len() {
+        if bytes[j] == b'\n' {
+            break;
+        }
+        if s[j..].starts_with("${") {
+            depth += 1;
+            j += 2;
+            continue;
+        }
+        if bytes[j] == b'}' {
+            depth -= 1;
+            if depth == 0 {
+                end = Some(j);
+                break;
+            }
+        }
+        j += 1;
+    }
+    let end = end.ok_or_else(|| err("unterminated `${`".into()))?;
+    let inner = &s[2..end];
+    let (name, default) = match inner.find(":-") {
+        Some(k) => (&inner[..k], Some(&inner[k + 2..])),
+        None => (inner, None),
+    };
+    let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !valid {
+        return Err(err(format!(
+            "`${{{inner}}}` is not a variable reference (use ${{NAME}} or ${{NAME:-default}})"
+        )));
+    }
+    let value = match lookup(name).filter(|v| !v.is_empty()) {
+        Some(v) => v,
+        None => match default {
+            Some(d) => expand_dyn(d, lookup).map_err(|e| err(e.message))?,
+            None => {
+                return Err(err(format!(
+                    "environment variable {name} is not set and has no default (write ${{{name}:-default}})"
+                )))
+            }
+        },
+    };
+    if value.contains('\n') {
+        return Err(err(format!(
+            "environment variable {name} contains a newline"
+        )));
+    }
+    Ok((value, end + 1))
 }
 
 #[cfg(test)]
@@ -84,6 +165,7 @@ mod tests {
         match name {
             "PORT" => Some("9000".into()),
             "EMPTY" => Some(String::new()),
+            "B" => Some("bee".into()),
             _ => None,
         }
     }
@@ -98,6 +180,24 @@ mod tests {
         assert_eq!(
             expand("cost = \"$${PORT}\"", env).unwrap(),
             "cost = \"${PORT}\""
+        );
+    }
+
+    #[test]
+    fn defaults_nest() {
+        assert_eq!(expand("u = \"${A:-${B:-x}}\"", env).unwrap(), "u = \"bee\"");
+        assert_eq!(
+            expand("u = \"${A:-${C:-x}}/y\"", env).unwrap(),
+            "u = \"x/y\""
+        );
+    }
+
+    #[test]
+    fn comments_are_left_alone() {
+        let text = "# uses ${UNSET} for docs\nport = ${PORT:-1} # and ${ALSO_UNSET}\ns = \"a # ${PORT}\"\n";
+        assert_eq!(
+            expand(text, env).unwrap(),
+            "# uses ${UNSET} for docs\nport = 9000 # and ${ALSO_UNSET}\ns = \"a # 9000\"\n"
         );
     }
 

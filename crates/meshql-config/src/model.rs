@@ -133,6 +133,14 @@ pub enum StorageConfig {
         #[serde(default = "default_statement_timeout_ms")]
         statement_timeout_ms: u64,
     },
+    /// MongoDB: one collection per entity, one document per version. URI options
+    /// (`replicaSet`, `readPreference`, `maxPoolSize`, ...) are honoured.
+    Mongo {
+        /// `mongodb://host:port/?replicaSet=rs0`
+        uri: String,
+        /// Database name.
+        db: String,
+    },
     /// MySQL or MariaDB: one table per entity, JSON payloads.
     Mysql {
         /// `mysql://user:password@host:port/database`

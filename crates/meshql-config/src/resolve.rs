@@ -33,6 +33,10 @@ pub enum StorageSpec {
         pool_size: usize,
         pool_wait_ms: u64,
     },
+    Mongo {
+        uri: String,
+        db: String,
+    },
 }
 
 /// A config that passed every check.
@@ -64,7 +68,10 @@ impl ResolvedConfig {
                         *path = data_dir.join(rel);
                     }
                 }
-                StorageSpec::Memory | StorageSpec::Postgres { .. } | StorageSpec::Mysql { .. } => {}
+                StorageSpec::Memory
+                | StorageSpec::Postgres { .. }
+                | StorageSpec::Mysql { .. }
+                | StorageSpec::Mongo { .. } => {}
             }
         }
         self.data_dir = data_dir;
@@ -266,6 +273,10 @@ impl Resolver {
                     pool_size: *pool_size,
                     pool_wait_ms: *pool_wait_ms,
                     statement_timeout_ms: *statement_timeout_ms,
+                },
+                StorageConfig::Mongo { uri, db } => StorageSpec::Mongo {
+                    uri: uri.clone(),
+                    db: db.clone(),
                 },
                 StorageConfig::Mysql {
                     url,

@@ -16,6 +16,7 @@ use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
 use meshql_store_memory::MemoryStore;
+use meshql_store_mongo::{MongoDatabase, MongoStore};
 use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
 use meshql_store_postgres::{PostgresDatabase, PostgresOptions, PostgresStore};
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
@@ -51,6 +52,7 @@ pub struct App {
     databases: Vec<Arc<SqliteDatabase>>,
     postgres: Vec<Arc<PostgresDatabase>>,
     mysql: Vec<Arc<MysqlDatabase>>,
+    mongo: Vec<Arc<MongoDatabase>>,
 }
 
 impl App {
@@ -68,6 +70,9 @@ impl App {
             db.close();
         }
         for db in &self.mysql {
+            db.close().await;
+        }
+        for db in &self.mongo {
             db.close().await;
         }
         tracing::info!("storage flushed; bye");
@@ -97,6 +102,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let mut databases: HashMap<PathBuf, Arc<SqliteDatabase>> = HashMap::new();
     let mut postgres: HashMap<(String, Option<String>), Arc<PostgresDatabase>> = HashMap::new();
     let mut mysql: HashMap<String, Arc<MysqlDatabase>> = HashMap::new();
+    let mut mongo: HashMap<(String, String), Arc<MongoDatabase>> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {
         let spec = &config.storages[&entity.storage];
@@ -175,6 +181,23 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                     }
                 };
                 Arc::new(MysqlStore::new(db, &entity.table))
+            }
+            StorageSpec::Mongo { uri, db } => {
+                let key = (uri.clone(), db.clone());
+                let database = match mongo.get(&key) {
+                    Some(d) => d.clone(),
+                    None => {
+                        let d = MongoDatabase::connect(uri, db).await.map_err(|source| {
+                            BuildError::Storage {
+                                entity: entity.name.clone(),
+                                source,
+                            }
+                        })?;
+                        mongo.insert(key, d.clone());
+                        d
+                    }
+                };
+                Arc::new(MongoStore::new(database, &entity.table))
             }
         };
         let templates: Vec<_> = entity
@@ -304,5 +327,6 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         databases: databases.into_values().collect(),
         postgres: postgres.into_values().collect(),
         mysql: mysql.into_values().collect(),
+        mongo: mongo.into_values().collect(),
     })
 }

@@ -284,7 +284,8 @@ impl MongoStore {
         }
         let oid = ObjectId::new();
         let seq = current.as_ref().map(|c| c.seq).unwrap_or(oid);
-        let text = serde_json::Value::from(Bson::Document(payload.clone()).into_relaxed_extjson())
+        let text = Bson::Document(payload.clone())
+            .into_relaxed_extjson()
             .to_string();
         self.coll
             .insert_one(doc! {

@@ -616,3 +616,29 @@ pub fn fresh_mysql_database() -> String {
     let (prefix, _) = base.rsplit_once('/').expect("URL with a database");
     format!("{prefix}/{name}")
 }
+
+/// The URI of the test MongoDB-wire server (FerretDB): `MESHQL_TEST_MONGO_URL`, or one started
+/// by `scripts/services/ferretdb.sh`. Panics — the test fails loudly — when none can be had.
+#[allow(dead_code)]
+pub fn mongo_url() -> String {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("MESHQL_TEST_MONGO_URL") {
+            return url;
+        }
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/ferretdb.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg("start")
+            .output()
+            .expect("run scripts/services/ferretdb.sh");
+        assert!(
+            out.status.success(),
+            "FerretDB could not be started for the tests:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    })
+    .clone()
+}
