@@ -3,11 +3,16 @@
 # ~170-byte JSON body with one worker), measured with wrk in one run on this machine.
 # A stop-gap until `meshql bench` exists; see docs/BENCHMARKS.md.
 #
-# Usage: scripts/quick-bench.sh [rounds=3] [seconds=8]
+# Usage: scripts/quick-bench.sh [rounds=3] [seconds=8] [config=examples/egg-economy]
+#   The config's own environment (DATABASE_URL, MONGO_URI, ...) is passed through, so the
+#   same scenarios run on every storage backend, e.g.
+#   DATABASE_URL=$(scripts/services/postgres.sh start) \
+#     scripts/quick-bench.sh 1 5 examples/egg-economy/meshql-postgres.toml
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 SECS=${2:-8}
+CONFIG=${3:-examples/egg-economy}
 NGINX_PORT=18080
 MESHQL_PORT=15288
 WORK=$(mktemp -d)
@@ -18,7 +23,7 @@ if ! need wrk || ! need nginx || ! need jq; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk nginx-light jq >/dev/null
 fi
 
-cargo build --release -q -p meshql
+[ "${SKIP_BUILD:-0}" = 1 ] || cargo build --release -q -p meshql
 
 cat > "$WORK/nginx.conf" <<NGINX
 worker_processes 1;
@@ -39,7 +44,7 @@ http {
 NGINX
 nginx -c "$WORK/nginx.conf"
 
-target/release/meshql serve examples/egg-economy --port $MESHQL_PORT --data-dir "$WORK/data" --log-level warn &
+target/release/meshql serve "$CONFIG" --port $MESHQL_PORT --data-dir "$WORK/data" --log-level warn &
 MESHQL_PID=$!
 for _ in $(seq 100); do curl -sf localhost:$MESHQL_PORT/health >/dev/null && break; sleep 0.05; done
 
@@ -83,7 +88,8 @@ for line in open(sys.argv[1]):
     k, v = line.split()
     rows.setdefault(k, []).append(float(v))
 ceiling = statistics.median(rows.pop("ceiling"))
-print(f"wrk -t1 -c10; medians of {len(next(iter(rows.values())))} rounds; ceiling (nginx) {ceiling:,.0f} req/s")
+import os
+print(f"{os.environ.get('BENCH_LABEL', '')} wrk -t1 -c10; medians of {len(next(iter(rows.values())))} rounds; ceiling (nginx) {ceiling:,.0f} req/s")
 print(f"{'scenario':<20} {'req/s':>10} {'of ceiling':>11}")
 for k, v in rows.items():
     m = statistics.median(v)

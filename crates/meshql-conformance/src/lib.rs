@@ -745,3 +745,39 @@ macro_rules! conformance_tests {
         )*
     };
 }
+
+/// The URL of a real server for tests: the environment variable `env_var` when set (CI sets
+/// it once for the whole run), or else the URL printed by `scripts/services/<service>.sh
+/// start`, which installs and starts the server when needed. Panics — so the test fails
+/// loudly — when no server can be had. Cached per process.
+pub fn test_server_url(service: &str, env_var: &str) -> String {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static URLS: OnceLock<Mutex<HashMap<String, String>>> = OnceLock::new();
+    let mut urls = URLS.get_or_init(Default::default).lock().unwrap();
+    if let Some(url) = urls.get(service) {
+        return url.clone();
+    }
+    let url = match std::env::var(env_var) {
+        Ok(url) => url,
+        Err(_) => {
+            let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scripts/services")
+                .join(format!("{service}.sh"));
+            let out = std::process::Command::new("bash")
+                .arg(&script)
+                .arg("start")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+            assert!(
+                out.status.success(),
+                "{service} could not be started for the tests:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        }
+    };
+    urls.insert(service.to_owned(), url.clone());
+    url
+}

@@ -4,31 +4,10 @@
 
 use meshql_core::{DynStore, Store};
 use meshql_store_mongo::{MongoDatabase, MongoStore};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 fn mongo_url() -> String {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("MESHQL_TEST_MONGO_URL") {
-            return url;
-        }
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/services/ferretdb.sh"
-        );
-        let out = std::process::Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .output()
-            .expect("run scripts/services/ferretdb.sh");
-        assert!(
-            out.status.success(),
-            "FerretDB could not be started for the tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
-    .clone()
+    meshql_conformance::test_server_url("ferretdb", "MESHQL_TEST_MONGO_URL")
 }
 
 async fn fresh_store() -> DynStore {

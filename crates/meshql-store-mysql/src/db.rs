@@ -43,9 +43,13 @@ impl MysqlDatabase {
             .map_err(|e| StoreError::Invalid(format!("bad MySQL URL: {e}")))?;
         let constraints = PoolConstraints::new(0, o.pool_size.max(1))
             .ok_or_else(|| StoreError::Invalid("bad pool size".into()))?;
-        let opts = OptsBuilder::from_opts(opts)
-            .stmt_cache_size(256)
-            .pool_opts(PoolOpts::default().with_constraints(constraints));
+        let opts = OptsBuilder::from_opts(opts).stmt_cache_size(256).pool_opts(
+            PoolOpts::default()
+                .with_constraints(constraints)
+                // COM_RESET_CONNECTION on every return would drop the prepared-statement
+                // cache (and cost a round trip); sessions carry no per-request state here
+                .with_reset_connection(false),
+        );
         Ok(Arc::new(Self {
             pool: Pool::new(opts),
             wait: o.pool_wait,

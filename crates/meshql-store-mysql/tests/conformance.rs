@@ -4,31 +4,10 @@
 
 use meshql_core::{DynStore, Store};
 use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 fn mysql_url() -> String {
-    static URL: OnceLock<String> = OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("MESHQL_TEST_MYSQL_URL") {
-            return url;
-        }
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/services/mariadb.sh"
-        );
-        let out = std::process::Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .output()
-            .expect("run scripts/services/mariadb.sh");
-        assert!(
-            out.status.success(),
-            "MariaDB could not be started for the tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
-    .clone()
+    meshql_conformance::test_server_url("mariadb", "MESHQL_TEST_MYSQL_URL")
 }
 
 async fn fresh_store() -> DynStore {

@@ -510,26 +510,7 @@ pub fn is_rfc4122_uuid(s: &str) -> bool {
 /// fails loudly — when no server can be had.
 #[allow(dead_code)]
 pub fn postgres_url() -> String {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("MESHQL_TEST_POSTGRES_URL") {
-            return url;
-        }
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/postgres.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .output()
-            .expect("run scripts/services/postgres.sh");
-        assert!(
-            out.status.success(),
-            "PostgreSQL could not be started for the tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
-    .clone()
+    meshql_conformance::test_server_url("postgres", "MESHQL_TEST_POSTGRES_URL")
 }
 
 /// A new, empty database on the test server; returns its URL.
@@ -571,26 +552,7 @@ fn uuid_like() -> String {
 /// `scripts/services/mariadb.sh`. Panics — the test fails loudly — when none can be had.
 #[allow(dead_code)]
 pub fn mysql_url() -> String {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("MESHQL_TEST_MYSQL_URL") {
-            return url;
-        }
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/mariadb.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .output()
-            .expect("run scripts/services/mariadb.sh");
-        assert!(
-            out.status.success(),
-            "MariaDB could not be started for the tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
-    .clone()
+    meshql_conformance::test_server_url("mariadb", "MESHQL_TEST_MYSQL_URL")
 }
 
 /// A new, empty database on the test MariaDB; returns its URL.
@@ -621,24 +583,5 @@ pub fn fresh_mysql_database() -> String {
 /// by `scripts/services/ferretdb.sh`. Panics — the test fails loudly — when none can be had.
 #[allow(dead_code)]
 pub fn mongo_url() -> String {
-    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("MESHQL_TEST_MONGO_URL") {
-            return url;
-        }
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/ferretdb.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .arg("start")
-            .output()
-            .expect("run scripts/services/ferretdb.sh");
-        assert!(
-            out.status.success(),
-            "FerretDB could not be started for the tests:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    })
-    .clone()
+    meshql_conformance::test_server_url("ferretdb", "MESHQL_TEST_MONGO_URL")
 }
