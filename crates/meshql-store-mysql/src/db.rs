@@ -41,7 +41,10 @@ impl MysqlDatabase {
     pub fn connect(o: &MysqlOptions) -> Result<Arc<Self>, StoreError> {
         let opts = Opts::from_url(&o.url)
             .map_err(|e| StoreError::Invalid(format!("bad MySQL URL: {e}")))?;
-        let constraints = PoolConstraints::new(0, o.pool_size.max(1))
+        // min = max: with a lower minimum, mysql_async closes idle connections above it at
+        // once, and every request would pay a new connection (TCP, handshake, auth)
+        let size = o.pool_size.max(1);
+        let constraints = PoolConstraints::new(size, size)
             .ok_or_else(|| StoreError::Invalid("bad pool size".into()))?;
         let opts = OptsBuilder::from_opts(opts).stmt_cache_size(256).pool_opts(
             PoolOpts::default()
