@@ -17,4 +17,12 @@ MESHQL_TEST_MONGO_URL=$(scripts/services/ferretdb.sh start)
 export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL MESHQL_TEST_MONGO_URL
 trap 'scripts/services/postgres.sh stop; scripts/services/mariadb.sh stop; scripts/services/ferretdb.sh stop' EXIT
 
-cargo test --workspace --locked "$@"
+# Run everything, then close with one line that totals every test binary's results (cargo
+# ends with the doc-tests' own, often empty, summary).
+log=$(mktemp)
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+rm -f "$log"
+exit "$status"
