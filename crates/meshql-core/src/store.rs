@@ -152,3 +152,73 @@ pub trait Store: Send + Sync + 'static {
 
 /// A shared, dynamically dispatched store.
 pub type DynStore = Arc<dyn Store>;
+
+/// Where a new version goes in its document's history: the versioning rules every backend
+/// applies, written once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// The version's `created_at`.
+    pub stamp: Millis,
+    /// Whether it becomes the newest version of its document.
+    pub latest: bool,
+    /// A back-dated version: the backend moves `stamp` past versions already at that time
+    /// (`+1` while taken), then calls [`Placement::settle`].
+    pub check_collisions: bool,
+}
+
+impl Placement {
+    /// `requested`: the caller's `created_at`, if any; `current`: the newest version's time.
+    /// A version written "now" always becomes the newest, 1 ms after the current one when
+    /// the clock has not moved on.
+    pub fn new(requested: Option<Millis>, current: Option<Millis>, now: Millis) -> Self {
+        let stamp = requested.unwrap_or(now);
+        match current {
+            None => Placement {
+                stamp,
+                latest: true,
+                check_collisions: false,
+            },
+            Some(cur) if requested.is_none() || stamp >= cur => Placement {
+                stamp: stamp.max(cur + 1),
+                latest: true,
+                check_collisions: false,
+            },
+            Some(_) => Placement {
+                stamp,
+                latest: false,
+                check_collisions: true,
+            },
+        }
+    }
+
+    /// After collisions moved a back-dated stamp: past the newest version, it is the newest.
+    pub fn settle(mut self, stamp: Millis, current: Option<Millis>) -> Self {
+        self.stamp = stamp;
+        self.latest = self.latest || current.is_some_and(|c| stamp > c);
+        self
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::Placement;
+
+    #[test]
+    fn placement_rules() {
+        let first = Placement::new(None, None, 5);
+        assert_eq!(
+            (first.stamp, first.latest, first.check_collisions),
+            (5, true, false)
+        );
+        assert_eq!(
+            Placement::new(None, Some(5), 5).stamp,
+            6,
+            "same millisecond: 1 ms later"
+        );
+        assert_eq!(Placement::new(Some(9), Some(5), 1).stamp, 9);
+        let back = Placement::new(Some(3), Some(5), 10);
+        assert!(!back.latest && back.check_collisions);
+        assert!(back.settle(6, Some(5)).latest);
+        assert!(!back.settle(4, Some(5)).latest);
+    }
+}

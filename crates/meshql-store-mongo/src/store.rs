@@ -5,7 +5,7 @@ use futures::TryStreamExt;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
     now_millis, ArgValue, BoundArgs, Envelope, FieldPath, KeyedRows, Millis, NewDocument,
-    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use mongodb::bson::{self, doc, oid::ObjectId, Bson, DateTime, Document};
 use mongodb::options::{ClientOptions, IndexOptions};
@@ -257,18 +257,10 @@ impl MongoStore {
         } else {
             self.current(id).await?
         };
-        let mut stamp = created_at.unwrap_or_else(now_millis);
-        let mut is_latest = match &current {
-            None => true,
-            Some(cur) => stamp >= cur.created_at || created_at.is_none(),
-        };
-        if is_latest {
-            if let Some(cur) = &current {
-                if stamp <= cur.created_at {
-                    stamp = cur.created_at + 1;
-                }
-            }
-        } else {
+        let cur_time = current.as_ref().map(|c| c.created_at);
+        let mut place = Placement::new(created_at, cur_time, now_millis());
+        if place.check_collisions {
+            let mut stamp = place.stamp;
             while self
                 .coll
                 .find_one(doc! {"id": id, "created_at": DateTime::from_millis(stamp)})
@@ -278,10 +270,9 @@ impl MongoStore {
             {
                 stamp += 1;
             }
-            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
-                is_latest = true;
-            }
+            place = place.settle(stamp, cur_time);
         }
+        let (stamp, is_latest) = (place.stamp, place.latest);
         let oid = ObjectId::new();
         let seq = current.as_ref().map(|c| c.seq).unwrap_or(oid);
         let text = Bson::Document(payload.clone())

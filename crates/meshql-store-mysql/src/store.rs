@@ -4,8 +4,8 @@ use crate::db::{my_error, MysqlDatabase};
 use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
-    Row, Store, StoreError, StoreStats, TokenFilter,
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement, QueryTemplate,
+    RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
@@ -193,18 +193,10 @@ impl MysqlStore {
         } else {
             self.current(q, v.id).await?
         };
-        let mut stamp = v.created_at.unwrap_or_else(now_millis);
-        let mut is_latest = match &current {
-            None => true,
-            Some(cur) => stamp >= cur.created_at || v.created_at.is_none(),
-        };
-        if is_latest {
-            if let Some(cur) = &current {
-                if stamp <= cur.created_at {
-                    stamp = cur.created_at + 1;
-                }
-            }
-        } else {
+        let cur_time = current.as_ref().map(|c| c.created_at);
+        let mut place = Placement::new(v.created_at, cur_time, now_millis());
+        if place.check_collisions {
+            let mut stamp = place.stamp;
             loop {
                 let exists: Option<i64> = q
                     .exec_first(&self.sql.version_exists, (v.id, stamp))
@@ -215,10 +207,9 @@ impl MysqlStore {
                 }
                 stamp += 1;
             }
-            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
-                is_latest = true;
-            }
+            place = place.settle(stamp, cur_time);
         }
+        let (stamp, is_latest) = (place.stamp, place.latest);
         if let (true, Some(cur)) = (is_latest, &current) {
             q.exec_drop(&self.sql.clear_latest, (cur.rowid,))
                 .await

@@ -5,8 +5,8 @@ use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
-    Row, Store, StoreError, StoreStats, TokenFilter,
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement, QueryTemplate,
+    RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -202,18 +202,10 @@ impl PostgresStore {
         } else {
             self.current(client, v.id).await?
         };
-        let mut stamp = v.created_at.unwrap_or_else(now_millis);
-        let mut is_latest = match &current {
-            None => true,
-            Some(cur) => stamp >= cur.created_at || v.created_at.is_none(),
-        };
-        if is_latest {
-            if let Some(cur) = &current {
-                if stamp <= cur.created_at {
-                    stamp = cur.created_at + 1;
-                }
-            }
-        } else {
+        let cur_time = current.as_ref().map(|c| c.created_at);
+        let mut place = Placement::new(v.created_at, cur_time, now_millis());
+        if place.check_collisions {
+            let mut stamp = place.stamp;
             let exists = client
                 .prepare_cached(&self.sql.version_exists)
                 .await
@@ -226,11 +218,9 @@ impl PostgresStore {
             {
                 stamp += 1;
             }
-            // pushed past the newest version by collisions: it is the newest now
-            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
-                is_latest = true;
-            }
+            place = place.settle(stamp, cur_time);
         }
+        let (stamp, is_latest) = (place.stamp, place.latest);
         if let (true, Some(cur)) = (is_latest, &current) {
             let clear = client
                 .prepare_cached(&self.sql.clear_latest)

@@ -5,8 +5,8 @@ use crate::sql::{self, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
-    Row, Store, StoreError, StoreStats, TokenFilter,
+    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement, QueryTemplate,
+    RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use parking_lot::RwLock;
 use rusqlite::types::Value as SqlValue;
@@ -272,37 +272,24 @@ impl SqliteStore {
         } else {
             Self::current(conn, sql, id)?
         };
-        let mut stamp = created_at.unwrap_or_else(now_millis);
-        let mut is_latest = match &current {
-            None => true,
-            Some(cur) => stamp >= cur.created_at || created_at.is_none(),
-        };
-        if is_latest {
-            if let Some(cur) = &current {
-                if stamp <= cur.created_at {
-                    stamp = cur.created_at + 1;
-                }
-            }
-        } else {
-            // a back-dated version: keep it unique among the history
+        let cur_time = current.as_ref().map(|c| c.created_at);
+        let mut place = Placement::new(created_at, cur_time, now_millis());
+        if place.check_collisions {
+            let mut stamp = place.stamp;
             let mut exists = conn
                 .prepare_cached(&sql.version_exists)
                 .map_err(query_error)?;
             while exists.exists(params![id, stamp]).map_err(query_error)? {
                 stamp += 1;
             }
-            // pushed past the newest version by collisions: it is the newest now
-            if current.as_ref().is_some_and(|c| stamp > c.created_at) {
-                is_latest = true;
-            }
+            place = place.settle(stamp, cur_time);
         }
-        if is_latest {
-            if let Some(cur) = &current {
-                conn.prepare_cached(&sql.clear_latest)
-                    .map_err(query_error)?
-                    .execute(params![cur.rowid])
-                    .map_err(query_error)?;
-            }
+        let (stamp, is_latest) = (place.stamp, place.latest);
+        if let (true, Some(cur)) = (is_latest, &current) {
+            conn.prepare_cached(&sql.clear_latest)
+                .map_err(query_error)?
+                .execute(params![cur.rowid])
+                .map_err(query_error)?;
         }
         let tokens_text = serde_json::to_string(tokens).expect("strings serialise");
         conn.prepare_cached(&sql.insert)
