@@ -1,5 +1,7 @@
 //! The `meshql` command line.
 
+mod bench;
+
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,11 +48,21 @@ enum Command {
     },
     /// Print the JSON Schema of the config format.
     ConfigSchema,
+    /// Load-test a server with the scenarios of the seed reports (starts a fresh meshql per
+    /// scenario unless --url is given) and write JSON, Markdown and HTML reports.
+    #[command(args_conflicts_with_subcommands = true)]
+    Bench {
+        #[command(subcommand)]
+        command: Option<bench::BenchCommand>,
+        #[command(flatten)]
+        run: bench::BenchRun,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Bench { command, run } => bench::run(command, run),
         Command::ConfigSchema => {
             println!(
                 "{}",

@@ -301,8 +301,15 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         }
     }
 
+    let mut storages: Vec<(String, DynStore)> = Vec::new();
+    for entity in &config.entities {
+        if !storages.iter().any(|(s, _)| *s == entity.storage) {
+            storages.push((entity.storage.clone(), store_of(&entity.name)));
+        }
+    }
     let ops = Arc::new(Ops {
         stores: stores.clone(),
+        storages,
     });
     let ops_router = Router::new()
         .route("/health", get(ops::health))

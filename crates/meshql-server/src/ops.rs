@@ -11,6 +11,8 @@ use std::sync::Arc;
 pub struct Ops {
     /// (entity, store)
     pub stores: Vec<(String, DynStore)>,
+    /// (storage name, a store on it): counters kept per storage, not per entity
+    pub storages: Vec<(String, DynStore)>,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
@@ -58,7 +60,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
         &'static str,
         fn(&meshql_core::StoreStats) -> u64,
     );
-    let series: [Series; 3] = [
+    let per_entity: [Series; 2] = [
         (
             "meshql_storage_reads_total",
             "Read statements executed by the entity's store.",
@@ -69,17 +71,20 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             "Document versions written by the entity's store.",
             |s| s.writes,
         ),
-        (
-            "meshql_storage_commits_total",
-            "Transactions committed by the storage the entity lives in.",
-            |s| s.commits,
-        ),
     ];
-    for (name, help, get) in series {
+    for (name, help, get) in per_entity {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         for (entity, store) in &ops.stores {
             let _ = writeln!(out, "{name}{{entity=\"{entity}\"}} {}", get(&store.stats()));
         }
+    }
+    let name = "meshql_storage_commits_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Transactions committed by the storage (shared by its entities).\n# TYPE {name} counter"
+    );
+    for (storage, store) in &ops.storages {
+        let _ = writeln!(out, "{name}{{storage=\"{storage}\"}} {}", store.stats().commits);
     }
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
 }

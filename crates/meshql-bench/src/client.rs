@@ -1,0 +1,270 @@
+//! The HTTP side of a virtual user: one keep-alive HTTP/1.1 connection per user (as k6 and
+//! wrk do), requests timed from the first byte written to the last byte read.
+//!
+//! hyper's connection-level client is used directly rather than a pooled client: a virtual user
+//! owns its connection, so there is nothing to look up per request, and the load generator
+//! stays cheap enough to measure a server running on the same two cores.
+
+use crate::stats::{Outcome, Recorder};
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+/// Where requests go: an `http://host:port` base URL (an optional path prefix is kept).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub base: String,
+    authority: String,
+    prefix: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("unsupported target URL {0:?}: use http://host:port[/prefix] (TLS is not supported)")]
+    BadUrl(String),
+    #[error("cannot connect to {0}: {1}")]
+    Connect(String, std::io::Error),
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("no response within {0:?}")]
+    Timeout(Duration),
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Self, ClientError> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
+        let (authority, prefix) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        if authority.is_empty() {
+            return Err(ClientError::BadUrl(url.to_string()));
+        }
+        let authority = if authority.contains(':') {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        Ok(Self {
+            base: format!("http://{authority}{prefix}"),
+            authority,
+            prefix: prefix.to_string(),
+        })
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+}
+
+/// A response, fully read.
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Bytes,
+    /// The `Location` header, when present (servers that answer a create with a redirect).
+    pub location: Option<String>,
+}
+
+impl Reply {
+    pub fn json(&self) -> Option<Value> {
+        serde_json::from_slice(&self.body).ok()
+    }
+}
+
+/// Per-request deadline; a request that takes longer counts as an HTTP error.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One virtual user's connection and recorder.
+pub struct Session {
+    target: Target,
+    sender: Option<SendRequest<Full<Bytes>>>,
+    pub recorder: Recorder,
+}
+
+impl Session {
+    pub fn new(target: Target) -> Self {
+        Self {
+            target,
+            sender: None,
+            recorder: Recorder::default(),
+        }
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, ClientError> {
+        if self.sender.as_ref().is_some_and(|s| !s.is_closed()) {
+            return Ok(self.sender.as_mut().expect("checked above"));
+        }
+        let stream = TcpStream::connect(&self.target.authority)
+            .await
+            .map_err(|e| ClientError::Connect(self.target.authority.clone(), e))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(self.sender.insert(sender))
+    }
+
+    /// Opens the connection ahead of the first request (pre-allocated open-model workers).
+    pub async fn warm(&mut self) {
+        let _ = self.connect().await;
+    }
+
+    /// Sends one request without recording it (setup and validation use this).
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Result<Reply, ClientError> {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.target.prefix, path))
+            .header(header::HOST, self.target.authority.as_str());
+        if body.is_some() {
+            builder = builder.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = builder
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|_| ClientError::BadUrl(path.to_string()))?;
+        let sender = self.connect().await?;
+        let exchange = async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await?.to_bytes();
+            Ok::<_, hyper::Error>(Reply {
+                status: parts.status,
+                body,
+                location: parts
+                    .headers
+                    .get(header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+            })
+        };
+        match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => {
+                self.sender = None;
+                Err(e.into())
+            }
+            Err(_) => {
+                self.sender = None;
+                Err(ClientError::Timeout(REQUEST_TIMEOUT))
+            }
+        }
+    }
+
+    /// Sends one request and records it under `kind`; `None` when no response came back
+    /// (recorded as an HTTP error). A status ≥ 400 is recorded as an HTTP error but returned.
+    pub async fn call(
+        &mut self,
+        kind: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Option<Reply> {
+        let started = Instant::now();
+        self.call_from(kind, started, method, path, body).await
+    }
+
+    /// As [`call`](Self::call), with latency measured from `intended` — the moment an
+    /// open-model iteration was due, so that a late start counts against the server rather than
+    /// vanishing (no coordinated omission).
+    pub async fn call_from(
+        &mut self,
+        kind: &'static str,
+        intended: Instant,
+        method: Method,
+        path: &str,
+        body: Option<Bytes>,
+    ) -> Option<Reply> {
+        let result = self.send(method, path, body).await;
+        let latency = intended.elapsed();
+        match result {
+            Ok(reply) => {
+                let outcome = if reply.status.as_u16() >= 400 {
+                    Outcome::HttpError
+                } else {
+                    Outcome::Ok
+                };
+                self.recorder.kind(kind).record(latency, outcome);
+                Some(reply)
+            }
+            Err(_) => {
+                self.recorder
+                    .kind(kind)
+                    .record(latency, Outcome::HttpError);
+                None
+            }
+        }
+    }
+
+    /// Posts a GraphQL query and records it under `kind`; returns the `data` member when the
+    /// response is a 2xx without `errors`.
+    pub async fn graphql(&mut self, kind: &'static str, path: &str, query: &str) -> Option<Value> {
+        let body = graphql_body(query);
+        let started = Instant::now();
+        let result = self.send(Method::POST, path, Some(body)).await;
+        let latency = started.elapsed();
+        let (outcome, data) = match result {
+            Ok(reply) if reply.status.is_success() => match reply.json() {
+                Some(mut v) => {
+                    let has_errors = v
+                        .get("errors")
+                        .and_then(Value::as_array)
+                        .is_some_and(|e| !e.is_empty());
+                    if has_errors {
+                        (Outcome::GraphqlError, None)
+                    } else {
+                        (Outcome::Ok, v.get_mut("data").map(Value::take))
+                    }
+                }
+                None => (Outcome::GraphqlError, None),
+            },
+            _ => (Outcome::HttpError, None),
+        };
+        self.recorder.kind(kind).record(latency, outcome);
+        data
+    }
+
+    /// Records a check on `kind` (a response that came back but was wrong).
+    pub fn check(&mut self, kind: &'static str, passed: bool) -> bool {
+        self.recorder.kind(kind).check(passed);
+        passed
+    }
+}
+
+/// `{"query": …}` as bytes.
+pub fn graphql_body(query: &str) -> Bytes {
+    Bytes::from(serde_json::to_vec(&serde_json::json!({ "query": query })).expect("serialises"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_reject() {
+        let t = Target::parse("http://127.0.0.1:5088").unwrap();
+        assert_eq!(t.url("/farm/api"), "http://127.0.0.1:5088/farm/api");
+        let t = Target::parse("http://localhost/base/").unwrap();
+        assert_eq!(t.authority, "localhost:80");
+        assert_eq!(t.url("/x"), "http://localhost:80/base/x");
+        assert!(Target::parse("https://x:1").is_err());
+        assert!(Target::parse("http://").is_err());
+        assert!(Target::parse("localhost:5088").is_err());
+    }
+}

@@ -1,0 +1,378 @@
+//! The report as one self-contained HTML page: the tables plus inline SVG charts (latency
+//! percentiles per request kind, throughput and users over time, throughput and p95 against
+//! offered load, fraction of the ceiling). No scripts, no external assets.
+
+use super::text::thousands;
+use super::{Report, RunReport, ScenarioReport};
+use std::fmt::Write;
+
+const COLORS: [&str; 6] = [
+    "#2f6db5", "#e07b28", "#3a9a4a", "#b83b5e", "#7a5cb8", "#8a8a8a",
+];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A round upper bound for an axis (1, 2, 5 × 10ⁿ).
+fn nice_max(v: f64) -> f64 {
+    if v <= 0.0 || !v.is_finite() {
+        return 1.0;
+    }
+    let exp = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if v <= m * exp {
+            return m * exp;
+        }
+    }
+    10.0 * exp
+}
+
+fn fmt_tick(v: f64) -> String {
+    if v >= 1000.0 {
+        thousands(v.round() as u64)
+    } else if v >= 10.0 || v == 0.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+const W: f64 = 720.0;
+const PAD_L: f64 = 70.0;
+const PAD_R: f64 = 150.0;
+const PAD_T: f64 = 30.0;
+const PAD_B: f64 = 40.0;
+
+/// Grouped horizontal bars: one group per category, one bar per series.
+pub fn bar_chart(title: &str, unit: &str, categories: &[String], series: &[(&str, Vec<f64>)]) -> String {
+    let bar_h = 12.0;
+    let group_h = bar_h * series.len() as f64 + 10.0;
+    let h = PAD_T + PAD_B + group_h * categories.len() as f64;
+    let label_w = 150.0;
+    let plot_w = W - label_w - PAD_R;
+    let max = nice_max(
+        series
+            .iter()
+            .flat_map(|(_, v)| v.iter().copied())
+            .fold(0.0, f64::max),
+    );
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = write!(svg, r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#, esc(title));
+    for i in 0..=4 {
+        let v = max * i as f64 / 4.0;
+        let x = label_w + plot_w * i as f64 / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{x}" y1="{PAD_T}" x2="{x}" y2="{y2}" stroke="#ddd"/><text x="{x}" y="{ty}" text-anchor="middle">{}</text>"##,
+            fmt_tick(v),
+            y2 = h - PAD_B,
+            ty = h - PAD_B + 14.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        label_w + plot_w / 2.0,
+        h - 8.0,
+        esc(unit)
+    );
+    for (c, cat) in categories.iter().enumerate() {
+        let y0 = PAD_T + group_h * c as f64 + 5.0;
+        let _ = write!(
+            svg,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            label_w - 6.0,
+            y0 + group_h / 2.0,
+            esc(cat)
+        );
+        for (s, (_, values)) in series.iter().enumerate() {
+            let v = values.get(c).copied().unwrap_or(0.0);
+            let wpx = (v / max * plot_w).max(0.5);
+            let y = y0 + bar_h * s as f64;
+            let _ = write!(
+                svg,
+                r#"<rect x="{label_w}" y="{y}" width="{wpx:.1}" height="{}" fill="{}"><title>{}: {v:.3}</title></rect>"#,
+                bar_h - 2.0,
+                COLORS[s % COLORS.len()],
+                esc(series[s].0)
+            );
+        }
+    }
+    legend(&mut svg, series.iter().map(|(n, _)| *n));
+    svg.push_str("</svg>");
+    svg
+}
+
+fn legend<'a>(svg: &mut String, names: impl Iterator<Item = &'a str>) {
+    for (i, name) in names.enumerate() {
+        let y = PAD_T + 16.0 * i as f64;
+        let _ = write!(
+            svg,
+            r#"<rect x="{}" y="{}" width="10" height="10" fill="{}"/><text x="{}" y="{}">{}</text>"#,
+            W - PAD_R + 12.0,
+            y,
+            COLORS[i % COLORS.len()],
+            W - PAD_R + 26.0,
+            y + 9.0,
+            esc(name)
+        );
+    }
+}
+
+/// Lines over a shared x axis; each series is scaled to its own axis when `own_scale`.
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(&str, Vec<(f64, f64)>)],
+) -> String {
+    let h = 260.0;
+    let plot_w = W - PAD_L - PAD_R;
+    let plot_h = h - PAD_T - PAD_B;
+    let points = series.iter().flat_map(|(_, p)| p.iter());
+    let (xmax, ymax) = points.fold((0.0f64, 0.0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
+    let (xmax, ymax) = (nice_max(xmax), nice_max(ymax));
+    let mut svg = String::new();
+    let _ = write!(
+        svg,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = write!(svg, r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#, esc(title));
+    for i in 0..=4 {
+        let y = PAD_T + plot_h * (1.0 - i as f64 / 4.0);
+        let x = PAD_L + plot_w * i as f64 / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{PAD_L}" y1="{y}" x2="{x2}" y2="{y}" stroke="#ddd"/><text x="{tx}" y="{ty}" text-anchor="end">{}</text>"##,
+            fmt_tick(ymax * i as f64 / 4.0),
+            x2 = PAD_L + plot_w,
+            tx = PAD_L - 4.0,
+            ty = y + 4.0
+        );
+        let _ = write!(
+            svg,
+            r#"<text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
+            h - PAD_B + 14.0,
+            fmt_tick(xmax * i as f64 / 4.0)
+        );
+    }
+    let _ = write!(
+        svg,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text><text x="12" y="{}" transform="rotate(-90 12 {})" text-anchor="middle">{}</text>"#,
+        PAD_L + plot_w / 2.0,
+        h - 6.0,
+        esc(x_label),
+        PAD_T + plot_h / 2.0,
+        PAD_T + plot_h / 2.0,
+        esc(y_label)
+    );
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let path: Vec<String> = pts
+            .iter()
+            .map(|(x, y)| {
+                format!(
+                    "{:.1},{:.1}",
+                    PAD_L + x / xmax * plot_w,
+                    PAD_T + plot_h * (1.0 - y / ymax)
+                )
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{}" stroke-width="2" points="{}"><title>{}</title></polyline>"#,
+            COLORS[i % COLORS.len()],
+            path.join(" "),
+            esc(name)
+        );
+        if pts.len() <= 20 {
+            for (x, y) in pts {
+                let _ = write!(
+                    svg,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{}"><title>{name}: {x:.0} → {y:.2}</title></circle>"#,
+                    PAD_L + x / xmax * plot_w,
+                    PAD_T + plot_h * (1.0 - y / ymax),
+                    COLORS[i % COLORS.len()],
+                );
+            }
+        }
+    }
+    legend(&mut svg, series.iter().map(|(n, _)| *n));
+    svg.push_str("</svg>");
+    svg
+}
+
+fn run_charts(out: &mut String, run: &RunReport) {
+    let kinds: Vec<String> = run.kinds.iter().map(|k| k.kind.clone()).collect();
+    out.push_str(&bar_chart(
+        &format!("{} — latency per request kind", run.label),
+        "milliseconds",
+        &kinds,
+        &[
+            ("median", run.kinds.iter().map(|k| k.med_ms).collect()),
+            ("p95", run.kinds.iter().map(|k| k.p95_ms).collect()),
+            ("p99", run.kinds.iter().map(|k| k.p99_ms).collect()),
+        ],
+    ));
+    if run.timeline.len() >= 2 {
+        out.push_str(&line_chart(
+            &format!("{} — throughput over time", run.label),
+            "seconds",
+            "requests/s",
+            &[(
+                "req/s",
+                run.timeline.iter().map(|s| (s.t, s.rps)).collect(),
+            )],
+        ));
+        let users: Vec<(f64, f64)> = run.timeline.iter().map(|s| (s.t, s.vus as f64)).collect();
+        let rss: Vec<(f64, f64)> = run
+            .timeline
+            .iter()
+            .filter_map(|s| s.rss_mib.map(|r| (s.t, r)))
+            .collect();
+        let mut series = vec![("users / busy workers", users)];
+        if !rss.is_empty() {
+            series.push(("server RSS (MiB)", rss));
+        }
+        out.push_str(&line_chart(
+            &format!("{} — users and server memory", run.label),
+            "seconds",
+            "users · MiB",
+            &series,
+        ));
+    }
+}
+
+fn scenario_charts(out: &mut String, s: &ScenarioReport) {
+    let swept: Vec<&RunReport> = s.runs.iter().filter(|r| r.offered_rps.is_some()).collect();
+    if swept.len() >= 2 {
+        let offered = |r: &RunReport| r.offered_rps.unwrap_or(0.0);
+        out.push_str(&line_chart(
+            "throughput against offered load",
+            "offered requests/s",
+            "requests/s",
+            &[
+                ("achieved", swept.iter().map(|r| (offered(r), r.overall.rps)).collect()),
+                ("offered", swept.iter().map(|r| (offered(r), offered(r))).collect()),
+            ],
+        ));
+        out.push_str(&line_chart(
+            "latency against offered load",
+            "offered requests/s",
+            "milliseconds",
+            &[
+                ("p95", swept.iter().map(|r| (offered(r), r.overall.p95_ms)).collect()),
+                ("p99", swept.iter().map(|r| (offered(r), r.overall.p99_ms)).collect()),
+                ("median", swept.iter().map(|r| (offered(r), r.overall.med_ms)).collect()),
+            ],
+        ));
+    }
+    let ratios: Vec<(String, f64)> = s
+        .runs
+        .iter()
+        .filter_map(|r| r.metrics.get("of_ceiling").map(|v| (r.label.clone(), *v)))
+        .collect();
+    if !ratios.is_empty() {
+        out.push_str(&bar_chart(
+            "throughput as a fraction of the ceiling (same tool, same run)",
+            "fraction of ceiling",
+            &ratios.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>(),
+            &[("of ceiling", ratios.iter().map(|(_, v)| *v).collect())],
+        ));
+    }
+}
+
+/// The whole report as a standalone HTML page.
+pub fn html(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        r#"<!doctype html><html><head><meta charset="utf-8"><title>meshql bench — {started}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse;font-size:12px;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}svg{{display:block;margin:.8em 0}}.fail{{color:#b00;font-weight:bold}}</style></head><body>
+<h1>meshql bench</h1><p>{tool} · {started} · {cores} cores ({cpu}) · Linux {kernel} · load generator on {threads} thread(s)</p>"#,
+        started = esc(&report.started),
+        tool = esc(&report.tool),
+        cores = report.machine.cores,
+        cpu = esc(&report.machine.cpu),
+        kernel = esc(&report.machine.kernel),
+        threads = report.machine.client_threads,
+    );
+    for s in &report.scenarios {
+        let class = if s.status.is_failure() { " class=\"fail\"" } else { "" };
+        let _ = write!(
+            out,
+            "<h2>{}</h2><p>{}</p><p>target <code>{}</code> — <span{class}>{}</span></p>",
+            esc(&s.name),
+            esc(&s.description),
+            esc(&s.url),
+            esc(&s.status.label())
+        );
+        scenario_charts(&mut out, s);
+        for run in &s.runs {
+            let _ = write!(out, "<h3>{}</h3><p>{}</p>", esc(&run.label), esc(&run.model));
+            out.push_str("<table><tr><th>kind</th><th>count</th><th>req/s</th><th>avg</th><th>min</th><th>med</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>http err</th><th>gql err</th><th>checks</th></tr>");
+            for k in run.kinds.iter().chain((run.kinds.len() > 1).then_some(&run.overall)) {
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}/{}</td></tr>",
+                    esc(&k.kind), thousands(k.count), k.rps, k.avg_ms, k.min_ms, k.med_ms, k.p90_ms,
+                    k.p95_ms, k.p99_ms, k.max_ms, k.http_errors, k.graphql_errors, k.checks_passed,
+                    k.checks_passed + k.checks_failed
+                );
+            }
+            out.push_str("</table>");
+            if let Some(u) = &run.server {
+                let _ = write!(
+                    out,
+                    "<p>server peak RSS {:.1} MiB · {:.2} cores</p>",
+                    u.peak_rss_mib, u.cpu_cores
+                );
+            }
+            run_charts(&mut out, run);
+        }
+        for n in &s.notes {
+            let _ = write!(out, "<p>note: {}</p>", esc(n));
+        }
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_bounds_are_round() {
+        assert_eq!(nice_max(0.0), 1.0);
+        assert_eq!(nice_max(0.7), 1.0);
+        assert_eq!(nice_max(1.3), 2.0);
+        assert_eq!(nice_max(4.2), 5.0);
+        assert_eq!(nice_max(730.0), 1000.0);
+        assert_eq!(nice_max(5000.0), 5000.0);
+    }
+
+    #[test]
+    fn charts_are_well_formed_svg() {
+        let svg = bar_chart(
+            "t <x>",
+            "ms",
+            &["a".into(), "b".into()],
+            &[("p95", vec![1.0, 2.0]), ("p99", vec![3.0, 4.0])],
+        );
+        assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+        assert_eq!(svg.matches("<rect").count(), 4 + 2); // bars + legend swatches
+        assert!(svg.contains("t &lt;x&gt;"));
+        let svg = line_chart("l", "x", "y", &[("s", vec![(0.0, 1.0), (1.0, 2.0)])]);
+        assert!(svg.contains("<polyline") && svg.ends_with("</svg>"));
+    }
+}

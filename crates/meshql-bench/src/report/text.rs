@@ -1,0 +1,215 @@
+//! The report as a terminal table (in the seeds' style) and as Markdown.
+
+use super::{Report, RunReport, ScenarioReport};
+use crate::stats::KindSummary;
+use std::fmt::Write;
+
+const HEADERS: [&str; 14] = [
+    "kind", "count", "req/s", "avg", "min", "med", "p90", "p95", "p99", "max", "http err",
+    "gql err", "err %", "checks",
+];
+
+fn row(k: &KindSummary) -> [String; 14] {
+    let ms = |v: f64| format!("{v:.2}");
+    [
+        k.kind.clone(),
+        thousands(k.count),
+        format!("{:.1}", k.rps),
+        ms(k.avg_ms),
+        ms(k.min_ms),
+        ms(k.med_ms),
+        ms(k.p90_ms),
+        ms(k.p95_ms),
+        ms(k.p99_ms),
+        ms(k.max_ms),
+        k.http_errors.to_string(),
+        k.graphql_errors.to_string(),
+        format!("{:.2}", k.error_rate * 100.0),
+        if k.checks_passed + k.checks_failed == 0 {
+            "-".into()
+        } else {
+            format!("{}/{}", k.checks_passed, k.checks_passed + k.checks_failed)
+        },
+    ]
+}
+
+/// 12345 → "12,345".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn run_line(run: &RunReport) -> String {
+    let mut parts = vec![
+        run.model.clone(),
+        format!("{:.1}s", run.duration_s),
+        format!("{} iterations", thousands(run.iterations)),
+        format!("peak {} users", run.peak_vus),
+    ];
+    if run.offered_rps.is_some() {
+        parts.push(format!("{} dropped", thousands(run.dropped)));
+    }
+    if let Some(s) = &run.server {
+        parts.push(format!(
+            "server peak RSS {:.1} MiB, {:.2} cores",
+            s.peak_rss_mib, s.cpu_cores
+        ));
+    }
+    parts.join(" · ")
+}
+
+fn metrics_line(run: &RunReport) -> Option<String> {
+    if run.metrics.is_empty() {
+        return None;
+    }
+    Some(
+        run.metrics
+            .iter()
+            .map(|(k, v)| format!("{k} = {}", fmt_metric(*v)))
+            .collect::<Vec<_>>()
+            .join(" · "),
+    )
+}
+
+fn fmt_metric(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn thresholds_line(run: &RunReport) -> String {
+    run.thresholds
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {} < {} {}",
+                t.name,
+                fmt_metric(t.value),
+                fmt_metric(t.limit),
+                if t.passed { "ok" } else { "FAILED" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// The whole report for a terminal.
+pub fn terminal(report: &Report) -> String {
+    let mut out = String::new();
+    let m = &report.machine;
+    let _ = writeln!(
+        out,
+        "{} · {} · {} cores ({}) · Linux {} · client threads {}",
+        report.tool, report.started, m.cores, m.cpu, m.kernel, m.client_threads
+    );
+    for s in &report.scenarios {
+        terminal_scenario(&mut out, s);
+    }
+    out
+}
+
+fn terminal_scenario(out: &mut String, s: &ScenarioReport) {
+    let _ = writeln!(out, "\n== {} — {}", s.name, s.description);
+    let _ = writeln!(out, "   target {} · {}", s.url, s.status.label());
+    for run in &s.runs {
+        let _ = writeln!(out, "\n-- {}: {}", run.label, run_line(run));
+        let mut rows: Vec<[String; 14]> = run.kinds.iter().map(row).collect();
+        if run.kinds.len() > 1 {
+            rows.push(row(&run.overall));
+        }
+        let mut widths = HEADERS.map(str::len);
+        for r in &rows {
+            for (w, c) in widths.iter_mut().zip(r) {
+                *w = (*w).max(c.len());
+            }
+        }
+        let line = |cells: &[String]| {
+            let mut l = String::new();
+            for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+                if i == 0 {
+                    let _ = write!(l, "{c:<w$}");
+                } else {
+                    let _ = write!(l, "  {c:>w$}");
+                }
+            }
+            l
+        };
+        let _ = writeln!(out, "{}", line(&HEADERS.map(String::from)));
+        for r in &rows {
+            let _ = writeln!(out, "{}", line(r));
+        }
+        if let Some(ml) = metrics_line(run) {
+            let _ = writeln!(out, "   {ml}");
+        }
+        let _ = writeln!(out, "   thresholds: {}", thresholds_line(run));
+    }
+    for n in &s.notes {
+        let _ = writeln!(out, "   note: {n}");
+    }
+}
+
+/// The whole report as Markdown (latencies in ms).
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    let m = &report.machine;
+    let _ = writeln!(out, "# meshql bench report\n");
+    let _ = writeln!(
+        out,
+        "{} · {} · {} cores ({}) · Linux {} · load generator on {} thread(s)\n",
+        report.tool, report.started, m.cores, m.cpu, m.kernel, m.client_threads
+    );
+    let _ = writeln!(out, "| scenario | status | runs |\n|---|---|---|");
+    for s in &report.scenarios {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            s.name,
+            s.status.label().replace('|', "\\|"),
+            s.runs.len()
+        );
+    }
+    for s in &report.scenarios {
+        let _ = writeln!(out, "\n## {}\n\n{}\n", s.name, s.description);
+        let _ = writeln!(out, "Target `{}` — **{}**\n", s.url, s.status.label());
+        for run in &s.runs {
+            let _ = writeln!(out, "### {}\n\n{}\n", run.label, run_line(run));
+            let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
+            let _ = writeln!(out, "|---{}|", "|---:".repeat(HEADERS.len() - 1));
+            for k in run.kinds.iter().chain((run.kinds.len() > 1).then_some(&run.overall)) {
+                let _ = writeln!(out, "| {} |", row(k).join(" | "));
+            }
+            if let Some(ml) = metrics_line(run) {
+                let _ = writeln!(out, "\n{ml}");
+            }
+            let _ = writeln!(out, "\nThresholds: {}\n", thresholds_line(run));
+        }
+        for n in &s.notes {
+            let _ = writeln!(out, "- {n}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
+}

@@ -1,0 +1,290 @@
+//! Scenarios: each one seeds its data, passes its validation gate, then measures one or more
+//! runs through the [`Ctx`]. Adding a scenario is one file with a [`Scenario`] impl and one
+//! line in [`all`].
+
+mod core_scaling;
+mod egg_economy;
+mod fan_out;
+mod farm_graph;
+mod products;
+mod throughput;
+
+use crate::client::{Session, Target};
+use crate::gate::ScenarioError;
+use crate::load::{run_closed, run_open, ClosedModel, OpenModel, RunOutcome, Workload};
+use crate::monitor::{Live, Monitor};
+use crate::report::{Bounds, RunReport};
+use crate::server::LocalServer;
+use crate::Options;
+use async_trait::async_trait;
+use http::Method;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which example config a scenario needs when the bench starts the server itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Example {
+    EggEconomy,
+    Farm,
+    Products,
+}
+
+impl Example {
+    pub fn dir(self) -> &'static str {
+        match self {
+            Example::EggEconomy => "egg-economy",
+            Example::Farm => "farm",
+            Example::Products => "products",
+        }
+    }
+
+    /// Environment the example's config expects; `{url}` is the server's own base URL.
+    pub fn env(self) -> Vec<(String, String)> {
+        match self {
+            Example::Farm => vec![("PLATFORM_URL".into(), "{url}".into())],
+            _ => vec![],
+        }
+    }
+}
+
+#[async_trait]
+pub trait Scenario: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    fn example(&self) -> Example;
+    /// Seeds, passes the gate, measures.
+    async fn run(&self, ctx: &mut Ctx) -> Result<(), ScenarioError>;
+}
+
+/// Every scenario, in the order `all` runs them.
+pub fn all() -> Vec<Box<dyn Scenario>> {
+    vec![
+        Box::new(throughput::Throughput),
+        Box::new(egg_economy::RestCrud),
+        Box::new(egg_economy::GraphqlQueries),
+        Box::new(egg_economy::FederationDepth),
+        Box::new(egg_economy::MixedWorkload),
+        Box::new(farm_graph::FarmGraph),
+        Box::new(products::Products),
+        Box::new(fan_out::FanOut),
+        Box::new(core_scaling::CoreScaling),
+    ]
+}
+
+/// Named groups of scenarios.
+pub fn group(name: &str) -> Option<Vec<&'static str>> {
+    match name {
+        "egg-economy" => Some(vec![
+            "rest-crud",
+            "graphql-queries",
+            "federation-depth",
+            "mixed-workload",
+        ]),
+        "all" => Some(all().iter().map(|s| s.name()).collect()),
+        _ => None,
+    }
+}
+
+/// Storage counters from meshql's `/metrics` (absent on other servers).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Counters {
+    pub reads: u64,
+    pub writes: u64,
+    pub commits: u64,
+}
+
+/// What a scenario works with: the target, the options, the local server (if any), and the
+/// runs measured so far.
+pub struct Ctx {
+    pub opts: Arc<Options>,
+    pub target: Target,
+    pub server: Option<LocalServer>,
+    pub(crate) scenario: &'static str,
+    pub(crate) runs: Vec<RunReport>,
+    pub(crate) notes: Vec<String>,
+}
+
+impl Ctx {
+    /// A fresh connection for setup and gate requests.
+    pub fn session(&self) -> Session {
+        Session::new(self.target.clone())
+    }
+
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// The closed model the options ask for: `--profile`, else `--vus` users for
+    /// `--duration` when a duration is given, else `default`.
+    pub fn profile(&self, default: ClosedModel) -> ClosedModel {
+        match (&self.opts.profile, self.opts.duration) {
+            (Some(p), _) => p.clone(),
+            (None, Some(d)) => ClosedModel::constant(self.opts.vus, d),
+            (None, None) => default,
+        }
+    }
+
+    /// `--vus` users for `--duration` (or `secs`), no ramp.
+    pub fn constant(&self, secs: u64) -> ClosedModel {
+        ClosedModel::constant(
+            self.opts.vus,
+            self.opts.duration.unwrap_or(Duration::from_secs(secs)),
+        )
+    }
+
+    pub async fn counters(&self) -> Option<Counters> {
+        let mut s = self.session();
+        let reply = s.send(Method::GET, "/metrics", None).await.ok()?;
+        if !reply.status.is_success() {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&reply.body);
+        let mut c = Counters::default();
+        let mut seen = false;
+        for line in text.lines() {
+            let Some((name, value)) = line.split_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            let slot = if name.starts_with("meshql_storage_reads_total") {
+                &mut c.reads
+            } else if name.starts_with("meshql_storage_writes_total") {
+                &mut c.writes
+            } else if name.starts_with("meshql_storage_commits_total") {
+                &mut c.commits
+            } else {
+                continue;
+            };
+            *slot += v;
+            seen = true;
+        }
+        seen.then_some(c)
+    }
+
+    /// Measures `workload` under a closed model.
+    pub async fn closed(
+        &mut self,
+        label: &str,
+        workload: Arc<dyn Workload>,
+        model: &ClosedModel,
+    ) -> RunReport {
+        self.measure(label, model.describe(), model.total(), None, |target, live| {
+            let model = model.clone();
+            async move { run_closed(&target, workload, &model, live).await }
+        })
+        .await
+    }
+
+    /// Measures `workload` under an open model.
+    pub async fn open(
+        &mut self,
+        label: &str,
+        workload: Arc<dyn Workload>,
+        model: &OpenModel,
+    ) -> RunReport {
+        self.measure(
+            label,
+            model.describe(),
+            model.duration,
+            Some(model.rate),
+            |target, live| {
+                let model = model.clone();
+                async move { run_open(&target, workload, &model, live).await }
+            },
+        )
+        .await
+    }
+
+    /// Measures against another base URL (the ceiling server); nothing server-side is sampled.
+    pub async fn closed_at(
+        &mut self,
+        target: Target,
+        label: &str,
+        workload: Arc<dyn Workload>,
+        model: &ClosedModel,
+    ) -> RunReport {
+        let saved = std::mem::replace(&mut self.target, target);
+        let server = self.server.take();
+        let run = self.closed(label, workload, model).await;
+        self.target = saved;
+        self.server = server;
+        run
+    }
+
+    async fn measure<F, Fut>(
+        &mut self,
+        label: &str,
+        model: String,
+        planned: Duration,
+        offered: Option<f64>,
+        go: F,
+    ) -> RunReport
+    where
+        F: FnOnce(Target, Arc<Live>) -> Fut,
+        Fut: std::future::Future<Output = RunOutcome>,
+    {
+        let before = self.counters().await;
+        let live = Arc::new(Live::default());
+        let monitor = Monitor::start(
+            format!("{} / {label}", self.scenario),
+            planned,
+            live.clone(),
+            self.server.as_ref().map(LocalServer::probe),
+        );
+        let outcome = go(self.target.clone(), live).await;
+        let (timeline, server) = monitor.finish().await;
+        let after = self.counters().await;
+        let (kinds, overall) = outcome.recorder.summarise(outcome.elapsed);
+        let mut metrics = BTreeMap::new();
+        if let (Some(b), Some(a)) = (before, after) {
+            if overall.count > 0 {
+                metrics.insert(
+                    "storage_reads_per_request".into(),
+                    (a.reads - b.reads) as f64 / overall.count as f64,
+                );
+            }
+            if a.commits > b.commits && a.writes > b.writes {
+                metrics.insert(
+                    "documents_per_commit".into(),
+                    (a.writes - b.writes) as f64 / (a.commits - b.commits) as f64,
+                );
+            }
+        }
+        let bounds: Bounds = self.opts.bounds;
+        let run = RunReport {
+            label: label.to_string(),
+            model,
+            offered_rps: offered,
+            duration_s: outcome.elapsed.as_secs_f64(),
+            iterations: outcome.iterations,
+            dropped: outcome.dropped,
+            peak_vus: outcome.peak_vus,
+            thresholds: bounds.evaluate(&kinds, &overall),
+            kinds,
+            overall,
+            server,
+            metrics,
+            timeline,
+        };
+        if !self.opts.quiet {
+            eprintln!(
+                "{} / {}: {:.0} req/s, p95 {:.2} ms, {} errors{}",
+                self.scenario,
+                label,
+                run.overall.rps,
+                run.overall.p95_ms,
+                run.overall.http_errors + run.overall.graphql_errors,
+                if run.dropped > 0 {
+                    format!(", {} dropped", run.dropped)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        self.runs.push(run.clone());
+        run
+    }
+}

@@ -1,0 +1,209 @@
+//! `throughput`: the hot paths as a fraction of the load tool's ceiling, measured side by side
+//! in one run with the same tool — a server that does nothing (one thread answering a fixed
+//! ~170-byte JSON body, like nginx with one worker), then REST GET by id, GraphQL getById,
+//! GraphQL depth 3 (1 farm → 3 coops → 15 hens) and REST POST, each with `--vus` closed-loop
+//! users and no think time. These are issue 3's speed targets.
+//!
+//! Responses are checked by status and by a byte search for GraphQL `errors` only: parsing
+//! every body would spend the cores the server is being measured on.
+
+use super::egg_economy::seed_farmyard;
+use super::{Ctx, Example, Scenario};
+use crate::client::{graphql_body, Target};
+use crate::gate::{self, ensure, len_at, GateResult, ScenarioError};
+use crate::load::{Vu, Workload};
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::Method;
+use serde_json::json;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+pub struct Throughput;
+
+/// One request, repeated: `(kind, method, path, body)`.
+struct Repeat {
+    kind: &'static str,
+    method: Method,
+    path: String,
+    body: Option<Bytes>,
+    graphql: bool,
+}
+
+#[async_trait]
+impl Workload for Repeat {
+    async fn iteration(&self, vu: &mut Vu, _due: Instant) {
+        let reply = vu
+            .session
+            .call(self.kind, self.method.clone(), &self.path, self.body.clone())
+            .await;
+        if self.graphql {
+            if let Some(r) = reply {
+                if contains(&r.body, b"\"errors\"") {
+                    vu.session.recorder.kind(self.kind).graphql_error();
+                }
+            }
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// (kind, issue 3's target as a fraction of the ceiling)
+const TARGETS: [(&str, f64); 4] = [
+    ("rest_get_by_id", 0.30),
+    ("graphql_get_by_id", 0.18),
+    ("graphql_depth3", 0.036),
+    ("rest_post", 0.19),
+];
+
+fn ceiling_url(ctx: &Ctx) -> Result<String, ScenarioError> {
+    static BUILTIN: OnceLock<Result<String, String>> = OnceLock::new();
+    if let Some(u) = &ctx.opts.ceiling {
+        return Ok(u.clone());
+    }
+    BUILTIN
+        .get_or_init(|| crate::server::start_ceiling().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(|e| ScenarioError::Setup(format!("cannot start the ceiling server: {e}")))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        0.0
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[async_trait]
+impl Scenario for Throughput {
+    fn name(&self) -> &'static str {
+        "throughput"
+    }
+    fn description(&self) -> &'static str {
+        "hot paths against a do-nothing server in the same run: REST GET, GraphQL getById, depth 3, REST POST (issue 3 targets)"
+    }
+    fn example(&self) -> Example {
+        Example::EggEconomy
+    }
+    async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
+        let mut s = ctx.session();
+        let yard = seed_farmyard(&mut s, 1, 3, 5).await?;
+        let farm = &yard.farms[0];
+        let get_path = format!("/farm/api/{}", farm.id);
+        let doc = gate::get_json(&mut s, &get_path).await?;
+        gate::expect_eq(&doc, "name", &json!(farm.name), "REST GET by id")?;
+        let by_id = format!("{{ getById(id: \"{}\") {{ id name farm_type zone }} }}", farm.id);
+        let d = gate::query(&mut s, "/farm/graph", &by_id).await?;
+        gate::expect_eq(&d, "getById.name", &json!(farm.name), "GraphQL getById")?;
+        let depth3 = format!(
+            "{{ getById(id: \"{}\") {{ name coops {{ name hens {{ name breed }} }} }} }}",
+            farm.id
+        );
+        let d = gate::query(&mut s, "/farm/graph", &depth3).await?;
+        let hens: usize = (0..3).map(|i| len_at(&d, &format!("getById.coops.{i}.hens"))).sum();
+        ensure(len_at(&d, "getById.coops") == 3 && hens == 15, || {
+            format!("depth 3 should hold 3 coops and 15 hens, got {d}")
+        })?;
+        let post_doc = json!({"name": "farm-x", "farm_type": "homestead", "zone": "north"});
+        gate::create(&mut s, "/farm/api", &post_doc).await?;
+
+        let ceiling = Target::parse(&ceiling_url(ctx)?)
+            .map_err(|e| ScenarioError::Setup(e.to_string()))?;
+        let paths: Vec<Arc<dyn Workload>> = vec![
+            Arc::new(Repeat {
+                kind: "rest_get_by_id",
+                method: Method::GET,
+                path: get_path,
+                body: None,
+                graphql: false,
+            }),
+            Arc::new(Repeat {
+                kind: "graphql_get_by_id",
+                method: Method::POST,
+                path: "/farm/graph".into(),
+                body: Some(graphql_body(&by_id)),
+                graphql: true,
+            }),
+            Arc::new(Repeat {
+                kind: "graphql_depth3",
+                method: Method::POST,
+                path: "/farm/graph".into(),
+                body: Some(graphql_body(&depth3)),
+                graphql: true,
+            }),
+            Arc::new(Repeat {
+                kind: "rest_post",
+                method: Method::POST,
+                path: "/farm/api".into(),
+                body: Some(Bytes::from(post_doc.to_string())),
+                graphql: false,
+            }),
+        ];
+        let model = ctx.constant(8);
+        let rounds = ctx.opts.rounds.max(1);
+        let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); TARGETS.len()];
+        let mut ceilings = Vec::new();
+        for round in 1..=rounds {
+            let suffix = if rounds > 1 { format!(" #{round}") } else { String::new() };
+            let c = ctx
+                .closed_at(
+                    ceiling.clone(),
+                    &format!("ceiling{suffix}"),
+                    Arc::new(Repeat {
+                        kind: "ceiling",
+                        method: Method::GET,
+                        path: "/".into(),
+                        body: None,
+                        graphql: false,
+                    }),
+                    &model,
+                )
+                .await;
+            let ceiling_rps = c.overall.rps;
+            ceilings.push(ceiling_rps);
+            for (i, w) in paths.iter().enumerate() {
+                let label = format!("{}{suffix}", TARGETS[i].0);
+                let run = ctx.closed(&label, w.clone(), &model).await;
+                let ratio = if ceiling_rps > 0.0 { run.overall.rps / ceiling_rps } else { 0.0 };
+                ratios[i].push(ratio);
+                if let Some(last) = ctx.runs.last_mut() {
+                    last.metrics.insert("of_ceiling".into(), ratio);
+                }
+            }
+        }
+        ctx.note(format!(
+            "ceiling: {:.0} req/s (median of {rounds} round(s)); same tool, same users, same run",
+            median(ceilings)
+        ));
+        for (i, (kind, target)) in TARGETS.iter().enumerate() {
+            let r = median(ratios[i].clone());
+            ctx.note(format!(
+                "{kind}: {r:.3} of ceiling (target ≥ {target}) {}",
+                if r >= *target { "met" } else { "NOT met" }
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_byte_search() {
+        assert_eq!(median(vec![]), 0.0);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(contains(br#"{"errors":[]}"#, b"\"errors\""));
+        assert!(!contains(br#"{"data":{}}"#, b"\"errors\""));
+    }
+}

@@ -1,0 +1,124 @@
+//! The load models against a tiny local server: arrival scheduling, dropped iterations,
+//! latency counted from the due time, staged users.
+
+use axum::routing::get;
+use axum::Router;
+use meshql_bench::client::Target;
+use meshql_bench::load::{run_closed, run_open, ClosedModel, OpenModel, Stage, Vu, Workload};
+use meshql_bench::monitor::Live;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+async fn serve(delay: Duration) -> (Target, Arc<AtomicU64>) {
+    let hits = Arc::new(AtomicU64::new(0));
+    let counter = hits.clone();
+    let app = Router::new().route(
+        "/",
+        get(move || {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(delay).await;
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (Target::parse(&url).unwrap(), hits)
+}
+
+struct Get;
+
+#[async_trait::async_trait]
+impl Workload for Get {
+    async fn iteration(&self, vu: &mut Vu, due: Instant) {
+        vu.session
+            .call_from("get", due, http::Method::GET, "/", None)
+            .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_model_issues_every_due_iteration() {
+    let (target, hits) = serve(Duration::ZERO).await;
+    let model = OpenModel {
+        rate: 200.0,
+        duration: Duration::from_secs(1),
+        pre_allocated: 5,
+        max_workers: 50,
+    };
+    let started = Instant::now();
+    let out = run_open(&target, Arc::new(Get), &model, Arc::new(Live::default())).await;
+    let took = started.elapsed();
+    assert_eq!(out.dropped, 0);
+    assert_eq!(out.iterations, 200);
+    assert_eq!(hits.load(Ordering::Relaxed), 200);
+    let (kinds, overall) = out.recorder.summarise(out.elapsed);
+    assert_eq!(kinds.len(), 1);
+    assert_eq!(overall.count, 200);
+    assert_eq!(overall.http_errors, 0);
+    // the schedule spreads the iterations over the second instead of bursting them
+    assert!(took >= Duration::from_millis(990), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_model_drops_what_no_worker_can_take_and_charges_the_wait() {
+    // a 100 ms server and at most 2 workers can serve 20/s; 100/s are offered
+    let (target, hits) = serve(Duration::from_millis(100)).await;
+    let model = OpenModel {
+        rate: 100.0,
+        duration: Duration::from_secs(1),
+        pre_allocated: 1,
+        max_workers: 2,
+    };
+    let out = run_open(&target, Arc::new(Get), &model, Arc::new(Live::default())).await;
+    assert_eq!(out.iterations + out.dropped, 100);
+    assert!(out.dropped >= 60, "dropped {}", out.dropped);
+    assert_eq!(hits.load(Ordering::Relaxed), out.iterations);
+    assert_eq!(out.peak_vus, 2);
+    let (_, overall) = out.recorder.summarise(out.elapsed);
+    assert!(overall.min_ms >= 99.0, "latency counts the server's 100 ms: {}", overall.min_ms);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_model_follows_its_stages() {
+    let (target, _) = serve(Duration::from_millis(2)).await;
+    let model = ClosedModel {
+        name: "ramp".into(),
+        start_vus: 1,
+        stages: vec![
+            Stage { duration: Duration::from_millis(300), target: 4 },
+            Stage { duration: Duration::from_millis(300), target: 4 },
+        ],
+        think: Duration::from_millis(1),
+    };
+    let live = Arc::new(Live::default());
+    let out = run_closed(&target, Arc::new(Get), &model, live.clone()).await;
+    assert_eq!(out.peak_vus, 4);
+    assert!(out.iterations > 20, "{}", out.iterations);
+    assert_eq!(out.recorder.total_requests(), out.iterations);
+    assert_eq!(live.requests.load(Ordering::Relaxed), out.iterations);
+    assert_eq!(live.vus.load(Ordering::Relaxed), 0, "every user stopped");
+    assert!(out.elapsed >= Duration::from_millis(600));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_an_http_error_not_a_hang() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let out = run_closed(
+        &Target::parse(&url).unwrap(),
+        Arc::new(Get),
+        &ClosedModel::constant(1, Duration::from_millis(100)),
+        Arc::new(Live::default()),
+    )
+    .await;
+    let (_, overall) = out.recorder.summarise(out.elapsed);
+    assert!(overall.count > 0);
+    assert_eq!(overall.http_errors, overall.count);
+    assert_eq!(overall.error_rate, 1.0);
+}

@@ -1,0 +1,209 @@
+//! `meshql bench`: argument parsing and output files; the work is in `meshql-bench`.
+
+use clap::{Args, Subcommand};
+use meshql_bench::load::ClosedModel;
+use meshql_bench::report::Bounds;
+use meshql_bench::Options;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// List the scenarios.
+    List,
+    /// Compare two report.json files: throughput and latency ratios side by side (B/A).
+    Compare { a: PathBuf, b: PathBuf },
+}
+
+#[derive(Args)]
+pub struct BenchRun {
+    /// Scenarios or groups to run (`all`, `egg-economy`, or names from `meshql bench list`).
+    #[arg(default_value = "throughput")]
+    scenarios: Vec<String>,
+    /// Measure this running server (http://host:port) instead of starting one per scenario.
+    #[arg(long)]
+    url: Option<String>,
+    /// Local mode: serve this config instead of each scenario's example (e.g. the PostgreSQL
+    /// variant of egg-economy).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Local mode: where the example configs are (default: ./examples, then the source tree's).
+    #[arg(long)]
+    examples: Option<PathBuf>,
+    /// Closed-model profile: smoke (1 user, 10 s), load (5→10→0 users, 55 s) or stress
+    /// (10→30→50→0 users, 90 s). Default: smoke for the egg-economy suite.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Seconds of each constant-load run (throughput 8, fan-out and core-scaling 10, farm-graph 60).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Users of constant-load runs.
+    #[arg(long, default_value_t = 10)]
+    vus: usize,
+    /// Local mode: server worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Products seeded by the products scenario.
+    #[arg(long, default_value_t = 100_000)]
+    products: usize,
+    /// Arrival rates (per second) the products scenario runs before its sweep.
+    #[arg(long, value_delimiter = ',', default_value = "300,900")]
+    rates: Vec<f64>,
+    /// The products sweep stops once p95 exceeds this many milliseconds.
+    #[arg(long, default_value_t = 2.0)]
+    sweep_p95_ms: f64,
+    /// Seconds of each fixed arrival-rate step (sweep steps take a third of it, at least 1).
+    #[arg(long, default_value_t = 30)]
+    step_secs: u64,
+    /// Rounds of the throughput scenario (ratios reported as medians).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Base URL of an external ceiling server (default: a built-in one on its own thread).
+    #[arg(long)]
+    ceiling: Option<String>,
+    /// Threshold: p95 of every request kind must stay below this (ms).
+    #[arg(long, default_value_t = 500.0)]
+    max_p95_ms: f64,
+    /// Threshold: failed requests / requests must stay below this.
+    #[arg(long, default_value_t = 0.01)]
+    max_error_rate: f64,
+    /// Directory for report.json, report.md and report.html (default: bench-results/<time>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Threads of the load generator.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// No progress or per-run lines on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn find_examples(given: Option<PathBuf>) -> Option<PathBuf> {
+    if given.is_some() {
+        return given;
+    }
+    let here = PathBuf::from("examples");
+    if here.join("egg-economy").is_dir() {
+        return Some(here);
+    }
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    source.join("egg-economy").is_dir().then_some(source)
+}
+
+pub fn run(command: Option<BenchCommand>, args: BenchRun) -> ExitCode {
+    match command {
+        Some(BenchCommand::List) => {
+            for (name, description) in meshql_bench::list() {
+                println!("{name:<18} {description}");
+            }
+            println!("{:<18} rest-crud, graphql-queries, federation-depth, mixed-workload", "egg-economy");
+            println!("{:<18} every scenario", "all");
+            ExitCode::SUCCESS
+        }
+        Some(BenchCommand::Compare { a, b }) => {
+            match (meshql_bench::read_report(&a), meshql_bench::read_report(&b)) {
+                (Ok(ra), Ok(rb)) => {
+                    print!(
+                        "{}",
+                        meshql_bench::report::compare(
+                            &ra,
+                            &rb,
+                            &a.display().to_string(),
+                            &b.display().to_string()
+                        )
+                    );
+                    ExitCode::SUCCESS
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("meshql bench compare: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => run_scenarios(args),
+    }
+}
+
+fn run_scenarios(args: BenchRun) -> ExitCode {
+    let profile = match args.profile.as_deref().map(ClosedModel::by_name) {
+        None => None,
+        Some(Some(p)) => Some(p),
+        Some(None) => {
+            eprintln!("meshql bench: unknown profile {:?}; use smoke, load or stress", args.profile.unwrap_or_default());
+            return ExitCode::FAILURE;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("meshql bench: cannot find the meshql binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let examples = match (find_examples(args.examples), &args.url, &args.config) {
+        (Some(e), _, _) => e,
+        (None, None, None) => {
+            eprintln!("meshql bench: no examples directory here; pass --examples DIR, --config FILE or --url URL");
+            return ExitCode::FAILURE;
+        }
+        (None, _, _) => PathBuf::from("examples"),
+    };
+    let mut opts = Options::new(exe, examples);
+    opts.scenarios = args.scenarios;
+    opts.url = args.url;
+    opts.config = args.config;
+    opts.profile = profile;
+    opts.duration = args.duration.map(Duration::from_secs);
+    opts.vus = args.vus.max(1);
+    opts.workers = args.workers;
+    opts.products = args.products;
+    opts.rates = args.rates;
+    opts.sweep_p95_ms = args.sweep_p95_ms;
+    opts.step_secs = args.step_secs;
+    opts.rounds = args.rounds;
+    opts.ceiling = args.ceiling;
+    opts.bounds = Bounds {
+        p95_ms: args.max_p95_ms,
+        error_rate: args.max_error_rate,
+    };
+    opts.quiet = args.quiet;
+    opts.client_threads = args.threads.max(1);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(opts.client_threads)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("meshql bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let report = match runtime.block_on(meshql_bench::run(opts)) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("meshql bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    print!("{}", meshql_bench::report::terminal(&report));
+    let out = args.out.unwrap_or_else(|| {
+        PathBuf::from("bench-results").join(report.started.replace(':', "-"))
+    });
+    match meshql_bench::write_outputs(&report, &out) {
+        Ok(paths) => {
+            let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+            println!("\nreports: {}", names.join(", "));
+        }
+        Err(e) => {
+            eprintln!("meshql bench: cannot write reports to {}: {e}", out.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if report.scenarios.iter().any(|s| s.status.is_failure()) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
