@@ -204,9 +204,7 @@ impl Session {
                 Some(reply)
             }
             Err(_) => {
-                self.recorder
-                    .kind(kind)
-                    .record(latency, Outcome::HttpError);
+                self.recorder.kind(kind).record(latency, Outcome::HttpError);
                 None
             }
         }

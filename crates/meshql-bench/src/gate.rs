@@ -43,7 +43,9 @@ pub fn at<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
 
 /// Length of the array at `path`, 0 when missing or not an array.
 pub fn len_at(value: &Value, path: &str) -> usize {
-    at(value, path).and_then(Value::as_array).map_or(0, Vec::len)
+    at(value, path)
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 /// Creates a document with `POST path` and returns its id, taken from the response body's
@@ -79,7 +81,11 @@ pub async fn create(session: &mut Session, path: &str, doc: &Value) -> GateResul
 }
 
 /// Creates many documents with `POST path/bulk` and returns their ids in order.
-pub async fn create_bulk(session: &mut Session, path: &str, docs: &[Value]) -> GateResult<Vec<String>> {
+pub async fn create_bulk(
+    session: &mut Session,
+    path: &str,
+    docs: &[Value],
+) -> GateResult<Vec<String>> {
     let body = Bytes::from(serde_json::to_vec(docs).expect("serialises"));
     let url = format!("{path}/bulk");
     let reply = session
@@ -93,7 +99,10 @@ pub async fn create_bulk(session: &mut Session, path: &str, docs: &[Value]) -> G
             String::from_utf8_lossy(&reply.body[..reply.body.len().min(300)])
         )));
     }
-    let items = reply.json().and_then(|v| v.as_array().cloned()).unwrap_or_default();
+    let items = reply
+        .json()
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default();
     let ids: Vec<String> = items
         .iter()
         .filter_map(|item| match item {
@@ -141,7 +150,10 @@ pub async fn query(session: &mut Session, path: &str, query: &str) -> GateResult
         .ok_or_else(|| ScenarioError::Gate(format!("POST {path} did not answer JSON")))?;
     if let Some(errors) = v.get("errors").and_then(Value::as_array) {
         ensure(errors.is_empty(), || {
-            format!("{path} answered errors to {query}: {}", Value::Array(errors.clone()))
+            format!(
+                "{path} answered errors to {query}: {}",
+                Value::Array(errors.clone())
+            )
         })?;
     }
     match v.get("data") {

@@ -162,11 +162,7 @@ pub async fn run(opts: Options) -> Result<Report, BenchError> {
             None => (vec![], vec![], String::new()),
         };
         let status = match status {
-            Status::Passed
-                if runs
-                    .iter()
-                    .any(|r| r.thresholds.iter().any(|t| !t.passed)) =>
-            {
+            Status::Passed if runs.iter().any(|r| r.thresholds.iter().any(|t| !t.passed)) => {
                 Status::ThresholdsFailed
             }
             s => s,
@@ -216,10 +212,7 @@ async fn run_one(
                 );
             }
             match LocalServer::start(spec).await {
-                Ok(s) => (
-                    Target::parse(&s.url()).expect("local URLs parse"),
-                    Some(s),
-                ),
+                Ok(s) => (Target::parse(&s.url()).expect("local URLs parse"), Some(s)),
                 Err(e) => {
                     return (
                         Status::Failed {
@@ -277,7 +270,6 @@ pub fn write_outputs(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf
 
 /// Reads a `report.json` written by [`write_outputs`].
 pub fn read_report(path: &Path) -> Result<Report, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     serde_json::from_str(&text).map_err(|e| format!("{}: not a bench report: {e}", path.display()))
 }

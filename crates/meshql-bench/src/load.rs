@@ -253,12 +253,8 @@ pub async fn run_closed(
         while running.len() < want {
             let stop = Arc::new(AtomicBool::new(false));
             let mut vu = Vu::new(handles.len(), target.clone());
-            let (workload, live, flag, think) = (
-                workload.clone(),
-                live.clone(),
-                stop.clone(),
-                model.think,
-            );
+            let (workload, live, flag, think) =
+                (workload.clone(), live.clone(), stop.clone(), model.think);
             live.vus.fetch_add(1, Ordering::Relaxed);
             handles.push(tokio::spawn(async move {
                 let mut iterations = 0u64;
@@ -407,7 +403,10 @@ mod tests {
         assert_eq!(m.vus_at(s(70.0)), 50);
         assert_eq!(m.describe(), "stress: 10→30→50→0 users over 90s");
         let m = ClosedModel::smoke();
-        assert_eq!((m.vus_at(s(0.0)), m.vus_at(s(9.9)), m.vus_at(s(10.0))), (1, 1, 0));
+        assert_eq!(
+            (m.vus_at(s(0.0)), m.vus_at(s(9.9)), m.vus_at(s(10.0))),
+            (1, 1, 0)
+        );
         assert_eq!(m.describe(), "smoke: 1 users over 10s");
         assert!(ClosedModel::by_name("soak").is_none());
     }

@@ -73,7 +73,9 @@ impl ProcProbe {
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let utime: u64 = fields.get(11)?.parse().ok()?;
         let stime: u64 = fields.get(12)?.parse().ok()?;
-        Some(Duration::from_secs_f64((utime + stime) as f64 / clock_ticks()))
+        Some(Duration::from_secs_f64(
+            (utime + stime) as f64 / clock_ticks(),
+        ))
     }
 }
 
@@ -91,7 +93,12 @@ pub struct Monitor {
 impl Monitor {
     /// Starts sampling `live` (and the server process, if any); prints a progress line on
     /// stderr when it is a terminal.
-    pub fn start(label: String, planned: Duration, live: Arc<Live>, probe: Option<ProcProbe>) -> Self {
+    pub fn start(
+        label: String,
+        planned: Duration,
+        live: Arc<Live>,
+        probe: Option<ProcProbe>,
+    ) -> Self {
         let (stop, mut stopped) = oneshot::channel();
         let handle = tokio::spawn(async move {
             let tty = std::io::stderr().is_terminal();

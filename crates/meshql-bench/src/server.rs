@@ -12,11 +12,10 @@ use std::time::{Duration, Instant};
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot start {exe}: {source}")]
-    Spawn {
-        exe: String,
-        source: std::io::Error,
-    },
-    #[error("meshql serve {config} exited before it was ready ({status}); its log ends with:\n{log}")]
+    Spawn { exe: String, source: std::io::Error },
+    #[error(
+        "meshql serve {config} exited before it was ready ({status}); its log ends with:\n{log}"
+    )]
     Exited {
         config: String,
         status: String,
@@ -54,7 +53,9 @@ pub struct LocalServer {
 }
 
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 fn log_tail(path: &Path) -> String {

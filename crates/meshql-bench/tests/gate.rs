@@ -20,7 +20,10 @@ async fn serve(app: Router) -> String {
 }
 
 fn options(url: String, scenarios: &[&str]) -> Options {
-    let mut o = Options::new(PathBuf::from("/nonexistent/meshql"), PathBuf::from("/nonexistent"));
+    let mut o = Options::new(
+        PathBuf::from("/nonexistent/meshql"),
+        PathBuf::from("/nonexistent"),
+    );
     o.url = Some(url);
     o.scenarios = scenarios.iter().map(|s| s.to_string()).collect();
     o.products = 20;
@@ -37,7 +40,10 @@ fn empty_data() -> Value {
 /// answers `graph`.
 fn forgetful(graph: Value) -> Router {
     let created = || async {
-        (StatusCode::CREATED, Json(json!({"id": uuid::Uuid::new_v4().to_string()})))
+        (
+            StatusCode::CREATED,
+            Json(json!({"id": uuid::Uuid::new_v4().to_string()})),
+        )
     };
     let bulk = |Json(items): Json<Vec<Value>>| async move {
         let out: Vec<Value> = items
@@ -47,11 +53,22 @@ fn forgetful(graph: Value) -> Router {
         (StatusCode::CREATED, Json(out))
     };
     let mut app = Router::new();
-    for e in ["farm", "coop", "hen", "farm_output", "hen_productivity", "lay_report", "products"] {
+    for e in [
+        "farm",
+        "coop",
+        "hen",
+        "farm_output",
+        "hen_productivity",
+        "lay_report",
+        "products",
+    ] {
         app = app
             .route(&format!("/{e}/api"), post(created))
             .route(&format!("/{e}/api/bulk"), post(bulk))
-            .route(&format!("/{e}/api/{{id}}"), get(|Path(_id): Path<String>| async { Json(json!({})) }))
+            .route(
+                &format!("/{e}/api/{{id}}"),
+                get(|Path(_id): Path<String>| async { Json(json!({})) }),
+            )
             .route(
                 &format!("/{e}/graph"),
                 post({
@@ -95,7 +112,11 @@ async fn a_server_that_forgets_what_it_was_given_fails_every_gate() {
             s.name,
             s.status
         );
-        assert!(s.runs.is_empty(), "{} measured despite a failed gate", s.name);
+        assert!(
+            s.runs.is_empty(),
+            "{} measured despite a failed gate",
+            s.name
+        );
         assert!(s.status.is_failure());
     }
     let Status::GateFailed { reason } = status_of(&report, "throughput") else {
@@ -114,7 +135,10 @@ async fn a_server_with_honest_rest_but_empty_graphql_fails_the_graphql_gates() {
         let Status::GateFailed { reason } = &s.status else {
             panic!("{}: {:?}", s.name, s.status)
         };
-        assert!(reason.contains("no data") || reason.contains("expected"), "{reason}");
+        assert!(
+            reason.contains("no data") || reason.contains("expected"),
+            "{reason}"
+        );
         assert!(s.runs.is_empty());
     }
 }
@@ -170,10 +194,13 @@ fn honest_rest(graph: Value) -> Router {
                     }
                 }),
             )
-            .route(&format!("/{e}/graph"), post({
-                let graph = graph.clone();
-                || async move { Json(graph) }
-            }));
+            .route(
+                &format!("/{e}/graph"),
+                post({
+                    let graph = graph.clone();
+                    || async move { Json(graph) }
+                }),
+            );
     }
     app
 }
@@ -198,9 +225,17 @@ async fn an_unreachable_server_is_a_setup_failure_and_core_scaling_needs_a_local
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let report = meshql_bench::run(options(url, &["throughput", "core-scaling"])).await.unwrap();
-    assert!(matches!(status_of(&report, "throughput"), Status::Failed { .. }));
-    assert!(matches!(status_of(&report, "core-scaling"), Status::Skipped { .. }));
+    let report = meshql_bench::run(options(url, &["throughput", "core-scaling"]))
+        .await
+        .unwrap();
+    assert!(matches!(
+        status_of(&report, "throughput"),
+        Status::Failed { .. }
+    ));
+    assert!(matches!(
+        status_of(&report, "core-scaling"),
+        Status::Skipped { .. }
+    ));
 }
 
 #[tokio::test]

@@ -80,7 +80,11 @@ async fn open_model_drops_what_no_worker_can_take_and_charges_the_wait() {
     assert_eq!(hits.load(Ordering::Relaxed), out.iterations);
     assert_eq!(out.peak_vus, 2);
     let (_, overall) = out.recorder.summarise(out.elapsed);
-    assert!(overall.min_ms >= 99.0, "latency counts the server's 100 ms: {}", overall.min_ms);
+    assert!(
+        overall.min_ms >= 99.0,
+        "latency counts the server's 100 ms: {}",
+        overall.min_ms
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,8 +94,14 @@ async fn closed_model_follows_its_stages() {
         name: "ramp".into(),
         start_vus: 1,
         stages: vec![
-            Stage { duration: Duration::from_millis(300), target: 4 },
-            Stage { duration: Duration::from_millis(300), target: 4 },
+            Stage {
+                duration: Duration::from_millis(300),
+                target: 4,
+            },
+            Stage {
+                duration: Duration::from_millis(300),
+                target: 4,
+            },
         ],
         think: Duration::from_millis(1),
     };

@@ -97,7 +97,10 @@ pub fn run(command: Option<BenchCommand>, args: BenchRun) -> ExitCode {
             for (name, description) in meshql_bench::list() {
                 println!("{name:<18} {description}");
             }
-            println!("{:<18} rest-crud, graphql-queries, federation-depth, mixed-workload", "egg-economy");
+            println!(
+                "{:<18} rest-crud, graphql-queries, federation-depth, mixed-workload",
+                "egg-economy"
+            );
             println!("{:<18} every scenario", "all");
             ExitCode::SUCCESS
         }
@@ -130,7 +133,10 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
         None => None,
         Some(Some(p)) => Some(p),
         Some(None) => {
-            eprintln!("meshql bench: unknown profile {:?}; use smoke, load or stress", args.profile.unwrap_or_default());
+            eprintln!(
+                "meshql bench: unknown profile {:?}; use smoke, load or stress",
+                args.profile.unwrap_or_default()
+            );
             return ExitCode::FAILURE;
         }
     };
@@ -188,16 +194,19 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
         }
     };
     print!("{}", meshql_bench::report::terminal(&report));
-    let out = args.out.unwrap_or_else(|| {
-        PathBuf::from("bench-results").join(report.started.replace(':', "-"))
-    });
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("bench-results").join(report.started.replace(':', "-")));
     match meshql_bench::write_outputs(&report, &out) {
         Ok(paths) => {
             let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
             println!("\nreports: {}", names.join(", "));
         }
         Err(e) => {
-            eprintln!("meshql bench: cannot write reports to {}: {e}", out.display());
+            eprintln!(
+                "meshql bench: cannot write reports to {}: {e}",
+                out.display()
+            );
             return ExitCode::FAILURE;
         }
     }

@@ -84,7 +84,11 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
         "# HELP {name} Transactions committed by the storage (shared by its entities).\n# TYPE {name} counter"
     );
     for (storage, store) in &ops.storages {
-        let _ = writeln!(out, "{name}{{storage=\"{storage}\"}} {}", store.stats().commits);
+        let _ = writeln!(
+            out,
+            "{name}{{storage=\"{storage}\"}} {}",
+            store.stats().commits
+        );
     }
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
 }

@@ -16,11 +16,23 @@ fn ratio(a: f64, b: f64) -> String {
 /// are listed after it.
 pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "A = {a_name} ({})\nB = {b_name} ({})\n", a.started, b.started);
+    let _ = writeln!(
+        out,
+        "A = {a_name} ({})\nB = {b_name} ({})\n",
+        a.started, b.started
+    );
     let header = format!(
         "{:<44} {:>11} {:>11} {:>7}  {:>8} {:>8} {:>7}  {:>8} {:>8} {:>7}",
-        "scenario / run / kind", "A req/s", "B req/s", "B/A", "A med", "B med", "B/A", "A p95",
-        "B p95", "B/A"
+        "scenario / run / kind",
+        "A req/s",
+        "B req/s",
+        "B/A",
+        "A med",
+        "B med",
+        "B/A",
+        "A p95",
+        "B p95",
+        "B/A"
     );
     let _ = writeln!(out, "{header}");
     let mut missing = Vec::new();

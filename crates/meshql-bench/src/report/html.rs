@@ -50,7 +50,12 @@ const PAD_T: f64 = 30.0;
 const PAD_B: f64 = 40.0;
 
 /// Grouped horizontal bars: one group per category, one bar per series.
-pub fn bar_chart(title: &str, unit: &str, categories: &[String], series: &[(&str, Vec<f64>)]) -> String {
+pub fn bar_chart(
+    title: &str,
+    unit: &str,
+    categories: &[String],
+    series: &[(&str, Vec<f64>)],
+) -> String {
     let bar_h = 12.0;
     let group_h = bar_h * series.len() as f64 + 10.0;
     let h = PAD_T + PAD_B + group_h * categories.len() as f64;
@@ -67,7 +72,11 @@ pub fn bar_chart(title: &str, unit: &str, categories: &[String], series: &[(&str
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11">"#
     );
-    let _ = write!(svg, r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#, esc(title));
+    let _ = write!(
+        svg,
+        r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
     for i in 0..=4 {
         let v = max * i as f64 / 4.0;
         let x = label_w + plot_w * i as f64 / 4.0;
@@ -147,7 +156,11 @@ pub fn line_chart(
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11">"#
     );
-    let _ = write!(svg, r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#, esc(title));
+    let _ = write!(
+        svg,
+        r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#,
+        esc(title)
+    );
     for i in 0..=4 {
         let y = PAD_T + plot_h * (1.0 - i as f64 / 4.0);
         let x = PAD_L + plot_w * i as f64 / 4.0;
@@ -228,10 +241,7 @@ fn run_charts(out: &mut String, run: &RunReport) {
             &format!("{} — throughput over time", run.label),
             "seconds",
             "requests/s",
-            &[(
-                "req/s",
-                run.timeline.iter().map(|s| (s.t, s.rps)).collect(),
-            )],
+            &[("req/s", run.timeline.iter().map(|s| (s.t, s.rps)).collect())],
         ));
         let users: Vec<(f64, f64)> = run.timeline.iter().map(|s| (s.t, s.vus as f64)).collect();
         let rss: Vec<(f64, f64)> = run
@@ -261,8 +271,14 @@ fn scenario_charts(out: &mut String, s: &ScenarioReport) {
             "offered requests/s",
             "requests/s",
             &[
-                ("achieved", swept.iter().map(|r| (offered(r), r.overall.rps)).collect()),
-                ("offered", swept.iter().map(|r| (offered(r), offered(r))).collect()),
+                (
+                    "achieved",
+                    swept.iter().map(|r| (offered(r), r.overall.rps)).collect(),
+                ),
+                (
+                    "offered",
+                    swept.iter().map(|r| (offered(r), offered(r))).collect(),
+                ),
             ],
         ));
         out.push_str(&line_chart(
@@ -270,9 +286,27 @@ fn scenario_charts(out: &mut String, s: &ScenarioReport) {
             "offered requests/s",
             "milliseconds",
             &[
-                ("p95", swept.iter().map(|r| (offered(r), r.overall.p95_ms)).collect()),
-                ("p99", swept.iter().map(|r| (offered(r), r.overall.p99_ms)).collect()),
-                ("median", swept.iter().map(|r| (offered(r), r.overall.med_ms)).collect()),
+                (
+                    "p95",
+                    swept
+                        .iter()
+                        .map(|r| (offered(r), r.overall.p95_ms))
+                        .collect(),
+                ),
+                (
+                    "p99",
+                    swept
+                        .iter()
+                        .map(|r| (offered(r), r.overall.p99_ms))
+                        .collect(),
+                ),
+                (
+                    "median",
+                    swept
+                        .iter()
+                        .map(|r| (offered(r), r.overall.med_ms))
+                        .collect(),
+                ),
             ],
         ));
     }
@@ -307,7 +341,11 @@ pub fn html(report: &Report) -> String {
         threads = report.machine.client_threads,
     );
     for s in &report.scenarios {
-        let class = if s.status.is_failure() { " class=\"fail\"" } else { "" };
+        let class = if s.status.is_failure() {
+            " class=\"fail\""
+        } else {
+            ""
+        };
         let _ = write!(
             out,
             "<h2>{}</h2><p>{}</p><p>target <code>{}</code> — <span{class}>{}</span></p>",
@@ -318,9 +356,18 @@ pub fn html(report: &Report) -> String {
         );
         scenario_charts(&mut out, s);
         for run in &s.runs {
-            let _ = write!(out, "<h3>{}</h3><p>{}</p>", esc(&run.label), esc(&run.model));
+            let _ = write!(
+                out,
+                "<h3>{}</h3><p>{}</p>",
+                esc(&run.label),
+                esc(&run.model)
+            );
             out.push_str("<table><tr><th>kind</th><th>count</th><th>req/s</th><th>avg</th><th>min</th><th>med</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>http err</th><th>gql err</th><th>checks</th></tr>");
-            for k in run.kinds.iter().chain((run.kinds.len() > 1).then_some(&run.overall)) {
+            for k in run
+                .kinds
+                .iter()
+                .chain((run.kinds.len() > 1).then_some(&run.overall))
+            {
                 let _ = write!(
                     out,
                     "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}/{}</td></tr>",

@@ -85,11 +85,17 @@ pub enum Status {
     /// Every run measured, but a threshold was crossed.
     ThresholdsFailed,
     /// The validation gate rejected the target: nothing was measured.
-    GateFailed { reason: String },
+    GateFailed {
+        reason: String,
+    },
     /// Setup failed before the gate (server would not start, seeding failed, …).
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
     /// Not applicable to this target (e.g. needs a local server).
-    Skipped { reason: String },
+    Skipped {
+        reason: String,
+    },
 }
 
 impl Status {

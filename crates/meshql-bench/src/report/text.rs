@@ -186,7 +186,11 @@ pub fn markdown(report: &Report) -> String {
             let _ = writeln!(out, "### {}\n\n{}\n", run.label, run_line(run));
             let _ = writeln!(out, "| {} |", HEADERS.join(" | "));
             let _ = writeln!(out, "|---{}|", "|---:".repeat(HEADERS.len() - 1));
-            for k in run.kinds.iter().chain((run.kinds.len() > 1).then_some(&run.overall)) {
+            for k in run
+                .kinds
+                .iter()
+                .chain((run.kinds.len() > 1).then_some(&run.overall))
+            {
                 let _ = writeln!(out, "| {} |", row(k).join(" | "));
             }
             if let Some(ml) = metrics_line(run) {

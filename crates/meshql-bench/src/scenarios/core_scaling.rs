@@ -27,12 +27,20 @@ impl Workload for Mix {
             .session
             .call("rest_get", Method::GET, &format!("/farm/api/{farm}"), None)
             .await;
-        vu.session.check("rest_get", r.is_some_and(|r| r.status.is_success()));
+        vu.session
+            .check("rest_get", r.is_some_and(|r| r.status.is_success()));
         let q = format!("{{ getById(id: \"{farm}\") {{ id name zone }} }}");
-        let d = vu.session.graphql("graphql_get_by_id", "/farm/graph", &q).await;
+        let d = vu
+            .session
+            .graphql("graphql_get_by_id", "/farm/graph", &q)
+            .await;
         vu.session.check("graphql_get_by_id", d.is_some());
-        let q = format!("{{ getById(id: \"{farm}\") {{ name coops {{ name hens {{ name }} }} }} }}");
-        let d = vu.session.graphql("graphql_depth3", "/farm/graph", &q).await;
+        let q =
+            format!("{{ getById(id: \"{farm}\") {{ name coops {{ name hens {{ name }} }} }} }}");
+        let d = vu
+            .session
+            .graphql("graphql_depth3", "/farm/graph", &q)
+            .await;
         vu.session.check("graphql_depth3", d.is_some());
         let body = Bytes::from(
             json!({"name": "scaling", "farm_type": "homestead", "zone": "west"}).to_string(),
@@ -41,7 +49,8 @@ impl Workload for Mix {
             .session
             .call("rest_post", Method::POST, "/farm/api", Some(body))
             .await;
-        vu.session.check("rest_post", r.is_some_and(|r| r.status.is_success()));
+        vu.session
+            .check("rest_post", r.is_some_and(|r| r.status.is_success()));
     }
 }
 

@@ -38,9 +38,11 @@ pub struct Farmyard {
 
 impl Farmyard {
     pub fn hens(&self) -> impl Iterator<Item = (&Farm, &Coop, &String)> {
-        self.farms
-            .iter()
-            .flat_map(|f| f.coops.iter().flat_map(move |c| c.hens.iter().map(move |h| (f, c, h))))
+        self.farms.iter().flat_map(|f| {
+            f.coops
+                .iter()
+                .flat_map(move |c| c.hens.iter().map(move |h| (f, c, h)))
+        })
     }
 }
 
@@ -129,9 +131,10 @@ async fn gate_farmyard(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
     })?;
     for i in 0..f.coops.len() {
         let want = f.coops[i].hens.len();
-        ensure(len_at(&d, &format!("getById.coops.{i}.hens")) == want, || {
-            format!("depth 3: expected {want} hens in coop {i}, got {d}")
-        })?;
+        ensure(
+            len_at(&d, &format!("getById.coops.{i}.hens")) == want,
+            || format!("depth 3: expected {want} hens in coop {i}, got {d}"),
+        )?;
     }
     Ok(())
 }
@@ -167,7 +170,10 @@ impl Workload for RestCrudLoad {
         let body = Bytes::from(
             json!({"name": name, "farm_type": "homestead", "zone": "west"}).to_string(),
         );
-        let Some(created) = s.call("rest_create", Method::POST, "/farm/api", Some(body)).await else {
+        let Some(created) = s
+            .call("rest_create", Method::POST, "/farm/api", Some(body))
+            .await
+        else {
             return;
         };
         let id = created
@@ -183,12 +189,19 @@ impl Workload for RestCrudLoad {
             .is_some_and(|v| v.get("name") == Some(&json!(name)));
         s.check("rest_read", ok);
         let body = Bytes::from(
-            json!({"name": format!("{name}-v2"), "farm_type": "homestead", "zone": "west"}).to_string(),
+            json!({"name": format!("{name}-v2"), "farm_type": "homestead", "zone": "west"})
+                .to_string(),
         );
         let updated = s.call("rest_update", Method::PUT, &path, Some(body)).await;
-        s.check("rest_update", updated.is_some_and(|r| r.status.is_success()));
+        s.check(
+            "rest_update",
+            updated.is_some_and(|r| r.status.is_success()),
+        );
         let deleted = s.call("rest_delete", Method::DELETE, &path, None).await;
-        s.check("rest_delete", deleted.is_some_and(|r| r.status.is_success()));
+        s.check(
+            "rest_delete",
+            deleted.is_some_and(|r| r.status.is_success()),
+        );
     }
 }
 
@@ -205,7 +218,12 @@ impl Scenario for RestCrud {
     }
     async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
         let mut s = ctx.session();
-        let id = gate::create(&mut s, "/farm/api", &json!({"name": "gate", "farm_type": "homestead", "zone": "west"})).await?;
+        let id = gate::create(
+            &mut s,
+            "/farm/api",
+            &json!({"name": "gate", "farm_type": "homestead", "zone": "west"}),
+        )
+        .await?;
         let doc = gate::get_json(&mut s, &format!("/farm/api/{id}")).await?;
         gate::expect_eq(&doc, "name", &json!("gate"), "REST read after create")?;
         let model = ctx.profile(ClosedModel::smoke());
@@ -229,18 +247,33 @@ struct QueriesLoad {
 impl Workload for QueriesLoad {
     async fn iteration(&self, vu: &mut Vu, _due: Instant) {
         let farm = random(vu, &self.yard.farms);
-        let q = format!("{{ getById(id: \"{}\") {{ id name farm_type zone }} }}", farm.id);
-        let d = vu.session.graphql("graphql_get_by_id", "/farm/graph", &q).await;
-        vu.session.check("graphql_get_by_id", present(&d, "getById.name"));
+        let q = format!(
+            "{{ getById(id: \"{}\") {{ id name farm_type zone }} }}",
+            farm.id
+        );
         let d = vu
             .session
-            .graphql("graphql_get_all", "/farm/graph", "{ getAll { id name zone } }")
+            .graphql("graphql_get_by_id", "/farm/graph", &q)
+            .await;
+        vu.session
+            .check("graphql_get_by_id", present(&d, "getById.name"));
+        let d = vu
+            .session
+            .graphql(
+                "graphql_get_all",
+                "/farm/graph",
+                "{ getAll { id name zone } }",
+            )
             .await;
         vu.session.check("graphql_get_all", present(&d, "getAll"));
         let zone = ZONES[vu.rng.usize(..ZONES.len())];
         let q = format!("{{ getByZone(zone: \"{zone}\") {{ id name }} }}");
-        let d = vu.session.graphql("graphql_filtered", "/farm/graph", &q).await;
-        vu.session.check("graphql_filtered", present(&d, "getByZone"));
+        let d = vu
+            .session
+            .graphql("graphql_filtered", "/farm/graph", &q)
+            .await;
+        vu.session
+            .check("graphql_filtered", present(&d, "getByZone"));
     }
 }
 
@@ -260,17 +293,22 @@ impl Scenario for GraphqlQueries {
         let yard = seed_farmyard(&mut s, 3, 3, 5).await?;
         gate_farmyard(&mut s, &yard).await?;
         let d = gate::query(&mut s, "/farm/graph", "{ getAll { id } }").await?;
-        ensure(len_at(&d, "getAll") >= yard.farms.len(), || format!("getAll returned {d}"))?;
+        ensure(len_at(&d, "getAll") >= yard.farms.len(), || {
+            format!("getAll returned {d}")
+        })?;
         let f = &yard.farms[0];
         let q = format!("{{ getByZone(zone: \"{}\") {{ id }} }}", f.zone);
         let d = gate::query(&mut s, "/farm/graph", &q).await?;
         let found = gate::at(&d, "getByZone")
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|x| x.get("id") == Some(&json!(f.id))));
-        ensure(found, || format!("getByZone({}) should include {}: {d}", f.zone, f.id))?;
+        ensure(found, || {
+            format!("getByZone({}) should include {}: {d}", f.zone, f.id)
+        })?;
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
-        ctx.closed(&label, Arc::new(QueriesLoad { yard }), &model).await;
+        ctx.closed(&label, Arc::new(QueriesLoad { yard }), &model)
+            .await;
         Ok(())
     }
 }
@@ -289,16 +327,26 @@ struct DepthLoad {
 impl Workload for DepthLoad {
     async fn iteration(&self, vu: &mut Vu, _due: Instant) {
         let farm = random(vu, &self.yard.farms);
-        let q = format!("{{ getById(id: \"{}\") {{ name coops {{ name capacity }} }} }}", farm.id);
+        let q = format!(
+            "{{ getById(id: \"{}\") {{ name coops {{ name capacity }} }} }}",
+            farm.id
+        );
         let d = vu.session.graphql("depth_2", "/farm/graph", &q).await;
         vu.session.check("depth_2", present(&d, "getById.coops"));
-        let d = vu.session.graphql("depth_3", "/farm/graph", &depth3(&farm.id)).await;
-        vu.session.check("depth_3", present(&d, "getById.coops.0.hens"));
+        let d = vu
+            .session
+            .graphql("depth_3", "/farm/graph", &depth3(&farm.id))
+            .await;
+        vu.session
+            .check("depth_3", present(&d, "getById.coops.0.hens"));
         let q = format!(
             "{{ getById(id: \"{}\") {{ name coops {{ name hens {{ name breed }} }} farmOutput {{ eggs_week total_hens }} }} }}",
             farm.id
         );
-        let d = vu.session.graphql("depth_3_parallel", "/farm/graph", &q).await;
+        let d = vu
+            .session
+            .graphql("depth_3_parallel", "/farm/graph", &q)
+            .await;
         vu.session.check(
             "depth_3_parallel",
             present(&d, "getById.coops.0.hens") && present(&d, "getById.farmOutput"),
@@ -333,16 +381,30 @@ impl Scenario for FederationDepth {
         seed_projections(&mut s, &yard).await?;
         gate_farmyard(&mut s, &yard).await?;
         let f = &yard.farms[0];
-        let q = format!("{{ getById(id: \"{}\") {{ farmOutput {{ total_hens }} }} }}", f.id);
+        let q = format!(
+            "{{ getById(id: \"{}\") {{ farmOutput {{ total_hens }} }} }}",
+            f.id
+        );
         let d = gate::query(&mut s, "/farm/graph", &q).await?;
-        gate::expect_eq(&d, "getById.farmOutput.0.total_hens", &json!(15), "farmOutput of a seeded farm")?;
-        let q = format!("{{ getById(id: \"{}\") {{ farm {{ name }} hens {{ name }} }} }}", f.coops[0].id);
+        gate::expect_eq(
+            &d,
+            "getById.farmOutput.0.total_hens",
+            &json!(15),
+            "farmOutput of a seeded farm",
+        )?;
+        let q = format!(
+            "{{ getById(id: \"{}\") {{ farm {{ name }} hens {{ name }} }} }}",
+            f.coops[0].id
+        );
         let d = gate::query(&mut s, "/coop/graph", &q).await?;
         gate::expect_eq(&d, "getById.farm.name", &json!(f.name), "coop → farm")?;
-        ensure(len_at(&d, "getById.hens") == 5, || format!("coop → hens returned {d}"))?;
+        ensure(len_at(&d, "getById.hens") == 5, || {
+            format!("coop → hens returned {d}")
+        })?;
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
-        ctx.closed(&label, Arc::new(DepthLoad { yard }), &model).await;
+        ctx.closed(&label, Arc::new(DepthLoad { yard }), &model)
+            .await;
         Ok(())
     }
 }
@@ -371,18 +433,27 @@ impl Workload for MixedLoad {
             .session
             .call("event_write", Method::POST, "/lay_report/api", Some(body))
             .await;
-        vu.session.check("event_write", r.is_some_and(|r| r.status.is_success()));
+        vu.session
+            .check("event_write", r.is_some_and(|r| r.status.is_success()));
         let q = format!("{{ getByFarm(id: \"{farm}\") {{ eggs_week total_hens }} }}");
-        let d = vu.session.graphql("farm_output_read", "/farm_output/graph", &q).await;
-        vu.session.check("farm_output_read", present(&d, "getByFarm"));
+        let d = vu
+            .session
+            .graphql("farm_output_read", "/farm_output/graph", &q)
+            .await;
+        vu.session
+            .check("farm_output_read", present(&d, "getByFarm"));
         let q = format!("{{ getByHen(id: \"{hen}\") {{ eggs_week total_eggs }} }}");
         let d = vu
             .session
             .graphql("hen_productivity_read", "/hen_productivity/graph", &q)
             .await;
-        vu.session.check("hen_productivity_read", present(&d, "getByHen"));
+        vu.session
+            .check("hen_productivity_read", present(&d, "getByHen"));
         let q = format!("{{ getById(id: \"{hen}\") {{ name productivity {{ eggs_week }} }} }}");
-        let d = vu.session.graphql("hen_with_productivity", "/hen/graph", &q).await;
+        let d = vu
+            .session
+            .graphql("hen_with_productivity", "/hen/graph", &q)
+            .await;
         vu.session
             .check("hen_with_productivity", present(&d, "getById.productivity"));
     }
@@ -411,17 +482,38 @@ impl Scenario for MixedWorkload {
             &json!({"hen_id": h, "coop_id": c.id, "farm_id": f.id, "eggs": 1, "timestamp": "2026-11-22T06:00:00Z"}),
         )
         .await?;
-        let d = gate::query(&mut s, "/hen_productivity/graph", &format!("{{ getByHen(id: \"{h}\") {{ eggs_week }} }}")).await?;
-        gate::expect_eq(&d, "getByHen.0.eggs_week", &json!(6), "hen_productivity of a seeded hen")?;
-        let d = gate::query(&mut s, "/farm_output/graph", &format!("{{ getByFarm(id: \"{}\") {{ eggs_week }} }}", f.id)).await?;
-        gate::expect_eq(&d, "getByFarm.0.eggs_week", &json!(70), "farm_output of a seeded farm")?;
+        let d = gate::query(
+            &mut s,
+            "/hen_productivity/graph",
+            &format!("{{ getByHen(id: \"{h}\") {{ eggs_week }} }}"),
+        )
+        .await?;
+        gate::expect_eq(
+            &d,
+            "getByHen.0.eggs_week",
+            &json!(6),
+            "hen_productivity of a seeded hen",
+        )?;
+        let d = gate::query(
+            &mut s,
+            "/farm_output/graph",
+            &format!("{{ getByFarm(id: \"{}\") {{ eggs_week }} }}", f.id),
+        )
+        .await?;
+        gate::expect_eq(
+            &d,
+            "getByFarm.0.eggs_week",
+            &json!(70),
+            "farm_output of a seeded farm",
+        )?;
         let hens = yard
             .hens()
             .map(|(f, c, h)| (f.id.clone(), c.id.clone(), h.clone()))
             .collect();
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
-        ctx.closed(&label, Arc::new(MixedLoad { hens }), &model).await;
+        ctx.closed(&label, Arc::new(MixedLoad { hens }), &model)
+            .await;
         Ok(())
     }
 }

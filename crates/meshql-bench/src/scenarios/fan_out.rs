@@ -42,7 +42,10 @@ struct Wide {
 #[async_trait]
 impl Workload for Wide {
     async fn iteration(&self, vu: &mut Vu, _due: Instant) {
-        let d = vu.session.graphql(self.kind, "/farm/graph", &self.query).await;
+        let d = vu
+            .session
+            .graphql(self.kind, "/farm/graph", &self.query)
+            .await;
         let n = d.as_ref().map_or(0, hens_in);
         vu.session.check(self.kind, n >= self.hens);
     }
@@ -69,16 +72,29 @@ impl Scenario for FanOut {
         let all = "{ getAll { name coops { name hens { name breed } } } }".to_string();
         let d = gate::query(&mut s, "/farm/graph", &one).await?;
         ensure(hens_in(&d) == COOPS * HENS, || {
-            format!("one farm should reach {} hens, got {}", COOPS * HENS, hens_in(&d))
+            format!(
+                "one farm should reach {} hens, got {}",
+                COOPS * HENS,
+                hens_in(&d)
+            )
         })?;
         let d = gate::query(&mut s, "/farm/graph", &all).await?;
         ensure(hens_in(&d) >= FARMS * COOPS * HENS, || {
-            format!("every farm should reach {} hens, got {}", FARMS * COOPS * HENS, hens_in(&d))
+            format!(
+                "every farm should reach {} hens, got {}",
+                FARMS * COOPS * HENS,
+                hens_in(&d)
+            )
         })?;
         let model = ctx.constant(10);
         for (kind, query, hens, n_plus_one) in [
             ("one_farm_200_hens", one, COOPS * HENS, 1 + 1 + COOPS),
-            ("all_farms_800_hens", all, FARMS * COOPS * HENS, 1 + FARMS + FARMS * COOPS),
+            (
+                "all_farms_800_hens",
+                all,
+                FARMS * COOPS * HENS,
+                1 + FARMS + FARMS * COOPS,
+            ),
         ] {
             let run = ctx
                 .closed(kind, Arc::new(Wide { kind, query, hens }), &model)

@@ -20,11 +20,15 @@ struct FullGraph;
 
 async fn create(vu: &mut Vu, kind: &'static str, path: &str, doc: Value) -> Option<String> {
     let body = Bytes::from(doc.to_string());
-    let reply = vu.session.call(kind, Method::POST, path, Some(body)).await?;
+    let reply = vu
+        .session
+        .call(kind, Method::POST, path, Some(body))
+        .await?;
     let id = reply
         .json()
         .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned));
-    vu.session.check(kind, reply.status.is_success() && id.is_some());
+    vu.session
+        .check(kind, reply.status.is_success() && id.is_some());
     id
 }
 
@@ -41,8 +45,11 @@ async fn read(vu: &mut Vu, kind: &'static str, path: &str, query: String, want: 
 impl Workload for FullGraph {
     async fn iteration(&self, vu: &mut Vu, _due: Instant) {
         let tag = uuid::Uuid::new_v4().simple().to_string();
-        let (farm_name, coop_name, hen_name) =
-            (format!("farm-{tag}"), format!("coop-{tag}"), format!("hen-{tag}"));
+        let (farm_name, coop_name, hen_name) = (
+            format!("farm-{tag}"),
+            format!("coop-{tag}"),
+            format!("hen-{tag}"),
+        );
         let Some(farm) = create(vu, "create_farm", "/farm/api", json!({"name": farm_name})).await
         else {
             return;
@@ -100,7 +107,10 @@ impl Workload for FullGraph {
             format!(
                 "{{ getById(id: \"{hen}\") {{ id name coop {{ id name farm {{ id name }} }} }} }}"
             ),
-            &[("getById.coop.name", &coop_name), ("getById.coop.farm.name", &farm_name)],
+            &[
+                ("getById.coop.name", &coop_name),
+                ("getById.coop.farm.name", &farm_name),
+            ],
         )
         .await;
     }
@@ -120,22 +130,42 @@ impl Scenario for FarmGraph {
     async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
         let mut s = ctx.session();
         let farm = gate::create(&mut s, "/farm/api", &json!({"name": "gate-farm"})).await?;
-        let coop = gate::create(&mut s, "/coop/api", &json!({"name": "gate-coop", "farm_id": farm})).await?;
-        let hen = gate::create(&mut s, "/hen/api", &json!({"name": "gate-hen", "coop_id": coop})).await?;
+        let coop = gate::create(
+            &mut s,
+            "/coop/api",
+            &json!({"name": "gate-coop", "farm_id": farm}),
+        )
+        .await?;
+        let hen = gate::create(
+            &mut s,
+            "/hen/api",
+            &json!({"name": "gate-hen", "coop_id": coop}),
+        )
+        .await?;
         let d = gate::query(
             &mut s,
             "/hen/graph",
             &format!("{{ getById(id: \"{hen}\") {{ name coop {{ name farm {{ name }} }} }} }}"),
         )
         .await?;
-        gate::expect_eq(&d, "getById.coop.farm.name", &json!("gate-farm"), "hen → coop → farm")?;
+        gate::expect_eq(
+            &d,
+            "getById.coop.farm.name",
+            &json!("gate-farm"),
+            "hen → coop → farm",
+        )?;
         let d = gate::query(
             &mut s,
             "/farm/graph",
             &format!("{{ getById(id: \"{farm}\") {{ coops {{ name hens {{ name }} }} }} }}"),
         )
         .await?;
-        gate::expect_eq(&d, "getById.coops.0.hens.0.name", &json!("gate-hen"), "farm → coops → hens")?;
+        gate::expect_eq(
+            &d,
+            "getById.coops.0.hens.0.name",
+            &json!("gate-hen"),
+            "farm → coops → hens",
+        )?;
         let model = ctx.profile(ctx.constant(60));
         let label = model.name.clone();
         ctx.closed(&label, Arc::new(FullGraph), &model).await;

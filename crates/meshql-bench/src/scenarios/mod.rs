@@ -171,10 +171,16 @@ impl Ctx {
         workload: Arc<dyn Workload>,
         model: &ClosedModel,
     ) -> RunReport {
-        self.measure(label, model.describe(), model.total(), None, |target, live| {
-            let model = model.clone();
-            async move { run_closed(&target, workload, &model, live).await }
-        })
+        self.measure(
+            label,
+            model.describe(),
+            model.total(),
+            None,
+            |target, live| {
+                let model = model.clone();
+                async move { run_closed(&target, workload, &model, live).await }
+            },
+        )
         .await
     }
 

@@ -75,7 +75,9 @@ impl Scenario for Products {
         let started = Instant::now();
         let mut ids = Vec::with_capacity(n);
         for chunk_start in (0..n).step_by(CHUNK) {
-            let docs: Vec<Value> = (chunk_start..(chunk_start + CHUNK).min(n)).map(product).collect();
+            let docs: Vec<Value> = (chunk_start..(chunk_start + CHUNK).min(n))
+                .map(product)
+                .collect();
             ids.extend(gate::create_bulk(&mut s, "/products/api", &docs).await?);
         }
         ctx.note(format!(
@@ -100,7 +102,11 @@ impl Scenario for Products {
             let sweeping = i >= sweep_from;
             let secs = if sweeping { (step / 3).max(1) } else { step };
             let run = ctx
-                .open(&format!("{rate:.0}/s"), workload.clone(), &model(rate, secs))
+                .open(
+                    &format!("{rate:.0}/s"),
+                    workload.clone(),
+                    &model(rate, secs),
+                )
                 .await;
             if sweeping {
                 let behind = run.overall.rps < rate * 0.95;

@@ -35,7 +35,12 @@ impl Workload for Repeat {
     async fn iteration(&self, vu: &mut Vu, _due: Instant) {
         let reply = vu
             .session
-            .call(self.kind, self.method.clone(), &self.path, self.body.clone())
+            .call(
+                self.kind,
+                self.method.clone(),
+                &self.path,
+                self.body.clone(),
+            )
             .await;
         if self.graphql {
             if let Some(r) = reply {
@@ -100,7 +105,10 @@ impl Scenario for Throughput {
         let get_path = format!("/farm/api/{}", farm.id);
         let doc = gate::get_json(&mut s, &get_path).await?;
         gate::expect_eq(&doc, "name", &json!(farm.name), "REST GET by id")?;
-        let by_id = format!("{{ getById(id: \"{}\") {{ id name farm_type zone }} }}", farm.id);
+        let by_id = format!(
+            "{{ getById(id: \"{}\") {{ id name farm_type zone }} }}",
+            farm.id
+        );
         let d = gate::query(&mut s, "/farm/graph", &by_id).await?;
         gate::expect_eq(&d, "getById.name", &json!(farm.name), "GraphQL getById")?;
         let depth3 = format!(
@@ -108,15 +116,17 @@ impl Scenario for Throughput {
             farm.id
         );
         let d = gate::query(&mut s, "/farm/graph", &depth3).await?;
-        let hens: usize = (0..3).map(|i| len_at(&d, &format!("getById.coops.{i}.hens"))).sum();
+        let hens: usize = (0..3)
+            .map(|i| len_at(&d, &format!("getById.coops.{i}.hens")))
+            .sum();
         ensure(len_at(&d, "getById.coops") == 3 && hens == 15, || {
             format!("depth 3 should hold 3 coops and 15 hens, got {d}")
         })?;
         let post_doc = json!({"name": "farm-x", "farm_type": "homestead", "zone": "north"});
         gate::create(&mut s, "/farm/api", &post_doc).await?;
 
-        let ceiling = Target::parse(&ceiling_url(ctx)?)
-            .map_err(|e| ScenarioError::Setup(e.to_string()))?;
+        let ceiling =
+            Target::parse(&ceiling_url(ctx)?).map_err(|e| ScenarioError::Setup(e.to_string()))?;
         let paths: Vec<Arc<dyn Workload>> = vec![
             Arc::new(Repeat {
                 kind: "rest_get_by_id",
@@ -152,7 +162,11 @@ impl Scenario for Throughput {
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); TARGETS.len()];
         let mut ceilings = Vec::new();
         for round in 1..=rounds {
-            let suffix = if rounds > 1 { format!(" #{round}") } else { String::new() };
+            let suffix = if rounds > 1 {
+                format!(" #{round}")
+            } else {
+                String::new()
+            };
             let c = ctx
                 .closed_at(
                     ceiling.clone(),
@@ -172,7 +186,11 @@ impl Scenario for Throughput {
             for (i, w) in paths.iter().enumerate() {
                 let label = format!("{}{suffix}", TARGETS[i].0);
                 let run = ctx.closed(&label, w.clone(), &model).await;
-                let ratio = if ceiling_rps > 0.0 { run.overall.rps / ceiling_rps } else { 0.0 };
+                let ratio = if ceiling_rps > 0.0 {
+                    run.overall.rps / ceiling_rps
+                } else {
+                    0.0
+                };
                 ratios[i].push(ratio);
                 if let Some(last) = ctx.runs.last_mut() {
                     last.metrics.insert("of_ceiling".into(), ratio);

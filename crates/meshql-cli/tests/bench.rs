@@ -1,0 +1,251 @@
+//! `meshql bench` through the binary: every scenario against fresh local servers (short
+//! runs), reports written, `compare` and `list`. Asserts on correctness of what was measured
+//! (gates passed, no errors, every check passed), never on speed.
+
+mod common;
+
+use common::{examples_dir, run_meshql};
+use serde_json::Value;
+use std::time::Duration;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let examples = examples_dir();
+    let out = run_meshql(
+        &[
+            "bench",
+            "all",
+            "--examples",
+            examples.to_str().unwrap(),
+            "--duration",
+            "1",
+            "--vus",
+            "4",
+            "--products",
+            "3000",
+            "--rates",
+            "200",
+            "--step-secs",
+            "2",
+            "--sweep-p95-ms",
+            "50",
+            "--quiet",
+            "--out",
+            out_dir.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(600),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let scenarios = report["scenarios"].as_array().unwrap();
+    let names: Vec<&str> = scenarios
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "throughput",
+            "rest-crud",
+            "graphql-queries",
+            "federation-depth",
+            "mixed-workload",
+            "farm-graph",
+            "products",
+            "fan-out",
+            "core-scaling"
+        ]
+    );
+    for s in scenarios {
+        let name = s["name"].as_str().unwrap();
+        assert_eq!(s["status"]["state"], "passed", "{name}: {}", s["status"]);
+        let runs = s["runs"].as_array().unwrap();
+        assert!(!runs.is_empty(), "{name} measured nothing");
+        for run in runs {
+            let o = &run["overall"];
+            let label = run["label"].as_str().unwrap();
+            assert!(
+                o["count"].as_u64().unwrap() > 0,
+                "{name}/{label}: no requests"
+            );
+            assert_eq!(o["http_errors"], 0, "{name}/{label}: {o}");
+            assert_eq!(o["graphql_errors"], 0, "{name}/{label}: {o}");
+            assert_eq!(o["checks_failed"], 0, "{name}/{label}: {o}");
+            if label != "ceiling" {
+                // the bench started the server, so it sampled it
+                assert!(
+                    run["server"]["peak_rss_mib"].as_f64().unwrap() > 1.0,
+                    "{name}/{label}"
+                );
+            }
+        }
+    }
+    let by_name = |n: &str| scenarios.iter().find(|s| s["name"] == n).unwrap();
+    // the throughput scenario reports every hot path against the ceiling of the same run
+    let t = by_name("throughput");
+    let labels: Vec<&str> = t["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "ceiling",
+            "rest_get_by_id",
+            "graphql_get_by_id",
+            "graphql_depth3",
+            "rest_post"
+        ]
+    );
+    for r in &t["runs"].as_array().unwrap()[1..] {
+        assert!(r["metrics"]["of_ceiling"].as_f64().unwrap() > 0.0);
+    }
+    // batching holds under load: one storage read per level
+    let depth3 = &t["runs"][3];
+    assert_eq!(
+        depth3["metrics"]["storage_reads_per_request"]
+            .as_f64()
+            .unwrap(),
+        3.0
+    );
+    let fan = by_name("fan-out");
+    for r in fan["runs"].as_array().unwrap() {
+        assert_eq!(
+            r["metrics"]["storage_reads_per_request"].as_f64().unwrap(),
+            3.0,
+            "{}",
+            r["label"]
+        );
+    }
+    // the products scenario ran its fixed rate with nothing dropped at 200/s
+    let p = &by_name("products")["runs"][0];
+    assert_eq!(p["label"], "200/s");
+    assert_eq!(p["offered_rps"].as_f64().unwrap(), 200.0);
+    assert_eq!(p["dropped"], 0);
+    assert_eq!(p["iterations"], 400);
+    // core scaling measured both worker counts
+    let labels: Vec<&str> = by_name("core-scaling")["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels[0], "1 worker(s)");
+    assert_eq!(labels.len(), 2);
+    // the terminal table and the other reports
+    assert!(stdout.contains("== farm-graph"), "{stdout}");
+    assert!(stdout.contains("hen_coop_farm"), "{stdout}");
+    let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
+    assert!(md.contains("## mixed-workload") && md.contains("| event_write |"));
+    let html = std::fs::read_to_string(out_dir.path().join("report.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("latency per request kind"));
+    assert!(
+        html.contains("throughput against offered load")
+            || by_name("products")["runs"].as_array().unwrap().len() < 2
+    );
+
+    // compare a report with itself: every ratio is 1.00x
+    let json = out_dir.path().join("report.json");
+    let cmp = run_meshql(
+        &[
+            "bench",
+            "compare",
+            json.to_str().unwrap(),
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(cmp.status.success());
+    let table = text(&cmp.stdout);
+    assert!(
+        table.contains("throughput / rest_get_by_id / rest_get_by_id"),
+        "{table}"
+    );
+    assert!(
+        table.contains("1.00x") && !table.contains("not compared"),
+        "{table}"
+    );
+}
+
+#[test]
+fn list_compare_errors_and_unknown_names() {
+    let out = run_meshql(&["bench", "list"], Duration::from_secs(30));
+    assert!(out.status.success());
+    let list = text(&out.stdout);
+    for name in [
+        "throughput",
+        "rest-crud",
+        "products",
+        "fan-out",
+        "core-scaling",
+        "egg-economy",
+    ] {
+        assert!(list.contains(name), "{list}");
+    }
+    let out = run_meshql(
+        &["bench", "nope", "--url", "http://127.0.0.1:9"],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("unknown scenario \"nope\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run_meshql(
+        &["bench", "--profile", "soak", "--url", "http://127.0.0.1:9"],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("unknown profile"));
+    let out = run_meshql(
+        &[
+            "bench",
+            "compare",
+            "/nonexistent/a.json",
+            "/nonexistent/b.json",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("/nonexistent/a.json"));
+}
+
+#[test]
+fn a_broken_config_fails_the_scenario_with_the_servers_own_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("meshql.toml"), "port = 1\nbogus = true\n").unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = run_meshql(
+        &[
+            "bench",
+            "throughput",
+            "--config",
+            dir.path().to_str().unwrap(),
+            "--quiet",
+            "--out",
+            out_dir.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("FAILED") && stdout.contains("bogus"),
+        "{stdout}"
+    );
+}
