@@ -1,19 +1,14 @@
 //! The HTTP side of a virtual user: one keep-alive HTTP/1.1 connection per user (as k6 and
-//! wrk do), requests timed from the first byte written to the last byte read.
-//!
-//! hyper's connection-level client is used directly rather than a pooled client: a virtual user
-//! owns its connection, so there is nothing to look up per request, and the load generator
-//! stays cheap enough to measure a server running on the same two cores.
+//! wrk do), requests timed from the first byte written to the last byte read. The connection
+//! itself is [`crate::http1`].
 
+use crate::http1::{Connection, Http1Error};
 use crate::stats::{Outcome, Recorder};
 use bytes::Bytes;
-use http::{header, Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use http::{Method, StatusCode};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::time::{Duration, Instant};
-use tokio::net::TcpStream;
 
 /// Where requests go: an `http://host:port` base URL (an optional path prefix is kept).
 #[derive(Debug, Clone)]
@@ -30,7 +25,7 @@ pub enum ClientError {
     #[error("cannot connect to {0}: {1}")]
     Connect(String, std::io::Error),
     #[error("HTTP: {0}")]
-    Http(#[from] hyper::Error),
+    Http(#[from] Http1Error),
     #[error("no response within {0:?}")]
     Timeout(Duration),
 }
@@ -84,7 +79,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// One virtual user's connection and recorder.
 pub struct Session {
     target: Target,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    conn: Option<Connection>,
     pub recorder: Recorder,
 }
 
@@ -92,7 +87,7 @@ impl Session {
     pub fn new(target: Target) -> Self {
         Self {
             target,
-            sender: None,
+            conn: None,
             recorder: Recorder::default(),
         }
     }
@@ -101,70 +96,63 @@ impl Session {
         &self.target
     }
 
-    async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, ClientError> {
-        if self.sender.as_ref().is_some_and(|s| !s.is_closed()) {
-            return Ok(self.sender.as_mut().expect("checked above"));
-        }
-        let stream = TcpStream::connect(&self.target.authority)
-            .await
-            .map_err(|e| ClientError::Connect(self.target.authority.clone(), e))?;
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        Ok(self.sender.insert(sender))
-    }
-
     /// Opens the connection ahead of the first request (pre-allocated open-model workers).
     pub async fn warm(&mut self) {
-        let _ = self.connect().await;
+        if self.conn.is_none() {
+            self.conn = Connection::connect(&self.target.authority).await.ok();
+        }
     }
 
-    /// Sends one request without recording it (setup and validation use this).
+    /// Sends one request without recording it (setup and validation use this). A request
+    /// that meets a keep-alive connection the server has closed meanwhile is sent once more
+    /// on a new connection.
     pub async fn send(
         &mut self,
         method: Method,
         path: &str,
         body: Option<Bytes>,
     ) -> Result<Reply, ClientError> {
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(format!("{}{}", self.target.prefix, path))
-            .header(header::HOST, self.target.authority.as_str());
-        if body.is_some() {
-            builder = builder.header(header::CONTENT_TYPE, "application/json");
-        }
-        let request = builder
-            .body(Full::new(body.unwrap_or_default()))
-            .map_err(|_| ClientError::BadUrl(path.to_string()))?;
-        let sender = self.connect().await?;
-        let exchange = async {
-            sender.ready().await?;
-            let response = sender.send_request(request).await?;
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await?.to_bytes();
-            Ok::<_, hyper::Error>(Reply {
-                status: parts.status,
-                body,
-                location: parts
-                    .headers
-                    .get(header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned),
-            })
+        let path: Cow<'_, str> = if self.target.prefix.is_empty() {
+            Cow::Borrowed(path)
+        } else {
+            Cow::Owned(format!("{}{}", self.target.prefix, path))
         };
-        match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => {
-                self.sender = None;
-                Err(e.into())
-            }
-            Err(_) => {
-                self.sender = None;
-                Err(ClientError::Timeout(REQUEST_TIMEOUT))
+        for attempt in 0..2 {
+            let reused = self.conn.is_some();
+            let conn = match &mut self.conn {
+                Some(c) => c,
+                None => self.conn.insert(
+                    Connection::connect(&self.target.authority)
+                        .await
+                        .map_err(|e| ClientError::Connect(self.target.authority.clone(), e))?,
+                ),
+            };
+            let exchange = conn.exchange(&method, &path, &self.target.authority, body.as_deref());
+            match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
+                Ok(Ok(r)) => {
+                    if conn.closed {
+                        self.conn = None;
+                    }
+                    return Ok(Reply {
+                        status: r.status,
+                        body: r.body,
+                        location: r.location,
+                    });
+                }
+                Ok(Err(Http1Error::Closed)) if reused && attempt == 0 => {
+                    self.conn = None;
+                }
+                Ok(Err(e)) => {
+                    self.conn = None;
+                    return Err(e.into());
+                }
+                Err(_) => {
+                    self.conn = None;
+                    return Err(ClientError::Timeout(REQUEST_TIMEOUT));
+                }
             }
         }
+        Err(Http1Error::Closed.into())
     }
 
     /// Sends one request and records it under `kind`; `None` when no response came back

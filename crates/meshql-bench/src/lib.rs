@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod gate;
+pub mod http1;
 pub mod load;
 pub mod monitor;
 pub mod report;

@@ -175,11 +175,16 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     };
     opts.quiet = args.quiet;
     opts.client_threads = args.threads.max(1);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.client_threads)
-        .enable_all()
-        .build()
-    {
+    // one generator thread (the default, like `wrk -t1`) runs on a current-thread runtime:
+    // no work-stealing machinery between the virtual users and their sockets
+    let mut builder = if opts.client_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(opts.client_threads);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("meshql bench: cannot start the runtime: {e}");
