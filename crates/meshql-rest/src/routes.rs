@@ -85,15 +85,18 @@ impl Restlette {
     }
 
     fn document(&self, value: Value) -> Result<Map<String, Value>, RestError> {
-        let Value::Object(map) = value else {
+        if !value.is_object() {
             return Err(RestError::WrongShape("object"));
-        };
+        }
         if let Some(v) = &self.validator {
-            let violations = v.violations(&Value::Object(map.clone()));
+            let violations = v.violations(&value);
             if !violations.is_empty() {
                 return Err(RestError::Invalid(violations));
             }
         }
+        let Value::Object(map) = value else {
+            unreachable!("checked to be an object above")
+        };
         Ok(map)
     }
 

@@ -48,8 +48,18 @@ type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 /// answers.
 type JobFn = Box<dyn FnOnce(Result<&Connection, StoreError>) -> JobOutcome + Send>;
 
+/// Whether a job runs inside a savepoint of its own. A job of several statements needs one so
+/// that its failure undoes only its own changes; a job that writes with a single statement
+/// does not (SQLite undoes a failed statement by itself), and skipping the savepoint saves
+/// copying every page the job touches into the statement journal.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    Savepoint,
+    SingleStatement,
+}
+
 enum Command {
-    Job(JobFn),
+    Job(JobFn, Isolation),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -149,6 +159,24 @@ impl SqliteDatabase {
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.submit(job, Isolation::Savepoint).await
+    }
+
+    /// As [`write`](Self::write), for a job that changes the database with at most one
+    /// statement (it may read before): no savepoint is needed to keep its failure its own.
+    pub(crate) async fn write_single_statement<T, F>(&self, job: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.submit(job, Isolation::SingleStatement).await
+    }
+
+    async fn submit<T, F>(&self, job: F, isolation: Isolation) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel::<Result<T, StoreError>>();
         let job: JobFn = Box::new(move |conn| {
             let result = match conn {
@@ -171,7 +199,7 @@ impl SqliteDatabase {
                 return Err(unavailable("database is shut down"));
             };
             sender
-                .send(Command::Job(job))
+                .send(Command::Job(job, isolation))
                 .map_err(|_| unavailable("writer thread stopped"))?;
         }
         rx.await.map_err(|_| unavailable("writer thread stopped"))?
@@ -239,7 +267,7 @@ impl SqliteDatabase {
 /// The writer: take one command (blocking), then everything already queued, and commit the
 /// lot in one transaction.
 fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Weak<SqliteDatabase>) {
-    let mut batch: Vec<JobFn> = Vec::with_capacity(MAX_GROUP);
+    let mut batch: Vec<(JobFn, Isolation)> = Vec::with_capacity(MAX_GROUP);
     let mut stop: Option<oneshot::Sender<()>> = None;
     while stop.is_none() {
         let first = match rx.recv() {
@@ -249,7 +277,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Wea
         let mut next = Some(first);
         while let Some(cmd) = next.take() {
             match cmd {
-                Command::Job(j) => batch.push(j),
+                Command::Job(j, isolation) => batch.push((j, isolation)),
                 Command::Shutdown(s) => {
                     stop = Some(s);
                     break;
@@ -274,28 +302,37 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Wea
     }
 }
 
+/// Runs one transaction-control statement from the statement cache: `execute_batch` would
+/// parse it again for every job of every group.
+fn run(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute([])
+}
+
 /// Runs a group of jobs in one transaction, each in its own savepoint. If SQLite abandons the
 /// transaction itself (disk full, I/O error), the remaining jobs are refused, not run, and
 /// every caller of the group learns that nothing was committed.
-fn commit_group(conn: &Connection, batch: &mut Vec<JobFn>) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
+    if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
         let err = query_error(e);
         tracing::error!(error = %err, "sqlite writer cannot begin a transaction");
-        for job in batch.drain(..) {
+        for (job, _) in batch.drain(..) {
             (job(Err(err.clone())).reply)(None);
         }
         return;
     }
     let mut replies = Vec::with_capacity(batch.len());
     let mut lost: Option<StoreError> = None;
-    for job in batch.drain(..) {
+    for (job, isolation) in batch.drain(..) {
         if let Some(err) = &lost {
             replies.push(job(Err(err.clone())).reply);
             continue;
         }
-        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
-            replies.push(job(Err(query_error(e))).reply);
-            continue;
+        let savepoint = isolation == Isolation::Savepoint;
+        if savepoint {
+            if let Err(e) = run(conn, "SAVEPOINT job") {
+                replies.push(job(Err(query_error(e))).reply);
+                continue;
+            }
         }
         let outcome = job(Ok(conn));
         if conn.is_autocommit() {
@@ -303,19 +340,21 @@ fn commit_group(conn: &Connection, batch: &mut Vec<JobFn>) {
             lost = Some(StoreError::Query(
                 "the write transaction was rolled back by SQLite; nothing was stored".into(),
             ));
+        } else if !savepoint {
+            // a failed single statement was undone by SQLite itself
         } else if outcome.keep {
-            let _ = conn.execute_batch("RELEASE job");
+            let _ = run(conn, "RELEASE job");
         } else {
-            let _ = conn.execute_batch("ROLLBACK TO job; RELEASE job");
+            let _ = run(conn, "ROLLBACK TO job").and_then(|_| run(conn, "RELEASE job"));
         }
         replies.push(outcome.reply);
     }
     let result = match lost {
         Some(err) => Err(err),
-        None => conn.execute_batch("COMMIT").map_err(query_error),
+        None => run(conn, "COMMIT").map_err(query_error),
     };
     match result {
-        Ok(()) => replies.into_iter().for_each(|r| r(None)),
+        Ok(_) => replies.into_iter().for_each(|r| r(None)),
         Err(err) => {
             tracing::error!(error = %err, "sqlite group commit failed");
             if !conn.is_autocommit() {
@@ -329,6 +368,54 @@ fn commit_group(conn: &Connection, batch: &mut Vec<JobFn>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_single_statement_job_needs_no_savepoint_to_stay_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("s.db"), SqliteOptions::default()).unwrap();
+        db.write(|c| {
+            c.execute_batch(
+                "CREATE TABLE t (n INTEGER UNIQUE, m INTEGER); INSERT INTO t VALUES (0, 0)",
+            )
+            .map_err(query_error)
+        })
+        .await
+        .unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..40i64 {
+            let db = db.clone();
+            tasks.push(tokio::spawn(async move {
+                // every fourth job collides on the UNIQUE column: a multi-row statement whose
+                // second row fails, so SQLite must undo its first row by itself
+                let first = if n % 4 == 0 { 1000 + n } else { 100 + n };
+                let second = if n % 4 == 0 { 0 } else { 200 + n };
+                db.write_single_statement(move |c| {
+                    c.execute("INSERT INTO t VALUES (?1, 1), (?2, 1)", [first, second])
+                        .map_err(query_error)
+                })
+                .await
+            }));
+        }
+        let mut failed = 0;
+        for t in tasks {
+            if t.await.unwrap().is_err() {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 10);
+        let (kept, undone): (i64, i64) = db
+            .read(|c| {
+                c.query_row(
+                    "SELECT (SELECT COUNT(*) FROM t WHERE m = 1), (SELECT COUNT(*) FROM t WHERE n >= 1000)",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .map_err(query_error)
+            })
+            .unwrap();
+        assert_eq!((kept, undone), (60, 0));
+        db.shutdown().await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_job_does_not_undo_the_others_in_its_group() {

@@ -436,23 +436,26 @@ impl Store for SqliteStore {
         let payload = doc.into_payload_text(&id);
         let tokens = tokens.to_vec();
         let sql = self.sql.clone();
-        let env = self
-            .db
-            .write(move |conn| {
-                Self::append(
-                    conn,
-                    &sql,
-                    Version {
-                        id: &id,
-                        payload,
-                        created_at,
-                        deleted: false,
-                        tokens: &tokens,
-                        fresh_id,
-                    },
-                )
-            })
-            .await?;
+        let job = move |conn: &Connection| {
+            Self::append(
+                conn,
+                &sql,
+                Version {
+                    id: &id,
+                    payload,
+                    created_at,
+                    deleted: false,
+                    tokens: &tokens,
+                    fresh_id,
+                },
+            )
+        };
+        // a server-generated id has no earlier version to un-flag: the append is one INSERT
+        let env = if fresh_id {
+            self.db.write_single_statement(job).await?
+        } else {
+            self.db.write(job).await?
+        };
         self.writes.fetch_add(1, Ordering::Relaxed);
         Ok(env)
     }
