@@ -229,10 +229,17 @@ mod tests {
 
     #[tokio::test]
     async fn content_length_keep_alive() {
-        let addr = raw_server(b"HTTP/1.1 201 Created\r\nContent-Length: 11\r\nLocation: /x/1\r\n\r\n{\"id\":\"1\"}\n", false).await;
+        let addr = raw_server(
+            b"HTTP/1.1 201 Created\r\nContent-Length: 11\r\nLocation: /x/1\r\n\r\n{\"id\":\"1\"}\n",
+            false,
+        )
+        .await;
         let mut c = Connection::connect(&addr).await.unwrap();
         for _ in 0..3 {
-            let r = c.exchange(&Method::POST, "/x", &addr, Some(b"{}")).await.unwrap();
+            let r = c
+                .exchange(&Method::POST, "/x", &addr, Some(b"{}"))
+                .await
+                .unwrap();
             assert_eq!(r.status, StatusCode::CREATED);
             assert_eq!(&r.body[..], b"{\"id\":\"1\"}\n");
             assert_eq!(r.location.as_deref(), Some("/x/1"));
@@ -252,7 +259,11 @@ mod tests {
 
     #[tokio::test]
     async fn connection_close_and_bodies_without_length() {
-        let addr = raw_server(b"HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\nnothing here", true).await;
+        let addr = raw_server(
+            b"HTTP/1.1 404 Not Found\r\nConnection: close\r\n\r\nnothing here",
+            true,
+        )
+        .await;
         let mut c = Connection::connect(&addr).await.unwrap();
         let r = c.exchange(&Method::GET, "/", &addr, None).await.unwrap();
         assert_eq!(r.status, StatusCode::NOT_FOUND);
