@@ -249,7 +249,8 @@ async fn run_one(
     (status, Some(ctx))
 }
 
-/// Writes `report.json`, `report.md` and `report.html` into `dir`; returns their paths.
+/// Writes `report.json`, `report.md`, `report.html` and `charts/*.svg` into `dir`; returns
+/// their paths.
 pub fn write_outputs(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let files = [
@@ -265,6 +266,15 @@ pub fn write_outputs(report: &Report, dir: &Path) -> std::io::Result<Vec<PathBuf
         let p = dir.join(name);
         std::fs::write(&p, text)?;
         paths.push(p);
+    }
+    let charts = report::charts(report);
+    if !charts.is_empty() {
+        let chart_dir = dir.join("charts");
+        std::fs::create_dir_all(&chart_dir)?;
+        for c in &charts {
+            std::fs::write(chart_dir.join(&c.file), &c.svg)?;
+        }
+        paths.push(chart_dir);
     }
     Ok(paths)
 }

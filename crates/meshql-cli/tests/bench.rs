@@ -153,6 +153,13 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
     assert!(md.contains("## mixed-workload") && md.contains("| event_write |"));
     let html = std::fs::read_to_string(out_dir.path().join("report.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("latency per request kind"));
+    let charts: Vec<String> = std::fs::read_dir(out_dir.path().join("charts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(charts.iter().any(|c| c == "throughput-of-ceiling.svg"), "{charts:?}");
+    assert!(charts.iter().all(|c| c.ends_with(".svg")));
+    assert!(md.contains("![throughput-of-ceiling](charts/throughput-of-ceiling.svg)"));
     assert!(
         html.contains("throughput against offered load")
             || by_name("products")["runs"].as_array().unwrap().len() < 2

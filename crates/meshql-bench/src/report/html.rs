@@ -224,24 +224,32 @@ pub fn line_chart(
     svg
 }
 
-fn run_charts(out: &mut String, run: &RunReport) {
+/// Charts of one run, each named by a short slug.
+fn run_charts(run: &RunReport) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
     let kinds: Vec<String> = run.kinds.iter().map(|k| k.kind.clone()).collect();
-    out.push_str(&bar_chart(
-        &format!("{} — latency per request kind", run.label),
-        "milliseconds",
-        &kinds,
-        &[
-            ("median", run.kinds.iter().map(|k| k.med_ms).collect()),
-            ("p95", run.kinds.iter().map(|k| k.p95_ms).collect()),
-            ("p99", run.kinds.iter().map(|k| k.p99_ms).collect()),
-        ],
+    out.push((
+        "latency",
+        bar_chart(
+            &format!("{} — latency per request kind", run.label),
+            "milliseconds",
+            &kinds,
+            &[
+                ("median", run.kinds.iter().map(|k| k.med_ms).collect()),
+                ("p95", run.kinds.iter().map(|k| k.p95_ms).collect()),
+                ("p99", run.kinds.iter().map(|k| k.p99_ms).collect()),
+            ],
+        ),
     ));
     if run.timeline.len() >= 2 {
-        out.push_str(&line_chart(
-            &format!("{} — throughput over time", run.label),
-            "seconds",
-            "requests/s",
-            &[("req/s", run.timeline.iter().map(|s| (s.t, s.rps)).collect())],
+        out.push((
+            "timeline",
+            line_chart(
+                &format!("{} — throughput over time", run.label),
+                "seconds",
+                "requests/s",
+                &[("req/s", run.timeline.iter().map(|s| (s.t, s.rps)).collect())],
+            ),
         ));
         let users: Vec<(f64, f64)> = run.timeline.iter().map(|s| (s.t, s.vus as f64)).collect();
         let rss: Vec<(f64, f64)> = run
@@ -253,61 +261,73 @@ fn run_charts(out: &mut String, run: &RunReport) {
         if !rss.is_empty() {
             series.push(("server RSS (MiB)", rss));
         }
-        out.push_str(&line_chart(
-            &format!("{} — users and server memory", run.label),
-            "seconds",
-            "users · MiB",
-            &series,
+        out.push((
+            "users-memory",
+            line_chart(
+                &format!("{} — users and server memory", run.label),
+                "seconds",
+                "users · MiB",
+                &series,
+            ),
         ));
     }
+    out
 }
 
-fn scenario_charts(out: &mut String, s: &ScenarioReport) {
+/// Charts across the runs of one scenario, each named by a short slug.
+fn scenario_charts(s: &ScenarioReport) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
     let swept: Vec<&RunReport> = s.runs.iter().filter(|r| r.offered_rps.is_some()).collect();
     if swept.len() >= 2 {
         let offered = |r: &RunReport| r.offered_rps.unwrap_or(0.0);
-        out.push_str(&line_chart(
-            "throughput against offered load",
-            "offered requests/s",
-            "requests/s",
-            &[
-                (
-                    "achieved",
-                    swept.iter().map(|r| (offered(r), r.overall.rps)).collect(),
-                ),
-                (
-                    "offered",
-                    swept.iter().map(|r| (offered(r), offered(r))).collect(),
-                ),
-            ],
+        out.push((
+            "throughput-vs-offered",
+            line_chart(
+                "throughput against offered load",
+                "offered requests/s",
+                "requests/s",
+                &[
+                    (
+                        "achieved",
+                        swept.iter().map(|r| (offered(r), r.overall.rps)).collect(),
+                    ),
+                    (
+                        "offered",
+                        swept.iter().map(|r| (offered(r), offered(r))).collect(),
+                    ),
+                ],
+            ),
         ));
-        out.push_str(&line_chart(
-            "latency against offered load",
-            "offered requests/s",
-            "milliseconds",
-            &[
-                (
-                    "p95",
-                    swept
-                        .iter()
-                        .map(|r| (offered(r), r.overall.p95_ms))
-                        .collect(),
-                ),
-                (
-                    "p99",
-                    swept
-                        .iter()
-                        .map(|r| (offered(r), r.overall.p99_ms))
-                        .collect(),
-                ),
-                (
-                    "median",
-                    swept
-                        .iter()
-                        .map(|r| (offered(r), r.overall.med_ms))
-                        .collect(),
-                ),
-            ],
+        out.push((
+            "latency-vs-offered",
+            line_chart(
+                "latency against offered load",
+                "offered requests/s",
+                "milliseconds",
+                &[
+                    (
+                        "p95",
+                        swept
+                            .iter()
+                            .map(|r| (offered(r), r.overall.p95_ms))
+                            .collect(),
+                    ),
+                    (
+                        "p99",
+                        swept
+                            .iter()
+                            .map(|r| (offered(r), r.overall.p99_ms))
+                            .collect(),
+                    ),
+                    (
+                        "median",
+                        swept
+                            .iter()
+                            .map(|r| (offered(r), r.overall.med_ms))
+                            .collect(),
+                    ),
+                ],
+            ),
         ));
     }
     let ratios: Vec<(String, f64)> = s
@@ -316,13 +336,63 @@ fn scenario_charts(out: &mut String, s: &ScenarioReport) {
         .filter_map(|r| r.metrics.get("of_ceiling").map(|v| (r.label.clone(), *v)))
         .collect();
     if !ratios.is_empty() {
-        out.push_str(&bar_chart(
-            "throughput as a fraction of the ceiling (same tool, same run)",
-            "fraction of ceiling",
-            &ratios.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>(),
-            &[("of ceiling", ratios.iter().map(|(_, v)| *v).collect())],
+        out.push((
+            "of-ceiling",
+            bar_chart(
+                "throughput as a fraction of the ceiling (same tool, same run)",
+                "fraction of ceiling",
+                &ratios.iter().map(|(l, _)| l.clone()).collect::<Vec<_>>(),
+                &[("of ceiling", ratios.iter().map(|(_, v)| *v).collect())],
+            ),
         ));
     }
+    out
+}
+
+/// Turns a label into a file-name-safe slug.
+fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}
+
+/// One chart of a report, as a standalone SVG file.
+pub struct Chart {
+    /// Scenario the chart belongs to.
+    pub scenario: String,
+    /// File name (`<scenario>-<run>-<chart>.svg`).
+    pub file: String,
+    pub svg: String,
+}
+
+/// Every chart of the report, in the order the HTML page shows them.
+pub fn charts(report: &Report) -> Vec<Chart> {
+    let mut out = Vec::new();
+    for s in &report.scenarios {
+        for (name, svg) in scenario_charts(s) {
+            out.push(Chart {
+                scenario: s.name.clone(),
+                file: format!("{}-{name}.svg", slug(&s.name)),
+                svg,
+            });
+        }
+        for run in &s.runs {
+            for (name, svg) in run_charts(run) {
+                out.push(Chart {
+                    scenario: s.name.clone(),
+                    file: format!("{}-{}-{name}.svg", slug(&s.name), slug(&run.label)),
+                    svg,
+                });
+            }
+        }
+    }
+    out
 }
 
 /// The whole report as a standalone HTML page.
@@ -354,7 +424,9 @@ pub fn html(report: &Report) -> String {
             esc(&s.url),
             esc(&s.status.label())
         );
-        scenario_charts(&mut out, s);
+        for (_, svg) in scenario_charts(s) {
+            out.push_str(&svg);
+        }
         for run in &s.runs {
             let _ = write!(
                 out,
@@ -384,7 +456,9 @@ pub fn html(report: &Report) -> String {
                     u.peak_rss_mib, u.cpu_cores
                 );
             }
-            run_charts(&mut out, run);
+            for (_, svg) in run_charts(run) {
+                out.push_str(&svg);
+            }
         }
         for n in &s.notes {
             let _ = write!(out, "<p>note: {}</p>", esc(n));

@@ -6,7 +6,7 @@ mod html;
 mod text;
 
 pub use compare::compare;
-pub use html::html;
+pub use html::{charts, html, Chart};
 pub use text::{markdown, terminal};
 
 use crate::monitor::{Sample, ServerUsage};

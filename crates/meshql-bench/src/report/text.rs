@@ -201,6 +201,21 @@ pub fn markdown(report: &Report) -> String {
         for n in &s.notes {
             let _ = writeln!(out, "- {n}");
         }
+        let charts: Vec<_> = super::charts(report)
+            .into_iter()
+            .filter(|c| c.scenario == s.name)
+            .collect();
+        if !charts.is_empty() {
+            let _ = writeln!(out);
+            for c in charts {
+                let _ = writeln!(
+                    out,
+                    "![{}](charts/{})",
+                    c.file.trim_end_matches(".svg"),
+                    c.file
+                );
+            }
+        }
     }
     out
 }
