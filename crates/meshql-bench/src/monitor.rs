@@ -119,7 +119,7 @@ impl Monitor {
                 if tty {
                     progress_line(&label, start.elapsed(), planned, &live);
                 }
-                if ticks % 4 == 0 {
+                if ticks & 3 == 0 {
                     let now = Instant::now();
                     let requests = live.requests.load(Ordering::Relaxed);
                     let rss = probe.and_then(|p| p.rss_mib());

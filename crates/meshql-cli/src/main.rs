@@ -61,14 +61,14 @@ enum Command {
         #[command(subcommand)]
         command: Option<bench::BenchCommand>,
         #[command(flatten)]
-        run: bench::BenchRun,
+        run: Box<bench::BenchRun>,
     },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Bench { command, run } => bench::run(command, run),
+        Command::Bench { command, run } => bench::run(command, *run),
         Command::ConfigSchema => {
             println!(
                 "{}",

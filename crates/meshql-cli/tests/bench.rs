@@ -157,7 +157,10 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(charts.iter().any(|c| c == "throughput-of-ceiling.svg"), "{charts:?}");
+    assert!(
+        charts.iter().any(|c| c == "throughput-of-ceiling.svg"),
+        "{charts:?}"
+    );
     assert!(charts.iter().all(|c| c.ends_with(".svg")));
     assert!(md.contains("![throughput-of-ceiling](charts/throughput-of-ceiling.svg)"));
     assert!(

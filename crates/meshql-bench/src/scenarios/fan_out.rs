@@ -20,17 +20,14 @@ const COOPS: usize = 20;
 const HENS: usize = 10;
 
 fn hens_in(data: &Value) -> usize {
-    fn walk(v: &Value, depth: usize) -> usize {
-        match v {
-            Value::Array(items) => items.iter().map(|i| walk(i, depth)).sum(),
-            Value::Object(m) => match m.get("hens") {
-                Some(Value::Array(h)) => h.len(),
-                _ => m.values().map(|x| walk(x, depth + 1)).sum(),
-            },
-            _ => 0,
-        }
+    match data {
+        Value::Array(items) => items.iter().map(hens_in).sum(),
+        Value::Object(m) => match m.get("hens") {
+            Some(Value::Array(h)) => h.len(),
+            _ => m.values().map(hens_in).sum(),
+        },
+        _ => 0,
     }
-    walk(data, 0)
 }
 
 struct Wide {
