@@ -9,16 +9,29 @@ use serde_json::{Map, Value};
 /// A null reached a non-null position; the parent must become null.
 struct Bubble;
 
+/// A step of the response path, borrowed from the plan (no allocation per field written).
 #[derive(Clone)]
-enum Seg {
-    Key(String),
+enum Seg<'v> {
+    Key(&'v str),
     Index(usize),
+}
+
+/// Names a field for error messages (`Farm.coops`); formatted only when an error is raised.
+struct What<'a> {
+    owner: &'a str,
+    field: &'a str,
+}
+
+impl std::fmt::Display for What<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.owner, self.field)
+    }
 }
 
 pub(crate) struct Writer<'v> {
     buf: Vec<u8>,
-    errors: Vec<(String, Vec<Seg>)>,
-    path: Vec<Seg>,
+    errors: Vec<(String, Vec<Seg<'v>>)>,
+    path: Vec<Seg<'v>>,
     variables: &'v Map<String, Value>,
 }
 
@@ -58,7 +71,7 @@ impl<'v> Writer<'v> {
         self.errors.push((message.into(), self.path.clone()));
     }
 
-    fn null_in(&mut self, shape_non_null: bool, what: &str) -> Result<(), Bubble> {
+    fn null_in(&mut self, shape_non_null: bool, what: &What<'_>) -> Result<(), Bubble> {
         if shape_non_null {
             self.error(format!("Cannot return null for non-nullable field {what}."));
             Err(Bubble)
@@ -70,7 +83,7 @@ impl<'v> Writer<'v> {
 
     pub(crate) fn write_response(
         &mut self,
-        plan: &OperationPlan,
+        plan: &'v OperationPlan,
         results: Vec<Option<RootResult>>,
         introspection: Option<&Map<String, Value>>,
     ) {
@@ -86,9 +99,12 @@ impl<'v> Writer<'v> {
             first = false;
             push_json_str(&mut self.buf, &root.key);
             self.buf.push(b':');
-            self.path.push(Seg::Key(root.key.clone()));
+            self.path.push(Seg::Key(&root.key));
             let start = self.buf.len();
-            let what = format!("Query.{}", root.field_name);
+            let what = What {
+                owner: "Query",
+                field: &root.field_name,
+            };
             let r = match (&root.kind, result) {
                 (RootKind::Typename, _) => {
                     self.buf.extend_from_slice(b"\"Query\"");
@@ -136,10 +152,10 @@ impl<'v> Writer<'v> {
     fn write_root_nodes(
         &mut self,
         nodes: &[Node],
-        selection: &SelectionPlan,
+        selection: &'v SelectionPlan,
         composite: bool,
         shape: Shape,
-        what: &str,
+        what: &What<'_>,
     ) -> Result<(), Bubble> {
         if !composite {
             // a root field of a leaf type bound to a query: write the ids
@@ -175,7 +191,7 @@ impl<'v> Writer<'v> {
 
     fn write_object(
         &mut self,
-        selection: &SelectionPlan,
+        selection: &'v SelectionPlan,
         map: &Map<String, Value>,
         links: &[Link],
     ) -> Result<(), Bubble> {
@@ -191,9 +207,12 @@ impl<'v> Writer<'v> {
             first = false;
             push_json_str(&mut self.buf, &field.key);
             self.buf.push(b':');
-            self.path.push(Seg::Key(field.key.clone()));
+            self.path.push(Seg::Key(&field.key));
             let start = self.buf.len();
-            let what = format!("{}.{}", field.type_name, field.field_name);
+            let what = What {
+                owner: &field.type_name,
+                field: &field.field_name,
+            };
             let r = match &field.kind {
                 FieldKind::Typename(name) => {
                     push_json_str(&mut self.buf, name);
@@ -226,10 +245,10 @@ impl<'v> Writer<'v> {
     fn write_link(
         &mut self,
         link: &Link,
-        parent: &SelectionPlan,
+        parent: &'v SelectionPlan,
         index: usize,
         shape: Shape,
-        what: &str,
+        what: &What<'_>,
     ) -> Result<(), Bubble> {
         let crate::plan::TargetPlan::InProcess { selection, .. } = &parent.resolvers[index].target
         else {
@@ -295,9 +314,9 @@ impl<'v> Writer<'v> {
     fn write_embedded(
         &mut self,
         value: Option<&Value>,
-        selection: &SelectionPlan,
+        selection: &'v SelectionPlan,
         shape: Shape,
-        what: &str,
+        what: &What<'_>,
     ) -> Result<(), Bubble> {
         match value {
             None | Some(Value::Null) => self.null_in(shape.non_null, what),
@@ -342,7 +361,7 @@ impl<'v> Writer<'v> {
         value: Option<&Value>,
         kind: LeafKind,
         shape: Shape,
-        what: &str,
+        what: &What<'_>,
     ) -> Result<(), Bubble> {
         let value = match value {
             None | Some(Value::Null) => return self.null_in(shape.non_null, what),
@@ -388,7 +407,7 @@ impl<'v> Writer<'v> {
     }
 
     /// Writes one non-null scalar, coercing where GraphQL allows it.
-    fn write_scalar(&mut self, value: &Value, kind: LeafKind, what: &str) -> Result<(), Bubble> {
+    fn write_scalar(&mut self, value: &Value, kind: LeafKind, what: &What<'_>) -> Result<(), Bubble> {
         match (kind, value) {
             (LeafKind::String | LeafKind::Id, Value::String(s)) => push_json_str(&mut self.buf, s),
             (LeafKind::String | LeafKind::Id, Value::Number(n)) => {
