@@ -407,7 +407,12 @@ impl<'v> Writer<'v> {
     }
 
     /// Writes one non-null scalar, coercing where GraphQL allows it.
-    fn write_scalar(&mut self, value: &Value, kind: LeafKind, what: &What<'_>) -> Result<(), Bubble> {
+    fn write_scalar(
+        &mut self,
+        value: &Value,
+        kind: LeafKind,
+        what: &What<'_>,
+    ) -> Result<(), Bubble> {
         match (kind, value) {
             (LeafKind::String | LeafKind::Id, Value::String(s)) => push_json_str(&mut self.buf, s),
             (LeafKind::String | LeafKind::Id, Value::Number(n)) => {

@@ -69,6 +69,8 @@ pub struct SqliteDatabase {
     options: SqliteOptions,
     sender: Mutex<Option<mpsc::Sender<Command>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Stop signal and thread of the checkpointer.
+    checkpointer: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
     readers: Mutex<Vec<Connection>>,
     commits: AtomicU64,
 }
@@ -118,6 +120,9 @@ impl SqliteDatabase {
         ))
         .map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(options.statement_cache);
+        // checkpoints run on the checkpointer thread, not inside a commit (see below)
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(query_error)?;
 
         let (tx, rx) = mpsc::channel::<Command>();
         let name = format!(
@@ -131,6 +136,7 @@ impl SqliteDatabase {
             options,
             sender: Mutex::new(Some(tx)),
             writer: Mutex::new(None),
+            checkpointer: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             commits: AtomicU64::new(0),
         });
@@ -140,6 +146,23 @@ impl SqliteDatabase {
             .spawn(move || writer_loop(conn, rx, weak))
             .map_err(unavailable)?;
         *db.writer.lock() = Some(handle);
+        let checkpoint_conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
+        checkpoint_conn
+            .busy_timeout(std::time::Duration::from_millis(
+                db.options.busy_timeout_ms as u64,
+            ))
+            .map_err(query_error)?;
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let wal = PathBuf::from(format!("{}-wal", path.display()));
+        let handle = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || checkpointer_loop(checkpoint_conn, &wal, stop_rx))
+            .map_err(unavailable)?;
+        *db.checkpointer.lock() = Some((stop_tx, handle));
         Ok(db)
     }
 
@@ -260,7 +283,41 @@ impl SqliteDatabase {
         if let Some(handle) = self.writer.lock().take() {
             let _ = handle.join();
         }
+        if let Some((stop, handle)) = self.checkpointer.lock().take() {
+            let _ = stop.send(());
+            let _ = handle.join();
+        }
         self.readers.lock().clear();
+    }
+}
+
+/// How often the checkpointer copies committed WAL frames into the database file.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+/// WAL size beyond which the checkpointer waits for readers so the log can restart.
+const WAL_RESTART_BYTES: u64 = 64 << 20;
+
+/// Moves WAL checkpoints off the commit path. With SQLite's automatic checkpoints, the commit
+/// that crosses 1000 WAL pages copies them into the database file and syncs it while every
+/// writer waits; here a `PASSIVE` checkpoint runs every 100 ms on its own connection and
+/// thread, concurrently with commits (it copies what no reader still needs and never blocks
+/// the writer). Should readers keep the WAL from restarting until it passes 64 MiB, the
+/// checkpointer switches to `RESTART`, which waits for those readers so that the log can be
+/// reused from its start.
+fn checkpointer_loop(conn: Connection, wal: &Path, stop: mpsc::Receiver<()>) {
+    loop {
+        match stop.recv_timeout(CHECKPOINT_EVERY) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        let big = std::fs::metadata(wal).is_ok_and(|m| m.len() > WAL_RESTART_BYTES);
+        let sql = if big {
+            "PRAGMA wal_checkpoint(RESTART)"
+        } else {
+            "PRAGMA wal_checkpoint(PASSIVE)"
+        };
+        if let Err(e) = conn.query_row(sql, [], |_| Ok(())) {
+            tracing::debug!(error = %e, "sqlite checkpoint deferred");
+        }
     }
 }
 
@@ -295,7 +352,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Wea
             }
         }
     }
-    let _ = conn.execute_batch("PRAGMA optimize");
+    let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE); PRAGMA optimize");
     drop(conn);
     if let Some(s) = stop {
         let _ = s.send(());
@@ -368,6 +425,45 @@ fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_checkpointer_moves_commits_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.db");
+        let db = SqliteDatabase::open(&file, SqliteOptions::default()).unwrap();
+        db.write(|c| {
+            c.execute_batch("CREATE TABLE t (b BLOB)")
+                .map_err(query_error)
+        })
+        .await
+        .unwrap();
+        let before = std::fs::metadata(&file).unwrap().len();
+        for _ in 0..20 {
+            db.write(|c| {
+                for _ in 0..100 {
+                    c.execute("INSERT INTO t VALUES (zeroblob(1000))", [])
+                        .map_err(query_error)?;
+                }
+                Ok(())
+            })
+            .await
+            .unwrap();
+        }
+        // commits land in the WAL; only a checkpoint grows the database file itself, and the
+        // writer no longer runs any (wal_autocheckpoint = 0)
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::fs::metadata(&file).unwrap().len() < before + 1_500_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint within 5 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        db.shutdown().await;
+        // a clean shutdown leaves an empty WAL
+        let wal = std::fs::metadata(dir.path().join("c.db-wal")).map_or(0, |m| m.len());
+        assert_eq!(wal, 0);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failing_single_statement_job_needs_no_savepoint_to_stay_alone() {
