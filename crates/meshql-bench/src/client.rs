@@ -155,8 +155,9 @@ impl Session {
         Err(Http1Error::Closed.into())
     }
 
-    /// Sends one request and records it under `kind`; `None` when no response came back
-    /// (recorded as an HTTP error). A status ≥ 400 is recorded as an HTTP error but returned.
+    /// Sends one request and records it under `kind`, timed from the first byte written to
+    /// the last byte read; `None` when no response came back (recorded as an HTTP error). A
+    /// status ≥ 400 is recorded as an HTTP error but returned.
     pub async fn call(
         &mut self,
         kind: &'static str,
@@ -165,22 +166,8 @@ impl Session {
         body: Option<Bytes>,
     ) -> Option<Reply> {
         let started = Instant::now();
-        self.call_from(kind, started, method, path, body).await
-    }
-
-    /// As [`call`](Self::call), with latency measured from `intended` — the moment an
-    /// open-model iteration was due, so that a late start counts against the server rather than
-    /// vanishing (no coordinated omission).
-    pub async fn call_from(
-        &mut self,
-        kind: &'static str,
-        intended: Instant,
-        method: Method,
-        path: &str,
-        body: Option<Bytes>,
-    ) -> Option<Reply> {
         let result = self.send(method, path, body).await;
-        let latency = intended.elapsed();
+        let latency = started.elapsed();
         match result {
             Ok(reply) => {
                 let outcome = if reply.status.as_u16() >= 400 {

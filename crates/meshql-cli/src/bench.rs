@@ -14,6 +14,13 @@ pub enum BenchCommand {
     List,
     /// Compare two report.json files: throughput and latency ratios side by side (B/A).
     Compare { a: PathBuf, b: PathBuf },
+    /// Render a report.json again: the terminal table on stdout, and report.md, report.html
+    /// and charts/ into --out (default: beside the JSON).
+    Render {
+        report: PathBuf,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Args)]
@@ -120,6 +127,32 @@ pub fn run(command: Option<BenchCommand>, args: BenchRun) -> ExitCode {
                 }
                 (Err(e), _) | (_, Err(e)) => {
                     eprintln!("meshql bench compare: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some(BenchCommand::Render { report, out }) => {
+            let parsed = match meshql_bench::read_report(&report) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("meshql bench render: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            print!("{}", meshql_bench::report::terminal(&parsed));
+            let dir = out.unwrap_or_else(|| {
+                report
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| PathBuf::from("."))
+            });
+            match meshql_bench::write_outputs(&parsed, &dir) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!(
+                        "meshql bench render: cannot write to {}: {e}",
+                        dir.display()
+                    );
                     ExitCode::FAILURE
                 }
             }

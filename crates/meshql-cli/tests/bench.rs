@@ -189,6 +189,29 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
         table.contains("1.00x") && !table.contains("not compared"),
         "{table}"
     );
+
+    // render the JSON again elsewhere: the same Markdown comes out
+    let again = tempfile::tempdir().unwrap();
+    let out = run_meshql(
+        &[
+            "bench",
+            "render",
+            json.to_str().unwrap(),
+            "--out",
+            again.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("== products"));
+    assert_eq!(
+        std::fs::read_to_string(again.path().join("report.md")).unwrap(),
+        md
+    );
+    assert!(again
+        .path()
+        .join("charts/throughput-of-ceiling.svg")
+        .is_file());
 }
 
 #[test]

@@ -69,3 +69,128 @@ async fn unreachable_database_answers_503() {
         r.text
     );
 }
+
+/// The `mariadb` client against the database of `url`, running `sql`.
+fn mariadb_cmd(url: &str, sql: &str) -> std::process::Command {
+    let rest = url.strip_prefix("mysql://").expect("mysql URL");
+    let (creds, host_db) = rest.split_once('@').expect("user@host");
+    let (user, password) = creds.split_once(':').unwrap_or((creds, ""));
+    let (host_port, db) = host_db.split_once('/').expect("host/db");
+    let (host, port) = host_port.split_once(':').unwrap_or((host_port, "3306"));
+    let mut cmd = std::process::Command::new("mariadb");
+    cmd.args(["-h", host, "-P", port, "-u", user, &format!("-p{password}")])
+        .args(["-N", "-B", db, "-e", sql]);
+    cmd
+}
+
+fn mariadb(url: &str, sql: &str) -> String {
+    let out = mariadb_cmd(url, sql)
+        .output()
+        .expect("run the mariadb client");
+    assert!(
+        out.status.success(),
+        "mariadb {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_connection_lost_mid_request_answers_503_and_writes_nothing() {
+    use std::time::{Duration, Instant};
+    let url = common::fresh_mysql_database();
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let server = egg_economy_on(url.clone());
+    let c = server.client();
+    c.post_json(
+        "/farm/api",
+        &json!({"name": "kept", "farm_type": "megafarm", "zone": "north"}),
+    )
+    .await
+    .expect_status(201);
+
+    // another session write-locks the farm table, so the next insert blocks mid-request
+    let mut locker = mariadb_cmd(&url, "LOCK TABLES farm WRITE; SELECT SLEEP(60);")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the mariadb client");
+    let locked = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND INFO LIKE 'SELECT SLEEP%'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mariadb(&url, &locked).trim() != "1" {
+        assert!(Instant::now() < deadline, "the locker never got its lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let writer = server.client();
+    let doomed = tokio::spawn(async move {
+        writer
+            .post_json(
+                "/farm/api",
+                &json!({"name": "doomed", "farm_type": "megafarm", "zone": "north"}),
+            )
+            .await
+    });
+    let waiting = format!(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = '{db}' AND STATE LIKE 'Waiting for table%'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let victims = loop {
+        let ids = mariadb(&url, &waiting);
+        if !ids.trim().is_empty() {
+            break ids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the write never reached the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    for id in victims.split_whitespace() {
+        mariadb(&url, &format!("KILL {id}"));
+    }
+    let r = doomed.await.unwrap();
+    let _ = locker.kill();
+    let _ = locker.wait();
+    r.expect_status(503);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("MySQL")),
+        "{}",
+        r.text
+    );
+
+    // nothing of the interrupted write was stored, and the service carries on
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let list = loop {
+        let r = c.get("/farm/api").await;
+        if r.status == 200 {
+            break r.json();
+        }
+        assert!(Instant::now() < deadline, "no recovery: {}", r.text);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kept"]);
+    assert_eq!(
+        mariadb(
+            &url,
+            "SELECT COUNT(*) FROM farm WHERE JSON_VALUE(payload, '$.name') = 'doomed'"
+        )
+        .trim(),
+        "0"
+    );
+    c.post_json(
+        "/farm/api",
+        &json!({"name": "after", "farm_type": "megafarm", "zone": "north"}),
+    )
+    .await
+    .expect_status(201);
+}

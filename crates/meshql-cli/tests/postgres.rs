@@ -197,3 +197,132 @@ query = '{{"id": "{{{{id}}}}"}}'
     // and the service is fine afterwards
     c.get("/thing/api").await.expect_status(200);
 }
+
+/// psql against `url` with `sql`, returning stdout.
+fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .arg(url)
+        .args(["-qtAc", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn a_connection_lost_mid_request_answers_503_and_writes_nothing() {
+    let url = common::fresh_postgres_database();
+    let server = egg_economy_on(url.clone());
+    let c = server.client();
+    c.post_json(
+        "/farm/api",
+        &json!({"name": "kept", "farm_type": "megafarm", "zone": "north"}),
+    )
+    .await
+    .expect_status(201);
+
+    // another session locks the farm table, so the next write blocks inside its transaction
+    let mut locker = Command::new("psql")
+        .arg(&url)
+        .args([
+            "-qc",
+            "BEGIN; LOCK TABLE farm IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(60);",
+        ])
+        .env("PGAPPNAME", "meshql-test-locker")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start psql");
+    let db = url.rsplit('/').next().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while psql(
+        &url,
+        &format!("SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'meshql-test-locker' AND a.datname = '{db}' AND l.mode = 'AccessExclusiveLock' AND l.granted"),
+    )
+    .trim()
+        != "1"
+    {
+        assert!(Instant::now() < deadline, "the locker never got its lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let writer = server.client();
+    let doomed = tokio::spawn(async move {
+        writer
+            .post_json(
+                "/farm/api",
+                &json!({"name": "doomed", "farm_type": "megafarm", "zone": "north"}),
+            )
+            .await
+    });
+    // wait until meshql's insert is waiting on the lock, then cut meshql's connections
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let waiting = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = '{db}' AND wait_event_type = 'Lock' AND application_name <> 'meshql-test-locker'"
+    );
+    while psql(&url, &waiting).trim() == "0" {
+        assert!(
+            Instant::now() < deadline,
+            "the write never reached the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    psql(
+        &url,
+        &format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{db}' AND application_name <> 'meshql-test-locker' AND pid <> pg_backend_pid()"
+        ),
+    );
+    let r = doomed.await.unwrap();
+    // end the locker's session (killing psql alone leaves its backend asleep with the lock)
+    psql(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'meshql-test-locker'",
+    );
+    let _ = locker.kill();
+    let _ = locker.wait();
+    r.expect_status(503);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("PostgreSQL")),
+        "{}",
+        r.text
+    );
+
+    // nothing of the interrupted write was stored, and the service carries on
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let list = loop {
+        let r = c.get("/farm/api").await;
+        if r.status == 200 {
+            break r.json();
+        }
+        assert!(Instant::now() < deadline, "no recovery: {}", r.text);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["kept"]);
+    assert_eq!(
+        psql(
+            &url,
+            "SELECT count(*) FROM farm WHERE payload->>'name' = 'doomed'"
+        )
+        .trim(),
+        "0"
+    );
+    c.post_json(
+        "/farm/api",
+        &json!({"name": "after", "farm_type": "megafarm", "zone": "north"}),
+    )
+    .await
+    .expect_status(201);
+}

@@ -80,8 +80,16 @@ impl MysqlDatabase {
     }
 }
 
+/// Server errors that mean "the database is not there for you right now", not "your statement
+/// is wrong": the connection was killed (1927), the server is shutting down (1053), too many
+/// connections (1040), the server is read-only for maintenance (1290 `--read-only`).
+const UNAVAILABLE_CODES: [u16; 4] = [1927, 1053, 1040, 1290];
+
 pub(crate) fn my_error(e: mysql_async::Error) -> StoreError {
     match e {
+        mysql_async::Error::Server(s) if UNAVAILABLE_CODES.contains(&s.code) => {
+            StoreError::Unavailable(format!("MySQL unavailable: {} ({})", s.message, s.code))
+        }
         mysql_async::Error::Server(s) => StoreError::Query(format!("{}: {}", s.code, s.message)),
         mysql_async::Error::Url(u) => StoreError::Invalid(format!("bad MySQL URL: {u}")),
         other => StoreError::Unavailable(format!("MySQL unavailable: {other}")),

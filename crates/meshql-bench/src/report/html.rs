@@ -17,13 +17,14 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// A round upper bound for an axis (1, 2, 5 × 10ⁿ).
+/// A round upper bound for an axis (1, 1.2, 1.6, 2, 2.4, 3, 4, 5, 6, 8 × 10ⁿ: each divides
+/// into four readable ticks).
 fn nice_max(v: f64) -> f64 {
     if v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
     let exp = 10f64.powf(v.log10().floor());
-    for m in [1.0, 2.0, 5.0, 10.0] {
+    for m in [1.0, 1.2, 1.6, 2.0, 2.4, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0] {
         if v <= m * exp {
             return m * exp;
         }
@@ -474,12 +475,22 @@ mod tests {
 
     #[test]
     fn axis_bounds_are_round() {
-        assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(0.7), 1.0);
-        assert_eq!(nice_max(1.3), 2.0);
-        assert_eq!(nice_max(4.2), 5.0);
-        assert_eq!(nice_max(730.0), 1000.0);
-        assert_eq!(nice_max(5000.0), 5000.0);
+        let cases = [
+            (0.0, 1.0),
+            (0.7, 0.8),
+            (1.3, 1.6),
+            (4.2, 5.0),
+            (55.0, 60.0),
+            (730.0, 800.0),
+            (5000.0, 5000.0),
+        ];
+        for (v, want) in cases {
+            let got = nice_max(v);
+            assert!(
+                (got - want).abs() < 1e-9 * want,
+                "nice_max({v}) = {got}, want {want}"
+            );
+        }
     }
 
     #[test]

@@ -259,6 +259,13 @@ impl Ctx {
                 );
             }
         }
+        if offered.is_some() && !outcome.schedule_lag.is_empty() {
+            let lag = &outcome.schedule_lag;
+            metrics.insert(
+                "schedule_lag_p99_ms".into(),
+                lag.value_at_quantile(0.99) as f64 / 1000.0,
+            );
+        }
         let bounds: Bounds = self.opts.bounds;
         let run = RunReport {
             label: label.to_string(),
