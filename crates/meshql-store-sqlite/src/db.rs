@@ -304,11 +304,7 @@ const WAL_RESTART_BYTES: u64 = 64 << 20;
 /// checkpointer switches to `RESTART`, which waits for those readers so that the log can be
 /// reused from its start.
 fn checkpointer_loop(conn: Connection, wal: &Path, stop: mpsc::Receiver<()>) {
-    loop {
-        match stop.recv_timeout(CHECKPOINT_EVERY) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
         let big = std::fs::metadata(wal).is_ok_and(|m| m.len() > WAL_RESTART_BYTES);
         let sql = if big {
             "PRAGMA wal_checkpoint(RESTART)"
