@@ -89,6 +89,8 @@ pub(crate) struct Shape {
 }
 
 pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
+/// A row's place in creation order (its first version's row number).
+const ORD: &str = "COALESCE(t.seq, t._id)";
 
 pub(crate) fn visibility(table: &str, at: bool) -> &'static str {
     let _ = table;
@@ -157,13 +159,13 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     if shape.batch {
         params.push(Param::Keys);
         sql.push_str(&format!(
-            "SELECT k.kv, t.id, t.payload FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) PATH '$')) k \
+            "SELECT k.kv, {ORD}, t.id, t.payload FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) PATH '$')) k \
              JOIN {t} t ON "
         ));
         sql.push_str(&predicate(template, true, &mut params));
         sql.push_str(" WHERE ");
     } else {
-        sql.push_str(&format!("SELECT t.id, t.payload FROM {t} t WHERE "));
+        sql.push_str(&format!("SELECT {ORD}, t.id, t.payload FROM {t} t WHERE "));
         sql.push_str(&predicate(template, false, &mut params));
         sql.push_str(" AND ");
     }
@@ -175,7 +177,10 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         params.push(Param::Tokens);
         sql.push_str(TOKENS);
     }
-    sql.push_str(ORDER);
+    // no ORDER BY: rows come back with their creation order (`ORD`) and are sorted by the
+    // caller. Sorting in MariaDB drags every selected `payload` (a LONGTEXT) through a
+    // filesort, and in a JSON_TABLE join through an on-disk temporary table: the batched
+    // lookups of a depth-3 query ran ~2.3× slower that way.
     Compiled { sql, params }
 }
 

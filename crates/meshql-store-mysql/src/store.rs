@@ -593,12 +593,13 @@ impl Store for MysqlStore {
         let params = Self::bind(&compiled, args, at, &tokens, None);
         self.reads.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.db.conn().await?;
-        let rows: Vec<(String, String)> =
+        let mut rows: Vec<(i64, String, String)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        rows.sort_by_key(|r| r.0);
         Ok(rows
             .into_iter()
             .take(limit.unwrap_or(usize::MAX))
-            .map(|(id, payload)| Row { id, payload })
+            .map(|(_, id, payload)| Row { id, payload })
             .collect())
     }
 
@@ -638,11 +639,12 @@ impl Store for MysqlStore {
         let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
         self.reads.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.db.conn().await?;
-        let rows: Vec<(String, String, String)> =
+        let mut rows: Vec<(String, i64, String, String)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        rows.sort_by_key(|r| r.1);
         Ok(rows
             .into_iter()
-            .map(|(k, id, payload)| (k, Row { id, payload }))
+            .map(|(k, _, id, payload)| (k, Row { id, payload }))
             .collect())
     }
 
