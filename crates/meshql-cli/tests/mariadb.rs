@@ -194,3 +194,62 @@ async fn a_connection_lost_mid_request_answers_503_and_writes_nothing() {
     .await
     .expect_status(201);
 }
+
+#[tokio::test]
+async fn database_down_at_start_then_back_without_restart() {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+    let port = common::free_port();
+    let services = tempfile::tempdir().unwrap();
+    let server = egg_economy_on(format!(
+        "mysql://meshql:meshql@127.0.0.1:{port}/meshql_test"
+    ));
+    let c = server.client();
+    c.get("/ready").await.expect_status(503);
+    c.get("/farm/api").await.expect_status(503);
+
+    // MariaDB comes up on that port
+    let script = examples_dir().join("../scripts/services/mariadb.sh");
+    let run = |action: &str| {
+        Command::new("bash")
+            .arg(&script)
+            .arg(action)
+            .env("MESHQL_SERVICES_DIR", services.path())
+            .env("MESHQL_MARIADB_PORT", port.to_string())
+            .output()
+            .unwrap()
+    };
+    let start = run("start");
+    assert!(
+        start.status.success(),
+        "{}",
+        String::from_utf8_lossy(&start.stderr)
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let recovered = loop {
+        if c.get("/ready").await.status == 200 {
+            break true;
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let r = c
+        .post_json(
+            "/farm/api",
+            &json!({"name": "late", "farm_type": "megafarm", "zone": "north"}),
+        )
+        .await;
+    let list = c.get("/farm/api").await;
+    let _ = run("stop");
+    assert!(recovered, "meshql did not recover after MariaDB came up");
+    r.expect_status(201);
+    assert_eq!(
+        list.json().as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        list.text
+    );
+}
