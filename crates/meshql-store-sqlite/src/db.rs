@@ -123,6 +123,8 @@ impl SqliteDatabase {
         // checkpoints run on the checkpointer thread, not inside a commit (see below)
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(query_error)?;
+        conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)
+            .map_err(query_error)?;
 
         let (tx, rx) = mpsc::channel::<Command>();
         let name = format!(
@@ -157,10 +159,9 @@ impl SqliteDatabase {
             ))
             .map_err(query_error)?;
         let (stop_tx, stop_rx) = mpsc::channel();
-        let wal = PathBuf::from(format!("{}-wal", path.display()));
         let handle = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpointer_loop(checkpoint_conn, &wal, stop_rx))
+            .spawn(move || checkpointer_loop(checkpoint_conn, stop_rx))
             .map_err(unavailable)?;
         *db.checkpointer.lock() = Some((stop_tx, handle));
         Ok(db)
@@ -293,25 +294,33 @@ impl SqliteDatabase {
 
 /// How often the checkpointer copies committed WAL frames into the database file.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-/// WAL size beyond which the checkpointer waits for readers so the log can restart.
-const WAL_RESTART_BYTES: u64 = 64 << 20;
+/// WAL length (in frames, i.e. pages) beyond which the checkpointer waits for readers so that
+/// the log can restart from its beginning: 4096 frames = 16 MiB of 4 KiB pages.
+const WAL_RESTART_FRAMES: i64 = 4096;
+/// What the WAL file is truncated to when it restarts (`journal_size_limit`).
+pub(crate) const WAL_KEEP_BYTES: i64 = 16 << 20;
 
 /// Moves WAL checkpoints off the commit path. With SQLite's automatic checkpoints, the commit
 /// that crosses 1000 WAL pages copies them into the database file and syncs it while every
 /// writer waits; here a `PASSIVE` checkpoint runs every 100 ms on its own connection and
 /// thread, concurrently with commits (it copies what no reader still needs and never blocks
-/// the writer). Should readers keep the WAL from restarting until it passes 64 MiB, the
-/// checkpointer switches to `RESTART`, which waits for those readers so that the log can be
-/// reused from its start.
-fn checkpointer_loop(conn: Connection, wal: &Path, stop: mpsc::Receiver<()>) {
+/// the writer). Under a steady stream of reads and writes the log never gets a moment to
+/// restart by itself, so once it holds more than 16 MiB of frames the checkpointer runs a
+/// `RESTART` checkpoint, which briefly holds writers back until readers have moved to the
+/// newest snapshot; the WAL then starts over (and its file is cut back to 16 MiB).
+fn checkpointer_loop(conn: Connection, stop: mpsc::Receiver<()>) {
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
-        let big = std::fs::metadata(wal).is_ok_and(|m| m.len() > WAL_RESTART_BYTES);
-        let sql = if big {
-            "PRAGMA wal_checkpoint(RESTART)"
-        } else {
-            "PRAGMA wal_checkpoint(PASSIVE)"
+        let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            r.get::<_, i64>(1)
+        });
+        let result = match passive {
+            Ok(frames) if frames > WAL_RESTART_FRAMES => conn
+                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
+                .map(|_| ()),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
         };
-        if let Err(e) = conn.query_row(sql, [], |_| Ok(())) {
+        if let Err(e) = result {
             tracing::debug!(error = %e, "sqlite checkpoint deferred");
         }
     }
