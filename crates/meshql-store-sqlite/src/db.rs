@@ -310,9 +310,7 @@ pub(crate) const WAL_KEEP_BYTES: i64 = 16 << 20;
 /// newest snapshot; the WAL then starts over (and its file is cut back to 16 MiB).
 fn checkpointer_loop(conn: Connection, stop: mpsc::Receiver<()>) {
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
-        let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            r.get::<_, i64>(1)
-        });
+        let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
         let result = match passive {
             Ok(frames) if frames > WAL_RESTART_FRAMES => conn
                 .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
