@@ -253,3 +253,67 @@ async fn database_down_at_start_then_back_without_restart() {
         list.text
     );
 }
+
+#[tokio::test]
+async fn pool_exhaustion_waits_then_answers_503() {
+    use std::time::Duration;
+    let url = common::fresh_mysql_database();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.graphql"),
+        "type Query { slow(at: Float): [Thing] getById(id: ID, at: Float): Thing }\ntype Thing { id: ID name: String }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("meshql.toml"),
+        format!(
+            r#"
+[storage.my]
+type = "mysql"
+url = "{url}"
+pool_size = 1
+pool_wait_ms = 200
+
+[[entity]]
+name = "thing"
+storage = "my"
+[entity.rest]
+[entity.graphql]
+schema = "slow.graphql"
+[[entity.graphql.vectors]]
+name = "slow"
+sql = "(SELECT SLEEP(2)) = 0"
+[[entity.graphql.singletons]]
+name = "getById"
+query = '{{"id": "{{{{id}}}}"}}'
+"#
+        ),
+    )
+    .unwrap();
+    let server = Server::start(dir.path(), &[]);
+    let c = server.client();
+    c.post_json("/thing/api", &json!({"name": "x"}))
+        .await
+        .expect_status(201);
+    // one request holds the only connection for 2 s...
+    let slow_client = server.client();
+    let slow = tokio::spawn(async move {
+        slow_client
+            .post_json("/thing/graph", &json!({"query": "{ slow { name } }"}))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // ...so this one waits 200 ms for a connection, then gets a clear 503
+    let r = c.get("/thing/api").await;
+    r.expect_status(503);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("pool")),
+        "{}",
+        r.text
+    );
+    let slow = slow.await.unwrap();
+    assert_eq!(slow.json(), json!({"data": {"slow": [{"name": "x"}]}}));
+    c.get("/thing/api").await.expect_status(200);
+}
