@@ -53,10 +53,6 @@ impl Target {
             prefix: prefix.to_string(),
         })
     }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
 }
 
 /// A response, fully read.
@@ -90,10 +86,6 @@ impl Session {
             conn: None,
             recorder: Recorder::default(),
         }
-    }
-
-    pub fn target(&self) -> &Target {
-        &self.target
     }
 
     /// Opens the connection ahead of the first request (pre-allocated open-model workers).
@@ -232,10 +224,11 @@ mod tests {
     #[test]
     fn targets_parse_and_reject() {
         let t = Target::parse("http://127.0.0.1:5088").unwrap();
-        assert_eq!(t.url("/farm/api"), "http://127.0.0.1:5088/farm/api");
+        assert_eq!(t.base, "http://127.0.0.1:5088");
         let t = Target::parse("http://localhost/base/").unwrap();
         assert_eq!(t.authority, "localhost:80");
-        assert_eq!(t.url("/x"), "http://localhost:80/base/x");
+        assert_eq!(t.base, "http://localhost:80/base");
+        assert_eq!(t.prefix, "/base");
         assert!(Target::parse("https://x:1").is_err());
         assert!(Target::parse("http://").is_err());
         assert!(Target::parse("localhost:5088").is_err());

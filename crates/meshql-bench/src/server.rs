@@ -143,10 +143,6 @@ impl LocalServer {
         ProcProbe::new(self.child.id())
     }
 
-    pub fn workers(&self) -> Option<usize> {
-        self.spec.workers
-    }
-
     /// Stops the server and starts it again on the same port and data, with `workers` threads.
     pub async fn restart(&mut self, workers: Option<usize>) -> Result<(), ServerError> {
         self.terminate();

@@ -256,6 +256,18 @@ fn list_compare_errors_and_unknown_names() {
     );
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("/nonexistent/a.json"));
+    let junk = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(junk.path(), "{\"not\": \"a report\"}").unwrap();
+    let out = run_meshql(
+        &["bench", "render", junk.path().to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not a bench report"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

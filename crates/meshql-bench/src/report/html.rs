@@ -50,6 +50,14 @@ const PAD_R: f64 = 150.0;
 const PAD_T: f64 = 30.0;
 const PAD_B: f64 = 40.0;
 
+/// The opening `<svg>` element of a chart `h` pixels high, with its title.
+fn svg_open(title: &str, h: f64) -> String {
+    format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11"><text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#,
+        esc(title)
+    )
+}
+
 /// Grouped horizontal bars: one group per category, one bar per series.
 pub fn bar_chart(
     title: &str,
@@ -68,16 +76,7 @@ pub fn bar_chart(
             .flat_map(|(_, v)| v.iter().copied())
             .fold(0.0, f64::max),
     );
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#,
-        esc(title)
-    );
+    let mut svg = svg_open(title, h);
     for i in 0..=4 {
         let v = max * i as f64 / 4.0;
         let x = label_w + plot_w * i as f64 / 4.0;
@@ -152,16 +151,7 @@ pub fn line_chart(
     let points = series.iter().flat_map(|(_, p)| p.iter());
     let (xmax, ymax) = points.fold((0.0f64, 0.0f64), |(x, y), p| (x.max(p.0), y.max(p.1)));
     let (xmax, ymax) = (nice_max(xmax), nice_max(ymax));
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = write!(
-        svg,
-        r#"<text x="4" y="16" font-size="13" font-weight="bold">{}</text>"#,
-        esc(title)
-    );
+    let mut svg = svg_open(title, h);
     for i in 0..=4 {
         let y = PAD_T + plot_h * (1.0 - i as f64 / 4.0);
         let x = PAD_L + plot_w * i as f64 / 4.0;
