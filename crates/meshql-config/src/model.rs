@@ -140,6 +140,13 @@ pub enum StorageConfig {
         uri: String,
         /// Database name.
         db: String,
+        /// Operations in flight at once (and the driver's `maxPoolSize`); the URI's
+        /// `maxPoolSize` when absent, else 16.
+        #[serde(default)]
+        pool_size: Option<usize>,
+        /// How long a request waits for a free connection before answering 503.
+        #[serde(default = "default_pool_wait_ms")]
+        pool_wait_ms: u64,
     },
     /// MySQL or MariaDB: one table per entity, JSON payloads.
     Mysql {

@@ -36,6 +36,8 @@ pub enum StorageSpec {
     Mongo {
         uri: String,
         db: String,
+        pool_size: Option<usize>,
+        pool_wait_ms: u64,
     },
 }
 
@@ -274,9 +276,16 @@ impl Resolver {
                     pool_wait_ms: *pool_wait_ms,
                     statement_timeout_ms: *statement_timeout_ms,
                 },
-                StorageConfig::Mongo { uri, db } => StorageSpec::Mongo {
+                StorageConfig::Mongo {
+                    uri,
+                    db,
+                    pool_size,
+                    pool_wait_ms,
+                } => StorageSpec::Mongo {
                     uri: uri.clone(),
                     db: db.clone(),
+                    pool_size: *pool_size,
+                    pool_wait_ms: *pool_wait_ms,
                 },
                 StorageConfig::Mysql {
                     url,

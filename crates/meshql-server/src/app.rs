@@ -16,7 +16,7 @@ use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
 use meshql_store_memory::MemoryStore;
-use meshql_store_mongo::{MongoDatabase, MongoStore};
+use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
 use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
 use meshql_store_postgres::{PostgresDatabase, PostgresOptions, PostgresStore};
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
@@ -182,12 +182,20 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 };
                 Arc::new(MysqlStore::new(db, &entity.table))
             }
-            StorageSpec::Mongo { uri, db } => {
+            StorageSpec::Mongo {
+                uri,
+                db,
+                pool_size,
+                pool_wait_ms,
+            } => {
                 let key = (uri.clone(), db.clone());
                 let database = match mongo.get(&key) {
                     Some(d) => d.clone(),
                     None => {
-                        let d = MongoDatabase::connect(uri, db).await.map_err(|source| {
+                        let mut options = MongoOptions::new(uri.clone(), db.clone());
+                        options.pool_size = *pool_size;
+                        options.pool_wait = Duration::from_millis(*pool_wait_ms);
+                        let d = MongoDatabase::connect(&options).await.map_err(|source| {
                             BuildError::Storage {
                                 entity: entity.name.clone(),
                                 source,

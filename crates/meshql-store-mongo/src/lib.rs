@@ -7,16 +7,27 @@
 //!
 //! `latest` marks the newest version of each id; `seq` (the `_id` of a document's first
 //! version) keeps lists in creation order. Indexes: `{id, created_at}` (unique),
-//! `{latest, deleted, seq}`, and one per filtered payload field. Reads at a past time use an
-//! aggregation (`$match created_at ≤ at` → newest per id → filter), so tombstones and moved
-//! documents are handled as on every backend ("latest, then filter").
+//! `{latest, deleted, seq}`, and one per filtered payload field. Reads at a past time find
+//! the ids with a matching version at or before `at`, then those ids' newest version at or
+//! before `at`, and filter that in process (FerretDB lacks `$group`/`$first`), so tombstones
+//! and moved documents are handled as on every backend ("latest, then filter").
 //!
-//! Writes of one id are serialised inside the process (striped locks) and insert the new
-//! version before clearing the old `latest` flag, so a reader never sees a document vanish.
-//! Across several writer processes, updates of the *same* id need MongoDB transactions
-//! (replica sets), which this backend does not use yet; FerretDB, the MongoDB-wire server
-//! the tests run against, has neither transactions nor change streams.
+//! A write is one `insert_one` of the new version (the commit point: a single-document
+//! insert is atomic), then the `latest` flags are settled: older versions of the id lose
+//! theirs, and the new version loses its own should another process have inserted a newer
+//! one meanwhile. Inserting first means a reader never sees a document vanish; settling by
+//! time means two processes writing one id at once end with the newer version flagged,
+//! without transactions (which need a replica set, and which FerretDB, the MongoDB-wire
+//! server the tests run against, lacks — as it lacks change streams). Should settling fail,
+//! the write still succeeded (the version is stored): readers keep the newest of several
+//! flagged versions, the flags are settled in the background, and by the next write of the
+//! id. Until then a filtered query may still match the older version. Writes of one id are
+//! also serialised inside the process (striped locks).
+//!
+//! Every operation takes one of `pool_size` permits first, waiting at most `pool_wait`
+//! (the driver itself would queue for a connection without a bound), so an exhausted pool
+//! answers 503 after a bounded wait.
 
 mod store;
 
-pub use store::{MongoDatabase, MongoStore};
+pub use store::{MongoDatabase, MongoOptions, MongoStore};

@@ -13,12 +13,43 @@ use mongodb::{Client, Collection, IndexModel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+
+/// How a [`MongoDatabase`] connects.
+#[derive(Debug, Clone)]
+pub struct MongoOptions {
+    /// `mongodb://…` with any driver options (`replicaSet`, `readPreference`, `maxPoolSize`).
+    pub uri: String,
+    /// Database name.
+    pub database: String,
+    /// Operations in flight at once; the URI's `maxPoolSize` when `None`, else 16.
+    pub pool_size: Option<usize>,
+    /// How long an operation waits for a free connection before failing with 503.
+    pub pool_wait: Duration,
+}
+
+impl MongoOptions {
+    pub fn new(uri: impl Into<String>, database: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            database: database.into(),
+            pool_size: None,
+            pool_wait: Duration::from_secs(5),
+        }
+    }
+}
 
 /// A MongoDB client and database.
+///
+/// The driver queues operations for a connection without a bound, so every operation first
+/// takes one of `pool_size` permits (the driver's `maxPoolSize` is set to the same number),
+/// waiting at most `pool_wait`: past that the request is answered 503 instead of queueing
+/// for ever.
 pub struct MongoDatabase {
     client: Client,
     db: mongodb::Database,
+    permits: Semaphore,
+    pool_wait: Duration,
 }
 
 impl std::fmt::Debug for MongoDatabase {
@@ -38,13 +69,29 @@ fn error(e: mongodb::error::Error) -> StoreError {
     }
 }
 
+/// E11000: an insert hit a unique index.
+fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+    use mongodb::error::{ErrorKind, WriteFailure};
+    match &*e.kind {
+        ErrorKind::Write(WriteFailure::WriteError(w)) => w.code == 11000,
+        ErrorKind::Command(c) => c.code == 11000,
+        _ => false,
+    }
+}
+
 impl MongoDatabase {
     /// Parses the URI (replicaSet, readPreference, maxPoolSize... are honoured) and builds
     /// the client; connections are made in the background.
-    pub async fn connect(uri: &str, database: &str) -> Result<Arc<Self>, StoreError> {
-        let mut options = ClientOptions::parse(uri)
+    pub async fn connect(o: &MongoOptions) -> Result<Arc<Self>, StoreError> {
+        let mut options = ClientOptions::parse(&o.uri)
             .await
             .map_err(|e| StoreError::Invalid(format!("bad MongoDB URI: {e}")))?;
+        let pool_size = o
+            .pool_size
+            .or(options.max_pool_size.map(|n| n as usize))
+            .unwrap_or(16)
+            .max(1);
+        options.max_pool_size = Some(pool_size as u32);
         if options.server_selection_timeout.is_none() {
             options.server_selection_timeout = Some(Duration::from_secs(5));
         }
@@ -52,11 +99,30 @@ impl MongoDatabase {
             options.app_name = Some("meshql".into());
         }
         let client = Client::with_options(options).map_err(error)?;
-        let db = client.database(database);
-        Ok(Arc::new(Self { client, db }))
+        let db = client.database(&o.database);
+        Ok(Arc::new(Self {
+            client,
+            db,
+            permits: Semaphore::new(pool_size),
+            pool_wait: o.pool_wait,
+        }))
+    }
+
+    /// A permit to run one operation: waits at most `pool_wait` for one to be free.
+    async fn checkout(&self) -> Result<SemaphorePermit<'_>, StoreError> {
+        match tokio::time::timeout(self.pool_wait, self.permits.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the MongoDB client is closed".into(),
+            )),
+            Err(_) => Err(StoreError::Unavailable(
+                "no MongoDB connection became free in time (pool exhausted)".into(),
+            )),
+        }
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
+        let _permit = self.checkout().await?;
         self.db
             .run_command(doc! {"ping": 1})
             .await
@@ -65,6 +131,7 @@ impl MongoDatabase {
     }
 
     pub async fn close(&self) {
+        self.permits.close();
         self.client.clone().shutdown().await;
     }
 }
@@ -187,8 +254,59 @@ fn matches_doc(version: &Document, filter: &Document) -> bool {
     })
 }
 
-struct Current {
+/// Versions sorted by `seq` where one id may (after a failed or concurrent write, until its
+/// flag is cleared) have several flagged `latest`: its versions share a `seq`, so they are
+/// adjacent; keeps the newest of each run.
+fn newest_per_seq(docs: Vec<Document>) -> Vec<Document> {
+    let created = |d: &Document| d.get_datetime("created_at").ok().copied();
+    let mut out: Vec<Document> = Vec::with_capacity(docs.len());
+    for d in docs {
+        match out.last_mut() {
+            Some(prev) if prev.get_object_id("seq").ok() == d.get_object_id("seq").ok() => {
+                if created(&d) > created(prev) {
+                    *prev = d;
+                }
+            }
+            _ => out.push(d),
+        }
+    }
+    out
+}
+
+/// `e` unless it is a tombstone or hidden from the caller's tokens.
+fn visible(e: Envelope, filter: &TokenFilter) -> Option<Envelope> {
+    (!e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)).then_some(e)
+}
+
+/// See [`MongoStore::supersede`].
+async fn settle_latest(
+    coll: &Collection<Document>,
+    id: &str,
     oid: ObjectId,
+    stamp: Millis,
+) -> Result<(), mongodb::error::Error> {
+    coll.update_many(
+        doc! {
+            "id": id,
+            "latest": true,
+            "_id": {"$ne": oid},
+            "created_at": {"$lt": DateTime::from_millis(stamp)},
+        },
+        doc! {"$set": {"latest": false}},
+    )
+    .await?;
+    let newer = coll
+        .find_one(doc! {"id": id, "created_at": {"$gt": DateTime::from_millis(stamp)}})
+        .projection(doc! {"_id": 1})
+        .await?;
+    if newer.is_some() {
+        coll.update_one(doc! {"_id": oid}, doc! {"$set": {"latest": false}})
+            .await?;
+    }
+    Ok(())
+}
+
+struct Current {
     payload: Document,
     created_at: Millis,
     deleted: bool,
@@ -223,7 +341,6 @@ impl MongoStore {
             .await
             .map_err(error)?;
         Ok(d.map(|d| Current {
-            oid: d.get_object_id("_id").unwrap_or_default(),
             payload: d.get_document("payload").cloned().unwrap_or_default(),
             created_at: d
                 .get_datetime("created_at")
@@ -272,30 +389,38 @@ impl MongoStore {
             }
             place = place.settle(stamp, cur_time);
         }
-        let (stamp, is_latest) = (place.stamp, place.latest);
+        let (mut stamp, is_latest) = (place.stamp, place.latest);
         let oid = ObjectId::new();
         let seq = current.as_ref().map(|c| c.seq).unwrap_or(oid);
         let text = Bson::Document(payload.clone())
             .into_relaxed_extjson()
             .to_string();
-        self.coll
-            .insert_one(doc! {
-                "_id": oid,
-                "id": id,
-                "payload": payload,
-                "created_at": DateTime::from_millis(stamp),
-                "deleted": deleted,
-                "authorized_tokens": tokens.to_vec(),
-                "latest": is_latest,
-                "seq": seq,
-            })
-            .await
-            .map_err(error)?;
-        if let (true, Some(cur)) = (is_latest, &current) {
-            self.coll
-                .update_one(doc! {"_id": cur.oid}, doc! {"$set": {"latest": false}})
-                .await
-                .map_err(error)?;
+        let mut version = doc! {
+            "_id": oid,
+            "id": id,
+            "payload": payload,
+            "created_at": DateTime::from_millis(stamp),
+            "deleted": deleted,
+            "authorized_tokens": tokens.to_vec(),
+            "latest": is_latest,
+            "seq": seq,
+        };
+        // The insert is the commit point. Another process may have taken this millisecond
+        // for the same id (unique {id, created_at}): a server-stamped version moves on.
+        let mut attempts = 0;
+        loop {
+            match self.coll.insert_one(&version).await {
+                Ok(_) => break,
+                Err(e) if is_duplicate_key(&e) && created_at.is_none() && attempts < 8 => {
+                    attempts += 1;
+                    stamp += 1;
+                    version.insert("created_at", DateTime::from_millis(stamp));
+                }
+                Err(e) => return Err(error(e)),
+            }
+        }
+        if is_latest {
+            self.supersede(id, oid, stamp).await;
         }
         Ok(Envelope {
             id: id.to_owned(),
@@ -304,6 +429,31 @@ impl MongoStore {
             deleted,
             authorized_tokens: tokens.to_vec(),
         })
+    }
+
+    /// Leaves the version `oid` (stamped `stamp`) flagged `latest` only if it is the newest
+    /// of `id`: clears the flag of every older version (one statement, so a stale flag left
+    /// by an earlier failure goes too), then, should a newer version exist (another process
+    /// inserted one while this write's stamp was being chosen), clears its own. Each step is
+    /// a single-document-atomic operation, and whichever of two concurrent writers inserts
+    /// last sees the other's version, so they end with exactly the newer one flagged.
+    ///
+    /// The new version is already stored, so a failure here does not fail the write: readers
+    /// keep the newest of several flagged versions, and the flags are fixed in the background.
+    async fn supersede(&self, id: &str, oid: ObjectId, stamp: Millis) {
+        if let Err(e) = settle_latest(&self.coll, id, oid, stamp).await {
+            tracing::warn!(id, error = %e, "MongoDB: version stored, settling the `latest` flags failed; retrying in the background");
+            let (coll, id) = (self.coll.clone(), id.to_owned());
+            tokio::spawn(async move {
+                for _ in 0..600 {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if settle_latest(&coll, &id, oid, stamp).await.is_ok() {
+                        return;
+                    }
+                }
+                tracing::error!(id, "MongoDB: gave up settling `latest` flags after 10 minutes; the next write of the id settles them");
+            });
+        }
     }
 
     async fn remove_one(
@@ -328,6 +478,27 @@ impl MongoStore {
         }
     }
 
+    async fn find_rows(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let matching = template_filter(template, args, "")?;
+        self.visible_docs(matching, filter, at, limit)
+            .await?
+            .iter()
+            .map(|d| {
+                Ok(Row {
+                    id: d.get_str("id").unwrap_or_default().to_owned(),
+                    payload: payload_text(d)?,
+                })
+            })
+            .collect()
+    }
+
     /// Visible versions matching `filter` (a Document over the version's fields), at `at`.
     async fn visible_docs(
         &self,
@@ -349,11 +520,13 @@ impl MongoStore {
                 if let Some(l) = limit {
                     find = find.limit(l as i64);
                 }
-                find.await
+                let docs: Vec<Document> = find
+                    .await
                     .map_err(error)?
                     .try_collect()
                     .await
-                    .map_err(error)
+                    .map_err(error)?;
+                Ok(newest_per_seq(docs))
             }
             Some(at) => {
                 // Portable "latest ≤ at, then filter" without $group/$first (FerretDB lacks
@@ -425,6 +598,7 @@ impl MongoStore {
 #[async_trait]
 impl Store for MongoStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let _permit = self.db.checkout().await?;
         let mut indexes = vec![
             IndexModel::builder()
                 .keys(doc! {"id": 1, "created_at": -1})
@@ -447,7 +621,24 @@ impl Store for MongoStore {
         for field in fields {
             indexes.push(IndexModel::builder().keys(doc! {field: 1}).build());
         }
-        self.coll.create_indexes(indexes).await.map_err(error)?;
+        // Only the missing ones: a restart finds them in place (and FerretDB v1 drops the
+        // connection on a createIndexes naming indexes that already exist).
+        let existing: Vec<Document> = match self.coll.list_indexes().await {
+            Ok(cursor) => cursor
+                .map_ok(|m| m.keys)
+                .try_collect()
+                .await
+                .map_err(error)?,
+            // a collection that does not exist yet has no indexes
+            Err(e) if matches!(&*e.kind, mongodb::error::ErrorKind::Command(c) if c.code == 26) => {
+                Vec::new()
+            }
+            Err(e) => return Err(error(e)),
+        };
+        indexes.retain(|i| !existing.contains(&i.keys));
+        if !indexes.is_empty() {
+            self.coll.create_indexes(indexes).await.map_err(error)?;
+        }
         Ok(())
     }
 
@@ -456,6 +647,7 @@ impl Store for MongoStore {
         mut doc: NewDocument,
         tokens: &[String],
     ) -> Result<Envelope, StoreError> {
+        let _permit = self.db.checkout().await?;
         let fresh_id = doc.id.is_none();
         let id = doc.resolve_id();
         let created_at = doc.created_at;
@@ -478,6 +670,7 @@ impl Store for MongoStore {
         docs: Vec<NewDocument>,
         tokens: &[String],
     ) -> Result<Vec<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
         // no transactions without a replica set: validate everything first, then write
         let mut prepared = Vec::with_capacity(docs.len());
         for mut d in docs {
@@ -512,6 +705,7 @@ impl Store for MongoStore {
         tokens: Option<&[String]>,
         filter: &TokenFilter,
     ) -> Result<Option<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
         let created_at = doc.created_at;
         let payload = payload_doc(&doc.into_payload_text(id))?;
         let _guard = self.lock_for(id).lock().await;
@@ -536,6 +730,7 @@ impl Store for MongoStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Option<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
         self.reads.fetch_add(1, Ordering::Relaxed);
         let f = match at {
             None => doc! {"id": id, "latest": true},
@@ -549,10 +744,7 @@ impl Store for MongoStore {
             .map_err(error)?;
         let Some(d) = d else { return Ok(None) };
         let e = envelope(&d)?;
-        Ok(
-            (!e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens))
-                .then_some(e),
-        )
+        Ok(visible(e, filter))
     }
 
     async fn read_many(
@@ -561,10 +753,37 @@ impl Store for MongoStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        // one query: each id's candidate versions, newest first, then the first per id
+        let f = match at {
+            None => doc! {"id": {"$in": ids}, "latest": true},
+            Some(at) => {
+                doc! {"id": {"$in": ids}, "created_at": {"$lte": DateTime::from_millis(at)}}
+            }
+        };
+        let docs: Vec<Document> = self
+            .coll
+            .find(f)
+            .sort(doc! {"id": 1, "created_at": -1})
+            .await
+            .map_err(error)?
+            .try_collect()
+            .await
+            .map_err(error)?;
+        let mut newest: std::collections::HashMap<&str, &Document> =
+            std::collections::HashMap::new();
+        for d in &docs {
+            newest
+                .entry(d.get_str("id").unwrap_or_default())
+                .or_insert(d);
+        }
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            if let Some(e) = self.read(id, filter, at).await? {
-                out.push(e);
+            if let Some(d) = newest.get(id.as_str()) {
+                if let Some(e) = visible(envelope(d)?, filter) {
+                    out.push(e);
+                }
             }
         }
         Ok(out)
@@ -575,6 +794,7 @@ impl Store for MongoStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
         self.visible_docs(Document::new(), filter, at, None)
             .await?
             .iter()
@@ -583,6 +803,7 @@ impl Store for MongoStore {
     }
 
     async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+        let _permit = self.db.checkout().await?;
         self.remove_one(id, filter).await
     }
 
@@ -591,6 +812,7 @@ impl Store for MongoStore {
         ids: &[String],
         filter: &TokenFilter,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
+        let _permit = self.db.checkout().await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             out.push((id.clone(), self.remove_one(id, filter).await?));
@@ -599,6 +821,7 @@ impl Store for MongoStore {
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
         self.reads.fetch_add(1, Ordering::Relaxed);
         let docs: Vec<Document> = self
             .coll
@@ -620,17 +843,8 @@ impl Store for MongoStore {
         at: Option<Millis>,
         limit: Option<usize>,
     ) -> Result<Vec<Row>, StoreError> {
-        let matching = template_filter(template, args, "")?;
-        self.visible_docs(matching, filter, at, limit)
-            .await?
-            .iter()
-            .map(|d| {
-                Ok(Row {
-                    id: d.get_str("id").unwrap_or_default().to_owned(),
-                    payload: payload_text(d)?,
-                })
-            })
-            .collect()
+        let _permit = self.db.checkout().await?;
+        self.find_rows(template, args, filter, at, limit).await
     }
 
     async fn find_batch(
@@ -641,6 +855,7 @@ impl Store for MongoStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<KeyedRows, StoreError> {
+        let _permit = self.db.checkout().await?;
         let TemplateKind::Filter(preds) = &template.kind else {
             return Err(StoreError::Invalid(format!(
                 "SQL fragment `{}` needs a SQL backend",
@@ -658,7 +873,7 @@ impl Store for MongoStore {
             for k in keys {
                 let mut args = BoundArgs::new();
                 args.insert(key_arg.to_owned(), serde_json::Value::String(k.clone()));
-                for row in self.find(template, &args, filter, at, None).await? {
+                for row in self.find_rows(template, &args, filter, at, None).await? {
                     out.push((k.clone(), row));
                 }
             }

@@ -3,7 +3,7 @@
 //! no server can be started.
 
 use meshql_core::{DynStore, Store};
-use meshql_store_mongo::{MongoDatabase, MongoStore};
+use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
 use std::sync::Arc;
 
 fn mongo_url() -> String {
@@ -11,7 +11,7 @@ fn mongo_url() -> String {
 }
 
 async fn fresh_store() -> DynStore {
-    let db = MongoDatabase::connect(&mongo_url(), "meshql_conformance")
+    let db = MongoDatabase::connect(&MongoOptions::new(mongo_url(), "meshql_conformance"))
         .await
         .expect("client");
     let collection = format!("conf_{}", uuid::Uuid::new_v4().simple());
