@@ -6,12 +6,16 @@
 #   scripts/services/ferretdb.sh start   # idempotent; prints the URI
 #   scripts/services/ferretdb.sh stop
 #   scripts/services/ferretdb.sh url
+#   scripts/services/ferretdb.sh bin     # builds if needed; prints the binary's path
+#
+# MESHQL_FERRETDB_BIN runs that binary instead of building one (tests start a second server
+# with their own MESHQL_SERVICES_DIR and port).
 set -euo pipefail
 BASE=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}
 DIR=$BASE/ferretdb
 PORT=${MESHQL_FERRETDB_PORT:-27018}
 VERSION=v1.24.0
-BIN=$BASE/bin/ferretdb-$VERSION
+BIN=${MESHQL_FERRETDB_BIN:-$BASE/bin/ferretdb-$VERSION}
 URL="mongodb://127.0.0.1:$PORT/"
 
 build() {
@@ -69,5 +73,6 @@ case "${1:-start}" in
   start) start ;;
   stop) stop ;;
   url) echo "$URL" ;;
-  *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
+  bin) build; echo "$BIN" ;;
+  *) echo "usage: $0 start|stop|url|bin" >&2; exit 2 ;;
 esac

@@ -104,6 +104,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let mut mysql: HashMap<String, Arc<MysqlDatabase>> = HashMap::new();
     let mut mongo: HashMap<(String, String), Arc<MongoDatabase>> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
+    // servers found unreachable at start-up: their other entities skip the attempt (each
+    // would wait out the driver's timeout again) and start deferred straight away
+    let mut unreachable: HashMap<String, StoreError> = HashMap::new();
     for entity in &config.entities {
         let spec = &config.storages[&entity.storage];
         let store: DynStore = match spec {
@@ -213,9 +216,15 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             .iter()
             .flat_map(|g| g.queries.iter().map(|q| q.template.clone()))
             .collect();
-        let store: DynStore = match store.prepare(&templates).await {
+        let server = server_of(spec);
+        let prepared = match unreachable.get(&server) {
+            Some(e) => Err(e.clone()),
+            None => store.prepare(&templates).await,
+        };
+        let store: DynStore = match prepared {
             Ok(()) => store,
             Err(e @ StoreError::Unavailable(_)) => {
+                unreachable.insert(server, e.clone());
                 tracing::error!(
                     entity = %entity.name,
                     error = %e,
@@ -344,4 +353,15 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         mysql: mysql.into_values().collect(),
         mongo: mongo.into_values().collect(),
     })
+}
+
+/// The server a storage block talks to (blocks naming one server share its reachability).
+fn server_of(spec: &StorageSpec) -> String {
+    match spec {
+        StorageSpec::Sqlite { path, .. } => format!("sqlite:{}", path.display()),
+        StorageSpec::Memory => "memory".into(),
+        StorageSpec::Postgres { url, .. } => format!("postgres:{url}"),
+        StorageSpec::Mysql { url, .. } => format!("mysql:{url}"),
+        StorageSpec::Mongo { uri, .. } => format!("mongo:{uri}"),
+    }
 }

@@ -74,7 +74,10 @@ async fn a_stale_latest_flag_is_ignored_by_readers_and_cleared_by_the_next_write
     let list = store.list(&all, None).await.unwrap();
     assert_eq!(list.len(), 1, "{list:?}");
     assert!(list[0].payload.contains("second"));
-    let many = store.read_many(&[a.id.clone()], &all, None).await.unwrap();
+    let many = store
+        .read_many(std::slice::from_ref(&a.id), &all, None)
+        .await
+        .unwrap();
     assert_eq!(many.len(), 1);
     assert!(many[0].payload.contains("second"));
 

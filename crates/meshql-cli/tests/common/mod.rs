@@ -4,6 +4,8 @@
 //! Used by every test file in this directory (`mod common;`); not every file uses every helper.
 #![allow(dead_code)]
 
+pub mod fault_proxy;
+
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -131,7 +133,7 @@ pub struct Server {
     child: Option<Child>,
     port: u16,
     data_dir: DataDir,
-    /// Holds the captured stderr log of the child.
+    /// Holds what the child wrote to stdout and stderr.
     log_dir: tempfile::TempDir,
     base: String,
 }
@@ -179,7 +181,8 @@ impl Server {
         for attempt in 1..=3 {
             let port = fixed_port.unwrap_or_else(free_port);
             let log_path = log_dir.path().join(format!("stderr-{attempt}.log"));
-            let log = std::fs::File::create(&log_path).expect("create the stderr log");
+            let log = std::fs::File::create(&log_path).expect("create the log");
+            let log_too = log.try_clone().expect("clone the log handle");
             let mut child = Command::new(meshql_bin())
                 .arg("serve")
                 .arg(config_path)
@@ -192,7 +195,7 @@ impl Server {
                 .args(extra_args)
                 .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
+                .stdout(Stdio::from(log_too))
                 .stderr(Stdio::from(log))
                 .spawn()
                 .expect("spawn meshql serve");
@@ -238,8 +241,8 @@ impl Server {
         self.child.as_ref().expect("running").id()
     }
 
-    /// What the server wrote to stderr so far (all start attempts).
-    pub fn stderr(&self) -> String {
+    /// What the server logged so far, stdout and stderr (all start attempts).
+    pub fn log(&self) -> String {
         let mut names: Vec<PathBuf> = std::fs::read_dir(self.log_dir.path())
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default();
@@ -263,7 +266,7 @@ impl Server {
             Some(status) => status,
             None => panic!(
                 "meshql did not exit within {SHUTDOWN_TIMEOUT:?} of SIGTERM; stderr:\n{}",
-                self.stderr()
+                self.log()
             ),
         }
     }
@@ -306,18 +309,18 @@ fn wait_healthy(child: &mut Child, port: u16, log_path: &Path) -> Result<(), Str
     let stderr = || std::fs::read_to_string(log_path).unwrap_or_default();
     loop {
         if let Some(status) = child.try_wait().expect("wait for meshql") {
-            return Err(format!("(it exited with {status}); stderr:\n{}", stderr()));
+            return Err(format!("(it exited with {status}); log:\n{}", stderr()));
         }
         if health_ok(port) {
             // the answer came from our child only if it is still running
             if let Some(status) = child.try_wait().expect("wait for meshql") {
-                return Err(format!("(it exited with {status}); stderr:\n{}", stderr()));
+                return Err(format!("(it exited with {status}); log:\n{}", stderr()));
             }
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "(no 200 from /health within {STARTUP_TIMEOUT:?}); stderr:\n{}",
+                "(no 200 from /health within {STARTUP_TIMEOUT:?}); log:\n{}",
                 stderr()
             ));
         }
@@ -584,6 +587,11 @@ pub fn fresh_mysql_database() -> String {
 #[allow(dead_code)]
 pub fn mongo_url() -> String {
     meshql_conformance::test_server_url("ferretdb", "MESHQL_TEST_MONGO_URL")
+}
+
+/// A new database name on the test MongoDB-wire server (created on first write).
+pub fn fresh_mongo_database() -> String {
+    format!("t_{}", uuid_like())
 }
 
 /// The failure test shared by the client/server backends: a store with one pooled connection
