@@ -354,9 +354,56 @@ async fn a_remote_failure_is_a_field_error_not_a_failed_request() {
 
 #[tokio::test]
 async fn the_farm_example_federates_with_itself_over_http() {
+    farm_example(&examples_dir().join("farm")).await;
+}
+
+// The farm example on every other backend, changing nothing but its storage block.
+
+#[tokio::test]
+async fn the_farm_example_on_memory() {
+    let dir = farm_with_storage(r#"type = "memory""#.into());
+    farm_example(dir.path()).await;
+}
+
+#[tokio::test]
+async fn the_farm_example_on_postgres() {
+    let url = common::fresh_postgres_database();
+    let dir = farm_with_storage(format!("type = \"postgres\"\nurl = \"{url}\""));
+    farm_example(dir.path()).await;
+}
+
+#[tokio::test]
+async fn the_farm_example_on_mariadb() {
+    let url = common::fresh_mysql_database();
+    let dir = farm_with_storage(format!("type = \"mysql\"\nurl = \"{url}\""));
+    farm_example(dir.path()).await;
+}
+
+#[tokio::test]
+async fn the_farm_example_on_mongodb_wire() {
+    let (uri, db) = (common::mongo_url(), common::fresh_mongo_database());
+    let dir = farm_with_storage(format!("type = \"mongo\"\nuri = \"{uri}\"\ndb = \"{db}\""));
+    farm_example(dir.path()).await;
+}
+
+/// A copy of the farm example whose `[storage.farm]` block is `storage`.
+fn farm_with_storage(storage: String) -> tempfile::TempDir {
+    common::example_copy("farm", |text| {
+        let sqlite = "[storage.farm]\ntype = \"sqlite\"\nfile = \"farm.db\"\n";
+        assert!(
+            text.contains(sqlite),
+            "the farm example's storage block moved"
+        );
+        text.replace(sqlite, &format!("[storage.farm]\n{storage}\n"))
+    })
+}
+
+/// Serves the farm example at `config` on a fixed port (its resolvers call back to itself
+/// over HTTP) and checks nested queries three levels deep, both ways.
+async fn farm_example(config: &std::path::Path) {
     let port = common::free_port();
     let server = Server::start_with_env(
-        &examples_dir().join("farm"),
+        config,
         &[("PLATFORM_URL", format!("http://127.0.0.1:{port}"))],
         Some(port),
     );
