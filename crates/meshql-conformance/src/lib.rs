@@ -411,6 +411,42 @@ pub async fn read_many_and_remove_many(store: DynStore) {
     assert_eq!(left[0].id, c);
 }
 
+/// `read_many` at a past time, with duplicates, tombstones and tokens: one read statement.
+pub async fn read_many_at_a_time(store: DynStore) {
+    let t0 = 1_700_000_000_000;
+    create_at(&store, "a", json!({"name": "a1"}), t0).await;
+    create_at(&store, "a", json!({"name": "a2"}), t0 + 10).await;
+    create_at(&store, "b", json!({"name": "b1"}), t0 + 20).await;
+    create_at(&store, "c", json!({"name": "c1"}), t0).await;
+    store.remove("c", &ALL).await.unwrap();
+    store
+        .create(
+            NewDocument::with_id("d", payload(json!({"name": "d1"}))).at(t0),
+            &["alice".to_owned()],
+        )
+        .await
+        .unwrap();
+    let ids: Vec<String> = ["b", "a", "c", "d", "a", "missing"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let read = |at, filter: TokenFilter| {
+        let (store, ids) = (store.clone(), ids.clone());
+        async move {
+            let before = store.stats().reads;
+            let got = store.read_many(&ids, &filter, at).await.unwrap();
+            assert_eq!(store.stats().reads - before, 1, "one read for all ids");
+            got.iter().map(|e| name_of(&e.payload)).collect::<Vec<_>>()
+        }
+    };
+    // request order, duplicates repeated, tombstones and missing ids left out
+    assert_eq!(read(None, ALL).await, ["b1", "a2", "d1", "a2"]);
+    assert_eq!(read(Some(t0 + 5), ALL).await, ["a1", "c1", "d1", "a1"]);
+    assert_eq!(read(Some(t0 - 1), ALL).await, Vec::<String>::new());
+    let bob = TokenFilter::AnyOf(vec!["bob".into()]);
+    assert_eq!(read(Some(t0 + 10), bob).await, ["a2", "c1", "a2"]);
+}
+
 pub async fn create_many_is_one_write(store: DynStore) {
     let docs = (0..5)
         .map(|i| NewDocument::new(payload(json!({"name": format!("n{i}")}))))
@@ -722,6 +758,7 @@ macro_rules! conformance_tests {
             tombstone_is_applied_before_filtering,
             latest_then_filter,
             read_many_and_remove_many,
+            read_many_at_a_time,
             create_many_is_one_write,
             find_by_id_field_and_two_fields,
             find_with_empty_or_missing_parameters,

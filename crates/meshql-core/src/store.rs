@@ -44,6 +44,23 @@ pub type BatchRows = std::collections::HashMap<String, Vec<Row>>;
 /// A document read for a list: an alias used by frontends.
 pub type Document = Envelope;
 
+/// `found` (the newest candidate version of some of `ids`, in any order) arranged as
+/// [`Store::read_many`] answers: in the order of `ids`, missing ids, tombstones and what
+/// `filter` hides left out. Lets a client/server backend answer with one query.
+pub fn in_request_order(
+    ids: &[String],
+    found: Vec<Envelope>,
+    filter: &TokenFilter,
+) -> Vec<Envelope> {
+    let by_id: std::collections::HashMap<&str, &Envelope> =
+        found.iter().map(|e| (e.id.as_str(), e)).collect();
+    ids.iter()
+        .filter_map(|id| by_id.get(id.as_str()))
+        .filter(|e| !e.deleted && crate::auth::is_visible(filter, &e.authorized_tokens))
+        .map(|e| (*e).clone())
+        .collect()
+}
+
 /// Counters a backend keeps (for `/metrics` and for tests that count queries).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreStats {

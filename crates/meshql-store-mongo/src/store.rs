@@ -4,8 +4,9 @@ use async_trait::async_trait;
 use futures::TryStreamExt;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    now_millis, ArgValue, BoundArgs, Envelope, FieldPath, KeyedRows, Millis, NewDocument,
-    Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, ArgValue, BoundArgs, Envelope, FieldPath, KeyedRows, Millis,
+    NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats,
+    TokenFilter,
 };
 use mongodb::bson::{self, doc, oid::ObjectId, Bson, DateTime, Document};
 use mongodb::options::{ClientOptions, IndexOptions};
@@ -771,22 +772,14 @@ impl Store for MongoStore {
             .try_collect()
             .await
             .map_err(error)?;
-        let mut newest: std::collections::HashMap<&str, &Document> =
-            std::collections::HashMap::new();
+        // newest first within each id: keep the first of each
+        let mut found: Vec<Envelope> = Vec::with_capacity(ids.len());
         for d in &docs {
-            newest
-                .entry(d.get_str("id").unwrap_or_default())
-                .or_insert(d);
-        }
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(d) = newest.get(id.as_str()) {
-                if let Some(e) = visible(envelope(d)?, filter) {
-                    out.push(e);
-                }
+            if found.last().map(|e| e.id.as_str()) != d.get_str("id").ok() {
+                found.push(envelope(d)?);
             }
         }
-        Ok(out)
+        Ok(in_request_order(ids, found, filter))
     }
 
     async fn list(

@@ -4,8 +4,8 @@ use crate::db::{my_error, MysqlDatabase};
 use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement, QueryTemplate,
-    RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
+    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
@@ -27,6 +27,8 @@ pub struct MysqlStore {
 struct TableSql {
     read_latest: String,
     read_at: String,
+    read_many_latest: String,
+    read_many_at: String,
     list: [String; 4],
     current: String,
     clear_latest: String,
@@ -36,6 +38,8 @@ struct TableSql {
 }
 
 const COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
+/// The ids of a `read_many`, passed as one JSON array parameter.
+const KEYS: &str = "JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) PATH '$')) k";
 
 impl TableSql {
     fn new(table: &str) -> Self {
@@ -47,6 +51,13 @@ impl TableSql {
             read_at: format!(
                 "SELECT {COLUMNS} FROM {t} t WHERE t.id = ? AND t.created_at <= ? \
                  ORDER BY t.created_at DESC LIMIT 1"
+            ),
+            read_many_latest: format!(
+                "SELECT {COLUMNS} FROM {KEYS} JOIN {t} t ON t.id = k.kv WHERE t.latest = 1"
+            ),
+            read_many_at: format!(
+                "SELECT {COLUMNS} FROM {KEYS} JOIN {t} t ON t.id = k.kv WHERE t.created_at = \
+                 (SELECT MAX(v.created_at) FROM {t} v WHERE v.id = t.id AND v.created_at <= ?)"
             ),
             list: [
                 format!("SELECT {COLUMNS} FROM {t} t WHERE {now}{ORDER}"),
@@ -501,13 +512,23 @@ impl Store for MysqlStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(e) = self.read(id, filter, at).await? {
-                out.push(e);
+        let keys = Value::from(
+            serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+        );
+        let found = match at {
+            None => {
+                self.envelopes(&self.sql.read_many_latest, Params::Positional(vec![keys]))
+                    .await?
             }
-        }
-        Ok(out)
+            Some(at) => {
+                self.envelopes(
+                    &self.sql.read_many_at,
+                    Params::Positional(vec![keys, at.into()]),
+                )
+                .await?
+            }
+        };
+        Ok(in_request_order(ids, found, filter))
     }
 
     async fn list(

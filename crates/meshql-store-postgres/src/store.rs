@@ -5,8 +5,8 @@ use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement, QueryTemplate,
-    RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
+    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -30,6 +30,8 @@ pub struct PostgresStore {
 struct TableSql {
     read_latest: String,
     read_at: String,
+    read_many_latest: String,
+    read_many_at: String,
     list: [String; 4],
     current: String,
     clear_latest: String,
@@ -58,6 +60,13 @@ impl TableSql {
             read_at: format!(
                 "SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 AND t.created_at <= $2 \
                  ORDER BY t.created_at DESC LIMIT 1"
+            ),
+            read_many_latest: format!(
+                "SELECT {COLUMNS} FROM {t} t WHERE t.id = ANY($1::text[]) AND t.latest"
+            ),
+            read_many_at: format!(
+                "SELECT {COLUMNS} FROM {t} t WHERE t.id = ANY($1::text[]) AND t.created_at = \
+                 (SELECT MAX(v.created_at) FROM {t} v WHERE v.id = t.id AND v.created_at <= $2)"
             ),
             list: [
                 format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest AND NOT t.deleted{ORDER}"),
@@ -482,13 +491,17 @@ impl Store for PostgresStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(e) = self.read(id, filter, at).await? {
-                out.push(e);
+        let found = match at {
+            None => {
+                self.query_envelopes(&self.sql.read_many_latest, &[&ids])
+                    .await?
             }
-        }
-        Ok(out)
+            Some(at) => {
+                self.query_envelopes(&self.sql.read_many_at, &[&ids, &at])
+                    .await?
+            }
+        };
+        Ok(in_request_order(ids, found, filter))
     }
 
     async fn list(

@@ -5,8 +5,8 @@ use crate::sql::{self, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement, QueryTemplate,
-    RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
+    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use parking_lot::RwLock;
 use rusqlite::types::Value as SqlValue;
@@ -29,6 +29,8 @@ pub struct SqliteStore {
 struct TableSql {
     read_latest: String,
     read_at: String,
+    read_many_latest: String,
+    read_many_at: String,
     list_latest: String,
     list_at: String,
     list_latest_tokens: String,
@@ -58,6 +60,15 @@ impl TableSql {
             read_at: format!(
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 AND t.created_at <= ?2 \
                  ORDER BY t.created_at DESC LIMIT 1"
+            ),
+            read_many_latest: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t \
+                 WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.latest = 1"
+            ),
+            read_many_at: format!(
+                "SELECT {ENVELOPE_COLUMNS} FROM {t} t \
+                 WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.created_at = \
+                 (SELECT MAX(v.created_at) FROM {t} v WHERE v.id = t.id AND v.created_at <= ?2)"
             ),
             list_latest: format!(
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 \
@@ -562,15 +573,16 @@ impl Store for SqliteStore {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        self.db.read(|conn| {
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                if let Some(e) = self.read_one(conn, id, filter, at)? {
-                    out.push(e);
-                }
+        let keys = SqlValue::Text(
+            serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+        );
+        let found = self.db.read(|conn| match at {
+            None => self.read_envelopes(conn, &self.sql.read_many_latest, &[keys]),
+            Some(at) => {
+                self.read_envelopes(conn, &self.sql.read_many_at, &[keys, SqlValue::Integer(at)])
             }
-            Ok(out)
-        })
+        })?;
+        Ok(in_request_order(ids, found, filter))
     }
 
     async fn list(
