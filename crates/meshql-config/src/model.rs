@@ -132,6 +132,10 @@ pub enum StorageConfig {
         /// Server-side statement timeout.
         #[serde(default = "default_statement_timeout_ms")]
         statement_timeout_ms: u64,
+        /// Answer a GraphQL query and its relationships into entities of this database with
+        /// one SQL statement (JSON aggregation) instead of one per level.
+        #[serde(default = "default_true")]
+        nested_sql: bool,
     },
     /// MongoDB: one collection per entity, one document per version. URI options
     /// (`replicaSet`, `readPreference`, `maxPoolSize`, ...) are honoured.
@@ -161,6 +165,9 @@ pub enum StorageConfig {
     },
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_pool_size() -> usize {
     16
 }

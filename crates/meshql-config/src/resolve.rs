@@ -27,6 +27,7 @@ pub enum StorageSpec {
         pool_size: usize,
         pool_wait_ms: u64,
         statement_timeout_ms: u64,
+        nested_sql: bool,
     },
     Mysql {
         url: String,
@@ -269,12 +270,14 @@ impl Resolver {
                     pool_size,
                     pool_wait_ms,
                     statement_timeout_ms,
+                    nested_sql,
                 } => StorageSpec::Postgres {
                     url: url.clone(),
                     read_url: read_url.clone(),
                     pool_size: *pool_size,
                     pool_wait_ms: *pool_wait_ms,
                     statement_timeout_ms: *statement_timeout_ms,
+                    nested_sql: *nested_sql,
                 },
                 StorageConfig::Mongo {
                     uri,

@@ -15,8 +15,8 @@ pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::StoreError;
 pub use store::{
-    in_request_order, BatchRows, Document, DynStore, KeyedRows, Placement, RemoveOutcome, Store,
-    StoreStats, TokenFilter,
+    in_request_order, BatchRows, Document, DynStore, KeyedRows, Nested, NestedRow, Placement,
+    Relation, RemoveOutcome, Store, StoreStats, TokenFilter,
 };
 pub use template::{ArgValue, BoundArgs, FieldPath, QueryTemplate, TemplateError};
 pub use time::{now_millis, Millis};

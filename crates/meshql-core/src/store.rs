@@ -10,7 +10,7 @@
 //!   template filter ("latest, then filter");
 //! * a token filter hides documents whose authorized tokens are non-empty and do not overlap.
 
-use crate::{Envelope, Millis, NewDocument, QueryTemplate, Row, StoreError};
+use crate::{BoundArgs, Envelope, Millis, NewDocument, QueryTemplate, Row, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -59,6 +59,50 @@ pub fn in_request_order(
         .filter(|e| !e.deleted && crate::auth::is_visible(filter, &e.authorized_tokens))
         .map(|e| (*e).clone())
         .collect()
+}
+
+/// Where a store keeps its rows (see [`Store::relation`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    /// The backend (`"postgres"`): only stores of one backend and database join.
+    pub backend: &'static str,
+    /// Identifies the database (its connection pool) within the process.
+    pub database: usize,
+    pub table: String,
+}
+
+/// A relationship below a search, for [`Store::find_nested`]: for every row, the rows of
+/// `store` matching `template` with its `id` argument bound to the row's `key_field`.
+#[derive(Clone)]
+pub struct Nested {
+    /// The parent's payload field holding the key (`id`: the envelope id).
+    pub key_field: String,
+    /// Every matching row (`true`), or the first.
+    pub vector: bool,
+    pub store: DynStore,
+    pub template: QueryTemplate,
+    /// The relationships below this one.
+    pub children: Vec<Nested>,
+}
+
+impl std::fmt::Debug for Nested {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nested")
+            .field("key_field", &self.key_field)
+            .field("vector", &self.vector)
+            .field("template", &self.template.source)
+            .field("children", &self.children)
+            .finish()
+    }
+}
+
+/// A row of a nested search: the document and, per [`Nested`] relationship in order, its
+/// related rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NestedRow {
+    pub id: String,
+    pub payload: serde_json::Map<String, serde_json::Value>,
+    pub children: Vec<Vec<NestedRow>>,
 }
 
 /// Counters a backend keeps (for `/metrics` and for tests that count queries).
@@ -156,6 +200,31 @@ pub trait Store: Send + Sync + 'static {
         filter: &TokenFilter,
         at: Option<Millis>,
     ) -> Result<KeyedRows, StoreError>;
+
+    /// A search and the relationships below it in one statement: what `find` followed by
+    /// one `find_batch` per relationship and level returns (each level's key bound to the
+    /// `id` argument of its template, singletons keeping their first row). `Ok(None)` when
+    /// the backend cannot answer so (the default, or a relationship in another database):
+    /// the caller then goes level by level.
+    #[allow(clippy::too_many_arguments)]
+    async fn find_nested(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        nested: &[Nested],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        let _ = (template, args, nested, filter, at, limit);
+        Ok(None)
+    }
+
+    /// Where this store keeps its rows, for a backend joining stores of one database in
+    /// [`Store::find_nested`]; `None` (the default) when it cannot.
+    fn relation(&self) -> Option<Relation> {
+        None
+    }
 
     /// Whether the backend can serve requests now.
     async fn ready(&self) -> Result<(), StoreError>;

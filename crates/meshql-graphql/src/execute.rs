@@ -6,7 +6,7 @@ use crate::plan::{self, OperationPlan, ResolverPlan, RootKind, SelectionPlan, Ta
 use crate::registry::Registry;
 use crate::request::{GraphqlRequest, RequestContext};
 use futures::future::{join_all, BoxFuture};
-use meshql_core::{Millis, Row};
+use meshql_core::{Millis, NestedRow, Row};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -43,6 +43,28 @@ pub(crate) struct Exec<'a> {
 }
 
 impl Node {
+    /// A row of a nested search, with its relationships already fetched.
+    fn from_nested(row: NestedRow) -> Node {
+        let mut map = row.payload;
+        if map.get("id").and_then(Value::as_str) != Some(row.id.as_str()) {
+            map.insert("id".into(), Value::String(row.id));
+        }
+        Node {
+            map,
+            links: row
+                .children
+                .into_iter()
+                .map(|rows| {
+                    Link::Nodes(
+                        rows.into_iter()
+                            .map(|r| Arc::new(Node::from_nested(r)))
+                            .collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
     fn from_row(row: Row) -> Node {
         let map = match serde_json::from_str::<Map<String, Value>>(&row.payload) {
             Ok(mut m) => {
@@ -324,6 +346,21 @@ impl<'a> Exec<'a> {
         } else {
             Some(1)
         };
+        if let Some(nested) = &selection.nested {
+            match g
+                .store
+                .find_nested(&q.template, &args, nested, &self.ctx.filter, at, limit)
+                .await
+            {
+                Ok(Some(rows)) => {
+                    return Some(RootResult::Nodes(
+                        rows.into_iter().map(Node::from_nested).collect(),
+                    ))
+                }
+                Ok(None) => {} // level by level
+                Err(e) => return Some(RootResult::Error(e.to_string())),
+            }
+        }
         let rows = match g
             .store
             .find(&q.template, &args, &self.ctx.filter, at, limit)

@@ -8,6 +8,7 @@ use apollo_compiler::executable::{
 };
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Node, Schema};
+use meshql_core::Nested;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write;
@@ -118,10 +119,14 @@ pub enum FieldKind {
     Resolver(usize),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct SelectionPlan {
     pub fields: Vec<FieldPlan>,
     pub resolvers: Vec<ResolverPlan>,
+    /// The relationships below, for a store that can fetch them with the rows of this
+    /// selection in one statement ([`meshql_core::Store::find_nested`]): present when there
+    /// are some and every one, at every level below, is resolved in process.
+    pub nested: Option<Vec<Nested>>,
 }
 
 #[derive(Debug)]
@@ -471,10 +476,7 @@ impl<'a> Planner<'a> {
                         let selection = if composite {
                             self.plan_selection(&occurrences, ty.as_str(), Some(index), 1)?
                         } else {
-                            Arc::new(SelectionPlan {
-                                fields: Vec::new(),
-                                resolvers: Vec::new(),
-                            })
+                            Arc::new(SelectionPlan::default())
                         };
                         RootKind::Query {
                             query,
@@ -559,10 +561,7 @@ impl<'a> Planner<'a> {
                         let selection = if self.is_composite(inner) {
                             self.plan_selection(&occ, inner.as_str(), Some(t_index), depth + 1)?
                         } else {
-                            Arc::new(SelectionPlan {
-                                fields: Vec::new(),
-                                resolvers: Vec::new(),
-                            })
+                            Arc::new(SelectionPlan::default())
                         };
                         TargetPlan::InProcess {
                             graphlette: t_index,
@@ -594,7 +593,44 @@ impl<'a> Planner<'a> {
                 kind,
             });
         }
-        Ok(Arc::new(SelectionPlan { fields, resolvers }))
+        let nested = self.nested(&resolvers);
+        Ok(Arc::new(SelectionPlan {
+            fields,
+            resolvers,
+            nested,
+        }))
+    }
+
+    /// The relationships of a selection as [`Nested`] (see [`SelectionPlan::nested`]).
+    fn nested(&self, resolvers: &[ResolverPlan]) -> Option<Vec<Nested>> {
+        if resolvers.is_empty() {
+            return None;
+        }
+        resolvers
+            .iter()
+            .map(|r| match &r.target {
+                TargetPlan::InProcess {
+                    graphlette,
+                    query,
+                    selection,
+                } => {
+                    let children = if selection.resolvers.is_empty() {
+                        Vec::new()
+                    } else {
+                        selection.nested.clone()?
+                    };
+                    let g = &self.registry.graphlettes()[*graphlette];
+                    Some(Nested {
+                        key_field: r.key_field.clone(),
+                        vector: r.vector,
+                        store: g.store.clone(),
+                        template: g.queries[*query].template.clone(),
+                        children,
+                    })
+                }
+                TargetPlan::Http { .. } => None,
+            })
+            .collect()
     }
 
     /// The text sent to a remote graphlette for this field's sub-selection: the merged

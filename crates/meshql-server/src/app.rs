@@ -140,6 +140,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 pool_size,
                 pool_wait_ms,
                 statement_timeout_ms,
+                nested_sql,
             } => {
                 let key = (url.clone(), read_url.clone());
                 let db = match postgres.get(&key) {
@@ -150,6 +151,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                         options.pool_size = *pool_size;
                         options.pool_wait = Duration::from_millis(*pool_wait_ms);
                         options.statement_timeout = Duration::from_millis(*statement_timeout_ms);
+                        options.nested_sql = *nested_sql;
                         let db = PostgresDatabase::connect(&options).map_err(|source| {
                             BuildError::Storage {
                                 entity: entity.name.clone(),

@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use meshql_core::{
-    BoundArgs, DynStore, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
-    Row, Store, StoreError, StoreStats, TokenFilter,
+    BoundArgs, DynStore, Envelope, KeyedRows, Millis, Nested, NestedRow, NewDocument,
+    QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,6 +132,27 @@ impl Store for Deferred {
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
         self.gate()?;
         self.inner.versions(id).await
+    }
+    async fn find_nested(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        nested: &[Nested],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        self.gate()?;
+        self.inner
+            .find_nested(template, args, nested, filter, at, limit)
+            .await
+    }
+    fn relation(&self) -> Option<Relation> {
+        if self.prepared.load(Ordering::Acquire) {
+            self.inner.relation()
+        } else {
+            None
+        }
     }
     async fn find(
         &self,

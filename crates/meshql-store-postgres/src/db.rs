@@ -21,6 +21,8 @@ pub struct PostgresOptions {
     pub statement_timeout: Duration,
     /// How long to wait for a new connection.
     pub connect_timeout: Duration,
+    /// Answer nested searches with one statement ([`meshql_core::Store::find_nested`]).
+    pub nested_sql: bool,
 }
 
 impl PostgresOptions {
@@ -32,6 +34,7 @@ impl PostgresOptions {
             pool_wait: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
+            nested_sql: true,
         }
     }
 }
@@ -40,6 +43,7 @@ impl PostgresOptions {
 pub struct PostgresDatabase {
     pub(crate) write: Pool,
     pub(crate) read: Pool,
+    pub(crate) nested_sql: bool,
     url_for_logs: String,
 }
 
@@ -102,6 +106,7 @@ impl PostgresDatabase {
         Ok(Arc::new(Self {
             write,
             read,
+            nested_sql: options.nested_sql,
             url_for_logs: redact(&options.url),
         }))
     }

@@ -115,6 +115,8 @@ pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
 
 struct Builder {
     params: Vec<Param>,
+    /// Table aliases handed out so far (`t1`, `t2`... inside nested statements).
+    aliases: usize,
 }
 
 impl Builder {
@@ -123,18 +125,40 @@ impl Builder {
         format!("${}", self.params.len())
     }
 
-    fn predicate(&mut self, template: &QueryTemplate, batch: bool) -> String {
+    /// A template's condition on the table aliased `alias`. `key` replaces its `id`
+    /// argument (a batch's key column, or a parent's key in a nested statement); `bound`
+    /// says whether its other arguments come from the request (a root search) or are
+    /// unbound (a relationship, as in a batched lookup: they match nothing).
+    fn predicate(
+        &mut self,
+        template: &QueryTemplate,
+        alias: &str,
+        key: Option<&str>,
+        bound: bool,
+    ) -> String {
+        let arg = |b: &mut Builder, name: &str| -> String {
+            match key {
+                Some(k) if name == "id" => k.to_owned(),
+                _ if bound => b.push(Param::Arg(name.to_owned())),
+                _ => b.push(Param::Literal(Value::Null)),
+            }
+        };
         match &template.kind {
             TemplateKind::Filter(preds) if preds.is_empty() => "true".to_owned(),
             TemplateKind::Filter(preds) => preds
                 .iter()
                 .map(|(path, value)| {
-                    let lhs = json_text(path, "t");
+                    let lhs = json_text(path, alias);
                     let rhs = match value {
-                        ArgValue::Arg(name) if batch && name == "id" => "k.key".to_owned(),
-                        ArgValue::Arg(name) => self.push(Param::Arg(name.clone())),
+                        ArgValue::Arg(name) => arg(self, name),
                         ArgValue::Literal(v) => self.push(Param::Literal(v.clone())),
-                        ArgValue::Interpolated(pieces) => self.push(Param::Render(pieces.clone())),
+                        ArgValue::Interpolated(pieces) if bound => {
+                            self.push(Param::Render(pieces.clone()))
+                        }
+                        ArgValue::Interpolated(pieces) => {
+                            let text = meshql_core::template::render(pieces, &Default::default());
+                            self.push(Param::Literal(Value::String(text)))
+                        }
                     };
                     format!("{lhs} = {rhs}")
                 })
@@ -145,13 +169,10 @@ impl Builder {
                 for p in pieces {
                     match p {
                         SqlPiece::Text(t) => out.push_str(t),
-                        SqlPiece::Param { arg, .. } if batch && arg == "id" => {
-                            out.push_str("k.key")
-                        }
-                        SqlPiece::Param { arg, as_text } => {
-                            let n = self.push(Param::Arg(arg.clone()));
-                            out.push_str(&n);
-                            if *as_text {
+                        SqlPiece::Param { arg: name, as_text } => {
+                            let is_key = key.is_some() && name == "id";
+                            out.push_str(&arg(self, name));
+                            if *as_text && !is_key {
                                 out.push_str("::text");
                             }
                         }
@@ -163,28 +184,70 @@ impl Builder {
         }
     }
 
-    fn visibility(&mut self, table: &str, at: bool) -> String {
+    fn visibility(&mut self, table: &str, at: bool, alias: &str) -> String {
         if at {
             let n = self.push(Param::At);
             format!(
-                "NOT t.deleted AND t.created_at = (SELECT MAX(v.created_at) FROM {} v \
-                 WHERE v.id = t.id AND v.created_at <= {n})",
+                "NOT {alias}.deleted AND {alias}.created_at = (SELECT MAX(v.created_at) FROM {} v \
+                 WHERE v.id = {alias}.id AND v.created_at <= {n})",
                 quote_ident(table)
             )
         } else {
-            "t.latest AND NOT t.deleted".to_owned()
+            format!("{alias}.latest AND NOT {alias}.deleted")
         }
     }
 
-    fn tokens(&mut self) -> String {
+    fn tokens(&mut self, alias: &str) -> String {
         let n = self.push(Param::Tokens);
-        format!(" AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && {n}::text[])")
+        format!(
+            " AND (cardinality({alias}.authorized_tokens) = 0 OR {alias}.authorized_tokens && {n}::text[])"
+        )
+    }
+
+    /// The rows of one relationship for the row aliased `parent`, as a JSON array of
+    /// `[id, payload, <relationships below>...]`, in creation order (the first only for a
+    /// singleton).
+    fn related(&mut self, level: &Level<'_>, parent: &str, shape: Shape) -> String {
+        self.aliases += 1;
+        let c = format!("t{}", self.aliases);
+        let key = if level.key_field == "id" {
+            format!("{parent}.id")
+        } else {
+            // strings as they are, numbers and booleans as text, anything else no key
+            let f = level.key_field.replace('\'', "''");
+            format!(
+                "(CASE WHEN jsonb_typeof({parent}.payload->'{f}') IN ('string', 'number', 'boolean') \
+                 THEN {parent}.payload->>'{f}' END)"
+            )
+        };
+        let mut columns = format!("{c}.id, {c}.payload");
+        for child in &level.children {
+            columns.push_str(", ");
+            columns.push_str(&self.related(child, &c, shape));
+        }
+        let condition = self.predicate(level.template, &c, Some(&key), false);
+        let visible = self.visibility(&level.table, shape.at, &c);
+        let tokens = if shape.tokens {
+            self.tokens(&c)
+        } else {
+            String::new()
+        };
+        let limit = if level.vector { "" } else { " LIMIT 1" };
+        format!(
+            "(SELECT COALESCE(json_agg(x.j ORDER BY x.o), '[]'::json) FROM \
+             (SELECT json_build_array({columns}) AS j, COALESCE({c}.seq, {c}._id) AS o \
+             FROM {table} {c} WHERE {condition} AND {visible}{tokens} ORDER BY o{limit}) x)",
+            table = quote_ident(&level.table)
+        )
     }
 }
 
 /// The statement of a search (or batched search).
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    let mut b = Builder { params: Vec::new() };
+    let mut b = Builder {
+        params: Vec::new(),
+        aliases: 0,
+    };
     let t = quote_ident(table);
     let mut sql = String::new();
     if shape.batch {
@@ -193,18 +256,67 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
             "SELECT k.key, t.id, t.payload::text FROM (SELECT DISTINCT unnest({keys}::text[]) AS key) k \
              JOIN {t} t ON "
         ));
-        sql.push_str(&b.predicate(template, true));
+        sql.push_str(&b.predicate(template, "t", Some("k.key"), false));
         sql.push_str(" WHERE ");
     } else {
         sql.push_str(&format!("SELECT t.id, t.payload::text FROM {t} t WHERE "));
-        sql.push_str(&b.predicate(template, false));
+        sql.push_str(&b.predicate(template, "t", None, true));
         sql.push_str(" AND ");
     }
-    sql.push_str(&b.visibility(table, shape.at));
+    sql.push_str(&b.visibility(table, shape.at, "t"));
     if shape.tokens {
-        sql.push_str(&b.tokens());
+        sql.push_str(&b.tokens("t"));
     }
     sql.push_str(ORDER);
+    if shape.limit {
+        let n = b.push(Param::Limit);
+        sql.push_str(&format!(" LIMIT {n}"));
+    }
+    Compiled {
+        sql,
+        params: b.params,
+    }
+}
+
+/// A relationship of a nested statement: the rows of `table` matching `template` with its
+/// `id` argument bound to the parent's `key_field`.
+pub(crate) struct Level<'a> {
+    pub table: String,
+    pub key_field: &'a str,
+    pub template: &'a QueryTemplate,
+    pub vector: bool,
+    pub children: Vec<Level<'a>>,
+}
+
+/// One statement for a search and every relationship below it (JSON aggregation in
+/// correlated subqueries, as Hasura and PostGraphile compile GraphQL): columns `id`,
+/// `payload`, then one JSON array per relationship. Each subquery is an index lookup per
+/// parent row (the key's field index), so the result is what a batched lookup per level
+/// returns, in one round trip.
+pub(crate) fn nested_search(
+    table: &str,
+    template: &QueryTemplate,
+    shape: Shape,
+    levels: &[Level<'_>],
+) -> Compiled {
+    let mut b = Builder {
+        params: Vec::new(),
+        aliases: 0,
+    };
+    let mut sql = String::from("SELECT t0.id, t0.payload::text");
+    for level in levels {
+        sql.push_str(", ");
+        sql.push_str(&b.related(level, "t0", shape));
+        sql.push_str("::text");
+    }
+    sql.push_str(&format!(" FROM {} t0 WHERE ", quote_ident(table)));
+    sql.push_str(&b.predicate(template, "t0", None, true));
+    sql.push_str(" AND ");
+    sql.push_str(&b.visibility(table, shape.at, "t0"));
+    if shape.tokens {
+        sql.push_str(&b.tokens("t0"));
+    }
+    sql.push_str(" ORDER BY COALESCE(t0.seq, t0._id)");
     if shape.limit {
         let n = b.push(Param::Limit);
         sql.push_str(&format!(" LIMIT {n}"));

@@ -1,12 +1,13 @@
 //! [`PostgresStore`]: one entity table.
 
 use crate::db::{pg_error, pool_error, PostgresDatabase};
-use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
+use crate::sql::{self, as_text, quote_ident, Compiled, Level, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
-    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
+    NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
+    StoreStats, TokenFilter,
 };
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -22,6 +23,8 @@ pub struct PostgresStore {
     table: String,
     sql: TableSql,
     compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    /// Nested statements, by [`nested_signature`].
+    nested: RwLock<HashMap<u64, Arc<Compiled>>>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -135,6 +138,7 @@ impl PostgresStore {
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: RwLock::new(HashMap::new()),
+            nested: RwLock::new(HashMap::new()),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -149,6 +153,47 @@ impl PostgresStore {
         self.compiled
             .write()
             .insert((template.id, shape), c.clone());
+        c
+    }
+
+    /// This store's database, as [`Relation::database`].
+    fn database_id(&self) -> usize {
+        Arc::as_ptr(&self.db) as usize
+    }
+
+    /// The relationships as levels of one statement, if every store is a table of this
+    /// database.
+    fn levels<'a>(&self, nested: &'a [Nested]) -> Option<Vec<Level<'a>>> {
+        nested
+            .iter()
+            .map(|n| {
+                let r = n.store.relation()?;
+                if r.backend != "postgres" || r.database != self.database_id() {
+                    return None;
+                }
+                Some(Level {
+                    table: r.table,
+                    key_field: &n.key_field,
+                    template: &n.template,
+                    vector: n.vector,
+                    children: self.levels(&n.children)?,
+                })
+            })
+            .collect()
+    }
+
+    fn nested_compiled(
+        &self,
+        template: &QueryTemplate,
+        shape: Shape,
+        levels: &[Level<'_>],
+    ) -> Arc<Compiled> {
+        let key = nested_signature(template, shape, levels);
+        if let Some(c) = self.nested.read().get(&key) {
+            return c.clone();
+        }
+        let c = Arc::new(sql::nested_search(&self.table, template, shape, levels));
+        self.nested.write().insert(key, c.clone());
         c
     }
 
@@ -320,6 +365,57 @@ impl PostgresStore {
     fn visible(filter: &TokenFilter, e: &Envelope) -> bool {
         !e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)
     }
+}
+
+/// Identifies a nested statement: the root template and shape, and every level's table,
+/// key, template and cardinality.
+fn nested_signature(template: &QueryTemplate, shape: Shape, levels: &[Level<'_>]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn walk(levels: &[Level<'_>], h: &mut std::collections::hash_map::DefaultHasher) {
+        levels.len().hash(h);
+        for l in levels {
+            (&l.table, l.key_field, l.template.id, l.vector).hash(h);
+            walk(&l.children, h);
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (template.id, shape).hash(&mut h);
+    walk(levels, &mut h);
+    h.finish()
+}
+
+/// `[[id, payload, <relationship arrays>...], ...]` as rows.
+fn nested_rows(v: serde_json::Value) -> Result<Vec<NestedRow>, StoreError> {
+    use serde_json::Value;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("nested search result: {what}"));
+    let Value::Array(items) = v else {
+        return Err(corrupt("not an array"));
+    };
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Array(mut parts) = item else {
+                return Err(corrupt("a row is not an array"));
+            };
+            if parts.len() < 2 {
+                return Err(corrupt("a row lacks its id or payload"));
+            }
+            let children = parts.split_off(2);
+            let (Some(Value::Object(payload)), Some(Value::String(id))) =
+                (parts.pop(), parts.pop())
+            else {
+                return Err(corrupt("a row's id or payload has the wrong type"));
+            };
+            Ok(NestedRow {
+                id,
+                payload,
+                children: children
+                    .into_iter()
+                    .map(nested_rows)
+                    .collect::<Result<_, _>>()?,
+            })
+        })
+        .collect()
 }
 
 #[async_trait]
@@ -638,6 +734,67 @@ impl Store for PostgresStore {
                 )
             })
             .collect())
+    }
+
+    async fn find_nested(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        nested: &[Nested],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        if !self.db.nested_sql || nested.is_empty() {
+            return Ok(None);
+        }
+        let Some(levels) = self.levels(nested) else {
+            return Ok(None);
+        };
+        let tokens = filter_tokens(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            limit: limit.is_some(),
+            batch: false,
+        };
+        let compiled = self.nested_compiled(template, shape, &levels);
+        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&compiled.sql)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let payload: String = r.get(1);
+            let payload = serde_json::from_str(&payload)
+                .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
+            let mut children = Vec::with_capacity(levels.len());
+            for i in 0..levels.len() {
+                let text: String = r.get(2 + i);
+                let v = serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("nested search result: {e}")))?;
+                children.push(nested_rows(v)?);
+            }
+            out.push(NestedRow {
+                id: r.get(0),
+                payload,
+                children,
+            });
+        }
+        Ok(Some(out))
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        Some(Relation {
+            backend: "postgres",
+            database: self.database_id(),
+            table: self.table.clone(),
+        })
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
