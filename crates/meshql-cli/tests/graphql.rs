@@ -68,6 +68,25 @@ async fn egg_economy_graph_in_process_on_postgres() {
 }
 
 #[tokio::test]
+async fn egg_economy_graph_in_process_on_postgres_level_by_level() {
+    let dir = common::example_copy("egg-economy", |text| text);
+    let config = dir.path().join("meshql-postgres.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let text = text.replace(
+        "type = \"postgres\"",
+        "type = \"postgres\"\nnested_sql = false",
+    );
+    assert!(text.contains("nested_sql = false"));
+    std::fs::write(&config, text).unwrap();
+    let url = common::fresh_postgres_database();
+    egg_economy_graph(
+        Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
+        Nesting::PerLevel,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn egg_economy_graph_in_process_on_mariadb() {
     let config = examples_dir().join("egg-economy/meshql-mysql.toml");
     let url = common::fresh_mysql_database();
