@@ -18,6 +18,11 @@
 //! Reads use a separate pool when a read URL (a replica) is configured. Every statement is
 //! prepared once per connection; templates filter on `payload->>'field'`, for which
 //! expression indexes are created.
+//!
+//! A GraphQL search whose relationships all resolve in process to tables of the same
+//! database is one statement ([`meshql_core::Store::find_nested`]): each relationship is a
+//! correlated subquery aggregating its rows (and theirs, recursively) into a JSON array, so
+//! a depth-3 query costs one round trip instead of one per level.
 
 mod db;
 mod sql;

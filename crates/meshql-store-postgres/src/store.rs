@@ -384,38 +384,59 @@ fn nested_signature(template: &QueryTemplate, shape: Shape, levels: &[Level<'_>]
     h.finish()
 }
 
-/// `[[id, payload, <relationship arrays>...], ...]` as rows.
-fn nested_rows(v: serde_json::Value) -> Result<Vec<NestedRow>, StoreError> {
-    use serde_json::Value;
-    let corrupt = |what: &str| StoreError::Corrupt(format!("nested search result: {what}"));
-    let Value::Array(items) = v else {
-        return Err(corrupt("not an array"));
-    };
-    items
-        .into_iter()
-        .map(|item| {
-            let Value::Array(mut parts) = item else {
-                return Err(corrupt("a row is not an array"));
-            };
-            if parts.len() < 2 {
-                return Err(corrupt("a row lacks its id or payload"));
-            }
-            let children = parts.split_off(2);
-            let (Some(Value::Object(payload)), Some(Value::String(id))) =
-                (parts.pop(), parts.pop())
-            else {
-                return Err(corrupt("a row's id or payload has the wrong type"));
-            };
-            Ok(NestedRow {
-                id,
-                payload,
-                children: children
-                    .into_iter()
-                    .map(nested_rows)
-                    .collect::<Result<_, _>>()?,
+/// A row of a nested statement, before it is placed in the tree.
+struct Flat {
+    id: String,
+    payload: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The tree of a nested statement's rows: `rows[r]` are relationship `r`'s rows (0: the
+/// search) in creation order.
+struct Tree<'a> {
+    rows: Vec<Vec<Flat>>,
+    /// Per relationship: its rows by key, in order.
+    by_key: Vec<HashMap<String, Vec<usize>>>,
+    /// Per relationship (0: the search): the relationships below it.
+    below: Vec<Vec<usize>>,
+    /// Per relationship (from 1): key field and cardinality.
+    levels: Vec<(&'a str, bool)>,
+}
+
+impl Tree<'_> {
+    fn key_of(&self, row: &Flat, key_field: &str) -> Option<String> {
+        if key_field == "id" {
+            return Some(row.id.clone());
+        }
+        match row.payload.get(key_field)? {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Number(n) => Some(n.to_string()),
+            serde_json::Value::Bool(b) => Some(b.to_string()),
+            _ => None,
+        }
+    }
+
+    fn node(&self, r: usize, i: usize) -> NestedRow {
+        let row = &self.rows[r][i];
+        let children = self.below[r]
+            .iter()
+            .map(|&c| {
+                let (key_field, vector) = self.levels[c - 1];
+                let found = self
+                    .key_of(row, key_field)
+                    .and_then(|k| self.by_key[c].get(&k));
+                match found {
+                    Some(rows) if vector => rows.iter().map(|&j| self.node(c, j)).collect(),
+                    Some(rows) => rows.iter().take(1).map(|&j| self.node(c, j)).collect(),
+                    None => Vec::new(),
+                }
             })
-        })
-        .collect()
+            .collect();
+        NestedRow {
+            id: row.id.clone(),
+            payload: row.payload.clone(),
+            children,
+        }
+    }
 }
 
 #[async_trait]
@@ -768,24 +789,44 @@ impl Store for PostgresStore {
             .await
             .map_err(pg_error)?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let payload: String = r.get(1);
-            let payload = serde_json::from_str(&payload)
-                .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?;
-            let mut children = Vec::with_capacity(levels.len());
-            for i in 0..levels.len() {
-                let text: String = r.get(2 + i);
-                let v = serde_json::from_str(&text)
-                    .map_err(|e| StoreError::Corrupt(format!("nested search result: {e}")))?;
-                children.push(nested_rows(v)?);
-            }
-            out.push(NestedRow {
-                id: r.get(0),
-                payload,
-                children,
-            });
+        let parents = sql::relationship_parents(&levels);
+        let mut tree = Tree {
+            rows: (0..=parents.len()).map(|_| Vec::new()).collect(),
+            by_key: (0..=parents.len()).map(|_| HashMap::new()).collect(),
+            below: vec![Vec::new(); parents.len() + 1],
+            levels: Vec::with_capacity(parents.len()),
+        };
+        for (i, &p) in parents.iter().enumerate() {
+            tree.below[p].push(i + 1);
         }
+        fn flatten<'a>(levels: &'a [Level<'a>], out: &mut Vec<(&'a str, bool)>) {
+            for l in levels {
+                out.push((l.key_field, l.vector));
+                flatten(&l.children, out);
+            }
+        }
+        flatten(&levels, &mut tree.levels);
+        for row in &rows {
+            let r = row.get::<_, i32>(0) as usize;
+            let key: Option<String> = row.get(1);
+            let payload: String = row.get(3);
+            let flat = Flat {
+                id: row.get(2),
+                payload: serde_json::from_str(&payload)
+                    .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?,
+            };
+            let Some(list) = tree.rows.get_mut(r) else {
+                return Err(StoreError::Corrupt(format!(
+                    "nested search: relationship {r}"
+                )));
+            };
+            if let Some(k) = &key {
+                let at = list.len();
+                tree.by_key[r].entry(k.clone()).or_default().push(at);
+            }
+            list.push(flat);
+        }
+        let out = (0..tree.rows[0].len()).map(|i| tree.node(0, i)).collect();
         Ok(Some(out))
     }
 
