@@ -415,25 +415,67 @@ impl Tree<'_> {
         }
     }
 
-    fn node(&self, r: usize, i: usize) -> NestedRow {
+    /// The rows below row `i` of relationship `r`: per relationship below, its row numbers.
+    fn below_row(&self, r: usize, i: usize) -> Vec<(usize, Vec<usize>)> {
         let row = &self.rows[r][i];
-        let children = self.below[r]
+        self.below[r]
             .iter()
             .map(|&c| {
                 let (key_field, vector) = self.levels[c - 1];
                 let found = self
                     .key_of(row, key_field)
                     .and_then(|k| self.by_key[c].get(&k));
-                match found {
-                    Some(rows) if vector => rows.iter().map(|&j| self.node(c, j)).collect(),
-                    Some(rows) => rows.iter().take(1).map(|&j| self.node(c, j)).collect(),
+                let rows = match found {
+                    Some(rows) if vector => rows.clone(),
+                    Some(rows) => rows.iter().take(1).copied().collect(),
                     None => Vec::new(),
-                }
+                };
+                (c, rows)
             })
+            .collect()
+    }
+
+    /// Counts how often each row appears in the tree under row `i` of relationship `r`.
+    fn count(&self, r: usize, i: usize, uses: &mut [Vec<u32>]) {
+        uses[r][i] += 1;
+        for (c, rows) in self.below_row(r, i) {
+            for j in rows {
+                self.count(c, j, uses);
+            }
+        }
+    }
+
+    /// The whole tree, each row's payload moved into its last appearance (cloned into the
+    /// others: rows shared by several parents).
+    fn into_rows(mut self) -> Vec<NestedRow> {
+        let mut uses: Vec<Vec<u32>> = self.rows.iter().map(|r| vec![0; r.len()]).collect();
+        for i in 0..self.rows[0].len() {
+            self.count(0, i, &mut uses);
+        }
+        (0..self.rows[0].len())
+            .map(|i| self.node(0, i, &mut uses))
+            .collect()
+    }
+
+    fn node(&mut self, r: usize, i: usize, uses: &mut [Vec<u32>]) -> NestedRow {
+        let children = self
+            .below_row(r, i)
+            .into_iter()
+            .map(|(c, rows)| rows.into_iter().map(|j| self.node(c, j, uses)).collect())
             .collect();
+        uses[r][i] -= 1;
+        let row = &mut self.rows[r][i];
+        let (id, payload) = if uses[r][i] == 0 {
+            (
+                std::mem::take(&mut row.id),
+                std::mem::take(&mut row.payload),
+            )
+        } else {
+            (row.id.clone(), row.payload.clone())
+        };
         NestedRow {
-            id: row.id.clone(),
-            payload: row.payload.clone(),
+            id,
+            payload,
             children,
         }
     }
@@ -826,7 +868,7 @@ impl Store for PostgresStore {
             }
             list.push(flat);
         }
-        let out = (0..tree.rows[0].len()).map(|i| tree.node(0, i)).collect();
+        let out = tree.into_rows();
         Ok(Some(out))
     }
 
