@@ -300,6 +300,20 @@ impl Resolver {
                     pool_wait_ms: *pool_wait_ms,
                 },
             };
+            let pool_size = match &resolved {
+                StorageSpec::Postgres { pool_size, .. } | StorageSpec::Mysql { pool_size, .. } => {
+                    Some(*pool_size)
+                }
+                StorageSpec::Mongo { pool_size, .. } => *pool_size,
+                _ => None,
+            };
+            if pool_size == Some(0) {
+                self.error(
+                    Some(spec),
+                    format!("storage.{name}.pool_size"),
+                    "must be at least 1 (the connections a request can wait for)",
+                );
+            }
             storages.insert(name.clone(), resolved);
         }
 

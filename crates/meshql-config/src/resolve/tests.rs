@@ -158,6 +158,21 @@ fn unknown_storage_type_is_rejected() {
 }
 
 #[test]
+fn an_empty_pool_is_rejected() {
+    let f = Fixture::new();
+    for block in [
+        "type = \"postgres\"\nurl = \"postgres://h/db\"\npool_size = 0",
+        "type = \"mysql\"\nurl = \"mysql://u:p@h/db\"\npool_size = 0",
+        "type = \"mongo\"\nuri = \"mongodb://h/\"\ndb = \"d\"\npool_size = 0",
+    ] {
+        let e = one_error(f.load(&format!("[storage.x]\n{block}\n{GOOD}")));
+        assert_eq!(e.field, "storage.x.pool_size", "{e}");
+        assert!(e.message.contains("at least 1"), "{e}");
+        assert!(matches!(e.line, Some(1..=5)), "{e}");
+    }
+}
+
+#[test]
 fn missing_files_are_named() {
     let f = Fixture::new();
     let e = one_error(f.load(&GOOD.replace("thing.schema.json", "nope.json")));
