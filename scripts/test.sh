@@ -15,7 +15,7 @@ MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
 MESHQL_TEST_MYSQL_URL=$(scripts/services/mariadb.sh start)
 MESHQL_TEST_MONGO_URL=$(scripts/services/ferretdb.sh start)
 export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL MESHQL_TEST_MONGO_URL
-trap 'scripts/services/postgres.sh stop; scripts/services/mariadb.sh stop; scripts/services/ferretdb.sh stop' EXIT
+trap 'scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres.sh stop' EXIT
 
 # Run everything, then close with one line that totals every test binary's results (cargo
 # ends with the doc-tests' own, often empty, summary).

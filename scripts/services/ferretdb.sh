@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# A throw-away MongoDB-wire-protocol server for the tests: FerretDB v1.24 (SQLite handler),
-# built from its Go module on first use (a real mongod cannot be installed on these machines).
+# A throw-away MongoDB-wire-protocol server for the tests: FerretDB v1.24 on its PostgreSQL
+# handler, built from its Go module on first use (a real mongod cannot be installed on these
+# machines). Its PostgreSQL is the project's own (scripts/services/postgres.sh, started if need
+# be), database `ferretdb_$PORT`. The PostgreSQL handler pushes equality filters down to SQL;
+# the SQLite handler scans whole collections, so its reads slow down as they grow.
 # Listens on 127.0.0.1:$MESHQL_FERRETDB_PORT (default 27018) and prints its URI.
 #
 #   scripts/services/ferretdb.sh start   # idempotent; prints the URI
-#   scripts/services/ferretdb.sh stop
+#   scripts/services/ferretdb.sh stop    # stops FerretDB (not its PostgreSQL)
+#   scripts/services/ferretdb.sh destroy # stops it and drops its database and state
 #   scripts/services/ferretdb.sh url
 #   scripts/services/ferretdb.sh bin     # builds if needed; prints the binary's path
 #
-# MESHQL_FERRETDB_BIN runs that binary instead of building one (tests start a second server
-# with their own MESHQL_SERVICES_DIR and port).
+# MESHQL_FERRETDB_BIN runs that binary instead of building one. Servers on other ports keep
+# their own state directory and database (tests start a second one on a port of their own).
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 BASE=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}
-DIR=$BASE/ferretdb
 PORT=${MESHQL_FERRETDB_PORT:-27018}
+DIR=$BASE/ferretdb-$PORT
 VERSION=v1.24.0
 BIN=${MESHQL_FERRETDB_BIN:-$BASE/bin/ferretdb-$VERSION}
 URL="mongodb://127.0.0.1:$PORT/"
+DATABASE=ferretdb_$PORT
 
 build() {
   [ -x "$BIN" ] && return 0
@@ -45,9 +51,15 @@ running() { [ -f "$DIR/pid" ] && alive "$(cat "$DIR/pid")" && listening; }
 
 start() {
   build
-  mkdir -p "$DIR/data"
+  mkdir -p "$DIR"
   if ! running; then
-    nohup "$BIN" </dev/null --handler=sqlite --sqlite-url="file:$DIR/data/" --state-dir="$DIR" \
+    local pg
+    pg=$("$HERE/postgres.sh" start)
+    pg=${pg%/*}
+    if ! psql "$pg/postgres" -tAc "SELECT 1 FROM pg_database WHERE datname='$DATABASE'" | grep -q 1; then
+      psql -q "$pg/postgres" -c "CREATE DATABASE $DATABASE" >/dev/null
+    fi
+    nohup "$BIN" </dev/null --handler=pg --postgresql-url="$pg/$DATABASE" --state-dir="$DIR" \
       --listen-addr="127.0.0.1:$PORT" --telemetry=disable --debug-addr=- --log-level=warn \
       >"$DIR/server.log" 2>&1 &
     echo $! > "$DIR/pid"
@@ -69,10 +81,19 @@ stop() {
   fi
 }
 
+destroy() { # stop, then drop the database and state directory
+  stop
+  local pg
+  pg=$("$HERE/postgres.sh" url)
+  psql -q "${pg%/*}/postgres" -c "DROP DATABASE IF EXISTS $DATABASE" >/dev/null 2>&1 || true
+  rm -rf "$DIR"
+}
+
 case "${1:-start}" in
   start) start ;;
   stop) stop ;;
+  destroy) destroy ;;
   url) echo "$URL" ;;
   bin) build; echo "$BIN" ;;
-  *) echo "usage: $0 start|stop|url|bin" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|destroy|url|bin" >&2; exit 2 ;;
 esac

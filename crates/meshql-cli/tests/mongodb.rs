@@ -84,7 +84,6 @@ async fn rest_round_trip_on_mongodb_wire() {
 #[tokio::test]
 async fn server_down_at_start_then_back_without_restart() {
     let port = common::free_port();
-    let services = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let server = egg_economy_on(format!("mongodb://127.0.0.1:{port}/"));
     // all 13 entities on one unreachable server: one driver timeout, not thirteen
@@ -127,7 +126,6 @@ async fn server_down_at_start_then_back_without_restart() {
         Command::new("bash")
             .arg(&script)
             .arg(action)
-            .env("MESHQL_SERVICES_DIR", services.path())
             .env("MESHQL_FERRETDB_PORT", port.to_string())
             .env("MESHQL_FERRETDB_BIN", &bin)
             .output()
@@ -157,7 +155,7 @@ async fn server_down_at_start_then_back_without_restart() {
         )
         .await;
     let list = c.list("/farm/api").await;
-    run("stop");
+    run("destroy");
     assert!(recovered, "meshql did not recover after the server came up");
     r.expect_status(201);
     assert_eq!(list.len(), 1);

@@ -420,7 +420,8 @@ impl MongoStore {
                 Err(e) => return Err(error(e)),
             }
         }
-        if is_latest {
+        // A server-generated id has no other version to supersede.
+        if is_latest && !fresh_id {
             self.supersede(id, oid, stamp).await;
         }
         Ok(Envelope {
