@@ -69,21 +69,14 @@ async fn egg_economy_graph_in_process_on_postgres() {
 
 #[tokio::test]
 async fn egg_economy_graph_in_process_on_postgres_level_by_level() {
-    let dir = common::example_copy("egg-economy", |text| text);
-    let config = dir.path().join("meshql-postgres.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let text = text.replace(
-        "type = \"postgres\"",
-        "type = \"postgres\"\nnested_sql = false",
-    );
-    assert!(text.contains("nested_sql = false"));
-    std::fs::write(&config, text).unwrap();
+    let (dir, config) = with_nested_sql_off("meshql-postgres.toml", "postgres");
     let url = common::fresh_postgres_database();
     egg_economy_graph(
         Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
         Nesting::PerLevel,
     )
     .await;
+    drop(dir);
 }
 
 #[tokio::test]
@@ -92,9 +85,34 @@ async fn egg_economy_graph_in_process_on_mariadb() {
     let url = common::fresh_mysql_database();
     egg_economy_graph(
         Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
+        Nesting::OneStatement,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn egg_economy_graph_in_process_on_mariadb_level_by_level() {
+    let (dir, config) = with_nested_sql_off("meshql-mysql.toml", "mysql");
+    let url = common::fresh_mysql_database();
+    egg_economy_graph(
+        Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
         Nesting::PerLevel,
     )
     .await;
+    drop(dir);
+}
+
+/// A copy of the egg-economy example whose `config` has `nested_sql = false` in every
+/// storage block of type `kind`.
+fn with_nested_sql_off(config: &str, kind: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = common::example_copy("egg-economy", |text| text);
+    let path = dir.path().join(config);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let block = format!("type = \"{kind}\"");
+    let text = text.replace(&block, &format!("{block}\nnested_sql = false"));
+    assert!(text.contains("nested_sql = false"));
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
 }
 
 #[tokio::test]
@@ -117,7 +135,7 @@ async fn egg_economy_graph_in_process_on_mongodb_wire() {
 enum Nesting {
     /// One batched query per level.
     PerLevel,
-    /// One statement for the whole tree (PostgreSQL).
+    /// One statement for the whole tree (PostgreSQL, MariaDB).
     OneStatement,
 }
 

@@ -133,7 +133,7 @@ pub enum StorageConfig {
         #[serde(default = "default_statement_timeout_ms")]
         statement_timeout_ms: u64,
         /// Answer a GraphQL query and its relationships into entities of this database with
-        /// one SQL statement (JSON aggregation) instead of one per level.
+        /// one SQL statement instead of one per level.
         #[serde(default = "default_true")]
         nested_sql: bool,
     },
@@ -162,6 +162,10 @@ pub enum StorageConfig {
         /// How long a request waits for a free connection before answering 503.
         #[serde(default = "default_pool_wait_ms")]
         pool_wait_ms: u64,
+        /// Answer a GraphQL query and its relationships into entities of this database with
+        /// one SQL statement instead of one per level.
+        #[serde(default = "default_true")]
+        nested_sql: bool,
     },
 }
 

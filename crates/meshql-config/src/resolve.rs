@@ -33,6 +33,7 @@ pub enum StorageSpec {
         url: String,
         pool_size: usize,
         pool_wait_ms: u64,
+        nested_sql: bool,
     },
     Mongo {
         uri: String,
@@ -294,10 +295,12 @@ impl Resolver {
                     url,
                     pool_size,
                     pool_wait_ms,
+                    nested_sql,
                 } => StorageSpec::Mysql {
                     url: url.clone(),
                     pool_size: *pool_size,
                     pool_wait_ms: *pool_wait_ms,
+                    nested_sql: *nested_sql,
                 },
             };
             let pool_size = match &resolved {

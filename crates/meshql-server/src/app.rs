@@ -168,6 +168,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 url,
                 pool_size,
                 pool_wait_ms,
+                nested_sql,
             } => {
                 let db = match mysql.get(url) {
                     Some(db) => db.clone(),
@@ -175,6 +176,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                         let mut options = MysqlOptions::new(url.clone());
                         options.pool_size = *pool_size;
                         options.pool_wait = Duration::from_millis(*pool_wait_ms);
+                        options.nested_sql = *nested_sql;
                         let db = MysqlDatabase::connect(&options).map_err(|source| {
                             BuildError::Storage {
                                 entity: entity.name.clone(),

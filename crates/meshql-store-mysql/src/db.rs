@@ -13,6 +13,8 @@ pub struct MysqlOptions {
     pub pool_size: usize,
     /// How long a request waits for a connection before failing with 503.
     pub pool_wait: Duration,
+    /// Answer nested searches with one statement ([`meshql_core::Store::find_nested`]).
+    pub nested_sql: bool,
 }
 
 impl MysqlOptions {
@@ -21,6 +23,7 @@ impl MysqlOptions {
             url: url.into(),
             pool_size: 16,
             pool_wait: Duration::from_secs(5),
+            nested_sql: true,
         }
     }
 }
@@ -28,6 +31,7 @@ impl MysqlOptions {
 pub struct MysqlDatabase {
     pub(crate) pool: Pool,
     wait: Duration,
+    pub(crate) nested_sql: bool,
 }
 
 impl std::fmt::Debug for MysqlDatabase {
@@ -56,6 +60,7 @@ impl MysqlDatabase {
         Ok(Arc::new(Self {
             pool: Pool::new(opts),
             wait: o.pool_wait,
+            nested_sql: o.nested_sql,
         }))
     }
 

@@ -73,6 +73,7 @@ pub(crate) enum Param {
     At,
     Tokens,
     Keys,
+    Limit,
 }
 
 #[derive(Debug, Clone)]
@@ -105,7 +106,29 @@ pub(crate) fn visibility(table: &str, at: bool) -> &'static str {
 pub(crate) const TOKENS: &str =
     " AND (JSON_LENGTH(t.authorized_tokens) = 0 OR JSON_OVERLAPS(t.authorized_tokens, ?))";
 
-fn predicate(template: &QueryTemplate, batch: bool, params: &mut Vec<Param>) -> String {
+/// A template's condition on the table aliased `t`. `key` replaces its `id` argument (a
+/// batch's key column, or a parent's key in a nested statement); `bound` says whether its
+/// other arguments come from the request (a search) or are unbound (a relationship, as in a
+/// batched lookup: they match nothing).
+fn predicate(
+    template: &QueryTemplate,
+    key: Option<&str>,
+    bound: bool,
+    params: &mut Vec<Param>,
+) -> String {
+    let arg = |name: &str, params: &mut Vec<Param>| -> String {
+        match key {
+            Some(k) if name == "id" => k.to_owned(),
+            _ if bound => {
+                params.push(Param::Arg(name.to_owned()));
+                "?".to_owned()
+            }
+            _ => {
+                params.push(Param::Literal(Value::Null));
+                "?".to_owned()
+            }
+        }
+    };
     match &template.kind {
         TemplateKind::Filter(preds) if preds.is_empty() => "1".to_owned(),
         TemplateKind::Filter(preds) => preds
@@ -116,17 +139,18 @@ fn predicate(template: &QueryTemplate, batch: bool, params: &mut Vec<Param>) -> 
                     None => "t.id".to_owned(),
                 };
                 let rhs = match value {
-                    ArgValue::Arg(name) if batch && name == "id" => "k.kv".to_owned(),
-                    ArgValue::Arg(name) => {
-                        params.push(Param::Arg(name.clone()));
-                        "?".to_owned()
-                    }
+                    ArgValue::Arg(name) => arg(name, params),
                     ArgValue::Literal(v) => {
                         params.push(Param::Literal(v.clone()));
                         "?".to_owned()
                     }
-                    ArgValue::Interpolated(p) => {
+                    ArgValue::Interpolated(p) if bound => {
                         params.push(Param::Render(p.clone()));
+                        "?".to_owned()
+                    }
+                    ArgValue::Interpolated(p) => {
+                        let text = meshql_core::template::render(p, &Default::default());
+                        params.push(Param::Literal(Value::String(text)));
                         "?".to_owned()
                     }
                 };
@@ -139,11 +163,7 @@ fn predicate(template: &QueryTemplate, batch: bool, params: &mut Vec<Param>) -> 
             for p in pieces {
                 match p {
                     SqlPiece::Text(t) => out.push_str(t),
-                    SqlPiece::Param { arg, .. } if batch && arg == "id" => out.push_str("k.kv"),
-                    SqlPiece::Param { arg, .. } => {
-                        params.push(Param::Arg(arg.clone()));
-                        out.push('?');
-                    }
+                    SqlPiece::Param { arg: name, .. } => out.push_str(&arg(name, params)),
                 }
             }
             out.push(')');
@@ -162,11 +182,11 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
             "SELECT k.kv, {ORD}, t.id, t.payload FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) PATH '$')) k \
              JOIN {t} t ON "
         ));
-        sql.push_str(&predicate(template, true, &mut params));
+        sql.push_str(&predicate(template, Some("k.kv"), false, &mut params));
         sql.push_str(" WHERE ");
     } else {
         sql.push_str(&format!("SELECT {ORD}, t.id, t.payload FROM {t} t WHERE "));
-        sql.push_str(&predicate(template, false, &mut params));
+        sql.push_str(&predicate(template, None, true, &mut params));
         sql.push_str(" AND ");
     }
     if shape.at {
@@ -182,6 +202,102 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     // filesort, and in a JSON_TABLE join through an on-disk temporary table: the batched
     // lookups of a depth-3 query ran ~2.3× slower that way.
     Compiled { sql, params }
+}
+
+/// A relationship of a nested statement: the rows of `table` matching `template` with its
+/// `id` argument bound to the parent's `key_field`.
+pub(crate) struct Level<'a> {
+    pub table: String,
+    pub key_field: &'a str,
+    pub template: &'a QueryTemplate,
+    pub children: Vec<Level<'a>>,
+}
+
+/// One statement for a search and every relationship below it: a CTE per relationship
+/// joining the distinct keys of its parent's rows (what a batched lookup per level does,
+/// without the round trip per level), then every row as `(relationship, key, id, payload,
+/// order)`, relationship 0 being the search itself and the others numbered depth first
+/// ([`meshql_core::nested::relationship_parents`]). Unordered, like [`search`]: the rows
+/// are sorted by the caller. With `limit`, the search's CTE keeps its first rows in
+/// creation order (a top-N sort), so relationships are looked up for those alone.
+pub(crate) fn nested_search(
+    table: &str,
+    template: &QueryTemplate,
+    shape: Shape,
+    limit: bool,
+    levels: &[Level<'_>],
+) -> Compiled {
+    let mut params = Vec::new();
+    let mut ctes = Vec::new();
+    let conditions = |table: &str, params: &mut Vec<Param>| -> String {
+        if shape.at {
+            params.push(Param::At);
+        }
+        let mut out = visibility(table, shape.at).replace("{T}", &quote_ident(table));
+        if shape.tokens {
+            params.push(Param::Tokens);
+            out.push_str(TOKENS);
+        }
+        out
+    };
+    let mut root = format!(
+        "r0 AS (SELECT t.id, t.payload, {ORD} AS o FROM {} t WHERE ",
+        quote_ident(table)
+    );
+    root.push_str(&predicate(template, None, true, &mut params));
+    root.push_str(" AND ");
+    root.push_str(&conditions(table, &mut params));
+    if limit {
+        params.push(Param::Limit);
+        root.push_str(" ORDER BY o LIMIT ?");
+    }
+    root.push(')');
+    ctes.push(root);
+    fn walk(
+        ctes: &mut Vec<String>,
+        params: &mut Vec<Param>,
+        levels: &[Level<'_>],
+        parent: usize,
+        conditions: &dyn Fn(&str, &mut Vec<Param>) -> String,
+    ) {
+        for level in levels {
+            let me = ctes.len();
+            let key = if level.key_field == "id" {
+                "p.id".to_owned()
+            } else {
+                // strings as they are, numbers and booleans as text, anything else no key
+                // (as meshql_core::nested::key_of)
+                let path = format!("'$.\"{}\"'", level.key_field.replace(['\'', '"', '\\'], ""));
+                format!(
+                    "CASE WHEN JSON_TYPE(JSON_EXTRACT(p.payload, {path})) IN \
+                     ('STRING', 'INTEGER', 'DOUBLE', 'BOOLEAN') \
+                     THEN JSON_UNQUOTE(JSON_EXTRACT(p.payload, {path})) END"
+                )
+            };
+            let mut cte = format!(
+                "r{me} AS (SELECT k.kv, t.id, t.payload, {ORD} AS o \
+                 FROM (SELECT DISTINCT {key} AS kv FROM r{parent} p) k JOIN {} t ON ",
+                quote_ident(&level.table)
+            );
+            cte.push_str(&predicate(level.template, Some("k.kv"), false, params));
+            cte.push_str(" WHERE ");
+            cte.push_str(&conditions(&level.table, params));
+            cte.push(')');
+            ctes.push(cte);
+            walk(ctes, params, &level.children, me, conditions);
+        }
+    }
+    walk(&mut ctes, &mut params, levels, 0, &conditions);
+    let rows: Vec<String> = (0..ctes.len())
+        .map(|i| {
+            let key = if i == 0 { "CAST(NULL AS CHAR)" } else { "kv" };
+            format!("SELECT {i} AS r, {key} AS kv, id, payload, o FROM r{i}")
+        })
+        .collect();
+    Compiled {
+        sql: format!("WITH {} {}", ctes.join(", "), rows.join(" UNION ALL ")),
+        params,
+    }
 }
 
 pub(crate) fn as_text(v: &Value) -> Option<String> {

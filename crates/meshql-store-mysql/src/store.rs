@@ -1,11 +1,13 @@
 //! [`MysqlStore`]: one entity table.
 
 use crate::db::{my_error, MysqlDatabase};
-use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
+use crate::sql::{self, as_text, quote_ident, Compiled, Level, Param, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
+use meshql_core::nested::FlatRow;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
-    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
+    NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
+    StoreStats, TokenFilter,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
@@ -14,11 +16,38 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// [`Relation::backend`] of MySQL / MariaDB tables.
+const BACKEND: &str = "mysql";
+
+/// Identifies a nested statement: the root template, shape and limit, and every level's
+/// table, key and template.
+fn nested_signature(
+    template: &QueryTemplate,
+    shape: Shape,
+    limit: bool,
+    levels: &[Level<'_>],
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn walk(levels: &[Level<'_>], h: &mut std::collections::hash_map::DefaultHasher) {
+        levels.len().hash(h);
+        for l in levels {
+            (&l.table, l.key_field, l.template.id).hash(h);
+            walk(&l.children, h);
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (template.id, shape, limit).hash(&mut h);
+    walk(levels, &mut h);
+    h.finish()
+}
+
 pub struct MysqlStore {
     db: Arc<MysqlDatabase>,
     table: String,
     sql: TableSql,
     compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    /// Nested statements, by [`nested_signature`].
+    nested: RwLock<HashMap<u64, Arc<Compiled>>>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -128,6 +157,7 @@ impl MysqlStore {
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: RwLock::new(HashMap::new()),
+            nested: RwLock::new(HashMap::new()),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -145,12 +175,60 @@ impl MysqlStore {
         c
     }
 
+    /// This store's database, as [`Relation::database`].
+    fn database_id(&self) -> usize {
+        Arc::as_ptr(&self.db) as usize
+    }
+
+    /// The relationships as levels of one statement, if every store is a table of this
+    /// database.
+    fn levels<'a>(&self, nested: &'a [Nested]) -> Option<Vec<Level<'a>>> {
+        nested
+            .iter()
+            .map(|n| {
+                let r = n.store.relation()?;
+                if r.backend != BACKEND || r.database != self.database_id() {
+                    return None;
+                }
+                Some(Level {
+                    table: r.table,
+                    key_field: &n.key_field,
+                    template: &n.template,
+                    children: self.levels(&n.children)?,
+                })
+            })
+            .collect()
+    }
+
+    fn nested_compiled(
+        &self,
+        template: &QueryTemplate,
+        shape: Shape,
+        limit: bool,
+        levels: &[Level<'_>],
+    ) -> Arc<Compiled> {
+        let key = nested_signature(template, shape, limit, levels);
+        if let Some(c) = self.nested.read().get(&key) {
+            return c.clone();
+        }
+        let c = Arc::new(sql::nested_search(
+            &self.table,
+            template,
+            shape,
+            limit,
+            levels,
+        ));
+        self.nested.write().insert(key, c.clone());
+        c
+    }
+
     fn bind(
         compiled: &Compiled,
         args: &BoundArgs,
         at: Option<Millis>,
         tokens: &Option<String>,
         keys: Option<&str>,
+        limit: Option<usize>,
     ) -> Params {
         Params::Positional(
             compiled
@@ -165,6 +243,7 @@ impl MysqlStore {
                     Param::At => Value::from(at.unwrap_or(Millis::MAX)),
                     Param::Tokens => Value::from(tokens.clone().unwrap_or_else(|| "[]".into())),
                     Param::Keys => Value::from(keys.unwrap_or("[]").to_owned()),
+                    Param::Limit => Value::from(limit.unwrap_or(usize::MAX) as u64),
                 })
                 .collect(),
         )
@@ -611,7 +690,7 @@ impl Store for MysqlStore {
                 batch: false,
             },
         );
-        let params = Self::bind(&compiled, args, at, &tokens, None);
+        let params = Self::bind(&compiled, args, at, &tokens, None, None);
         self.reads.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.db.conn().await?;
         let mut rows: Vec<(i64, String, String)> =
@@ -657,7 +736,14 @@ impl Store for MysqlStore {
             }
         }
         let keys_json = serde_json::to_string(&unique).expect("strings serialise");
-        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
+        let params = Self::bind(
+            &compiled,
+            &BoundArgs::new(),
+            at,
+            &tokens,
+            Some(&keys_json),
+            None,
+        );
         self.reads.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.db.conn().await?;
         let mut rows: Vec<(String, i64, String, String)> =
@@ -667,6 +753,57 @@ impl Store for MysqlStore {
             .into_iter()
             .map(|(k, _, id, payload)| (k, Row { id, payload }))
             .collect())
+    }
+
+    async fn find_nested(
+        &self,
+        template: &QueryTemplate,
+        args: &BoundArgs,
+        nested: &[Nested],
+        filter: &TokenFilter,
+        at: Option<Millis>,
+        limit: Option<usize>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        if !self.db.nested_sql || nested.is_empty() {
+            return Ok(None);
+        }
+        let Some(levels) = self.levels(nested) else {
+            return Ok(None);
+        };
+        let tokens = tokens_json(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            batch: false,
+        };
+        let compiled = self.nested_compiled(template, shape, limit.is_some(), &levels);
+        let params = Self::bind(&compiled, args, at, &tokens, None, limit);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let rows: Vec<(i64, Option<String>, String, String, i64)> =
+            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        let mut flat = Vec::with_capacity(rows.len());
+        for (r, key, id, payload, order) in rows {
+            flat.push(FlatRow {
+                relationship: r as usize,
+                key,
+                id,
+                payload: serde_json::from_str(&payload)
+                    .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?,
+                order,
+            });
+        }
+        meshql_core::nested::assemble(nested, flat)
+            .map(Some)
+            .map_err(StoreError::Corrupt)
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        Some(Relation {
+            backend: BACKEND,
+            database: self.database_id(),
+            table: self.table.clone(),
+        })
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -20,9 +20,11 @@
 //! expression indexes are created.
 //!
 //! A GraphQL search whose relationships all resolve in process to tables of the same
-//! database is one statement ([`meshql_core::Store::find_nested`]): each relationship is a
-//! correlated subquery aggregating its rows (and theirs, recursively) into a JSON array, so
-//! a depth-3 query costs one round trip instead of one per level.
+//! database is one statement ([`meshql_core::Store::find_nested`]): a CTE per relationship
+//! joins the distinct keys of its parent's rows (the batched lookup of each level), and the
+//! rows of every level come back together to be put into a tree
+//! ([`meshql_core::nested::assemble`]), so a depth-3 query costs one round trip instead of
+//! one per level.
 
 mod db;
 mod sql;

@@ -250,7 +250,7 @@ pub(crate) struct Level<'a> {
 /// joining the distinct keys of its parent's rows (what a batched lookup per level does,
 /// without the round trip per level), then every row as `(relationship, key, id, payload)`,
 /// relationship 0 being the search itself and the others numbered depth first (see
-/// [`relationship_parents`]), in creation order. Building JSON in the database instead
+/// [`meshql_core::nested::relationship_parents`]), in creation order. Building JSON in the database instead
 /// (`json_agg` in correlated subqueries) measured slower on wide trees.
 pub(crate) fn nested_search(
     table: &str,
@@ -317,21 +317,6 @@ pub(crate) fn nested_search(
         ),
         params: b.params,
     }
-}
-
-/// For every relationship of a [`nested_search`] (numbered as its statement numbers them,
-/// from 1), the number of its parent (0: the search itself).
-pub(crate) fn relationship_parents(levels: &[Level<'_>]) -> Vec<usize> {
-    fn walk(levels: &[Level<'_>], parent: usize, out: &mut Vec<usize>) {
-        for level in levels {
-            out.push(parent);
-            let me = out.len();
-            walk(&level.children, me, out);
-        }
-    }
-    let mut out = Vec::new();
-    walk(levels, 0, &mut out);
-    out
 }
 
 /// A JSON scalar as the text `->>` yields for it (`None` for null: matches nothing).

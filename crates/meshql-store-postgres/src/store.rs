@@ -4,6 +4,7 @@ use crate::db::{pg_error, pool_error, PostgresDatabase};
 use crate::sql::{self, as_text, quote_ident, Compiled, Level, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
+use meshql_core::nested::FlatRow;
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
     NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
@@ -384,103 +385,6 @@ fn nested_signature(template: &QueryTemplate, shape: Shape, levels: &[Level<'_>]
     h.finish()
 }
 
-/// A row of a nested statement, before it is placed in the tree.
-struct Flat {
-    id: String,
-    payload: serde_json::Map<String, serde_json::Value>,
-}
-
-/// The tree of a nested statement's rows: `rows[r]` are relationship `r`'s rows (0: the
-/// search) in creation order.
-struct Tree<'a> {
-    rows: Vec<Vec<Flat>>,
-    /// Per relationship: its rows by key, in order.
-    by_key: Vec<HashMap<String, Vec<usize>>>,
-    /// Per relationship (0: the search): the relationships below it.
-    below: Vec<Vec<usize>>,
-    /// Per relationship (from 1): key field and cardinality.
-    levels: Vec<(&'a str, bool)>,
-}
-
-impl Tree<'_> {
-    fn key_of(&self, row: &Flat, key_field: &str) -> Option<String> {
-        if key_field == "id" {
-            return Some(row.id.clone());
-        }
-        match row.payload.get(key_field)? {
-            serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Number(n) => Some(n.to_string()),
-            serde_json::Value::Bool(b) => Some(b.to_string()),
-            _ => None,
-        }
-    }
-
-    /// The rows below row `i` of relationship `r`: per relationship below, its row numbers.
-    fn below_row(&self, r: usize, i: usize) -> Vec<(usize, Vec<usize>)> {
-        let row = &self.rows[r][i];
-        self.below[r]
-            .iter()
-            .map(|&c| {
-                let (key_field, vector) = self.levels[c - 1];
-                let found = self
-                    .key_of(row, key_field)
-                    .and_then(|k| self.by_key[c].get(&k));
-                let rows = match found {
-                    Some(rows) if vector => rows.clone(),
-                    Some(rows) => rows.iter().take(1).copied().collect(),
-                    None => Vec::new(),
-                };
-                (c, rows)
-            })
-            .collect()
-    }
-
-    /// Counts how often each row appears in the tree under row `i` of relationship `r`.
-    fn count(&self, r: usize, i: usize, uses: &mut [Vec<u32>]) {
-        uses[r][i] += 1;
-        for (c, rows) in self.below_row(r, i) {
-            for j in rows {
-                self.count(c, j, uses);
-            }
-        }
-    }
-
-    /// The whole tree, each row's payload moved into its last appearance (cloned into the
-    /// others: rows shared by several parents).
-    fn into_rows(mut self) -> Vec<NestedRow> {
-        let mut uses: Vec<Vec<u32>> = self.rows.iter().map(|r| vec![0; r.len()]).collect();
-        for i in 0..self.rows[0].len() {
-            self.count(0, i, &mut uses);
-        }
-        (0..self.rows[0].len())
-            .map(|i| self.node(0, i, &mut uses))
-            .collect()
-    }
-
-    fn node(&mut self, r: usize, i: usize, uses: &mut [Vec<u32>]) -> NestedRow {
-        let children = self
-            .below_row(r, i)
-            .into_iter()
-            .map(|(c, rows)| rows.into_iter().map(|j| self.node(c, j, uses)).collect())
-            .collect();
-        uses[r][i] -= 1;
-        let row = &mut self.rows[r][i];
-        let (id, payload) = if uses[r][i] == 0 {
-            (
-                std::mem::take(&mut row.id),
-                std::mem::take(&mut row.payload),
-            )
-        } else {
-            (row.id.clone(), row.payload.clone())
-        };
-        NestedRow {
-            id,
-            payload,
-            children,
-        }
-    }
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
@@ -831,45 +735,21 @@ impl Store for PostgresStore {
             .await
             .map_err(pg_error)?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
-        let parents = sql::relationship_parents(&levels);
-        let mut tree = Tree {
-            rows: (0..=parents.len()).map(|_| Vec::new()).collect(),
-            by_key: (0..=parents.len()).map(|_| HashMap::new()).collect(),
-            below: vec![Vec::new(); parents.len() + 1],
-            levels: Vec::with_capacity(parents.len()),
-        };
-        for (i, &p) in parents.iter().enumerate() {
-            tree.below[p].push(i + 1);
-        }
-        fn flatten<'a>(levels: &'a [Level<'a>], out: &mut Vec<(&'a str, bool)>) {
-            for l in levels {
-                out.push((l.key_field, l.vector));
-                flatten(&l.children, out);
-            }
-        }
-        flatten(&levels, &mut tree.levels);
+        let mut flat = Vec::with_capacity(rows.len());
         for row in &rows {
-            let r = row.get::<_, i32>(0) as usize;
-            let key: Option<String> = row.get(1);
-            let payload: String = row.get(3);
-            let flat = Flat {
+            let payload: &str = row.get(3);
+            flat.push(FlatRow {
+                relationship: row.get::<_, i32>(0) as usize,
+                key: row.get(1),
                 id: row.get(2),
-                payload: serde_json::from_str(&payload)
+                payload: serde_json::from_str(payload)
                     .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?,
-            };
-            let Some(list) = tree.rows.get_mut(r) else {
-                return Err(StoreError::Corrupt(format!(
-                    "nested search: relationship {r}"
-                )));
-            };
-            if let Some(k) = &key {
-                let at = list.len();
-                tree.by_key[r].entry(k.clone()).or_default().push(at);
-            }
-            list.push(flat);
+                order: row.get(4),
+            });
         }
-        let out = tree.into_rows();
-        Ok(Some(out))
+        meshql_core::nested::assemble(nested, flat)
+            .map(Some)
+            .map_err(StoreError::Corrupt)
     }
 
     fn relation(&self) -> Option<Relation> {

@@ -1,0 +1,172 @@
+//! Putting the flat rows of a nested statement back into a tree.
+//!
+//! A SQL backend answers [`crate::Store::find_nested`] with one statement whose rows are
+//! `(relationship, key, id, payload, order)`: relationship 0 is the search itself, the
+//! others are the [`Nested`] relationships numbered depth first from 1 (see
+//! [`relationship_parents`]); `key` is the parent key a relationship row was found for.
+//! [`assemble`] sorts each relationship's rows into creation order, indexes them by key and
+//! walks the tree from the search's rows, giving every row, per relationship below it, the
+//! rows whose key is its key field: all of them for a vector, the first for a singleton.
+//! A row reachable from several parents appears under each; its payload is moved into its
+//! last appearance and cloned into the others.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use crate::{Nested, NestedRow};
+
+/// A row of a nested statement.
+#[derive(Debug, Clone)]
+pub struct FlatRow {
+    /// 0: the search; from 1: the relationships, depth first.
+    pub relationship: usize,
+    /// The parent key the row was found for (`None` for the search's rows).
+    pub key: Option<String>,
+    pub id: String,
+    pub payload: Map<String, Value>,
+    /// Creation order within the relationship (a row's first version's number).
+    pub order: i64,
+}
+
+/// For every relationship below a search (numbered depth first from 1), the number of its
+/// parent (0: the search itself).
+pub fn relationship_parents(nested: &[Nested]) -> Vec<usize> {
+    fn walk(levels: &[Nested], parent: usize, out: &mut Vec<usize>) {
+        for level in levels {
+            out.push(parent);
+            let me = out.len();
+            walk(&level.children, me, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(nested, 0, &mut out);
+    out
+}
+
+/// The key a row offers its relationships through `key_field`: the envelope id, or the
+/// payload field's string, number or boolean as text (anything else offers none). SQL
+/// backends compute the same key in their statements.
+pub fn key_of(id: &str, payload: &Map<String, Value>, key_field: &str) -> Option<String> {
+    if key_field == "id" {
+        return Some(id.to_owned());
+    }
+    match payload.get(key_field)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// The tree of `rows`, the rows of a nested statement for the relationships `nested`.
+/// Fails on a row numbered past the relationships (a statement out of step with them).
+pub fn assemble(nested: &[Nested], mut rows: Vec<FlatRow>) -> Result<Vec<NestedRow>, String> {
+    let parents = relationship_parents(nested);
+    let count = parents.len() + 1;
+    if let Some(bad) = rows.iter().find(|r| r.relationship >= count) {
+        return Err(format!(
+            "nested statement: relationship {} of {}",
+            bad.relationship,
+            count - 1
+        ));
+    }
+    // stable, and cheap when the statement already ordered them
+    rows.sort_by_key(|r| (r.relationship, r.order));
+    let mut tree = Tree {
+        rows: (0..count).map(|_| Vec::new()).collect(),
+        by_key: (0..count).map(|_| HashMap::new()).collect(),
+        below: vec![Vec::new(); count],
+        levels: Vec::with_capacity(count - 1),
+    };
+    for (i, &p) in parents.iter().enumerate() {
+        tree.below[p].push(i + 1);
+    }
+    fn flatten<'a>(levels: &'a [Nested], out: &mut Vec<(&'a str, bool)>) {
+        for l in levels {
+            out.push((l.key_field.as_str(), l.vector));
+            flatten(&l.children, out);
+        }
+    }
+    flatten(nested, &mut tree.levels);
+    for row in rows {
+        let r = row.relationship;
+        let list = &mut tree.rows[r];
+        if let Some(k) = row.key {
+            tree.by_key[r].entry(k).or_default().push(list.len());
+        }
+        list.push((row.id, row.payload));
+    }
+    Ok(tree.into_rows())
+}
+
+/// `rows[r]`: relationship `r`'s rows (0: the search) in creation order.
+struct Tree<'a> {
+    rows: Vec<Vec<(String, Map<String, Value>)>>,
+    /// Per relationship: its rows by key, in order.
+    by_key: Vec<HashMap<String, Vec<usize>>>,
+    /// Per relationship (0: the search): the relationships below it.
+    below: Vec<Vec<usize>>,
+    /// Per relationship (from 1): key field and cardinality.
+    levels: Vec<(&'a str, bool)>,
+}
+
+impl Tree<'_> {
+    /// The rows below row `i` of relationship `r`: per relationship below, its row numbers.
+    fn below_row(&self, r: usize, i: usize) -> Vec<(usize, Vec<usize>)> {
+        let (id, payload) = &self.rows[r][i];
+        self.below[r]
+            .iter()
+            .map(|&c| {
+                let (key_field, vector) = self.levels[c - 1];
+                let found = key_of(id, payload, key_field).and_then(|k| self.by_key[c].get(&k));
+                let rows = match found {
+                    Some(rows) if vector => rows.clone(),
+                    Some(rows) => rows.iter().take(1).copied().collect(),
+                    None => Vec::new(),
+                };
+                (c, rows)
+            })
+            .collect()
+    }
+
+    /// Counts how often each row appears in the tree under row `i` of relationship `r`.
+    fn count(&self, r: usize, i: usize, uses: &mut [Vec<u32>]) {
+        uses[r][i] += 1;
+        for (c, rows) in self.below_row(r, i) {
+            for j in rows {
+                self.count(c, j, uses);
+            }
+        }
+    }
+
+    fn into_rows(mut self) -> Vec<NestedRow> {
+        let mut uses: Vec<Vec<u32>> = self.rows.iter().map(|r| vec![0; r.len()]).collect();
+        for i in 0..self.rows[0].len() {
+            self.count(0, i, &mut uses);
+        }
+        (0..self.rows[0].len())
+            .map(|i| self.node(0, i, &mut uses))
+            .collect()
+    }
+
+    fn node(&mut self, r: usize, i: usize, uses: &mut [Vec<u32>]) -> NestedRow {
+        let children = self
+            .below_row(r, i)
+            .into_iter()
+            .map(|(c, rows)| rows.into_iter().map(|j| self.node(c, j, uses)).collect())
+            .collect();
+        uses[r][i] -= 1;
+        let row = &mut self.rows[r][i];
+        let (id, payload) = if uses[r][i] == 0 {
+            (std::mem::take(&mut row.0), std::mem::take(&mut row.1))
+        } else {
+            row.clone()
+        };
+        NestedRow {
+            id,
+            payload,
+            children,
+        }
+    }
+}
