@@ -69,7 +69,7 @@ async fn egg_economy_graph_in_process_on_postgres() {
 
 #[tokio::test]
 async fn egg_economy_graph_in_process_on_postgres_level_by_level() {
-    let (dir, config) = with_nested_sql_off("meshql-postgres.toml", "postgres");
+    let (dir, config) = with_nested_sql("meshql-postgres.toml", "postgres", false);
     let url = common::fresh_postgres_database();
     egg_economy_graph(
         Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
@@ -85,32 +85,33 @@ async fn egg_economy_graph_in_process_on_mariadb() {
     let url = common::fresh_mysql_database();
     egg_economy_graph(
         Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
-        Nesting::OneStatement,
+        Nesting::PerLevel,
     )
     .await;
 }
 
 #[tokio::test]
-async fn egg_economy_graph_in_process_on_mariadb_level_by_level() {
-    let (dir, config) = with_nested_sql_off("meshql-mysql.toml", "mysql");
+async fn egg_economy_graph_in_process_on_mariadb_in_one_statement() {
+    let (dir, config) = with_nested_sql("meshql-mysql.toml", "mysql", true);
     let url = common::fresh_mysql_database();
     egg_economy_graph(
         Server::start_with_env(&config, &[("DATABASE_URL", url)], None),
-        Nesting::PerLevel,
+        Nesting::OneStatement,
     )
     .await;
     drop(dir);
 }
 
-/// A copy of the egg-economy example whose `config` has `nested_sql = false` in every
+/// A copy of the egg-economy example whose `config` has `nested_sql = on` in every
 /// storage block of type `kind`.
-fn with_nested_sql_off(config: &str, kind: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+fn with_nested_sql(config: &str, kind: &str, on: bool) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = common::example_copy("egg-economy", |text| text);
     let path = dir.path().join(config);
     let text = std::fs::read_to_string(&path).unwrap();
     let block = format!("type = \"{kind}\"");
-    let text = text.replace(&block, &format!("{block}\nnested_sql = false"));
-    assert!(text.contains("nested_sql = false"));
+    let setting = format!("nested_sql = {on}");
+    let text = text.replace(&block, &format!("{block}\n{setting}"));
+    assert!(text.contains(&setting));
     std::fs::write(&path, text).unwrap();
     (dir, path)
 }

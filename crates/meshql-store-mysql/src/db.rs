@@ -14,6 +14,9 @@ pub struct MysqlOptions {
     /// How long a request waits for a connection before failing with 503.
     pub pool_wait: Duration,
     /// Answer nested searches with one statement ([`meshql_core::Store::find_nested`]).
+    /// Off by default: on MariaDB the statement measured slower than one batched lookup per
+    /// level over loopback (see docs/BENCHMARKS.md); it saves round trips, which pays off
+    /// when the database is far away.
     pub nested_sql: bool,
 }
 
@@ -23,7 +26,7 @@ impl MysqlOptions {
             url: url.into(),
             pool_size: 16,
             pool_wait: Duration::from_secs(5),
-            nested_sql: true,
+            nested_sql: false,
         }
     }
 }

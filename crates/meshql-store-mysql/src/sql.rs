@@ -219,7 +219,12 @@ pub(crate) struct Level<'a> {
 /// order)`, relationship 0 being the search itself and the others numbered depth first
 /// ([`meshql_core::nested::relationship_parents`]). Unordered, like [`search`]: the rows
 /// are sorted by the caller. With `limit`, the search's CTE keeps its first rows in
-/// creation order (a top-N sort), so relationships are looked up for those alone.
+/// creation order, so relationships are looked up for those alone.
+///
+/// The CTEs carry row numbers, ids and keys only; payloads are joined in by primary key at
+/// the end. MariaDB materialises a CTE read twice (by the relationship below it and by the
+/// result) and puts a temporary table holding a `payload` (LONGTEXT) on disk: three on-disk
+/// temporary tables per depth-3 query that way, 1.2 ms instead of 0.75 ms.
 pub(crate) fn nested_search(
     table: &str,
     template: &QueryTemplate,
@@ -228,7 +233,6 @@ pub(crate) fn nested_search(
     levels: &[Level<'_>],
 ) -> Compiled {
     let mut params = Vec::new();
-    let mut ctes = Vec::new();
     let conditions = |table: &str, params: &mut Vec<Param>| -> String {
         if shape.at {
             params.push(Param::At);
@@ -241,7 +245,7 @@ pub(crate) fn nested_search(
         out
     };
     let mut root = format!(
-        "r0 AS (SELECT t.id, t.payload, {ORD} AS o FROM {} t WHERE ",
+        "r0 AS (SELECT t._id AS rid, t.id, {ORD} AS o FROM {} t WHERE ",
         quote_ident(table)
     );
     root.push_str(&predicate(template, None, true, &mut params));
@@ -252,51 +256,69 @@ pub(crate) fn nested_search(
         root.push_str(" ORDER BY o LIMIT ?");
     }
     root.push(')');
-    ctes.push(root);
-    fn walk(
-        ctes: &mut Vec<String>,
-        params: &mut Vec<Param>,
-        levels: &[Level<'_>],
-        parent: usize,
-        conditions: &dyn Fn(&str, &mut Vec<Param>) -> String,
-    ) {
+    struct Walk<'c> {
+        ctes: Vec<String>,
+        tables: Vec<String>,
+        params: Vec<Param>,
+        conditions: &'c dyn Fn(&str, &mut Vec<Param>) -> String,
+    }
+    fn walk(w: &mut Walk<'_>, levels: &[Level<'_>], parent: usize) {
         for level in levels {
-            let me = ctes.len();
-            let key = if level.key_field == "id" {
-                "p.id".to_owned()
+            let me = w.ctes.len();
+            let keys = if level.key_field == "id" {
+                format!("SELECT DISTINCT p.id AS kv FROM r{parent} p")
             } else {
                 // strings as they are, numbers and booleans as text, anything else no key
                 // (as meshql_core::nested::key_of)
                 let path = format!("'$.\"{}\"'", level.key_field.replace(['\'', '"', '\\'], ""));
                 format!(
-                    "CASE WHEN JSON_TYPE(JSON_EXTRACT(p.payload, {path})) IN \
+                    "SELECT DISTINCT CAST(CASE WHEN JSON_TYPE(JSON_EXTRACT(pt.payload, {path})) IN \
                      ('STRING', 'INTEGER', 'DOUBLE', 'BOOLEAN') \
-                     THEN JSON_UNQUOTE(JSON_EXTRACT(p.payload, {path})) END"
+                     THEN JSON_UNQUOTE(JSON_EXTRACT(pt.payload, {path})) END AS CHAR(700)) AS kv \
+                     FROM r{parent} p JOIN {} pt ON pt._id = p.rid",
+                    quote_ident(&w.tables[parent])
                 )
             };
             let mut cte = format!(
-                "r{me} AS (SELECT k.kv, t.id, t.payload, {ORD} AS o \
-                 FROM (SELECT DISTINCT {key} AS kv FROM r{parent} p) k JOIN {} t ON ",
+                "r{me} AS (SELECT k.kv, t._id AS rid, t.id, {ORD} AS o FROM ({keys}) k JOIN {} t ON ",
                 quote_ident(&level.table)
             );
-            cte.push_str(&predicate(level.template, Some("k.kv"), false, params));
+            cte.push_str(&predicate(
+                level.template,
+                Some("k.kv"),
+                false,
+                &mut w.params,
+            ));
             cte.push_str(" WHERE ");
-            cte.push_str(&conditions(&level.table, params));
+            cte.push_str(&(w.conditions)(&level.table, &mut w.params));
             cte.push(')');
-            ctes.push(cte);
-            walk(ctes, params, &level.children, me, conditions);
+            w.ctes.push(cte);
+            w.tables.push(level.table.clone());
+            walk(w, &level.children, me);
         }
     }
-    walk(&mut ctes, &mut params, levels, 0, &conditions);
-    let rows: Vec<String> = (0..ctes.len())
-        .map(|i| {
-            let key = if i == 0 { "CAST(NULL AS CHAR)" } else { "kv" };
-            format!("SELECT {i} AS r, {key} AS kv, id, payload, o FROM r{i}")
+    let mut w = Walk {
+        ctes: vec![root],
+        tables: vec![table.to_owned()],
+        params,
+        conditions: &conditions,
+    };
+    walk(&mut w, levels, 0);
+    let rows: Vec<String> = w
+        .tables
+        .iter()
+        .enumerate()
+        .map(|(i, table)| {
+            let key = if i == 0 { "CAST(NULL AS CHAR(700))" } else { "x.kv" };
+            format!(
+                "SELECT {i} AS r, {key} AS kv, x.id, t.payload, x.o FROM r{i} x JOIN {} t ON t._id = x.rid",
+                quote_ident(table)
+            )
         })
         .collect();
     Compiled {
-        sql: format!("WITH {} {}", ctes.join(", "), rows.join(" UNION ALL ")),
-        params,
+        sql: format!("WITH {} {}", w.ctes.join(", "), rows.join(" UNION ALL ")),
+        params: w.params,
     }
 }
 

@@ -799,6 +799,9 @@ impl Store for MysqlStore {
     }
 
     fn relation(&self) -> Option<Relation> {
+        if !self.db.nested_sql {
+            return None;
+        }
         Some(Relation {
             backend: BACKEND,
             database: self.database_id(),

@@ -11,7 +11,10 @@ fn mysql_url() -> String {
 }
 
 async fn fresh_store() -> DynStore {
-    let db = MysqlDatabase::connect(&MysqlOptions::new(mysql_url())).expect("pool");
+    // with nested statements, so that the suite checks them against level by level
+    let mut options = MysqlOptions::new(mysql_url());
+    options.nested_sql = true;
+    let db = MysqlDatabase::connect(&options).expect("pool");
     let table = format!("conf_{}", uuid::Uuid::new_v4().simple());
     let store = MysqlStore::new(db, &table);
     store

@@ -753,6 +753,9 @@ impl Store for PostgresStore {
     }
 
     fn relation(&self) -> Option<Relation> {
+        if !self.db.nested_sql {
+            return None;
+        }
         Some(Relation {
             backend: "postgres",
             database: self.database_id(),
