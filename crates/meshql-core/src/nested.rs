@@ -11,10 +11,63 @@
 //! last appearance and cloned into the others.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use serde_json::{Map, Value};
 
-use crate::{Nested, NestedRow};
+use crate::{Nested, NestedRow, QueryTemplate};
+
+/// A relationship of a nested statement: the rows of `table` matching `template` with its
+/// `id` argument bound to the parent's `key_field`.
+pub struct Level<'a> {
+    pub table: String,
+    pub key_field: &'a str,
+    pub template: &'a QueryTemplate,
+    pub vector: bool,
+    pub children: Vec<Level<'a>>,
+}
+
+/// `nested` as levels of one statement, if every relationship's store is a table of the
+/// database `database` of `backend` ([`crate::Relation`]); `None` when one is not.
+pub fn join_levels<'a>(
+    nested: &'a [Nested],
+    backend: &str,
+    database: usize,
+) -> Option<Vec<Level<'a>>> {
+    nested
+        .iter()
+        .map(|n| {
+            let r = n.store.relation()?;
+            if r.backend != backend || r.database != database {
+                return None;
+            }
+            Some(Level {
+                table: r.table,
+                key_field: &n.key_field,
+                template: &n.template,
+                vector: n.vector,
+                children: join_levels(&n.children, backend, database)?,
+            })
+        })
+        .collect()
+}
+
+/// Identifies a nested statement, for caching its text: `root` (the search's template id
+/// and whatever else shapes the statement) and every level's table, key, template and
+/// cardinality.
+pub fn signature(root: impl Hash, levels: &[Level<'_>]) -> u64 {
+    fn walk(levels: &[Level<'_>], h: &mut std::collections::hash_map::DefaultHasher) {
+        levels.len().hash(h);
+        for l in levels {
+            (&l.table, l.key_field, l.template.id, l.vector).hash(h);
+            walk(&l.children, h);
+        }
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    root.hash(&mut h);
+    walk(levels, &mut h);
+    h.finish()
+}
 
 /// A row of a nested statement.
 #[derive(Debug, Clone)]

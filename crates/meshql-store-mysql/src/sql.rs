@@ -1,5 +1,6 @@
 //! SQL text for MySQL / MariaDB.
 
+use meshql_core::nested::Level;
 use meshql_core::template::{Piece, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use serde_json::Value;
@@ -202,15 +203,6 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     // filesort, and in a JSON_TABLE join through an on-disk temporary table: the batched
     // lookups of a depth-3 query ran ~2.3× slower that way.
     Compiled { sql, params }
-}
-
-/// A relationship of a nested statement: the rows of `table` matching `template` with its
-/// `id` argument bound to the parent's `key_field`.
-pub(crate) struct Level<'a> {
-    pub table: String,
-    pub key_field: &'a str,
-    pub template: &'a QueryTemplate,
-    pub children: Vec<Level<'a>>,
 }
 
 /// One statement for a search and every relationship below it: a CTE per relationship

@@ -1,9 +1,9 @@
 //! [`MysqlStore`]: one entity table.
 
 use crate::db::{my_error, MysqlDatabase};
-use crate::sql::{self, as_text, quote_ident, Compiled, Level, Param, Shape, ORDER, TOKENS};
+use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
-use meshql_core::nested::FlatRow;
+use meshql_core::nested::{FlatRow, Level};
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
     NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
@@ -19,34 +19,12 @@ use std::sync::Arc;
 /// [`Relation::backend`] of MySQL / MariaDB tables.
 const BACKEND: &str = "mysql";
 
-/// Identifies a nested statement: the root template, shape and limit, and every level's
-/// table, key and template.
-fn nested_signature(
-    template: &QueryTemplate,
-    shape: Shape,
-    limit: bool,
-    levels: &[Level<'_>],
-) -> u64 {
-    use std::hash::{Hash, Hasher};
-    fn walk(levels: &[Level<'_>], h: &mut std::collections::hash_map::DefaultHasher) {
-        levels.len().hash(h);
-        for l in levels {
-            (&l.table, l.key_field, l.template.id).hash(h);
-            walk(&l.children, h);
-        }
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (template.id, shape, limit).hash(&mut h);
-    walk(levels, &mut h);
-    h.finish()
-}
-
 pub struct MysqlStore {
     db: Arc<MysqlDatabase>,
     table: String,
     sql: TableSql,
     compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
-    /// Nested statements, by [`nested_signature`].
+    /// Nested statements, by [`meshql_core::nested::signature`].
     nested: RwLock<HashMap<u64, Arc<Compiled>>>,
     reads: AtomicU64,
     writes: AtomicU64,
@@ -180,26 +158,6 @@ impl MysqlStore {
         Arc::as_ptr(&self.db) as usize
     }
 
-    /// The relationships as levels of one statement, if every store is a table of this
-    /// database.
-    fn levels<'a>(&self, nested: &'a [Nested]) -> Option<Vec<Level<'a>>> {
-        nested
-            .iter()
-            .map(|n| {
-                let r = n.store.relation()?;
-                if r.backend != BACKEND || r.database != self.database_id() {
-                    return None;
-                }
-                Some(Level {
-                    table: r.table,
-                    key_field: &n.key_field,
-                    template: &n.template,
-                    children: self.levels(&n.children)?,
-                })
-            })
-            .collect()
-    }
-
     fn nested_compiled(
         &self,
         template: &QueryTemplate,
@@ -207,7 +165,7 @@ impl MysqlStore {
         limit: bool,
         levels: &[Level<'_>],
     ) -> Arc<Compiled> {
-        let key = nested_signature(template, shape, limit, levels);
+        let key = meshql_core::nested::signature((template.id, shape, limit), levels);
         if let Some(c) = self.nested.read().get(&key) {
             return c.clone();
         }
@@ -767,7 +725,8 @@ impl Store for MysqlStore {
         if !self.db.nested_sql || nested.is_empty() {
             return Ok(None);
         }
-        let Some(levels) = self.levels(nested) else {
+        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
+        else {
             return Ok(None);
         };
         let tokens = tokens_json(filter);

@@ -2,6 +2,7 @@
 //! table, the template and the optional clauses present, so each is prepared once per
 //! connection.
 
+use meshql_core::nested::Level;
 use meshql_core::template::{Piece, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use serde_json::Value;
@@ -234,16 +235,6 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         sql,
         params: b.params,
     }
-}
-
-/// A relationship of a nested statement: the rows of `table` matching `template` with its
-/// `id` argument bound to the parent's `key_field`.
-pub(crate) struct Level<'a> {
-    pub table: String,
-    pub key_field: &'a str,
-    pub template: &'a QueryTemplate,
-    pub vector: bool,
-    pub children: Vec<Level<'a>>,
 }
 
 /// One statement for a search and every relationship below it: a CTE per relationship

@@ -1,10 +1,10 @@
 //! [`PostgresStore`]: one entity table.
 
 use crate::db::{pg_error, pool_error, PostgresDatabase};
-use crate::sql::{self, as_text, quote_ident, Compiled, Level, Param, Shape, ORDER};
+use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
-use meshql_core::nested::FlatRow;
+use meshql_core::nested::{FlatRow, Level};
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
     NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
@@ -19,12 +19,15 @@ use tokio_postgres::types::ToSql;
 type SqlParam = Box<dyn ToSql + Sync + Send>;
 
 /// One entity's table.
+/// [`Relation::backend`] of PostgreSQL tables.
+const BACKEND: &str = "postgres";
+
 pub struct PostgresStore {
     db: Arc<PostgresDatabase>,
     table: String,
     sql: TableSql,
     compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
-    /// Nested statements, by [`nested_signature`].
+    /// Nested statements, by [`meshql_core::nested::signature`].
     nested: RwLock<HashMap<u64, Arc<Compiled>>>,
     reads: AtomicU64,
     writes: AtomicU64,
@@ -162,34 +165,13 @@ impl PostgresStore {
         Arc::as_ptr(&self.db) as usize
     }
 
-    /// The relationships as levels of one statement, if every store is a table of this
-    /// database.
-    fn levels<'a>(&self, nested: &'a [Nested]) -> Option<Vec<Level<'a>>> {
-        nested
-            .iter()
-            .map(|n| {
-                let r = n.store.relation()?;
-                if r.backend != "postgres" || r.database != self.database_id() {
-                    return None;
-                }
-                Some(Level {
-                    table: r.table,
-                    key_field: &n.key_field,
-                    template: &n.template,
-                    vector: n.vector,
-                    children: self.levels(&n.children)?,
-                })
-            })
-            .collect()
-    }
-
     fn nested_compiled(
         &self,
         template: &QueryTemplate,
         shape: Shape,
         levels: &[Level<'_>],
     ) -> Arc<Compiled> {
-        let key = nested_signature(template, shape, levels);
+        let key = meshql_core::nested::signature((template.id, shape), levels);
         if let Some(c) = self.nested.read().get(&key) {
             return c.clone();
         }
@@ -366,23 +348,6 @@ impl PostgresStore {
     fn visible(filter: &TokenFilter, e: &Envelope) -> bool {
         !e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)
     }
-}
-
-/// Identifies a nested statement: the root template and shape, and every level's table,
-/// key, template and cardinality.
-fn nested_signature(template: &QueryTemplate, shape: Shape, levels: &[Level<'_>]) -> u64 {
-    use std::hash::{Hash, Hasher};
-    fn walk(levels: &[Level<'_>], h: &mut std::collections::hash_map::DefaultHasher) {
-        levels.len().hash(h);
-        for l in levels {
-            (&l.table, l.key_field, l.template.id, l.vector).hash(h);
-            walk(&l.children, h);
-        }
-    }
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (template.id, shape).hash(&mut h);
-    walk(levels, &mut h);
-    h.finish()
 }
 
 #[async_trait]
@@ -715,7 +680,8 @@ impl Store for PostgresStore {
         if !self.db.nested_sql || nested.is_empty() {
             return Ok(None);
         }
-        let Some(levels) = self.levels(nested) else {
+        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
+        else {
             return Ok(None);
         };
         let tokens = filter_tokens(filter);
@@ -757,7 +723,7 @@ impl Store for PostgresStore {
             return None;
         }
         Some(Relation {
-            backend: "postgres",
+            backend: BACKEND,
             database: self.database_id(),
             table: self.table.clone(),
         })
