@@ -409,6 +409,52 @@ async fn a_remote_failure_is_a_field_error_not_a_failed_request() {
 }
 
 #[tokio::test]
+async fn a_failure_two_hops_away_is_a_field_error_not_a_silent_null() {
+    // farm-service → (HTTP) hen-service → (HTTP) a farm-service that is not there
+    let dir = examples_dir().join("farm-federated");
+    let (hen_port, gone) = (common::free_port(), common::free_port());
+    let farm = Server::start_with_env(
+        &dir.join("farm-service.toml"),
+        &[("HEN_SERVICE_URL", format!("http://127.0.0.1:{hen_port}"))],
+        None,
+    );
+    let hen = Server::start_with_env(
+        &dir.join("hen-service.toml"),
+        &[("FARM_SERVICE_URL", format!("http://127.0.0.1:{gone}"))],
+        Some(hen_port),
+    );
+    let (fc, hc) = (farm.client(), hen.client());
+    let farm_id = id_of(&fc, "/farm/api", json!({"name": "Far"})).await;
+    let coop = id_of(&fc, "/coop/api", json!({"name": "red", "farm_id": farm_id})).await;
+    id_of(&hc, "/hen/api", json!({"name": "chuck", "coop_id": coop})).await;
+
+    // asked directly, the hen service answers its data with the error of its own hop
+    let q = format!(r#"{{ getByCoop(id: "{coop}") {{ name coop {{ name }} }} }}"#);
+    let r = gql(&hc, "/hen/graph", &q).await;
+    assert_eq!(r["data"]["getByCoop"][0]["name"], "chuck", "{r}");
+    assert_eq!(
+        r["errors"][0]["path"],
+        json!(["getByCoop", 0, "coop"]),
+        "{r}"
+    );
+
+    // one hop further, that error fails the field it came through
+    let q = format!(
+        r#"{{ getById(id: "{farm_id}") {{ name coops {{ name hens {{ name coop {{ name }} }} }} }} }}"#
+    );
+    let r = gql(&fc, "/farm/graph", &q).await;
+    assert_eq!(r["data"]["getById"]["coops"][0]["name"], "red", "{r}");
+    assert_eq!(r["data"]["getById"]["coops"][0]["hens"], Value::Null, "{r}");
+    let e = &r["errors"][0];
+    assert_eq!(e["path"], json!(["getById", "coops", 0, "hens"]), "{r}");
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Remote GraphQL error:") && message.contains("unreachable"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
 async fn the_farm_example_federates_with_itself_over_http() {
     farm_example(&examples_dir().join("farm")).await;
 }

@@ -142,7 +142,9 @@ async fn fetch_chunk(
         Ok(p) => p,
         Err(e) => return all_failed(format!("remote graphlette {url} sent invalid JSON: {e}")),
     };
-    // errors that name an alias belong to that key; errors without a path to every key
+    // errors that name an alias belong to that key; errors without a path to every key. A key
+    // with an error fails with its first one even if data came along (CONTRACT §3.5): a
+    // service two hops away failing must not turn into a silent null.
     let errors = parsed.errors.unwrap_or_default();
     let error_for = |alias: &str| -> Option<Arc<str>> {
         errors
@@ -157,8 +159,10 @@ async fn fetch_chunk(
     (0..keys.len())
         .map(|i| {
             let alias = format!("item_{i}");
-            let raw = data.remove(&alias);
-            match raw {
+            if let Some(msg) = error_for(&alias) {
+                return Link::Error(msg);
+            }
+            match data.remove(&alias) {
                 Some(raw) if raw.get() != "null" => {
                     if !resolver.vector && raw.get().starts_with('[') {
                         // a singleton field fed by a vector query: the first element
@@ -169,10 +173,7 @@ async fn fetch_chunk(
                         Link::Raw(Some(Arc::from(raw)))
                     }
                 }
-                _ => match error_for(&alias) {
-                    Some(msg) => Link::Error(msg),
-                    None => Link::Raw(None),
-                },
+                _ => Link::Raw(None),
             }
         })
         .collect()
