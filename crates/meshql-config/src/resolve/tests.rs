@@ -316,3 +316,21 @@ fn resolver_targets_must_only_need_id() {
     let e = one_error(f.load(&toml));
     assert!(e.message.contains("{{name}}"), "{e}");
 }
+
+#[test]
+fn dotted_resolver_names_are_ignored_with_a_warning() {
+    let f = Fixture::new();
+    let toml = GOOD.to_owned()
+        + "[[entity.graphql.resolvers]]\nname = \"others.layReports\"\nkey = \"id\"\nquery = \"getById\"\ngraph = \"/thing/graph\"\n";
+    let c = f
+        .load(&toml)
+        .expect("a legacy dotted resolver does not stop a config");
+    let g = c.entities[0].graph.as_ref().unwrap();
+    let fields: Vec<&str> = g.resolvers.iter().map(|r| r.field.as_str()).collect();
+    assert_eq!(fields, ["others"]);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    let w = &c.warnings[0];
+    assert!(w.message.contains("others.layReports"), "{w}");
+    assert_eq!(w.field, "entity[0] \"thing\".graphql.resolvers[1].name");
+    assert_eq!(w.line, Some(toml.lines().count() - 3));
+}
