@@ -571,6 +571,11 @@ async fn openapi_document_describes_the_restlette() {
         "{}",
         doc["openapi"]
     );
+    // an absolute server URL for the host asked, which generated clients need
+    assert_eq!(
+        doc["servers"],
+        json!([{"url": format!("http://127.0.0.1:{}", s.port())}])
+    );
     let paths = doc["paths"].as_object().expect("paths");
     assert_eq!(paths.keys().next().map(String::as_str), Some("/farm/api"));
     assert!(paths.contains_key("/farm/api/{id}"));

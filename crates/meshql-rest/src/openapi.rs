@@ -65,7 +65,7 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
     json!({
         "openapi": "3.0.3",
         "info": {"title": format!("{path} API"), "version": "0.1.0", "description": format!("API for mutating {path}")},
-        "servers": [{"url": "/"}],
+        "servers": [{"url": "/"}], // see `for_host`
         "paths": paths,
         "components": {
             "securitySchemes": {"BearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}},
@@ -76,6 +76,32 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
             }
         }
     })
+}
+
+/// The document's `servers` entry as serialised by [`openapi_document`].
+const RELATIVE_SERVERS: &[u8] = br#""servers":[{"url":"/"}]"#;
+
+/// The serialised document with an absolute server URL for the host the client asked
+/// (`http(s)://<Host>`): generated clients (openapi-client-axios and the like) cannot
+/// resolve the relative `/` the document is stored with. `None` for a host that is not a
+/// plain `name[:port]`, which keeps the relative URL.
+pub fn for_host(doc: &[u8], host: &str, https: bool) -> Option<Vec<u8>> {
+    let plain = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-:[]_".contains(&b));
+    if !plain {
+        return None;
+    }
+    let at = doc
+        .windows(RELATIVE_SERVERS.len())
+        .position(|w| w == RELATIVE_SERVERS)?;
+    let scheme = if https { "https" } else { "http" };
+    let mut out = Vec::with_capacity(doc.len() + host.len() + 8);
+    out.extend_from_slice(&doc[..at]);
+    out.extend_from_slice(format!(r#""servers":[{{"url":"{scheme}://{host}"}}]"#).as_bytes());
+    out.extend_from_slice(&doc[at + RELATIVE_SERVERS.len()..]);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -110,5 +136,27 @@ mod tests {
         assert!(doc["components"]["schemas"]["State"]
             .get("$schema")
             .is_none());
+    }
+
+    fn doc() -> Vec<u8> {
+        serde_json::to_vec(&openapi_document("/farm/api", "farm", None)).unwrap()
+    }
+
+    #[test]
+    fn the_server_url_is_the_host_asked() {
+        let out = for_host(&doc(), "farm.example:8080", true).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["servers"], json!([{"url": "https://farm.example:8080"}]));
+        assert_eq!(
+            v["paths"],
+            serde_json::from_slice::<serde_json::Value>(&doc()).unwrap()["paths"]
+        );
+    }
+
+    #[test]
+    fn a_host_that_is_not_a_plain_name_keeps_the_relative_url() {
+        for host in ["", "evil\"}],\"x\":[{\"url\":\"y", "a b", "a/b"] {
+            assert!(for_host(&doc(), host, false).is_none(), "{host}");
+        }
     }
 }

@@ -249,8 +249,18 @@ async fn bulk_read(
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }
 
-async fn openapi(State(r): Shared) -> Response {
-    json_response(StatusCode::OK, r.openapi.clone())
+async fn openapi(State(r): Shared, headers: HeaderMap) -> Response {
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
+    let https = text("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    let host = text("x-forwarded-host").or(text(header::HOST.as_str()));
+    match host.and_then(|h| crate::openapi::for_host(&r.openapi, h, https)) {
+        Some(doc) => json_response(StatusCode::OK, Bytes::from(doc)),
+        None => json_response(StatusCode::OK, r.openapi.clone()),
+    }
 }
 
 async fn docs(State(r): Shared) -> Response {
