@@ -212,3 +212,53 @@ async fn updating_a_public_document_does_not_take_it_over() {
         .await
         .expect_status(200);
 }
+
+#[tokio::test]
+async fn casbin_roles_are_the_callers_tokens() {
+    let dir = common::example_copy("farm", |text| {
+        text + "\n[auth]\ntype = \"casbin\"\nmodel = \"rbac_model.conf\"\npolicy = \"rbac_policy.csv\"\n"
+    });
+    std::fs::write(
+        dir.path().join("rbac_model.conf"),
+        "[request_definition]\nr = sub, obj, act\n[policy_definition]\np = sub, obj, act\n[role_definition]\ng = _, _\n[policy_effect]\ne = some(where (p.eft == allow))\n[matchers]\nm = g(r.sub, p.sub) && r.obj == p.obj && r.act == p.act\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("rbac_policy.csv"),
+        "p, admin, data1, read\np, admin, data1, write\np, editor, data1, read\ng, user1, admin\ng, user2, editor\ng, user4, admin\n",
+    )
+    .unwrap();
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let c = server.client();
+    // user1 writes as the admin role: every admin reads it, nobody else does
+    let r = as_user(
+        &c,
+        "POST",
+        "/farm/api",
+        Some(&json!({"name": "ops"})),
+        Some("user1"),
+    )
+    .await;
+    r.expect_status(201);
+    let path = format!("/farm/api/{}", r.json()["id"].as_str().unwrap());
+    for (user, status) in [
+        (Some("user1"), 200),
+        (Some("user4"), 200),
+        (Some("user2"), 404),
+        (Some("stranger"), 404),
+        (None, 404),
+    ] {
+        as_user(&c, "GET", &path, None, user)
+            .await
+            .expect_status(status);
+    }
+    let q = json!({"query": "{ getAll { name } }"});
+    let r = as_user(&c, "POST", "/farm/graph", Some(&q), Some("user4"))
+        .await
+        .json();
+    assert_eq!(r, json!({"data": {"getAll": [{"name": "ops"}]}}));
+    let r = as_user(&c, "POST", "/farm/graph", Some(&q), Some("user2"))
+        .await
+        .json();
+    assert_eq!(r, json!({"data": {"getAll": []}}));
+}

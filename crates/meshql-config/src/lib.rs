@@ -11,6 +11,7 @@
 //!
 //! Every error names the config file, the line, and the field.
 
+mod casbin;
 pub mod error;
 pub mod expand;
 pub mod model;

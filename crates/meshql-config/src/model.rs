@@ -63,16 +63,28 @@ fn default_body_limit() -> usize {
 pub struct AuthConfig {
     #[serde(default, rename = "type")]
     pub kind: AuthKind,
+    /// `casbin`: the Casbin model file (an RBAC model with `g = _, _`), relative to this file.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub model: Option<Spanned<String>>,
+    /// `casbin`: the Casbin policy file; its `g, <user>, <role>` lines give JWT subjects
+    /// their roles.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub policy: Option<Spanned<String>>,
 }
 
 /// `none`: everyone sees everything. `jwt`: the `sub` claim of a `Bearer` JWT is the
-/// caller's token (the signature is not verified; that is the gateway's job).
+/// caller's token (the signature is not verified; that is the gateway's job). `casbin`: the
+/// caller's tokens are the roles the Casbin policy gives that subject (MeshQL's
+/// `casbinParams`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthKind {
     #[default]
     None,
     Jwt,
+    Casbin,
 }
 
 /// Timeouts of HTTP resolver calls.

@@ -43,6 +43,17 @@ pub enum StorageSpec {
     },
 }
 
+/// How callers are identified (`[auth]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthSpec {
+    None,
+    Jwt,
+    /// JWT subjects and the roles a Casbin policy gives them.
+    Casbin {
+        roles: BTreeMap<String, Vec<String>>,
+    },
+}
+
 /// A config that passed every check.
 #[derive(Debug, Clone)]
 pub struct ResolvedConfig {
@@ -52,7 +63,7 @@ pub struct ResolvedConfig {
     pub data_dir: PathBuf,
     pub cors_origin: String,
     pub body_limit_bytes: usize,
-    pub auth: AuthKind,
+    pub auth: AuthSpec,
     pub http_client: HttpClientConfig,
     /// Storage by name (only the ones some entity uses).
     pub storages: BTreeMap<String, StorageSpec>,
@@ -524,9 +535,13 @@ impl Resolver {
             }
         }
 
+        let auth = self.resolve_auth(&model.auth);
         if !self.errors.is_empty() {
             return Err(ConfigErrors(self.errors));
         }
+        let Some(auth) = auth else {
+            return Err(ConfigErrors(self.errors));
+        };
         let mut warnings = self.warnings;
         warnings.extend(projection_warnings(&entities));
         Ok(ResolvedConfig {
@@ -536,7 +551,7 @@ impl Resolver {
             data_dir,
             cors_origin: model.cors_origin,
             body_limit_bytes: model.body_limit_bytes,
-            auth: model.auth.kind,
+            auth,
             http_client: model.http_client,
             storages: used_storage,
             entities,
@@ -710,6 +725,65 @@ impl Resolver {
             vector,
             template,
         })
+    }
+
+    /// `[auth]`; `None` after reporting an error.
+    fn resolve_auth(&mut self, a: &crate::model::AuthConfig) -> Option<AuthSpec> {
+        if a.kind != AuthKind::Casbin {
+            // a config switching `type` through the environment may keep its Casbin files
+            for (key, at) in [("model", &a.model), ("policy", &a.policy)] {
+                if let Some(at) = at {
+                    self.warnings.push(ConfigError {
+                        file: self.file.clone(),
+                        line: Some(line_of(&self.text, at.span().start)),
+                        field: format!("auth.{key}"),
+                        message: "ignored: Casbin files are read only with type = \"casbin\""
+                            .into(),
+                    });
+                }
+            }
+            return Some(if a.kind == AuthKind::Jwt {
+                AuthSpec::Jwt
+            } else {
+                AuthSpec::None
+            });
+        }
+        let (Some(model), Some(policy)) = (&a.model, &a.policy) else {
+            let missing = if a.model.is_none() { "model" } else { "policy" };
+            self.error::<()>(
+                None,
+                format!("auth.{missing}"),
+                format!("type = \"casbin\" needs `{missing}`: the Casbin {missing} file"),
+            );
+            return None;
+        };
+        let mut read = |at: &Spanned<String>, key: &str| -> Option<(PathBuf, String)> {
+            let path = self.path_of(at.get_ref());
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Some((path, text)),
+                Err(e) => {
+                    self.error(
+                        Some(at),
+                        format!("auth.{key}"),
+                        format!("cannot read {}: {e}", path.display()),
+                    );
+                    None
+                }
+            }
+        };
+        let ((model_path, model_text), (policy_path, policy_text)) =
+            (read(model, "model")?, read(policy, "policy")?);
+        if let Err(p) = crate::casbin::check_model(&model_text) {
+            self.error_in(&model_path, p.line, "auth.model".into(), p.message);
+            return None;
+        }
+        match crate::casbin::roles(&policy_text) {
+            Ok(roles) => Some(AuthSpec::Casbin { roles }),
+            Err(p) => {
+                self.error_in(&policy_path, p.line, "auth.policy".into(), p.message);
+                None
+            }
+        }
     }
 
     fn resolve_resolver(

@@ -74,6 +74,33 @@ impl Authorizer for JwtSubAuthorizer {
     }
 }
 
+/// MeshQL's Casbin authorizer: the caller's tokens are the roles a Casbin policy gives the
+/// `sub` of its `Bearer` JWT (Casbin's `getRolesForUser`; unverified, as in
+/// [`JwtSubAuthorizer`]). No token, or a subject without roles, yields no tokens.
+#[derive(Debug, Default, Clone)]
+pub struct RoleAuthorizer {
+    roles: std::collections::HashMap<String, Vec<String>>,
+}
+
+impl RoleAuthorizer {
+    pub fn new(roles: impl IntoIterator<Item = (String, Vec<String>)>) -> Self {
+        Self {
+            roles: roles.into_iter().collect(),
+        }
+    }
+}
+
+impl Authorizer for RoleAuthorizer {
+    fn credentials(&self, authorization: Option<&str>) -> Credentials {
+        let roles = authorization
+            .and_then(JwtSubAuthorizer::subject)
+            .and_then(|sub| self.roles.get(&sub))
+            .cloned()
+            .unwrap_or_default();
+        Credentials::Tokens(roles)
+    }
+}
+
 /// The visibility rule shared by every backend: no authorized tokens means public;
 /// otherwise at least one token must be among the caller's.
 pub fn is_visible(filter: &crate::TokenFilter, authorized_tokens: &[String]) -> bool {

@@ -12,7 +12,7 @@ pub mod store;
 pub mod template;
 pub mod time;
 
-pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth};
+pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth, RoleAuthorizer};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::StoreError;
 pub use store::{

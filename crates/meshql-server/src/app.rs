@@ -10,9 +10,9 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use meshql_config::model::AuthKind;
+use meshql_config::resolve::AuthSpec;
 use meshql_config::{ResolvedConfig, StorageSpec};
-use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, StoreError};
+use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, RoleAuthorizer, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
 use meshql_store_memory::MemoryStore;
@@ -93,9 +93,10 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     if !problems.is_empty() {
         return Err(BuildError::Preflight(problems));
     }
-    let authorizer: Arc<dyn Authorizer> = match config.auth {
-        AuthKind::None => Arc::new(NoAuth),
-        AuthKind::Jwt => Arc::new(JwtSubAuthorizer),
+    let authorizer: Arc<dyn Authorizer> = match &config.auth {
+        AuthSpec::None => Arc::new(NoAuth),
+        AuthSpec::Jwt => Arc::new(JwtSubAuthorizer),
+        AuthSpec::Casbin { roles } => Arc::new(RoleAuthorizer::new(roles.clone())),
     };
 
     // storage: one database per file, one store per entity

@@ -334,3 +334,64 @@ fn dotted_resolver_names_are_ignored_with_a_warning() {
     assert_eq!(w.field, "entity[0] \"thing\".graphql.resolvers[1].name");
     assert_eq!(w.line, Some(toml.lines().count() - 3));
 }
+
+const CASBIN_MODEL: &str = "[request_definition]\nr = sub, obj, act\n\n[policy_definition]\np = sub, obj, act\n\n[role_definition]\ng = _, _\n\n[policy_effect]\ne = some(where (p.eft == allow))\n\n[matchers]\nm = g(r.sub, p.sub) && r.obj == p.obj && r.act == p.act\n";
+
+/// GOOD with an `[auth]` table of `type = "casbin"` and the given model and policy files.
+fn with_casbin(f: &Fixture, model: &str, policy: &str) -> String {
+    fs::create_dir_all(f.dir.path().join("auth")).unwrap();
+    fs::write(f.dir.path().join("auth/model.conf"), model).unwrap();
+    fs::write(f.dir.path().join("auth/policy.csv"), policy).unwrap();
+    GOOD.to_owned()
+        + "[auth]\ntype = \"casbin\"\nmodel = \"auth/model.conf\"\npolicy = \"auth/policy.csv\"\n"
+}
+
+#[test]
+fn casbin_auth_reads_the_roles_of_each_subject() {
+    let f = Fixture::new();
+    let toml = with_casbin(
+        &f,
+        CASBIN_MODEL,
+        "p, admin, data1, read\ng, user1, admin\ng, user2, editor\ng, user2, viewer\n",
+    );
+    let c = f.load(&toml).unwrap();
+    let AuthSpec::Casbin { roles } = &c.auth else {
+        panic!("{:?}", c.auth)
+    };
+    assert_eq!(roles["user1"], ["admin"]);
+    assert_eq!(roles["user2"], ["editor", "viewer"]);
+}
+
+#[test]
+fn casbin_problems_name_the_file_line_and_field() {
+    let f = Fixture::new();
+    let toml = with_casbin(&f, CASBIN_MODEL, "g, user1, admin\ng, user2\n");
+    let e = one_error(f.load(&toml));
+    assert!(e.file.ends_with("auth/policy.csv"), "{e}");
+    assert_eq!((e.line, e.field.as_str()), (Some(2), "auth.policy"));
+
+    let toml = with_casbin(&f, &CASBIN_MODEL.replace("g = _, _", "g = _, _, _"), "");
+    let e = one_error(f.load(&toml));
+    assert!(e.file.ends_with("auth/model.conf"), "{e}");
+    assert_eq!((e.line, e.field.as_str()), (Some(8), "auth.model"));
+
+    let e = one_error(f.load(&toml.replace("policy = \"auth/policy.csv\"\n", "")));
+    assert_eq!(e.field, "auth.policy");
+    assert!(e.message.contains("needs `policy`"), "{e}");
+
+    let toml = toml.replace("auth/model.conf", "auth/missing.conf");
+    let e = one_error(f.load(&toml));
+    assert_eq!(e.field, "auth.model");
+    assert_eq!(e.line, Some(toml.lines().count() - 1));
+    assert!(e.message.contains("missing.conf"), "{e}");
+}
+
+#[test]
+fn casbin_files_without_casbin_are_ignored_with_a_warning() {
+    let f = Fixture::new();
+    let toml = with_casbin(&f, CASBIN_MODEL, "").replace("\"casbin\"", "\"jwt\"");
+    let c = f.load(&toml).unwrap();
+    assert_eq!(c.auth, AuthSpec::Jwt);
+    let fields: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(fields, ["auth.model", "auth.policy"]);
+}
