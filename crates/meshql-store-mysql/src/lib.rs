@@ -7,6 +7,11 @@
 //! are compiled against those columns. Writes of one id are serialised with a named lock;
 //! fresh server-generated ids take none. Batched lookups pass their keys as one JSON array
 //! through `JSON_TABLE`.
+//!
+//! With `nested_sql` (off by default) a GraphQL search and its relationships into tables of
+//! the same database are one statement ([`meshql_core::Store::find_nested`]), as on
+//! PostgreSQL; over loopback MariaDB answered it slower than a batched lookup per level
+//! (docs/BENCHMARKS.md), so it is kept for databases whose round trips cost more.
 
 mod db;
 mod sql;
