@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod envelope;
 pub mod error;
+pub mod memo;
 pub mod nested;
 pub mod store;
 pub mod template;

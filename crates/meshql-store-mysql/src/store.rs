@@ -3,6 +3,7 @@
 use crate::db::{my_error, MysqlDatabase};
 use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
+use meshql_core::memo::Memo;
 use meshql_core::nested::{FlatRow, Level};
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
@@ -11,8 +12,6 @@ use meshql_core::{
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
-use parking_lot::RwLock;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -23,9 +22,9 @@ pub struct MysqlStore {
     db: Arc<MysqlDatabase>,
     table: String,
     sql: TableSql,
-    compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    compiled: Memo<(u64, Shape), Compiled>,
     /// Nested statements, by [`meshql_core::nested::signature`].
-    nested: RwLock<HashMap<u64, Arc<Compiled>>>,
+    nested: Memo<u64, Compiled>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -134,8 +133,8 @@ impl MysqlStore {
             db,
             table: table.to_owned(),
             sql: TableSql::new(table),
-            compiled: RwLock::new(HashMap::new()),
-            nested: RwLock::new(HashMap::new()),
+            compiled: Memo::default(),
+            nested: Memo::default(),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -143,14 +142,9 @@ impl MysqlStore {
     }
 
     fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
-        if let Some(c) = self.compiled.read().get(&(template.id, shape)) {
-            return c.clone();
-        }
-        let c = Arc::new(sql::search(&self.table, template, shape));
-        self.compiled
-            .write()
-            .insert((template.id, shape), c.clone());
-        c
+        self.compiled.get_or_insert_with((template.id, shape), || {
+            sql::search(&self.table, template, shape)
+        })
     }
 
     /// This store's database, as [`Relation::database`].
@@ -166,18 +160,9 @@ impl MysqlStore {
         levels: &[Level<'_>],
     ) -> Arc<Compiled> {
         let key = meshql_core::nested::signature((template.id, shape, limit), levels);
-        if let Some(c) = self.nested.read().get(&key) {
-            return c.clone();
-        }
-        let c = Arc::new(sql::nested_search(
-            &self.table,
-            template,
-            shape,
-            limit,
-            levels,
-        ));
-        self.nested.write().insert(key, c.clone());
-        c
+        self.nested.get_or_insert_with(key, || {
+            sql::nested_search(&self.table, template, shape, limit, levels)
+        })
     }
 
     fn bind(

@@ -3,15 +3,14 @@
 use crate::db::{query_error, SqliteDatabase};
 use crate::sql::{self, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
+use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
     QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
 };
-use parking_lot::RwLock;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -20,7 +19,7 @@ pub struct SqliteStore {
     db: Arc<SqliteDatabase>,
     table: String,
     sql: Arc<TableSql>,
-    compiled: RwLock<HashMap<(u64, Shape), Arc<Compiled>>>,
+    compiled: Memo<(u64, Shape), Compiled>,
     reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
 }
@@ -174,7 +173,7 @@ impl SqliteStore {
             db,
             table: table.to_owned(),
             sql: Arc::new(TableSql::new(table)),
-            compiled: RwLock::new(HashMap::new()),
+            compiled: Memo::default(),
             reads: Arc::new(AtomicU64::new(0)),
             writes: Arc::new(AtomicU64::new(0)),
         }
@@ -202,14 +201,9 @@ impl SqliteStore {
     }
 
     fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
-        if let Some(c) = self.compiled.read().get(&(template.id, shape)) {
-            return c.clone();
-        }
-        let c = Arc::new(sql::search(&self.table, template, shape));
-        self.compiled
-            .write()
-            .insert((template.id, shape), c.clone());
-        c
+        self.compiled.get_or_insert_with((template.id, shape), || {
+            sql::search(&self.table, template, shape)
+        })
     }
 
     fn bind(
