@@ -112,6 +112,29 @@ pub fn key_of(id: &str, payload: &Map<String, Value>, key_field: &str) -> Option
     }
 }
 
+/// [`assemble`] for rows whose payloads are JSON text, as SQL drivers return them:
+/// `(relationship, key, id, payload, order)`.
+pub fn assemble_text<P: AsRef<str>>(
+    nested: &[Nested],
+    rows: impl IntoIterator<Item = (usize, Option<String>, String, P, i64)>,
+) -> Result<Vec<NestedRow>, crate::StoreError> {
+    let corrupt = crate::StoreError::Corrupt;
+    let flat = rows
+        .into_iter()
+        .map(|(relationship, key, id, payload, order)| {
+            Ok(FlatRow {
+                relationship,
+                key,
+                id,
+                payload: serde_json::from_str(payload.as_ref())
+                    .map_err(|e| corrupt(format!("payload: {e}")))?,
+                order,
+            })
+        })
+        .collect::<Result<Vec<_>, crate::StoreError>>()?;
+    assemble(nested, flat).map_err(corrupt)
+}
+
 /// The tree of `rows`, the rows of a nested statement for the relationships `nested`.
 /// Fails on a row numbered past the relationships (a statement out of step with them).
 pub fn assemble(nested: &[Nested], mut rows: Vec<FlatRow>) -> Result<Vec<NestedRow>, String> {

@@ -4,7 +4,7 @@ use crate::db::{my_error, MysqlDatabase};
 use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
-use meshql_core::nested::{FlatRow, Level};
+use meshql_core::nested::Level;
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
     NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
@@ -726,20 +726,10 @@ impl Store for MysqlStore {
         let mut conn = self.db.conn().await?;
         let rows: Vec<(i64, Option<String>, String, String, i64)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
-        let mut flat = Vec::with_capacity(rows.len());
-        for (r, key, id, payload, order) in rows {
-            flat.push(FlatRow {
-                relationship: r as usize,
-                key,
-                id,
-                payload: serde_json::from_str(&payload)
-                    .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?,
-                order,
-            });
-        }
-        meshql_core::nested::assemble(nested, flat)
-            .map(Some)
-            .map_err(StoreError::Corrupt)
+        let rows = rows
+            .into_iter()
+            .map(|(r, key, id, payload, order)| (r as usize, key, id, payload, order));
+        meshql_core::nested::assemble_text(nested, rows).map(Some)
     }
 
     fn relation(&self) -> Option<Relation> {

@@ -5,7 +5,7 @@ use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use meshql_core::memo::Memo;
-use meshql_core::nested::{FlatRow, Level};
+use meshql_core::nested::Level;
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
     NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
@@ -692,21 +692,12 @@ impl Store for PostgresStore {
             .await
             .map_err(pg_error)?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
-        let mut flat = Vec::with_capacity(rows.len());
-        for row in &rows {
+        let rows = rows.iter().map(|row| {
             let payload: &str = row.get(3);
-            flat.push(FlatRow {
-                relationship: row.get::<_, i32>(0) as usize,
-                key: row.get(1),
-                id: row.get(2),
-                payload: serde_json::from_str(payload)
-                    .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))?,
-                order: row.get(4),
-            });
-        }
-        meshql_core::nested::assemble(nested, flat)
-            .map(Some)
-            .map_err(StoreError::Corrupt)
+            let relationship = row.get::<_, i32>(0) as usize;
+            (relationship, row.get(1), row.get(2), payload, row.get(4))
+        });
+        meshql_core::nested::assemble_text(nested, rows).map(Some)
     }
 
     fn relation(&self) -> Option<Relation> {
