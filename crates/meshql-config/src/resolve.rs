@@ -238,6 +238,16 @@ impl Resolver {
         });
     }
 
+    /// A problem that does not stop the service, at `at` in the config file.
+    fn warn<T>(&mut self, at: &Spanned<T>, field: impl Into<String>, message: impl Into<String>) {
+        self.warnings.push(ConfigError {
+            file: self.file.clone(),
+            line: Some(line_of(&self.text, at.span().start)),
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
     fn error_in(&mut self, file: &Path, line: Option<usize>, field: String, message: String) {
         self.errors.push(ConfigError {
             file: file.to_owned(),
@@ -536,10 +546,7 @@ impl Resolver {
         }
 
         let auth = self.resolve_auth(&model.auth);
-        if !self.errors.is_empty() {
-            return Err(ConfigErrors(self.errors));
-        }
-        let Some(auth) = auth else {
+        let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
             return Err(ConfigErrors(self.errors));
         };
         let mut warnings = self.warnings;
@@ -733,13 +740,11 @@ impl Resolver {
             // a config switching `type` through the environment may keep its Casbin files
             for (key, at) in [("model", &a.model), ("policy", &a.policy)] {
                 if let Some(at) = at {
-                    self.warnings.push(ConfigError {
-                        file: self.file.clone(),
-                        line: Some(line_of(&self.text, at.span().start)),
-                        field: format!("auth.{key}"),
-                        message: "ignored: Casbin files are read only with type = \"casbin\""
-                            .into(),
-                    });
+                    self.warn(
+                        at,
+                        format!("auth.{key}"),
+                        "ignored: Casbin files are read only with type = \"casbin\"",
+                    );
                 }
             }
             return Some(if a.kind == AuthKind::Jwt {
@@ -798,12 +803,7 @@ impl Resolver {
         if name.contains('.') {
             // MeshQL's legacy dotted resolver names (`hens.layReports`) are never invoked:
             // ported configs load, with a warning, and the resolver is left out
-            self.warnings.push(ConfigError {
-                file: self.file.clone(),
-                line: Some(line_of(&self.text, r.name.span().start)),
-                field: format!("{field}.name"),
-                message: format!("`{name}`: dotted resolver names are ignored (as in MeshQL); declare the resolver on the entity that owns the field"),
-            });
+            self.warn(&r.name, format!("{field}.name"), format!("`{name}`: dotted resolver names are ignored (as in MeshQL); declare the resolver on the entity that owns the field"));
             return None;
         }
         let ty = graph.schema.get_object(graph.entity_type.as_str());

@@ -10,6 +10,7 @@
 //! A row reachable from several parents appears under each; its payload is moved into its
 //! last appearance and cloned into the others.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 
@@ -97,19 +98,28 @@ pub fn relationship_parents(nested: &[Nested]) -> Vec<usize> {
     out
 }
 
-/// The key a row offers its relationships through `key_field`: the envelope id, or the
-/// payload field's string, number or boolean as text (anything else offers none). SQL
-/// backends compute the same key in their statements.
-pub fn key_of(id: &str, payload: &Map<String, Value>, key_field: &str) -> Option<String> {
-    if key_field == "id" {
-        return Some(id.to_owned());
-    }
-    match payload.get(key_field)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
+/// The key a field's value offers a relationship: strings as they are, numbers and
+/// booleans as text, anything else none. Level-by-level resolution and nested statements
+/// (in Rust here, in SQL by the backends) follow this one rule.
+pub fn key_text(value: &Value) -> Option<Cow<'_, str>> {
+    match value {
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
+        Value::Bool(b) => Some(Cow::Owned(b.to_string())),
         _ => None,
     }
+}
+
+/// The key row `(id, payload)` offers through `key_field` (`id`: the envelope id).
+fn row_key<'r>(
+    id: &'r str,
+    payload: &'r Map<String, Value>,
+    key_field: &str,
+) -> Option<Cow<'r, str>> {
+    if key_field == "id" {
+        return Some(Cow::Borrowed(id));
+    }
+    payload.get(key_field).and_then(key_text)
 }
 
 /// [`assemble`] for rows whose payloads are JSON text, as SQL drivers return them:
@@ -195,7 +205,8 @@ impl Tree<'_> {
             .iter()
             .map(|&c| {
                 let (key_field, vector) = self.levels[c - 1];
-                let found = key_of(id, payload, key_field).and_then(|k| self.by_key[c].get(&k));
+                let found =
+                    row_key(id, payload, key_field).and_then(|k| self.by_key[c].get(k.as_ref()));
                 let rows = match found {
                     Some(rows) if vector => rows.clone(),
                     Some(rows) => rows.iter().take(1).copied().collect(),

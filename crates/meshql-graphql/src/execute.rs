@@ -210,14 +210,11 @@ fn limit_of(args: &Map<String, Value>) -> Result<Option<usize>, String> {
     }
 }
 
-/// The key a parent sends for a resolver: strings as they are, numbers as text.
+/// The key a parent sends for a resolver ([`meshql_core::nested::key_text`]).
 fn key_of(value: Option<&Value>) -> Option<String> {
-    match value? {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
+    value
+        .and_then(meshql_core::nested::key_text)
+        .map(std::borrow::Cow::into_owned)
 }
 
 impl<'a> Exec<'a> {

@@ -173,6 +173,20 @@ fn predicate(
     }
 }
 
+/// The rows of `table` (aliased `t`) a search of `shape` sees: current or as of `at`, not
+/// deleted, and readable with the caller's tokens.
+fn visible(table: &str, shape: Shape, params: &mut Vec<Param>) -> String {
+    if shape.at {
+        params.push(Param::At);
+    }
+    let mut out = visibility(table, shape.at).replace("{T}", &quote_ident(table));
+    if shape.tokens {
+        params.push(Param::Tokens);
+        out.push_str(TOKENS);
+    }
+    out
+}
+
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
     let mut params = Vec::new();
     let t = quote_ident(table);
@@ -190,14 +204,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         sql.push_str(&predicate(template, None, true, &mut params));
         sql.push_str(" AND ");
     }
-    if shape.at {
-        params.push(Param::At);
-    }
-    sql.push_str(&visibility(table, shape.at).replace("{T}", &t));
-    if shape.tokens {
-        params.push(Param::Tokens);
-        sql.push_str(TOKENS);
-    }
+    sql.push_str(&visible(table, shape, &mut params));
     // no ORDER BY: rows come back with their creation order (`ORD`) and are sorted by the
     // caller. Sorting in MariaDB drags every selected `payload` (a LONGTEXT) through a
     // filesort, and in a JSON_TABLE join through an on-disk temporary table: the batched
@@ -225,43 +232,32 @@ pub(crate) fn nested_search(
     levels: &[Level<'_>],
 ) -> Compiled {
     let mut params = Vec::new();
-    let conditions = |table: &str, params: &mut Vec<Param>| -> String {
-        if shape.at {
-            params.push(Param::At);
-        }
-        let mut out = visibility(table, shape.at).replace("{T}", &quote_ident(table));
-        if shape.tokens {
-            params.push(Param::Tokens);
-            out.push_str(TOKENS);
-        }
-        out
-    };
     let mut root = format!(
         "r0 AS (SELECT t._id AS rid, t.id, {ORD} AS o FROM {} t WHERE ",
         quote_ident(table)
     );
     root.push_str(&predicate(template, None, true, &mut params));
     root.push_str(" AND ");
-    root.push_str(&conditions(table, &mut params));
+    root.push_str(&visible(table, shape, &mut params));
     if limit {
         params.push(Param::Limit);
         root.push_str(" ORDER BY o LIMIT ?");
     }
     root.push(')');
-    struct Walk<'c> {
+    struct Walk {
         ctes: Vec<String>,
         tables: Vec<String>,
         params: Vec<Param>,
-        conditions: &'c dyn Fn(&str, &mut Vec<Param>) -> String,
+        shape: Shape,
     }
-    fn walk(w: &mut Walk<'_>, levels: &[Level<'_>], parent: usize) {
+    fn walk(w: &mut Walk, levels: &[Level<'_>], parent: usize) {
         for level in levels {
             let me = w.ctes.len();
             let keys = if level.key_field == "id" {
                 format!("SELECT DISTINCT p.id AS kv FROM r{parent} p")
             } else {
                 // strings as they are, numbers and booleans as text, anything else no key
-                // (as meshql_core::nested::key_of)
+                // (as meshql_core::nested::key_text)
                 let path = format!("'$.\"{}\"'", level.key_field.replace(['\'', '"', '\\'], ""));
                 format!(
                     "SELECT DISTINCT CAST(CASE WHEN JSON_TYPE(JSON_EXTRACT(pt.payload, {path})) IN \
@@ -282,7 +278,7 @@ pub(crate) fn nested_search(
                 &mut w.params,
             ));
             cte.push_str(" WHERE ");
-            cte.push_str(&(w.conditions)(&level.table, &mut w.params));
+            cte.push_str(&visible(&level.table, w.shape, &mut w.params));
             cte.push(')');
             w.ctes.push(cte);
             w.tables.push(level.table.clone());
@@ -293,7 +289,7 @@ pub(crate) fn nested_search(
         ctes: vec![root],
         tables: vec![table.to_owned()],
         params,
-        conditions: &conditions,
+        shape,
     };
     walk(&mut w, levels, 0);
     let rows: Vec<String> = w

@@ -241,8 +241,8 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
 /// joining the distinct keys of its parent's rows (what a batched lookup per level does,
 /// without the round trip per level), then every row as `(relationship, key, id, payload)`,
 /// relationship 0 being the search itself and the others numbered depth first (see
-/// [`meshql_core::nested::relationship_parents`]), in creation order. Building JSON in the database instead
-/// (`json_agg` in correlated subqueries) measured slower on wide trees.
+/// [`meshql_core::nested::relationship_parents`]), in creation order. Building JSON in the
+/// database instead (`json_agg` in correlated subqueries) measured slower on wide trees.
 pub(crate) fn nested_search(
     table: &str,
     template: &QueryTemplate,

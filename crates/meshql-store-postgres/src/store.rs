@@ -17,10 +17,10 @@ use tokio_postgres::types::ToSql;
 
 type SqlParam = Box<dyn ToSql + Sync + Send>;
 
-/// One entity's table.
 /// [`Relation::backend`] of PostgreSQL tables.
 const BACKEND: &str = "postgres";
 
+/// One entity's table.
 pub struct PostgresStore {
     db: Arc<PostgresDatabase>,
     table: String,
