@@ -9,8 +9,8 @@
 //! Each case is a plain async function taking the store, so a failure names its case.
 
 use meshql_core::{
-    BoundArgs, DynStore, Millis, Nested, NestedRow, NewDocument, QueryTemplate, RemoveOutcome,
-    TokenFilter,
+    BoundArgs, ChangeOp, Cursor, DynStore, Millis, Nested, NestedRow, NewDocument, QueryTemplate,
+    RemoveOutcome, StoreChange, TokenFilter, WriteContext,
 };
 use serde_json::{json, Map, Value};
 use std::collections::BTreeSet;
@@ -58,10 +58,19 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 const ALL: TokenFilter = TokenFilter::All;
+/// A writer that sees everything and stamps no tokens.
+const W: WriteContext = WriteContext::SYSTEM;
+
+/// A writer holding `tokens` (they filter what it may change).
+fn writer(tokens: &[&str]) -> WriteContext {
+    WriteContext::SYSTEM.with_filter(TokenFilter::AnyOf(
+        tokens.iter().map(|t| t.to_string()).collect(),
+    ))
+}
 
 async fn create(store: &DynStore, v: Value) -> String {
     store
-        .create(NewDocument::new(payload(v)), &[])
+        .create(NewDocument::new(payload(v)), &W)
         .await
         .expect("create")
         .id
@@ -69,14 +78,14 @@ async fn create(store: &DynStore, v: Value) -> String {
 
 async fn create_at(store: &DynStore, id: &str, v: Value, at: Millis) {
     store
-        .create(NewDocument::with_id(id, payload(v)).at(at), &[])
+        .create(NewDocument::with_id(id, payload(v)).at(at), &W)
         .await
         .expect("create at");
 }
 
 pub async fn create_assigns_uuid_and_embeds_id(store: DynStore) {
     let env = store
-        .create(NewDocument::new(payload(json!({"name": "chuck"}))), &[])
+        .create(NewDocument::new(payload(json!({"name": "chuck"}))), &W)
         .await
         .unwrap();
     assert_eq!(env.id.len(), 36, "ids are UUID strings: {}", env.id);
@@ -94,7 +103,7 @@ pub async fn create_honours_given_id_and_created_at(store: DynStore) {
     let env = store
         .create(
             NewDocument::with_id("fixed-id", payload(json!({"name": "old", "id": "spoof"}))).at(at),
-            &[],
+            &W,
         )
         .await
         .unwrap();
@@ -115,12 +124,7 @@ pub async fn read_missing_is_none(store: DynStore) {
 pub async fn update_appends_a_version(store: DynStore) {
     let id = create(&store, json!({"name": "v1"})).await;
     let v2 = store
-        .update(
-            &id,
-            NewDocument::new(payload(json!({"name": "v2"}))),
-            None,
-            &ALL,
-        )
+        .update(&id, NewDocument::new(payload(json!({"name": "v2"}))), &W)
         .await
         .unwrap()
         .expect("update of an existing id");
@@ -145,25 +149,15 @@ pub async fn update_appends_a_version(store: DynStore) {
 
 pub async fn update_of_missing_or_deleted_writes_nothing(store: DynStore) {
     let none = store
-        .update(
-            "ghost",
-            NewDocument::new(payload(json!({"name": "x"}))),
-            None,
-            &ALL,
-        )
+        .update("ghost", NewDocument::new(payload(json!({"name": "x"}))), &W)
         .await
         .unwrap();
     assert!(none.is_none());
     assert!(store.versions("ghost").await.unwrap().is_empty());
     let id = create(&store, json!({"name": "a"})).await;
-    store.remove(&id, &ALL).await.unwrap();
+    store.remove(&id, &W).await.unwrap();
     let none = store
-        .update(
-            &id,
-            NewDocument::new(payload(json!({"name": "b"}))),
-            None,
-            &ALL,
-        )
+        .update(&id, NewDocument::new(payload(json!({"name": "b"}))), &W)
         .await
         .unwrap();
     assert!(none.is_none());
@@ -241,12 +235,7 @@ pub async fn list_returns_latest_only(store: DynStore) {
     let a = create(&store, json!({"name": "a1"})).await;
     let _b = create(&store, json!({"name": "b1"})).await;
     store
-        .update(
-            &a,
-            NewDocument::new(payload(json!({"name": "a2"}))),
-            None,
-            &ALL,
-        )
+        .update(&a, NewDocument::new(payload(json!({"name": "a2"}))), &W)
         .await
         .unwrap();
     let list = store.list(&ALL, None).await.unwrap();
@@ -259,12 +248,7 @@ pub async fn lists_keep_creation_order(store: DynStore) {
     create(&store, json!({"name": "b"})).await;
     create(&store, json!({"name": "c"})).await;
     store
-        .update(
-            &a,
-            NewDocument::new(payload(json!({"name": "a2"}))),
-            None,
-            &ALL,
-        )
+        .update(&a, NewDocument::new(payload(json!({"name": "a2"}))), &W)
         .await
         .unwrap();
     let listed: Vec<String> = store
@@ -293,7 +277,7 @@ pub async fn remove_is_a_tombstone(store: DynStore) {
     let t0 = 1_700_000_000_000;
     create_at(&store, "hen", json!({"name": "chuck"}), t0).await;
     assert_eq!(
-        store.remove("hen", &ALL).await.unwrap(),
+        store.remove("hen", &W).await.unwrap(),
         RemoveOutcome::Removed
     );
     assert!(
@@ -316,19 +300,19 @@ pub async fn remove_is_a_tombstone(store: DynStore) {
     assert_eq!(versions.len(), 2);
     assert!(versions[1].deleted);
     assert_eq!(
-        store.remove("hen", &ALL).await.unwrap(),
+        store.remove("hen", &W).await.unwrap(),
         RemoveOutcome::AlreadyDeleted,
         "remove is idempotent"
     );
     assert_eq!(
-        store.remove("never", &ALL).await.unwrap(),
+        store.remove("never", &W).await.unwrap(),
         RemoveOutcome::NotFound
     );
 }
 
 pub async fn tombstone_is_applied_before_filtering(store: DynStore) {
     let id = create(&store, json!({"name": "ghost"})).await;
-    store.remove(&id, &ALL).await.unwrap();
+    store.remove(&id, &W).await.unwrap();
     let found = store
         .find(
             &by_name(),
@@ -351,8 +335,7 @@ pub async fn latest_then_filter(store: DynStore) {
         .update(
             &id,
             NewDocument::new(payload(json!({"name": "hen", "parent": "coop-b"}))),
-            None,
-            &ALL,
+            &W,
         )
         .await
         .unwrap();
@@ -393,7 +376,7 @@ pub async fn read_many_and_remove_many(store: DynStore) {
         vec![a.clone(), c.clone()]
     );
     let outcomes = store
-        .remove_many(&[a.clone(), b.clone(), "missing".into()], &ALL)
+        .remove_many(&[a.clone(), b.clone(), "missing".into()], &W)
         .await
         .unwrap();
     assert_eq!(
@@ -419,11 +402,11 @@ pub async fn read_many_at_a_time(store: DynStore) {
     create_at(&store, "a", json!({"name": "a2"}), t0 + 10).await;
     create_at(&store, "b", json!({"name": "b1"}), t0 + 20).await;
     create_at(&store, "c", json!({"name": "c1"}), t0).await;
-    store.remove("c", &ALL).await.unwrap();
+    store.remove("c", &W).await.unwrap();
     store
         .create(
             NewDocument::with_id("d", payload(json!({"name": "d1"}))).at(t0),
-            &["alice".to_owned()],
+            &W.with_tokens(vec!["alice".to_owned()]),
         )
         .await
         .unwrap();
@@ -547,12 +530,12 @@ pub async fn nested_search_matches_level_by_level(store: DynStore) {
     store
         .create(
             NewDocument::with_id("c4", payload(json!({"name": "c4", "parent": "f1"}))).at(t0 + 7),
-            &["alice".to_owned()],
+            &W.with_tokens(vec!["alice".to_owned()]),
         )
         .await
         .unwrap();
     create_at(&store, "c2", json!({"name": "c2", "parent": "f2"}), t0 + 10).await;
-    store.remove("h2", &ALL).await.unwrap();
+    store.remove("h2", &W).await.unwrap();
     create_at(&store, "n1", json!({"name": "num", "code": 7}), t0 + 11).await;
     create_at(&store, "n2", json!({"name": "n2", "parent": "7"}), t0 + 12).await;
 
@@ -635,7 +618,7 @@ pub async fn create_many_is_one_write(store: DynStore) {
     let docs = (0..5)
         .map(|i| NewDocument::new(payload(json!({"name": format!("n{i}")}))))
         .collect();
-    let envs = store.create_many(docs, &[]).await.unwrap();
+    let envs = store.create_many(docs, &W).await.unwrap();
     assert_eq!(envs.len(), 5);
     let ids: BTreeSet<_> = envs.iter().map(|e| e.id.clone()).collect();
     assert_eq!(ids.len(), 5, "distinct ids");
@@ -767,7 +750,7 @@ pub async fn token_filtering(store: DynStore) {
     let secret = store
         .create(
             NewDocument::new(payload(json!({"name": "secret"}))),
-            &["alice".to_owned()],
+            &W.with_tokens(vec!["alice".to_owned()]),
         )
         .await
         .unwrap()
@@ -822,15 +805,14 @@ pub async fn token_filtering(store: DynStore) {
         .unwrap();
     assert_eq!(batch.len(), 1);
     assert_eq!(
-        store.remove(&secret, &bob).await.unwrap(),
+        store.remove(&secret, &writer(&["bob"])).await.unwrap(),
         RemoveOutcome::NotFound
     );
     assert!(store
         .update(
             &secret,
             NewDocument::new(payload(json!({"name": "hacked"}))),
-            None,
-            &bob
+            &writer(&["bob"])
         )
         .await
         .unwrap()
@@ -847,7 +829,7 @@ pub async fn update_keeps_the_owner_unless_told_otherwise(store: DynStore) {
     let id = store
         .create(
             NewDocument::new(payload(json!({"name": "v1"}))),
-            &["alice".to_owned()],
+            &W.with_tokens(vec!["alice".to_owned()]),
         )
         .await
         .unwrap()
@@ -856,8 +838,7 @@ pub async fn update_keeps_the_owner_unless_told_otherwise(store: DynStore) {
         .update(
             &id,
             NewDocument::new(payload(json!({"name": "v2"}))),
-            None,
-            &alice,
+            &writer(&["alice"]),
         )
         .await
         .unwrap()
@@ -869,8 +850,7 @@ pub async fn update_keeps_the_owner_unless_told_otherwise(store: DynStore) {
         .update(
             &id,
             NewDocument::new(payload(json!({"name": "v3"}))),
-            Some(&team),
-            &alice,
+            &writer(&["alice"]).with_tokens(team.to_vec()),
         )
         .await
         .unwrap()
@@ -888,7 +868,7 @@ pub async fn concurrent_writes_all_land(store: DynStore) {
                 store
                     .create(
                         NewDocument::new(payload(json!({"name": format!("w{w}-{i}")}))),
-                        &[],
+                        &W,
                     )
                     .await
                     .expect("no write may fail under concurrency");
@@ -908,8 +888,7 @@ pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
             .update(
                 &id,
                 NewDocument::new(payload(json!({"name": format!("v{i}")}))),
-                None,
-                &ALL,
+                &W,
             )
             .await
             .unwrap()
@@ -921,6 +900,337 @@ pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
     assert_eq!(stamps.len(), 6, "versions get distinct timestamps");
     let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
     assert_eq!(name_of(&now.payload), "v5");
+}
+
+// ---------------------------------------------------------------------------------------
+// The change feed (meshql_core::change)
+// ---------------------------------------------------------------------------------------
+
+/// Every change after `after`, read in pages of `page`, checking that cursors increase.
+async fn drain(store: &DynStore, mut after: Cursor, page: usize) -> Vec<StoreChange> {
+    let mut out: Vec<StoreChange> = Vec::new();
+    loop {
+        let batch = store.changes(after, page).await.expect("read the feed");
+        assert!(batch.len() <= page, "a page holds at most `limit` changes");
+        if batch.is_empty() {
+            return out;
+        }
+        for c in batch {
+            assert!(
+                c.cursor > after,
+                "cursors strictly increase: {} then {}",
+                after,
+                c.cursor
+            );
+            after = c.cursor;
+            out.push(c);
+        }
+    }
+}
+
+/// The feed after `after` once it holds `expect` changes. A backend hands a change out only
+/// once nothing can commit before it any more, so on a shared server a change may show a
+/// moment after its write was acknowledged (while another session's older transaction runs).
+async fn settled(store: &DynStore, after: Cursor, expect: usize) -> Vec<StoreChange> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let feed = drain(store, after, 1000).await;
+        if feed.len() >= expect || std::time::Instant::now() > deadline {
+            return feed;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+fn correlated(id: &str) -> WriteContext {
+    W.with_correlation_id(id)
+}
+
+pub async fn feed_records_every_write_once(store: DynStore) {
+    assert!(store.changes(Cursor::START, 10).await.unwrap().is_empty());
+    let a = store
+        .create(
+            NewDocument::new(payload(json!({"name": "a1"}))),
+            &correlated("c-create").with_tokens(vec!["alice".into()]),
+        )
+        .await
+        .unwrap();
+    let bulk = store
+        .create_many(
+            vec![
+                NewDocument::new(payload(json!({"name": "b1"}))),
+                NewDocument::new(payload(json!({"name": "c1"}))),
+            ],
+            &correlated("c-bulk"),
+        )
+        .await
+        .unwrap();
+    let a2 = store
+        .update(
+            &a.id,
+            NewDocument::new(payload(json!({"name": "a2"}))),
+            &correlated("c-update"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let b = &bulk[0].id;
+    assert_eq!(
+        store.remove(b, &correlated("c-delete")).await.unwrap(),
+        RemoveOutcome::Removed
+    );
+    // what writes nothing yields nothing
+    assert_eq!(
+        store.remove(b, &W).await.unwrap(),
+        RemoveOutcome::AlreadyDeleted
+    );
+    assert_eq!(
+        store.remove("ghost", &W).await.unwrap(),
+        RemoveOutcome::NotFound
+    );
+    assert!(store
+        .update(b, NewDocument::new(payload(json!({"name": "b2"}))), &W)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .update(
+            &a.id,
+            NewDocument::new(payload(json!({"name": "hacked"}))),
+            &writer(&["bob"])
+        )
+        .await
+        .unwrap()
+        .is_none());
+
+    let feed = settled(&store, Cursor::START, 5).await;
+    let summary: Vec<(String, ChangeOp, String, Option<String>)> = feed
+        .iter()
+        .map(|c| {
+            (
+                c.id.clone(),
+                c.op,
+                name_of(&c.payload),
+                c.correlation_id.clone(),
+            )
+        })
+        .collect();
+    let some = |s: &str| Some(s.to_owned());
+    assert_eq!(
+        summary,
+        vec![
+            (
+                a.id.clone(),
+                ChangeOp::Create,
+                "a1".into(),
+                some("c-create")
+            ),
+            (
+                bulk[0].id.clone(),
+                ChangeOp::Create,
+                "b1".into(),
+                some("c-bulk")
+            ),
+            (
+                bulk[1].id.clone(),
+                ChangeOp::Create,
+                "c1".into(),
+                some("c-bulk")
+            ),
+            (
+                a.id.clone(),
+                ChangeOp::Update,
+                "a2".into(),
+                some("c-update")
+            ),
+            (b.clone(), ChangeOp::Delete, "b1".into(), some("c-delete")),
+        ]
+    );
+    // a change is the stored version: its time and tokens are the version's
+    assert_eq!(feed[0].created_at, a.created_at);
+    assert_eq!(feed[3].created_at, a2.created_at);
+    assert_eq!(feed[0].authorized_tokens, vec!["alice".to_owned()]);
+    assert_eq!(
+        feed[3].authorized_tokens,
+        vec!["alice".to_owned()],
+        "an update keeps the owner"
+    );
+    let versions = store.versions(b).await.unwrap();
+    assert_eq!(feed[4].created_at, versions.last().unwrap().created_at);
+    let p: Value = serde_json::from_str(&feed[0].payload).unwrap();
+    assert_eq!(p["id"], a.id, "the payload carries the id, as reads do");
+}
+
+pub async fn feed_resumes_after_any_cursor(store: DynStore) {
+    for i in 0..12 {
+        create(&store, json!({"name": format!("n{i}")})).await;
+    }
+    let whole = settled(&store, Cursor::START, 12).await;
+    assert_eq!(whole.len(), 12);
+    // pages of any size, resumed from the last cursor seen, give the same feed
+    for page in [1, 5, 12, 13] {
+        assert_eq!(
+            drain(&store, Cursor::START, page).await,
+            whole,
+            "pages of {page}"
+        );
+    }
+    for (k, c) in whole.iter().enumerate() {
+        assert_eq!(drain(&store, c.cursor, 4).await, whole[k + 1..].to_vec());
+    }
+    // writes after the reader's last cursor are the next changes, nothing before them again
+    let last = whole.last().unwrap().cursor;
+    create(&store, json!({"name": "late"})).await;
+    let next = settled(&store, last, 1).await;
+    assert_eq!(next.len(), 1);
+    assert_eq!(name_of(&next[0].payload), "late");
+}
+
+/// A batch that fails part-way through storage (its third document cannot be stored) leaves
+/// nothing: no document, no version, no change. So does a single write that fails.
+pub async fn failed_writes_leave_no_trace(store: DynStore) {
+    let before = create(&store, json!({"name": "kept"})).await;
+    let poison = || {
+        NewDocument::new(payload(
+            json!({"name": "poison", "note": meshql_core::fault::POISON}),
+        ))
+    };
+    let batch = vec![
+        NewDocument::new(payload(json!({"name": "first"}))),
+        NewDocument::with_id(before.clone(), payload(json!({"name": "kept-v2"}))),
+        poison(),
+        NewDocument::new(payload(json!({"name": "last"}))),
+    ];
+    assert!(
+        store
+            .create_many(batch, &correlated("doomed"))
+            .await
+            .is_err(),
+        "a batch with a document that cannot be stored fails"
+    );
+    assert!(store.create(poison(), &correlated("doomed")).await.is_err());
+    assert!(store
+        .update(&before, poison(), &correlated("doomed"))
+        .await
+        .is_err());
+    assert_eq!(
+        names(
+            store
+                .list(&ALL, None)
+                .await
+                .unwrap()
+                .iter()
+                .map(|e| &e.payload)
+        ),
+        set(&["kept"]),
+        "nothing of the failed writes is stored"
+    );
+    assert_eq!(store.versions(&before).await.unwrap().len(), 1);
+    // the store goes on: the next write and its change land, and nothing of the failed writes
+    // stands before it
+    create(&store, json!({"name": "after"})).await;
+    let feed = settled(&store, Cursor::START, 2).await;
+    assert_eq!(
+        feed.iter().map(|c| name_of(&c.payload)).collect::<Vec<_>>(),
+        vec!["kept", "after"]
+    );
+}
+
+/// 20 writers create and update documents while a reader tails the feed from its last cursor
+/// (the outbox pitfall: a change whose transaction commits after a later one was read must
+/// still be delivered). The reader ends with exactly the acknowledged writes, each once, in
+/// order per document.
+pub async fn feed_tail_under_concurrent_writers_is_exact(store: DynStore) {
+    const WRITERS: usize = 20;
+    const EACH: usize = 15;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let store = store.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let mut after = Cursor::START;
+            let mut seen: Vec<StoreChange> = Vec::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                let finished =
+                    done.load(std::sync::atomic::Ordering::Acquire) && seen.len() >= WRITERS * EACH;
+                let batch = store.changes(after, 7).await.expect("read the feed");
+                for c in &batch {
+                    assert!(c.cursor > after, "cursors strictly increase");
+                    after = c.cursor;
+                }
+                let empty = batch.is_empty();
+                seen.extend(batch);
+                if empty {
+                    if finished || std::time::Instant::now() > deadline {
+                        return seen;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                }
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let store = store.clone();
+        writers.push(tokio::spawn(async move {
+            let id = store
+                .create(
+                    NewDocument::new(payload(json!({"name": format!("w{w}"), "n": 0}))),
+                    &correlated(&format!("w{w}-0")),
+                )
+                .await
+                .expect("create")
+                .id;
+            for i in 1..EACH {
+                store
+                    .update(
+                        &id,
+                        NewDocument::new(payload(json!({"name": format!("w{w}"), "n": i}))),
+                        &correlated(&format!("w{w}-{i}")),
+                    )
+                    .await
+                    .expect("update")
+                    .expect("found");
+            }
+            id
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in writers {
+        ids.push(t.await.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    let seen = reader.await.unwrap();
+    assert_eq!(seen.len(), WRITERS * EACH, "every acknowledged write, once");
+    let tags: BTreeSet<String> = seen
+        .iter()
+        .filter_map(|c| c.correlation_id.clone())
+        .collect();
+    assert_eq!(tags.len(), WRITERS * EACH, "no change twice");
+    assert_eq!(
+        seen,
+        drain(&store, Cursor::START, 1000).await,
+        "the tail equals the feed"
+    );
+    for id in ids {
+        let of_id: Vec<&StoreChange> = seen.iter().filter(|c| c.id == id).collect();
+        let ns: Vec<i64> = of_id
+            .iter()
+            .map(|c| {
+                serde_json::from_str::<Value>(&c.payload).unwrap()["n"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(
+            ns,
+            (0..EACH as i64).collect::<Vec<_>>(),
+            "in order per document"
+        );
+        assert!(of_id.windows(2).all(|p| p[0].created_at < p[1].created_at));
+        assert_eq!(of_id[0].op, ChangeOp::Create);
+    }
 }
 
 /// Generates one `#[tokio::test]` per conformance case. `$make` is an async expression
@@ -953,7 +1263,11 @@ macro_rules! conformance_tests {
             token_filtering,
             update_keeps_the_owner_unless_told_otherwise,
             concurrent_writes_all_land,
-            same_millisecond_updates_keep_every_version
+            same_millisecond_updates_keep_every_version,
+            feed_records_every_write_once,
+            feed_resumes_after_any_cursor,
+            failed_writes_leave_no_trace,
+            feed_tail_under_concurrent_writers_is_exact
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -1,4 +1,8 @@
 //! Storage errors, shared by every backend and converted to HTTP/GraphQL errors at the edge.
+//!
+//! Every error has a [`ErrorKind`]: frontends map kinds (never variants) to HTTP statuses and
+//! GraphQL `extensions.code`, in one place each, and retry logic asks
+//! [`StoreError::is_retryable`].
 
 use thiserror::Error;
 
@@ -16,6 +20,48 @@ pub enum StoreError {
     /// The caller asked for something the backend cannot do (bad template, bad argument).
     #[error("invalid query: {0}")]
     Invalid(String),
+    /// A concurrent write got in the way (a serialization failure, a deadlock victim).
+    #[error("write conflict: {0}")]
+    Conflict(String),
+}
+
+/// What kind of failure an error is, independent of the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The backend is down, overloaded or shutting down: try again later.
+    Unavailable,
+    /// A concurrent write conflicted: the same request may succeed when retried.
+    Conflict,
+    /// The request itself is wrong: retrying cannot help.
+    Invalid,
+    /// What was asked for does not exist.
+    NotFound,
+    /// A fault in the backend or in stored data.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The code frontends publish (GraphQL `extensions.code`, REST `code`).
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Unavailable => "UNAVAILABLE",
+            ErrorKind::Conflict => "CONFLICT",
+            ErrorKind::Invalid => "BAD_REQUEST",
+            ErrorKind::NotFound => "NOT_FOUND",
+            ErrorKind::Internal => "INTERNAL_SERVER_ERROR",
+        }
+    }
+
+    /// The HTTP status that answers this kind.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::Unavailable => 503,
+            ErrorKind::Conflict => 409,
+            ErrorKind::Invalid => 400,
+            ErrorKind::NotFound => 404,
+            ErrorKind::Internal => 500,
+        }
+    }
 }
 
 impl StoreError {
@@ -25,7 +71,37 @@ impl StoreError {
             StoreError::Unavailable(m)
             | StoreError::Query(m)
             | StoreError::Corrupt(m)
-            | StoreError::Invalid(m) => m,
+            | StoreError::Invalid(m)
+            | StoreError::Conflict(m) => m,
         }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::Unavailable(_) => ErrorKind::Unavailable,
+            StoreError::Conflict(_) => ErrorKind::Conflict,
+            StoreError::Invalid(_) => ErrorKind::Invalid,
+            StoreError::Query(_) | StoreError::Corrupt(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// Whether the same operation may succeed if tried again (transient failures).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self.kind(), ErrorKind::Unavailable | ErrorKind::Conflict)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_map_once() {
+        let e = StoreError::Unavailable("down".into());
+        assert_eq!((e.kind().http_status(), e.is_retryable()), (503, true));
+        let e = StoreError::Invalid("bad".into());
+        assert_eq!((e.kind().code(), e.is_retryable()), ("BAD_REQUEST", false));
+        assert_eq!(StoreError::Corrupt("x".into()).kind(), ErrorKind::Internal);
+        assert!(StoreError::Conflict("x".into()).is_retryable());
     }
 }

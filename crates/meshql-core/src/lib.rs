@@ -5,8 +5,10 @@
 //! traits, backends implement them.
 
 pub mod auth;
+pub mod change;
 pub mod envelope;
 pub mod error;
+pub mod fault;
 pub mod memo;
 pub mod nested;
 pub mod store;
@@ -14,8 +16,9 @@ pub mod template;
 pub mod time;
 
 pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth, RoleAuthorizer};
+pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};
-pub use error::StoreError;
+pub use error::{ErrorKind, StoreError};
 pub use store::{
     in_request_order, BatchRows, Document, DynStore, KeyedRows, Nested, NestedRow, Placement,
     Relation, RemoveOutcome, Store, StoreStats, TokenFilter,

@@ -10,6 +10,7 @@
 //!   template filter ("latest, then filter");
 //! * a token filter hides documents whose authorized tokens are non-empty and do not overlap.
 
+use crate::change::{Cursor, StoreChange, WriteContext};
 use crate::{BoundArgs, Envelope, Millis, NewDocument, QueryTemplate, Row, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -122,25 +123,25 @@ pub trait Store: Send + Sync + 'static {
     /// Creates tables and the indexes the given templates need. Called once at start-up.
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError>;
 
-    /// Appends a version (a fresh id when the document has none).
-    async fn create(&self, doc: NewDocument, tokens: &[String]) -> Result<Envelope, StoreError>;
+    /// Appends a version (a fresh id when the document has none), stamped with
+    /// `ctx.create_tokens()`.
+    async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError>;
 
     /// Appends many versions in one transaction: all or nothing.
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError>;
 
-    /// Appends a version of `id` only if a current, visible, non-deleted version exists.
-    /// `None` when there is none (nothing is written). `tokens: None` keeps the current
-    /// version's authorized tokens (an update does not change who owns a document).
+    /// Appends a version of `id` only if a current, non-deleted version visible through
+    /// `ctx.filter` exists. `None` when there is none (nothing is written). `ctx.tokens: None`
+    /// keeps the current version's authorized tokens.
     async fn update(
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError>;
 
     /// The visible version of `id` at `at` (latest when `None`).
@@ -166,14 +167,14 @@ pub trait Store: Send + Sync + 'static {
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, StoreError>;
 
-    /// Appends a tombstone for `id`.
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError>;
+    /// Appends a tombstone for `id` (if visible through `ctx.filter`).
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError>;
 
     /// Removes several ids in one transaction.
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError>;
 
     /// Every stored version of `id`, oldest first, tombstones included.
@@ -223,6 +224,16 @@ pub trait Store: Send + Sync + 'static {
     /// Where this store keeps its rows, for a backend joining stores of one database in
     /// [`Store::find_nested`]; `None` (the default) when it cannot.
     fn relation(&self) -> Option<Relation> {
+        None
+    }
+
+    /// The change feed: committed versions after `after`, in feed order, at most `limit`
+    /// (see [`crate::change`] for the contract).
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError>;
+
+    /// Raised after every commit this process makes through this store, so that a feed
+    /// tailer wakes at once; `None` when the backend has none (tailers then poll).
+    fn commit_signal(&self) -> Option<crate::CommitReceiver> {
         None
     }
 

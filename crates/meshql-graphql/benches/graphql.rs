@@ -70,7 +70,7 @@ async fn service() -> Service {
                     "name": format!("farm-{f}"), "farm_type": "local_farm",
                     "zone": zone, "owner": "bench"
                 }))),
-                &[],
+                &meshql_core::WriteContext::SYSTEM,
             )
             .await
             .expect("create farm");
@@ -81,7 +81,7 @@ async fn service() -> Service {
                         "name": format!("coop-{f}-{c}"), "farm_id": farm.id,
                         "capacity": 50, "coop_type": "barn"
                     }))),
-                    &[],
+                    &meshql_core::WriteContext::SYSTEM,
                 )
                 .await
                 .expect("create coop");
@@ -93,7 +93,9 @@ async fn service() -> Service {
                     })))
                 })
                 .collect();
-            hens.create_many(docs, &[]).await.expect("create hens");
+            hens.create_many(docs, &meshql_core::WriteContext::SYSTEM)
+                .await
+                .expect("create hens");
         }
         first_farm.get_or_insert(farm.id);
     }

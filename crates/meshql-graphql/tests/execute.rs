@@ -148,7 +148,7 @@ impl World {
         self.store(entity)
             .create(
                 NewDocument::with_id(id, payload.as_object().unwrap().clone()).at(at),
-                &[],
+                &meshql_core::WriteContext::SYSTEM,
             )
             .await
             .unwrap();

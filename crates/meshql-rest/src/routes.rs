@@ -9,7 +9,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use axum::Router;
-use meshql_core::{Authorizer, Credentials, DynStore, Envelope, NewDocument, RemoveOutcome};
+use meshql_core::{
+    Authorizer, Credentials, DynStore, Envelope, NewDocument, RemoveOutcome, WriteContext,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -73,6 +75,24 @@ impl Restlette {
         }
     }
 
+    /// What a write by this request carries: who may change what, the tokens stamped on new
+    /// documents, and the correlation id its changes are tagged with in the feed (the
+    /// caller's `X-Correlation-Id` or `X-Request-Id`, else a fresh one).
+    fn write_context(&self, headers: &HeaderMap, creating: bool) -> WriteContext {
+        let creds = self.credentials(headers);
+        let tokens = if creating {
+            Some(self.write_tokens(&creds))
+        } else {
+            // configured tokens are stamped on every write; otherwise the owner stays
+            (!self.tokens.is_empty()).then(|| self.tokens.clone())
+        };
+        WriteContext {
+            tokens,
+            filter: creds.filter(),
+            correlation_id: Some(correlation_id(headers)),
+        }
+    }
+
     fn body(&self, body: Result<Bytes, BytesRejection>) -> Result<Value, RestError> {
         let bytes = body.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -106,16 +126,26 @@ impl Restlette {
     }
 }
 
+/// The correlation id of a request: the caller's, when it sent a usable one.
+fn correlation_id(headers: &HeaderMap) -> String {
+    ["x-correlation-id", "x-request-id"]
+        .iter()
+        .filter_map(|name| headers.get(*name)?.to_str().ok())
+        .map(str::trim)
+        .find(|v| !v.is_empty() && v.len() <= 200)
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
+}
+
 async fn create(
     State(r): Shared,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
     let doc = r.document(r.body(body)?)?;
-    let creds = r.credentials(&headers);
     let env = r
         .store
-        .create(NewDocument::new(doc), &r.write_tokens(&creds))
+        .create(NewDocument::new(doc), &r.write_context(&headers, true))
         .await?;
     let mut resp = json_response(StatusCode::CREATED, env.payload);
     resp.headers_mut()
@@ -155,15 +185,12 @@ async fn update(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
     let doc = r.document(r.body(body)?)?;
-    let creds = r.credentials(&headers);
     let env = r
         .store
         .update(
             &id,
             NewDocument::new(doc),
-            // configured tokens are stamped on every write; otherwise the owner stays
-            (!r.tokens.is_empty()).then_some(r.tokens.as_slice()),
-            &creds.filter(),
+            &r.write_context(&headers, false),
         )
         .await?
         .ok_or(RestError::NotFound)?;
@@ -177,7 +204,7 @@ async fn delete(
 ) -> Result<Response, RestError> {
     match r
         .store
-        .remove(&id, &r.credentials(&headers).filter())
+        .remove(&id, &r.write_context(&headers, false))
         .await?
     {
         RemoveOutcome::Removed | RemoveOutcome::AlreadyDeleted => Ok(json_response(
@@ -213,8 +240,10 @@ async fn bulk_create(
     if !problems.is_empty() {
         return Err(RestError::InvalidBatch(problems));
     }
-    let creds = r.credentials(&headers);
-    let envs = r.store.create_many(docs, &r.write_tokens(&creds)).await?;
+    let envs = r
+        .store
+        .create_many(docs, &r.write_context(&headers, true))
+        .await?;
     Ok(json_response(StatusCode::CREATED, array_of(&envs)))
 }
 

@@ -4,8 +4,9 @@
 
 use async_trait::async_trait;
 use meshql_core::{
-    BoundArgs, DynStore, Envelope, KeyedRows, Millis, Nested, NestedRow, NewDocument,
-    QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    BoundArgs, Cursor, DynStore, Envelope, KeyedRows, Millis, Nested, NestedRow, NewDocument,
+    QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreChange, StoreError, StoreStats,
+    TokenFilter, WriteContext,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -69,27 +70,26 @@ impl Store for Deferred {
         self.prepared.store(true, Ordering::Release);
         Ok(())
     }
-    async fn create(&self, doc: NewDocument, tokens: &[String]) -> Result<Envelope, StoreError> {
+    async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError> {
         self.gate()?;
-        self.inner.create(doc, tokens).await
+        self.inner.create(doc, ctx).await
     }
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
         self.gate()?;
-        self.inner.create_many(docs, tokens).await
+        self.inner.create_many(docs, ctx).await
     }
     async fn update(
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
         self.gate()?;
-        self.inner.update(id, doc, tokens, filter).await
+        self.inner.update(id, doc, ctx).await
     }
     async fn read(
         &self,
@@ -117,17 +117,24 @@ impl Store for Deferred {
         self.gate()?;
         self.inner.list(filter, at).await
     }
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         self.gate()?;
-        self.inner.remove(id, filter).await
+        self.inner.remove(id, ctx).await
     }
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
         self.gate()?;
-        self.inner.remove_many(ids, filter).await
+        self.inner.remove_many(ids, ctx).await
+    }
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
+        self.gate()?;
+        self.inner.changes(after, limit).await
+    }
+    fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
+        self.inner.commit_signal()
     }
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
         self.gate()?;

@@ -6,8 +6,9 @@ use async_trait::async_trait;
 use meshql_core::auth::is_visible;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, QueryTemplate, RemoveOutcome,
-    Row, Store, StoreError, StoreStats, TokenFilter,
+    now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
+    NewDocument, QueryTemplate, RemoveOutcome, Row, Store, StoreChange, StoreError, StoreStats,
+    TokenFilter, WriteContext,
 };
 use parking_lot::RwLock;
 use serde_json::{Map, Value};
@@ -30,6 +31,8 @@ struct Data {
     docs: HashMap<String, Vec<Version>>,
     /// Ids in creation order.
     order: Vec<String>,
+    /// Every version in commit order: the change feed (cursor = index + 1).
+    feed: Vec<StoreChange>,
 }
 
 impl Data {
@@ -47,9 +50,16 @@ impl Data {
             .filter(|v| !v.deleted && is_visible(filter, &v.tokens))
     }
 
-    fn append(&mut self, id: &str, mut v: Version, explicit_time: bool) -> Envelope {
+    fn append(
+        &mut self,
+        id: &str,
+        mut v: Version,
+        explicit_time: bool,
+        correlation_id: Option<&str>,
+    ) -> Envelope {
         let versions = self.docs.entry(id.to_owned()).or_default();
-        if versions.is_empty() {
+        let first = versions.is_empty();
+        if first {
             self.order.push(id.to_owned());
         }
         let last = versions.last().map(|l| l.created_at);
@@ -70,6 +80,15 @@ impl Data {
             }
             None => versions.push(v.clone()),
         }
+        self.feed.push(StoreChange {
+            cursor: Cursor::seq(self.feed.len() as u64 + 1),
+            id: id.to_owned(),
+            created_at: v.created_at,
+            op: ChangeOp::of_version(v.deleted, first),
+            payload: v.payload.clone(),
+            authorized_tokens: v.tokens.clone(),
+            correlation_id: correlation_id.map(str::to_owned),
+        });
         Envelope {
             id: id.to_owned(),
             payload: v.payload,
@@ -97,6 +116,7 @@ pub struct MemoryStore {
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
+    signal: CommitSignal,
 }
 
 impl MemoryStore {
@@ -104,7 +124,12 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn version(mut doc: NewDocument, tokens: &[String]) -> (String, Version, bool) {
+    /// The version a document becomes; every version of a write is made before any is
+    /// applied, so a write that fails leaves the store as it was.
+    fn version(
+        mut doc: NewDocument,
+        tokens: &[String],
+    ) -> Result<(String, Version, bool), StoreError> {
         let id = doc.resolve_id();
         let explicit = doc.created_at.is_some();
         let created_at = doc.created_at.unwrap_or_else(now_millis);
@@ -114,7 +139,8 @@ impl MemoryStore {
             Arc::new(p)
         };
         let payload = doc.into_payload_text(&id);
-        (
+        meshql_core::fault::check(&payload)?;
+        Ok((
             id,
             Version {
                 payload,
@@ -124,7 +150,7 @@ impl MemoryStore {
                 tokens: tokens.to_vec(),
             },
             explicit,
-        )
+        ))
     }
 
     fn check(template: &QueryTemplate) -> Result<(), StoreError> {
@@ -137,11 +163,11 @@ impl MemoryStore {
         }
     }
 
-    fn remove_locked(data: &mut Data, id: &str, filter: &TokenFilter) -> RemoveOutcome {
+    fn remove_locked(data: &mut Data, id: &str, ctx: &WriteContext) -> RemoveOutcome {
         let Some(current) = data.at(id, None).cloned() else {
             return RemoveOutcome::NotFound;
         };
-        if !is_visible(filter, &current.tokens) {
+        if !is_visible(&ctx.filter, &current.tokens) {
             return RemoveOutcome::NotFound;
         }
         if current.deleted {
@@ -155,6 +181,7 @@ impl MemoryStore {
                 ..current
             },
             false,
+            ctx.correlation_id.as_deref(),
         );
         RemoveOutcome::Removed
     }
@@ -166,27 +193,36 @@ impl Store for MemoryStore {
         templates.iter().try_for_each(Self::check)
     }
 
-    async fn create(&self, doc: NewDocument, tokens: &[String]) -> Result<Envelope, StoreError> {
-        let (id, v, explicit) = Self::version(doc, tokens);
-        let env = self.data.write().append(&id, v, explicit);
+    async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError> {
+        let (id, v, explicit) = Self::version(doc, ctx.create_tokens())?;
+        let env = self
+            .data
+            .write()
+            .append(&id, v, explicit, ctx.correlation_id.as_deref());
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
         Ok(env)
     }
 
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let versions: Vec<_> = docs.into_iter().map(|d| Self::version(d, tokens)).collect();
+        let versions: Vec<_> = docs
+            .into_iter()
+            .map(|d| Self::version(d, ctx.create_tokens()))
+            .collect::<Result<_, _>>()?;
         let mut data = self.data.write();
         let envs: Vec<Envelope> = versions
             .into_iter()
-            .map(|(id, v, explicit)| data.append(&id, v, explicit))
+            .map(|(id, v, explicit)| data.append(&id, v, explicit, ctx.correlation_id.as_deref()))
             .collect();
+        drop(data);
         self.writes.fetch_add(envs.len() as u64, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
         Ok(envs)
     }
 
@@ -194,19 +230,20 @@ impl Store for MemoryStore {
         &self,
         id: &str,
         mut doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
         doc.id = Some(id.to_owned());
         let mut data = self.data.write();
-        let Some(current) = data.visible(id, filter, None) else {
+        let Some(current) = data.visible(id, &ctx.filter, None) else {
             return Ok(None);
         };
         let kept = current.tokens.clone();
-        let (id, v, explicit) = Self::version(doc, tokens.unwrap_or(&kept));
-        let env = data.append(&id, v, explicit);
+        let (id, v, explicit) = Self::version(doc, ctx.tokens.as_deref().unwrap_or(&kept))?;
+        let env = data.append(&id, v, explicit, ctx.correlation_id.as_deref());
+        drop(data);
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
         Ok(Some(env))
     }
 
@@ -252,11 +289,12 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
-        let outcome = Self::remove_locked(&mut self.data.write(), id, filter);
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
+        let outcome = Self::remove_locked(&mut self.data.write(), id, ctx);
         if outcome == RemoveOutcome::Removed {
             self.writes.fetch_add(1, Ordering::Relaxed);
             self.commits.fetch_add(1, Ordering::Relaxed);
+            self.signal.notify();
         }
         Ok(outcome)
     }
@@ -264,13 +302,15 @@ impl Store for MemoryStore {
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
         let mut data = self.data.write();
         let outcomes: Vec<_> = ids
             .iter()
-            .map(|id| (id.clone(), Self::remove_locked(&mut data, id, filter)))
+            .map(|id| (id.clone(), Self::remove_locked(&mut data, id, ctx)))
             .collect();
+        drop(data);
+        self.signal.notify();
         let removed = outcomes
             .iter()
             .filter(|(_, o)| *o == RemoveOutcome::Removed)
@@ -350,6 +390,18 @@ impl Store for MemoryStore {
             }
         }
         Ok(out)
+    }
+
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
+        let data = self.data.read();
+        let start = usize::try_from(after.1)
+            .unwrap_or(usize::MAX)
+            .min(data.feed.len());
+        Ok(data.feed[start..].iter().take(limit).cloned().collect())
+    }
+
+    fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
+        Some(self.signal.subscribe())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -37,12 +37,50 @@ pub(crate) fn create_table(table: &str) -> String {
             authorized_tokens JSON NOT NULL,
             latest TINYINT(1) NOT NULL DEFAULT 1,
             seq BIGINT NULL,
+            pos BIGINT NULL,
+            correlation_id VARCHAR(255) NULL,
             UNIQUE KEY uq_id_created (id, created_at),
+            UNIQUE KEY uq_pos (pos),
             KEY k_latest_id (latest, id),
             KEY k_current (latest, deleted, seq, _id)
          ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
         quote_ident(table)
     )
+}
+
+/// The feed's clock: per table, the last position handed out (see `MysqlStore::changes`).
+pub(crate) const CREATE_CLOCK: &str = "CREATE TABLE IF NOT EXISTS meshql_feed_clock (
+    name VARCHAR(255) NOT NULL PRIMARY KEY,
+    pos BIGINT NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+
+/// Brings a table created before the change feed up to date: the columns, and positions for
+/// the versions it already holds (in row order), then the table's clock.
+pub(crate) fn upgrade_for_feed(table: &str) -> Vec<String> {
+    let t = quote_ident(table);
+    vec![
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS pos BIGINT NULL"),
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS correlation_id VARCHAR(255) NULL"),
+        format!("ALTER TABLE {t} ADD UNIQUE INDEX IF NOT EXISTS uq_pos (pos)"),
+        format!(
+            "UPDATE {t} SET pos = _id + (SELECT COALESCE(MAX(p.pos), 0) FROM (SELECT pos FROM {t}) p) \
+             WHERE pos IS NULL ORDER BY _id"
+        ),
+        format!(
+            "INSERT IGNORE INTO meshql_feed_clock (name, pos) VALUES ({}, 0)",
+            sql_string(table)
+        ),
+        format!(
+            "UPDATE meshql_feed_clock SET pos = GREATEST(pos, \
+             (SELECT COALESCE(MAX(pos), 0) FROM {t})) WHERE name = {}",
+            sql_string(table)
+        ),
+    ]
+}
+
+/// A single-quoted SQL string literal (for names from validated config).
+fn sql_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 /// The generated column and index for a filtered payload field.

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
-    NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
-    StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows,
+    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
+    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
@@ -28,6 +28,14 @@ pub struct MysqlStore {
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
+    signal: CommitSignal,
+}
+
+/// A write transaction and the rows it inserted, which get their feed positions just before
+/// it commits.
+struct WriteTx<'a> {
+    tx: mysql_async::Transaction<'a>,
+    inserted: Vec<u64>,
 }
 
 struct TableSql {
@@ -41,6 +49,10 @@ struct TableSql {
     insert: String,
     version_exists: String,
     versions: String,
+    tick: String,
+    stamp_one: String,
+    stamp_many: String,
+    changes: String,
 }
 
 const COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
@@ -77,11 +89,22 @@ impl TableSql {
             ),
             clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?"),
             insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?)"
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq, \
+                 correlation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             ),
             version_exists: format!("SELECT 1 FROM {t} WHERE id = ? AND created_at = ?"),
             versions: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = ? ORDER BY t.created_at"),
+            tick: "UPDATE meshql_feed_clock SET pos = LAST_INSERT_ID(pos + ?) WHERE name = ?"
+                .to_owned(),
+            stamp_one: format!("UPDATE {t} SET pos = ? WHERE _id = ?"),
+            stamp_many: format!(
+                "UPDATE {t} t JOIN JSON_TABLE(?, '$[*]' COLUMNS (rid BIGINT PATH '$[0]', \
+                 p BIGINT PATH '$[1]')) k ON t._id = k.rid SET t.pos = k.p"
+            ),
+            changes: format!(
+                "SELECT {COLUMNS}, t.pos, t.seq IS NULL, t.correlation_id FROM {t} t \
+                 WHERE t.pos > ? ORDER BY t.pos LIMIT ?"
+            ),
         }
     }
 }
@@ -114,6 +137,7 @@ struct Version<'a> {
     deleted: bool,
     tokens: &'a [String],
     fresh_id: bool,
+    correlation_id: Option<&'a str>,
 }
 
 fn tokens_json(filter: &TokenFilter) -> Option<String> {
@@ -138,6 +162,7 @@ impl MysqlStore {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            signal: CommitSignal::default(),
         }
     }
 
@@ -216,11 +241,8 @@ impl MysqlStore {
         .transpose()
     }
 
-    async fn append<Q: Queryable>(
-        &self,
-        q: &mut Q,
-        v: Version<'_>,
-    ) -> Result<Envelope, StoreError> {
+    async fn append(&self, w: &mut WriteTx<'_>, v: Version<'_>) -> Result<Envelope, StoreError> {
+        let q = &mut w.tx;
         let current = if v.fresh_id {
             None
         } else {
@@ -249,6 +271,7 @@ impl MysqlStore {
                 .map_err(my_error)?;
         }
         let tokens_text = serde_json::to_string(v.tokens).expect("strings serialise");
+        meshql_core::fault::check(&v.payload)?;
         q.exec_drop(
             &self.sql.insert,
             Params::Positional(vec![
@@ -262,10 +285,15 @@ impl MysqlStore {
                     .as_ref()
                     .map(|c| Value::from(c.seq))
                     .unwrap_or(Value::NULL),
+                text(v.correlation_id.map(str::to_owned)),
             ]),
         )
         .await
         .map_err(my_error)?;
+        let rowid = q.last_insert_id().ok_or_else(|| {
+            StoreError::Query("MySQL did not report the id of an inserted version".into())
+        })?;
+        w.inserted.push(rowid);
         Ok(Envelope {
             id: v.id.to_owned(),
             payload: v.payload,
@@ -275,21 +303,21 @@ impl MysqlStore {
         })
     }
 
-    async fn remove_in<Q: Queryable>(
+    async fn remove_in(
         &self,
-        q: &mut Q,
+        w: &mut WriteTx<'_>,
         id: &str,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
-        match self.current(q, id).await? {
+        match self.current(&mut w.tx, id).await? {
             None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
                 Ok(RemoveOutcome::NotFound)
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
             Some(cur) => {
                 self.append(
-                    q,
+                    w,
                     Version {
                         id,
                         payload: cur.payload,
@@ -297,6 +325,7 @@ impl MysqlStore {
                         deleted: true,
                         tokens: &cur.tokens,
                         fresh_id: false,
+                        correlation_id: ctx.correlation_id.as_deref(),
                     },
                 )
                 .await?;
@@ -323,28 +352,84 @@ impl MysqlStore {
     where
         F: for<'c> FnOnce(
             &'c Self,
-            &'c mut mysql_async::Transaction<'_>,
+            &'c mut WriteTx<'_>,
         ) -> std::pin::Pin<
             Box<dyn std::future::Future<Output = Result<T, StoreError>> + Send + 'c>,
         >,
     {
         let mut conn = self.db.conn().await?;
-        let mut tx = conn
+        let tx = conn
             .start_transaction(TxOpts::default())
             .await
             .map_err(my_error)?;
-        let result = f(self, &mut tx).await;
+        let mut w = WriteTx {
+            tx,
+            inserted: Vec::new(),
+        };
+        let result = match f(self, &mut w).await {
+            Ok(v) => self.stamp_positions(&mut w).await.map(|()| v),
+            Err(e) => Err(e),
+        };
         match result {
             Ok(v) => {
-                tx.commit().await.map_err(my_error)?;
+                let wrote = !w.inserted.is_empty();
+                w.tx.commit().await.map_err(my_error)?;
                 self.commits.fetch_add(1, Ordering::Relaxed);
+                if wrote {
+                    self.signal.notify();
+                }
                 Ok(v)
             }
             Err(e) => {
-                let _ = tx.rollback().await;
+                let _ = w.tx.rollback().await;
                 Err(e)
             }
         }
+    }
+
+    /// Gives the rows a transaction inserted their feed positions, as its last statements.
+    ///
+    /// The positions come from the table's row in `meshql_feed_clock`, whose lock the
+    /// transaction holds from here to its commit: transactions take positions one after the
+    /// other, in the order they commit, so a reader of `pos > P` can never see a position
+    /// before an earlier one has committed (no gap fills in later, nothing is skipped). The
+    /// clock is always the last lock a write takes, so it cannot close a deadlock cycle; what
+    /// it costs is that commits of one table are serialised from this point on.
+    async fn stamp_positions(&self, w: &mut WriteTx<'_>) -> Result<(), StoreError> {
+        let n = w.inserted.len() as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        w.tx.exec_drop(&self.sql.tick, (n, self.table.as_str()))
+            .await
+            .map_err(my_error)?;
+        let top =
+            w.tx.last_insert_id()
+                .filter(|_| w.tx.affected_rows() == 1)
+                .ok_or_else(|| {
+                    StoreError::Query(format!(
+                        "the feed clock of `{}` is missing (meshql_feed_clock)",
+                        self.table
+                    ))
+                })?;
+        let first = top + 1 - n;
+        if let [rowid] = w.inserted[..] {
+            w.tx.exec_drop(&self.sql.stamp_one, (first, rowid))
+                .await
+                .map_err(my_error)?;
+        } else {
+            let pairs: Vec<[u64; 2]> = w
+                .inserted
+                .iter()
+                .enumerate()
+                .map(|(k, rowid)| [*rowid, first + k as u64])
+                .collect();
+            let json = serde_json::to_string(&pairs).expect("numbers serialise");
+            w.tx.exec_drop(&self.sql.stamp_many, (json,))
+                .await
+                .map_err(my_error)?;
+        }
+        Ok(())
     }
 }
 
@@ -357,7 +442,8 @@ impl Store for MysqlStore {
             .exec_first("SELECT GET_LOCK('meshql-ddl', 30)", ())
             .await
             .map_err(my_error)?;
-        let mut ddl = vec![sql::create_table(&self.table)];
+        let mut ddl = vec![sql::create_table(&self.table), sql::CREATE_CLOCK.to_owned()];
+        ddl.extend(sql::upgrade_for_feed(&self.table));
         for t in templates {
             for path in t.filtered_paths() {
                 ddl.extend(sql::field_column_ddl(&self.table, &path));
@@ -393,13 +479,14 @@ impl Store for MysqlStore {
     async fn create(
         &self,
         mut doc: NewDocument,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Envelope, StoreError> {
         let fresh_id = doc.id.is_none();
         let id = doc.resolve_id();
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(&id);
-        let tokens = tokens.to_vec();
+        let tokens = ctx.create_tokens().to_vec();
+        let correlation_id = ctx.correlation_id.clone();
         let env = self
             .write_tx(move |s, tx| {
                 Box::pin(async move {
@@ -412,6 +499,7 @@ impl Store for MysqlStore {
                             deleted: false,
                             tokens: &tokens,
                             fresh_id,
+                            correlation_id: correlation_id.as_deref(),
                         },
                     )
                     .await
@@ -425,9 +513,10 @@ impl Store for MysqlStore {
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let tokens = tokens.to_vec();
+        let tokens = ctx.create_tokens().to_vec();
+        let correlation_id = ctx.correlation_id.clone();
         let envs = self
             .write_tx(move |s, tx| {
                 Box::pin(async move {
@@ -447,6 +536,7 @@ impl Store for MysqlStore {
                                     deleted: false,
                                     tokens: &tokens,
                                     fresh_id,
+                                    correlation_id: correlation_id.as_deref(),
                                 },
                             )
                             .await?,
@@ -464,23 +554,21 @@ impl Store for MysqlStore {
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(id);
         let id = id.to_owned();
-        let tokens = tokens.map(<[String]>::to_vec);
-        let filter = filter.clone();
+        let ctx = ctx.clone();
         let env = self
             .write_tx(move |s, tx| {
                 Box::pin(async move {
-                    match s.current(tx, &id).await? {
+                    match s.current(&mut tx.tx, &id).await? {
                         Some(cur)
                             if !cur.deleted
-                                && meshql_core::auth::is_visible(&filter, &cur.tokens) =>
+                                && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
                         {
-                            let tokens = tokens.unwrap_or(cur.tokens);
+                            let tokens = ctx.tokens.unwrap_or(cur.tokens);
                             s.append(
                                 tx,
                                 Version {
@@ -490,6 +578,7 @@ impl Store for MysqlStore {
                                     deleted: false,
                                     tokens: &tokens,
                                     fresh_id: false,
+                                    correlation_id: ctx.correlation_id.as_deref(),
                                 },
                             )
                             .await
@@ -572,11 +661,11 @@ impl Store for MysqlStore {
         self.envelopes(&self.sql.list[i], params).await
     }
 
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let id = id.to_owned();
-        let filter = filter.clone();
+        let ctx = ctx.clone();
         let outcome = self
-            .write_tx(move |s, tx| Box::pin(async move { s.remove_in(tx, &id, &filter).await }))
+            .write_tx(move |s, tx| Box::pin(async move { s.remove_in(tx, &id, &ctx).await }))
             .await?;
         if outcome == RemoveOutcome::Removed {
             self.writes.fetch_add(1, Ordering::Relaxed);
@@ -587,16 +676,16 @@ impl Store for MysqlStore {
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
         let ids = ids.to_vec();
-        let filter = filter.clone();
+        let ctx = ctx.clone();
         let out = self
             .write_tx(move |s, tx| {
                 Box::pin(async move {
                     let mut out = Vec::with_capacity(ids.len());
                     for id in ids {
-                        let o = s.remove_in(tx, &id, &filter).await?;
+                        let o = s.remove_in(tx, &id, &ctx).await?;
                         out.push((id, o));
                     }
                     Ok(out)
@@ -741,6 +830,36 @@ impl Store for MysqlStore {
             database: self.database_id(),
             table: self.table.clone(),
         })
+    }
+
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let rows: Vec<mysql_async::Row> = conn
+            .exec(&self.sql.changes, (after.1, limit as u64))
+            .await
+            .map_err(my_error)?;
+        rows.into_iter()
+            .map(|r| {
+                let pos: u64 = r.get(5).unwrap_or_default();
+                let first = r.get::<i64, _>(6).unwrap_or_default() != 0;
+                let correlation_id: Option<String> = r.get(7).unwrap_or_default();
+                let env = envelope(r)?;
+                Ok(StoreChange {
+                    cursor: Cursor::seq(pos),
+                    op: ChangeOp::of_version(env.deleted, first),
+                    id: env.id,
+                    created_at: env.created_at,
+                    payload: env.payload,
+                    authorized_tokens: env.authorized_tokens,
+                    correlation_id,
+                })
+            })
+            .collect()
+    }
+
+    fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
+        Some(self.signal.subscribe())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

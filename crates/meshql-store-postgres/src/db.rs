@@ -154,6 +154,10 @@ pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
         "57014" => {
             StoreError::Unavailable(format!("PostgreSQL statement timed out: {}", db.message()))
         }
+        // serialization failure, deadlock: the same write may succeed when retried
+        "40001" | "40P01" => {
+            StoreError::Conflict(format!("{}: {}", db.code().code(), db.message()))
+        }
         _ => StoreError::Query(format!("{}: {}", db.code().code(), db.message())),
     }
 }

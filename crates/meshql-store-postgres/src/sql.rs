@@ -67,10 +67,14 @@ pub(crate) fn create_table(table: &str) -> String {
             seq BIGINT,
             UNIQUE (id, created_at)
          );
+         ALTER TABLE {t} ADD COLUMN IF NOT EXISTS tx XID8 NOT NULL DEFAULT pg_current_xact_id();
+         ALTER TABLE {t} ADD COLUMN IF NOT EXISTS correlation_id TEXT;
          CREATE INDEX IF NOT EXISTS {current} ON {t} ((COALESCE(seq, _id))) WHERE latest AND NOT deleted;
-         CREATE INDEX IF NOT EXISTS {latest} ON {t} (id) WHERE latest;",
+         CREATE INDEX IF NOT EXISTS {latest} ON {t} (id) WHERE latest;
+         CREATE INDEX IF NOT EXISTS {feed} ON {t} (tx, _id);",
         current = index_name(table, "current"),
         latest = index_name(table, "id_latest"),
+        feed = index_name(table, "feed"),
     )
 }
 

@@ -7,9 +7,9 @@ use deadpool_postgres::GenericClient;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, Nested, NestedRow,
-    NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreError,
-    StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows,
+    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
+    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +31,7 @@ pub struct PostgresStore {
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
+    signal: CommitSignal,
 }
 
 struct TableSql {
@@ -45,6 +46,7 @@ struct TableSql {
     version_exists: String,
     versions: String,
     lock: String,
+    changes: String,
 }
 
 const COLUMNS: &str = "t.id, t.payload::text, t.created_at, t.deleted, t.authorized_tokens";
@@ -89,12 +91,25 @@ impl TableSql {
             ),
             clear_latest: format!("UPDATE {t} SET latest = false WHERE _id = $1"),
             insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq) \
-                 VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7) RETURNING payload::text"
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq, \
+                 correlation_id) VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7, $8) \
+                 RETURNING payload::text"
             ),
             version_exists: format!("SELECT 1 FROM {t} WHERE id = $1 AND created_at = $2"),
             versions: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 ORDER BY t.created_at"),
             lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))".to_owned(),
+            // The feed's order is (transaction id, row id), and its visibility horizon the
+            // oldest transaction still running: every row of a transaction older than that
+            // has committed or never will, and every transaction not yet finished gets a
+            // larger id, so a reader resuming after a cursor can miss nothing. Writes of one
+            // document take its lock before their transaction gets an id, so they are in
+            // commit order; so is a write that began after another was acknowledged.
+            changes: format!(
+                "SELECT {COLUMNS}, t.tx::text::bigint, t._id, t.seq IS NULL, t.correlation_id \
+                 FROM {t} t WHERE (t.tx, t._id) > ($1::text::xid8, $2) \
+                 AND t.tx < pg_snapshot_xmin(pg_current_snapshot()) \
+                 ORDER BY t.tx, t._id LIMIT $3"
+            ),
         }
     }
 }
@@ -125,6 +140,7 @@ struct Version<'a> {
     deleted: bool,
     tokens: &'a [String],
     fresh_id: bool,
+    correlation_id: Option<&'a str>,
 }
 
 fn filter_tokens(filter: &TokenFilter) -> Option<Vec<String>> {
@@ -145,6 +161,7 @@ impl PostgresStore {
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+            signal: CommitSignal::default(),
         }
     }
 
@@ -265,11 +282,19 @@ impl PostgresStore {
             .map_err(pg_error)?;
         let seq = current.as_ref().map(|c| c.seq);
         let tokens = v.tokens.to_vec();
+        meshql_core::fault::check(&v.payload)?;
         let row = client
             .query_one(
                 &insert,
                 &[
-                    &v.id, &v.payload, &stamp, &v.deleted, &tokens, &is_latest, &seq,
+                    &v.id,
+                    &v.payload,
+                    &stamp,
+                    &v.deleted,
+                    &tokens,
+                    &is_latest,
+                    &seq,
+                    &v.correlation_id,
                 ],
             )
             .await
@@ -293,16 +318,29 @@ impl PostgresStore {
         Ok(())
     }
 
+    /// Takes the locks of several ids, in one order whatever the caller's (so that two
+    /// batches cannot deadlock), before the transaction writes anything: it gets its id only
+    /// then, which keeps the feed in commit order per document.
+    async fn lock_all<C: GenericClient>(&self, client: &C, ids: &[&str]) -> Result<(), StoreError> {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in ids {
+            self.lock(client, id).await?;
+        }
+        Ok(())
+    }
+
     async fn remove_in<C: GenericClient>(
         &self,
         client: &C,
         id: &str,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
         self.lock(client, id).await?;
         match self.current(client, id).await? {
             None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
                 Ok(RemoveOutcome::NotFound)
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
@@ -316,6 +354,7 @@ impl PostgresStore {
                         deleted: true,
                         tokens: &cur.tokens,
                         fresh_id: false,
+                        correlation_id: ctx.correlation_id.as_deref(),
                     },
                 )
                 .await?;
@@ -384,7 +423,7 @@ impl Store for PostgresStore {
     async fn create(
         &self,
         mut doc: NewDocument,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Envelope, StoreError> {
         let fresh_id = doc.id.is_none();
         let id = doc.resolve_id();
@@ -403,33 +442,34 @@ impl Store for PostgresStore {
                     payload,
                     created_at,
                     deleted: false,
-                    tokens,
+                    tokens: ctx.create_tokens(),
                     fresh_id,
+                    correlation_id: ctx.correlation_id.as_deref(),
                 },
             )
             .await?;
         tx.commit().await.map_err(pg_error)?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
         Ok(env)
     }
 
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
+        let given: Vec<&str> = docs.iter().filter_map(|d| d.id.as_deref()).collect();
+        self.lock_all(&tx, &given).await?;
         let mut out = Vec::with_capacity(docs.len());
         for mut doc in docs {
             let fresh_id = doc.id.is_none();
             let id = doc.resolve_id();
             let created_at = doc.created_at;
             let payload = doc.into_payload_text(&id);
-            if !fresh_id {
-                self.lock(&tx, &id).await?;
-            }
             out.push(
                 self.append(
                     &tx,
@@ -438,8 +478,9 @@ impl Store for PostgresStore {
                         payload,
                         created_at,
                         deleted: false,
-                        tokens,
+                        tokens: ctx.create_tokens(),
                         fresh_id,
+                        correlation_id: ctx.correlation_id.as_deref(),
                     },
                 )
                 .await?,
@@ -448,6 +489,7 @@ impl Store for PostgresStore {
         tx.commit().await.map_err(pg_error)?;
         self.writes.fetch_add(out.len() as u64, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
         Ok(out)
     }
 
@@ -455,8 +497,7 @@ impl Store for PostgresStore {
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(id);
@@ -464,8 +505,10 @@ impl Store for PostgresStore {
         let tx = client.transaction().await.map_err(pg_error)?;
         self.lock(&tx, id).await?;
         let env = match self.current(&tx, id).await? {
-            Some(cur) if !cur.deleted && meshql_core::auth::is_visible(filter, &cur.tokens) => {
-                let tokens = tokens.unwrap_or(&cur.tokens);
+            Some(cur)
+                if !cur.deleted && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
+            {
+                let tokens = ctx.tokens.as_deref().unwrap_or(&cur.tokens);
                 Some(
                     self.append(
                         &tx,
@@ -476,6 +519,7 @@ impl Store for PostgresStore {
                             deleted: false,
                             tokens,
                             fresh_id: false,
+                            correlation_id: ctx.correlation_id.as_deref(),
                         },
                     )
                     .await?,
@@ -487,6 +531,7 @@ impl Store for PostgresStore {
         if env.is_some() {
             self.writes.fetch_add(1, Ordering::Relaxed);
             self.commits.fetch_add(1, Ordering::Relaxed);
+            self.signal.notify();
         }
         Ok(env)
     }
@@ -537,14 +582,15 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
-        let outcome = self.remove_in(&tx, id, filter).await?;
+        let outcome = self.remove_in(&tx, id, ctx).await?;
         tx.commit().await.map_err(pg_error)?;
         if outcome == RemoveOutcome::Removed {
             self.writes.fetch_add(1, Ordering::Relaxed);
             self.commits.fetch_add(1, Ordering::Relaxed);
+            self.signal.notify();
         }
         Ok(outcome)
     }
@@ -552,13 +598,15 @@ impl Store for PostgresStore {
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
+        let all: Vec<&str> = ids.iter().map(String::as_str).collect();
+        self.lock_all(&tx, &all).await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            out.push((id.clone(), self.remove_in(&tx, id, filter).await?));
+            out.push((id.clone(), self.remove_in(&tx, id, ctx).await?));
         }
         tx.commit().await.map_err(pg_error)?;
         let removed = out
@@ -567,6 +615,9 @@ impl Store for PostgresStore {
             .count() as u64;
         self.writes.fetch_add(removed, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
+        if removed > 0 {
+            self.signal.notify();
+        }
         Ok(out)
     }
 
@@ -709,6 +760,43 @@ impl Store for PostgresStore {
             database: self.database_id(),
             table: self.table.clone(),
         })
+    }
+
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
+        // read on the primary: the horizon must be the writers' own
+        let client = self.db.write.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&self.sql.changes)
+            .await
+            .map_err(pg_error)?;
+        let tx_after = after.0.to_string();
+        let row_after = i64::try_from(after.1).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let rows = client
+            .query(&stmt, &[&tx_after, &row_after, &limit])
+            .await
+            .map_err(pg_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let env = envelope(r);
+                let (tx, rowid): (i64, i64) = (r.get(5), r.get(6));
+                StoreChange {
+                    cursor: Cursor(tx as u64, rowid as u64),
+                    op: ChangeOp::of_version(env.deleted, r.get(7)),
+                    id: env.id,
+                    created_at: env.created_at,
+                    payload: env.payload,
+                    authorized_tokens: env.authorized_tokens,
+                    correlation_id: r.get(8),
+                }
+            })
+            .collect())
+    }
+
+    fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
+        Some(self.signal.subscribe())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

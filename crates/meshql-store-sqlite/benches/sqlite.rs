@@ -55,7 +55,10 @@ fn sqlite(c: &mut Criterion) {
         let mut ids = Vec::with_capacity(DOCUMENTS);
         for chunk in (0..DOCUMENTS).collect::<Vec<_>>().chunks(1_000) {
             let docs = chunk.iter().map(|&i| NewDocument::new(farm(i))).collect();
-            let envs = store.create_many(docs, &[]).await.expect("seed");
+            let envs = store
+                .create_many(docs, &meshql_core::WriteContext::SYSTEM)
+                .await
+                .expect("seed");
             ids.extend(envs.into_iter().map(|e| e.id));
         }
         ids
@@ -118,7 +121,10 @@ fn sqlite(c: &mut Criterion) {
     g.bench_function("single", |b| {
         b.iter_batched(
             || doc.clone(),
-            |d| rt.block_on(store.create(d, &[])).expect("create"),
+            |d| {
+                rt.block_on(store.create(d, &meshql_core::WriteContext::SYSTEM))
+                    .expect("create")
+            },
             BatchSize::SmallInput,
         )
     });

@@ -48,12 +48,17 @@ pub(crate) fn create_table(table: &str) -> String {
             authorized_tokens TEXT NOT NULL DEFAULT '[]',
             latest INTEGER NOT NULL DEFAULT 1,
             seq INTEGER,
+            correlation_id TEXT,
             UNIQUE(id, created_at)
          );
          CREATE INDEX IF NOT EXISTS {current} ON {t}(COALESCE(seq, _id)) WHERE latest = 1 AND deleted = 0;
          CREATE INDEX IF NOT EXISTS {latest} ON {t}(id) WHERE latest = 1;"
     )
 }
+
+/// Columns added after a table's first release, as `(name, definition)`: tables created
+/// earlier get them at start-up.
+pub(crate) const ADDED_COLUMNS: &[(&str, &str)] = &[("correlation_id", "TEXT")];
 
 /// An expression index for a payload field that templates filter on.
 pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String> {

@@ -6,8 +6,9 @@ use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, Envelope, KeyedRows, Millis, NewDocument, Placement,
-    QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats, TokenFilter,
+    in_request_order, now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows,
+    Millis, NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreChange,
+    StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -22,6 +23,7 @@ pub struct SqliteStore {
     compiled: Memo<(u64, Shape), Compiled>,
     reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
+    signal: CommitSignal,
 }
 
 /// Statement texts that do not depend on templates.
@@ -39,6 +41,7 @@ struct TableSql {
     insert: String,
     version_exists: String,
     versions: String,
+    changes: String,
 }
 
 const ENVELOPE_COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
@@ -91,12 +94,18 @@ impl TableSql {
             ),
             clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?1"),
             insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq, \
+                 correlation_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
             ),
             version_exists: format!("SELECT 1 FROM {t} WHERE id = ?1 AND created_at = ?2"),
             versions: format!(
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 ORDER BY t.created_at"
+            ),
+            // the single writer assigns row ids in commit order, and a reader's snapshot holds
+            // whole transactions: the row id is the feed cursor, with no horizon to wait for
+            changes: format!(
+                "SELECT {ENVELOPE_COLUMNS}, t._id, t.seq IS NULL, t.correlation_id FROM {t} t \
+                 WHERE t._id > ?1 ORDER BY t._id LIMIT ?2"
             ),
         }
     }
@@ -153,6 +162,7 @@ struct Version<'a> {
     tokens: &'a [String],
     /// The id was generated for this write, so no earlier version can exist.
     fresh_id: bool,
+    correlation_id: Option<&'a str>,
 }
 
 /// The current version of `id` as the writer sees it.
@@ -176,6 +186,7 @@ impl SqliteStore {
             compiled: Memo::default(),
             reads: Arc::new(AtomicU64::new(0)),
             writes: Arc::new(AtomicU64::new(0)),
+            signal: CommitSignal::default(),
         }
     }
 
@@ -270,6 +281,7 @@ impl SqliteStore {
             deleted,
             tokens,
             fresh_id,
+            correlation_id,
         } = v;
         // a server-generated UUID has no history: skip the lookup
         let current = if fresh_id {
@@ -296,6 +308,7 @@ impl SqliteStore {
                 .execute(params![cur.rowid])
                 .map_err(query_error)?;
         }
+        meshql_core::fault::check(&payload)?;
         let tokens_text = serde_json::to_string(tokens).expect("strings serialise");
         conn.prepare_cached(&sql.insert)
             .map_err(query_error)?
@@ -306,7 +319,8 @@ impl SqliteStore {
                 deleted as i64,
                 tokens_text,
                 is_latest as i64,
-                current.as_ref().map(|c| c.seq)
+                current.as_ref().map(|c| c.seq),
+                correlation_id
             ])
             .map_err(query_error)?;
         Ok(Envelope {
@@ -322,11 +336,11 @@ impl SqliteStore {
         conn: &Connection,
         sql: &TableSql,
         id: &str,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
         match Self::current(conn, sql, id)? {
             None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
                 Ok(RemoveOutcome::NotFound)
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
@@ -341,6 +355,7 @@ impl SqliteStore {
                         deleted: true,
                         tokens: &cur.tokens,
                         fresh_id: false,
+                        correlation_id: ctx.correlation_id.as_deref(),
                     },
                 )?;
                 Ok(RemoveOutcome::Removed)
@@ -400,8 +415,28 @@ impl Store for SqliteStore {
                 }
             }
         }
+        let table = self.table.clone();
         self.db
-            .write(move |conn| conn.execute_batch(&ddl).map_err(query_error))
+            .write(move |conn| {
+                conn.execute_batch(&ddl).map_err(query_error)?;
+                for (column, definition) in sql::ADDED_COLUMNS {
+                    let present: bool = conn
+                        .query_row(
+                            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+                            params![table, column],
+                            |r| r.get(0),
+                        )
+                        .map_err(query_error)?;
+                    if !present {
+                        conn.execute_batch(&format!(
+                            "ALTER TABLE {} ADD COLUMN {column} {definition}",
+                            quote_ident(&table)
+                        ))
+                        .map_err(query_error)?;
+                    }
+                }
+                Ok(())
+            })
             .await?;
         // compile every statement now so that a bad SQL fragment fails at start-up
         let templates = templates.to_vec();
@@ -433,13 +468,14 @@ impl Store for SqliteStore {
     async fn create(
         &self,
         mut doc: NewDocument,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Envelope, StoreError> {
         let fresh_id = doc.id.is_none();
         let id = doc.resolve_id();
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(&id);
-        let tokens = tokens.to_vec();
+        let tokens = ctx.create_tokens().to_vec();
+        let correlation_id = ctx.correlation_id.clone();
         let sql = self.sql.clone();
         let job = move |conn: &Connection| {
             Self::append(
@@ -452,6 +488,7 @@ impl Store for SqliteStore {
                     deleted: false,
                     tokens: &tokens,
                     fresh_id,
+                    correlation_id: correlation_id.as_deref(),
                 },
             )
         };
@@ -462,13 +499,14 @@ impl Store for SqliteStore {
             self.db.write(job).await?
         };
         self.writes.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
         Ok(env)
     }
 
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
         let prepared: Vec<(String, String, Option<Millis>, bool)> = docs
             .into_iter()
@@ -481,7 +519,8 @@ impl Store for SqliteStore {
             })
             .collect();
         let n = prepared.len() as u64;
-        let tokens = tokens.to_vec();
+        let tokens = ctx.create_tokens().to_vec();
+        let correlation_id = ctx.correlation_id.clone();
         let sql = self.sql.clone();
         let envs = self
             .db
@@ -499,6 +538,7 @@ impl Store for SqliteStore {
                                 deleted: false,
                                 tokens: &tokens,
                                 fresh_id,
+                                correlation_id: correlation_id.as_deref(),
                             },
                         )
                     })
@@ -506,6 +546,7 @@ impl Store for SqliteStore {
             })
             .await?;
         self.writes.fetch_add(n, Ordering::Relaxed);
+        self.signal.notify();
         Ok(envs)
     }
 
@@ -513,22 +554,20 @@ impl Store for SqliteStore {
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
         let id = id.to_owned();
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(&id);
-        let tokens = tokens.map(<[String]>::to_vec);
-        let filter = filter.clone();
+        let ctx = ctx.clone();
         let sql = self.sql.clone();
         let env = self
             .db
             .write(move |conn| match Self::current(conn, &sql, &id)? {
                 Some(cur)
-                    if !cur.deleted && meshql_core::auth::is_visible(&filter, &cur.tokens) =>
+                    if !cur.deleted && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
                 {
-                    let tokens = tokens.unwrap_or(cur.tokens);
+                    let tokens = ctx.tokens.unwrap_or(cur.tokens);
                     Self::append(
                         conn,
                         &sql,
@@ -539,6 +578,7 @@ impl Store for SqliteStore {
                             deleted: false,
                             tokens: &tokens,
                             fresh_id: false,
+                            correlation_id: ctx.correlation_id.as_deref(),
                         },
                     )
                     .map(Some)
@@ -548,6 +588,7 @@ impl Store for SqliteStore {
             .await?;
         if env.is_some() {
             self.writes.fetch_add(1, Ordering::Relaxed);
+            self.signal.notify();
         }
         Ok(env)
     }
@@ -597,16 +638,17 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let id = id.to_owned();
-        let filter = filter.clone();
+        let ctx = ctx.clone();
         let sql = self.sql.clone();
         let outcome = self
             .db
-            .write(move |conn| Self::remove_one(conn, &sql, &id, &filter))
+            .write(move |conn| Self::remove_one(conn, &sql, &id, &ctx))
             .await?;
         if outcome == RemoveOutcome::Removed {
             self.writes.fetch_add(1, Ordering::Relaxed);
+            self.signal.notify();
         }
         Ok(outcome)
     }
@@ -614,17 +656,17 @@ impl Store for SqliteStore {
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
         let ids = ids.to_vec();
-        let filter = filter.clone();
+        let ctx = ctx.clone();
         let sql = self.sql.clone();
         let outcomes = self
             .db
             .write(move |conn| {
                 ids.into_iter()
                     .map(|id| {
-                        let o = Self::remove_one(conn, &sql, &id, &filter)?;
+                        let o = Self::remove_one(conn, &sql, &id, &ctx)?;
                         Ok((id, o))
                     })
                     .collect::<Result<Vec<_>, StoreError>>()
@@ -635,6 +677,9 @@ impl Store for SqliteStore {
             .filter(|(_, o)| *o == RemoveOutcome::Removed)
             .count();
         self.writes.fetch_add(removed as u64, Ordering::Relaxed);
+        if removed > 0 {
+            self.signal.notify();
+        }
         Ok(outcomes)
     }
 
@@ -726,6 +771,44 @@ impl Store for SqliteStore {
                 .map_err(query_error)?;
             rows.map(|r| r.map_err(query_error)).collect()
         })
+    }
+
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
+        let text = self.sql.changes.clone();
+        let after = i64::try_from(after.1).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.scan(move |conn| {
+            let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
+            let rows = stmt
+                .query_map(params![after, limit], |r| {
+                    Ok((
+                        envelope_from_row(r)?,
+                        r.get::<_, i64>(5)?,
+                        r.get::<_, bool>(6)?,
+                        r.get::<_, Option<String>>(7)?,
+                    ))
+                })
+                .map_err(query_error)?;
+            rows.map(|row| {
+                let (env, rowid, first, correlation_id) = row.map_err(query_error)?;
+                let env = decode_tokens(env)?;
+                Ok(StoreChange {
+                    cursor: Cursor::seq(rowid as u64),
+                    op: ChangeOp::of_version(env.deleted, first),
+                    id: env.id,
+                    created_at: env.created_at,
+                    payload: env.payload,
+                    authorized_tokens: env.authorized_tokens,
+                    correlation_id,
+                })
+            })
+            .collect()
+        })
+        .await
+    }
+
+    fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
+        Some(self.signal.subscribe())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
