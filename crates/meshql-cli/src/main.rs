@@ -1,6 +1,7 @@
 //! The `meshql` command line.
 
 mod bench;
+mod changes;
 
 /// mimalloc instead of the system allocator: every request allocates and frees small
 /// buffers (headers, JSON values, plans' outputs) on several threads; glibc malloc showed up
@@ -54,6 +55,8 @@ enum Command {
     },
     /// Print the JSON Schema of the config format.
     ConfigSchema,
+    /// Print the change feed (one JSON object per line) from the config's change log.
+    Changes(changes::ChangesArgs),
     /// Load-test a server with the scenarios of the seed reports (starts a fresh meshql per
     /// scenario unless --url is given) and write JSON, Markdown and HTML reports.
     #[command(args_conflicts_with_subcommands = true)]
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
+        Command::Changes(args) => changes::run(args),
         Command::ConfigSchema => {
             println!(
                 "{}",

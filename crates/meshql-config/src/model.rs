@@ -31,6 +31,10 @@ pub struct ServiceConfig {
     /// Client settings for HTTP resolvers (federation to other services).
     #[serde(default)]
     pub http_client: HttpClientConfig,
+    /// The change feed: every committed write, copied into an embedded log under
+    /// `data_dir` and served at `/_changes`.
+    #[serde(default)]
+    pub changes: ChangesConfig,
     /// Named storage backends; entities refer to them by name. An entity without `storage`
     /// uses `default`, which is SQLite `meshql.db` unless declared.
     #[serde(default)]
@@ -85,6 +89,71 @@ pub enum AuthKind {
     None,
     Jwt,
     Casbin,
+}
+
+/// The change feed and its embedded log.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangesConfig {
+    /// Copy every committed write into the embedded log and serve `/_changes`.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// The log's directory, relative to `data_dir`.
+    #[serde(default = "default_changes_dir")]
+    pub dir: String,
+    /// When the log is forced to disk: `always` (every append), `interval` (every
+    /// `fsync_interval_ms`), or `never` (the OS decides). The log is rebuilt from storage
+    /// after a crash, so nothing acknowledged is lost with any of them.
+    #[serde(default)]
+    pub fsync: FsyncConfig,
+    #[serde(default = "default_fsync_interval")]
+    pub fsync_interval_ms: u64,
+    /// Size at which a log segment is closed and a new one started.
+    #[serde(default = "default_segment_bytes")]
+    pub segment_bytes: u64,
+    /// Oldest segments are deleted when the log is larger than this (0: no size limit).
+    #[serde(default = "default_retention_bytes")]
+    pub retention_bytes: u64,
+    /// Segments whose newest change is older than this are deleted (0: no age limit).
+    #[serde(default)]
+    pub retention_hours: u64,
+}
+
+impl Default for ChangesConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: default_changes_dir(),
+            fsync: FsyncConfig::default(),
+            fsync_interval_ms: default_fsync_interval(),
+            segment_bytes: default_segment_bytes(),
+            retention_bytes: default_retention_bytes(),
+            retention_hours: 0,
+        }
+    }
+}
+
+/// See [`ChangesConfig::fsync`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncConfig {
+    Always,
+    #[default]
+    Interval,
+    Never,
+}
+
+fn default_changes_dir() -> String {
+    "changes".into()
+}
+fn default_fsync_interval() -> u64 {
+    1000
+}
+fn default_segment_bytes() -> u64 {
+    64 << 20
+}
+fn default_retention_bytes() -> u64 {
+    1 << 30
 }
 
 /// Timeouts of HTTP resolver calls.

@@ -65,12 +65,21 @@ pub struct ResolvedConfig {
     pub body_limit_bytes: usize,
     pub auth: AuthSpec,
     pub http_client: HttpClientConfig,
+    /// The change feed (`changes.dir` resolved under `data_dir`).
+    pub changes: ChangesSpec,
     /// Storage by name (only the ones some entity uses).
     pub storages: BTreeMap<String, StorageSpec>,
     pub entities: Vec<ResolvedEntity>,
     /// Problems that do not stop a service but make some queries answer less than they ask
     /// (e.g. a projection field the target graphlette does not have).
     pub warnings: Vec<ConfigError>,
+}
+
+/// The change feed's settings, with its directory resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangesSpec {
+    pub dir: PathBuf,
+    pub config: crate::model::ChangesConfig,
 }
 
 impl ResolvedConfig {
@@ -88,6 +97,9 @@ impl ResolvedConfig {
                 | StorageSpec::Mysql { .. }
                 | StorageSpec::Mongo { .. } => {}
             }
+        }
+        if let Ok(rel) = self.changes.dir.strip_prefix(&self.data_dir) {
+            self.changes.dir = data_dir.join(rel);
         }
         self.data_dir = data_dir;
     }
@@ -551,6 +563,10 @@ impl Resolver {
         };
         let mut warnings = self.warnings;
         warnings.extend(projection_warnings(&entities));
+        let changes = ChangesSpec {
+            dir: data_dir.join(&model.changes.dir),
+            config: model.changes,
+        };
         Ok(ResolvedConfig {
             file: self.file,
             port: model.port,
@@ -560,6 +576,7 @@ impl Resolver {
             body_limit_bytes: model.body_limit_bytes,
             auth,
             http_client: model.http_client,
+            changes,
             storages: used_storage,
             entities,
             warnings,

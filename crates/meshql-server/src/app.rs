@@ -1,6 +1,7 @@
 //! Building a service from a resolved config.
 
 use crate::assets;
+use crate::changes_routes::{self, ChangesEndpoint};
 use crate::cors::{cors, Cors};
 use crate::deferred::Deferred;
 use crate::graphql_routes::{self, GraphEndpoint};
@@ -10,10 +11,13 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use meshql_changes::{Hub, HubError, HubOptions};
+use meshql_config::model::FsyncConfig;
 use meshql_config::resolve::AuthSpec;
-use meshql_config::{ResolvedConfig, StorageSpec};
+use meshql_config::{ChangesSpec, ResolvedConfig, StorageSpec};
 use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, RoleAuthorizer, StoreError};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
+use meshql_log::{FsyncPolicy, Log, LogOptions, Retention};
 use meshql_rest::{openapi_document, PayloadValidator, Restlette};
 use meshql_store_memory::MemoryStore;
 use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
@@ -42,6 +46,8 @@ pub enum BuildError {
     Cors(String),
     #[error(transparent)]
     Registry(#[from] RegistryError),
+    #[error("change feed ({dir}): {message}")]
+    Changes { dir: String, message: String },
 }
 
 /// A built service: its router and what must be closed on shutdown.
@@ -53,6 +59,9 @@ pub struct App {
     postgres: Vec<Arc<PostgresDatabase>>,
     mysql: Vec<Arc<MysqlDatabase>>,
     mongo: Vec<Arc<MongoDatabase>>,
+    hub: Option<Arc<Hub>>,
+    /// Set when the server starts shutting down (ends change streams).
+    pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl App {
@@ -61,8 +70,17 @@ impl App {
         &self.stores
     }
 
-    /// Flushes and closes every storage backend.
+    /// The change feed's hub, when the feed is on.
+    pub fn hub(&self) -> Option<&Arc<Hub>> {
+        self.hub.as_ref()
+    }
+
+    /// Copies the last changes into the log, then flushes and closes every storage backend.
     pub async fn shutdown(&self) {
+        self.closing.send_replace(true);
+        if let Some(hub) = &self.hub {
+            hub.stop().await;
+        }
         for db in &self.databases {
             db.shutdown().await;
         }
@@ -323,6 +341,32 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         }
     }
 
+    // the change feed: every store's feed copied into the log, served at /_changes
+    let (closing, closing_rx) = tokio::sync::watch::channel(false);
+    let hub = if config.changes.config.enabled {
+        let log = open_log(&config.changes)?;
+        let hub = Hub::start(log.clone(), stores.clone(), HubOptions::default()).map_err(
+            |e: HubError| BuildError::Changes {
+                dir: config.changes.dir.display().to_string(),
+                message: e.to_string(),
+            },
+        )?;
+        let endpoint = Arc::new(ChangesEndpoint::new(
+            log,
+            config.entities.iter().map(|e| e.name.clone()).collect(),
+            authorizer.clone(),
+            closing_rx,
+        ));
+        router = router.route(
+            "/_changes",
+            get(changes_routes::changes).with_state(endpoint),
+        );
+        Some(Arc::new(hub))
+    } else {
+        router = router.route("/_changes", get(changes_routes::disabled));
+        None
+    };
+
     let mut storages: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {
         if !storages.iter().any(|(s, _)| *s == entity.storage) {
@@ -332,6 +376,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let ops = Arc::new(Ops {
         stores: stores.clone(),
         storages,
+        hub: hub.clone(),
     });
     let ops_router = Router::new()
         .route("/health", get(ops::health))
@@ -357,6 +402,37 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         postgres: postgres.into_values().collect(),
         mysql: mysql.into_values().collect(),
         mongo: mongo.into_values().collect(),
+        hub,
+        closing,
+    })
+}
+
+/// Opens the change log as the config says.
+fn open_log(spec: &ChangesSpec) -> Result<Log, BuildError> {
+    let c = &spec.config;
+    let options = LogOptions {
+        segment_bytes: c.segment_bytes.max(1 << 20),
+        fsync: match c.fsync {
+            FsyncConfig::Always => FsyncPolicy::Always,
+            FsyncConfig::Interval => {
+                FsyncPolicy::Interval(Duration::from_millis(c.fsync_interval_ms.max(1)))
+            }
+            FsyncConfig::Never => FsyncPolicy::Never,
+        },
+        retention: Retention {
+            max_bytes: (c.retention_bytes > 0).then_some(c.retention_bytes),
+            max_age: (c.retention_hours > 0).then(|| Duration::from_secs(c.retention_hours * 3600)),
+        },
+    };
+    Log::open(&spec.dir, options).map_err(|e| BuildError::Changes {
+        dir: spec.dir.display().to_string(),
+        message: match e.kind() {
+            meshql_log::ErrorKind::Locked => format!(
+                "{e}: another meshql process serves this data directory (give each its own \
+                 data_dir, or set [changes] enabled = false)"
+            ),
+            _ => e.to_string(),
+        },
     })
 }
 

@@ -4,6 +4,7 @@
 
 mod app;
 mod assets;
+mod changes_routes;
 mod cors;
 mod deferred;
 mod graphql_routes;
@@ -24,6 +25,12 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = app.router.clone();
+    let closing = app.closing.clone();
+    let shutdown = async move {
+        shutdown.await;
+        // long-lived responses (change streams, long polls) end, so the drain can finish
+        closing.send_replace(true);
+    };
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;

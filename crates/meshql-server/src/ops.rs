@@ -13,6 +13,8 @@ pub struct Ops {
     pub stores: Vec<(String, DynStore)>,
     /// (storage name, a store on it): counters kept per storage, not per entity
     pub storages: Vec<(String, DynStore)>,
+    /// The change feed's hub, when the feed is on.
+    pub hub: Option<Arc<meshql_changes::Hub>>,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
@@ -90,5 +92,41 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             store.stats().commits
         );
     }
+    if let Some(hub) = &ops.hub {
+        write_feed_metrics(&mut out, hub);
+    }
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
+}
+
+fn write_feed_metrics(out: &mut String, hub: &meshql_changes::Hub) {
+    let stats = hub.stats();
+    let name = "meshql_changes_copied_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Changes copied from the entity's store into the change log.\n# TYPE {name} counter"
+    );
+    for s in &stats {
+        let _ = writeln!(out, "{name}{{entity=\"{}\"}} {}", s.entity, s.copied);
+    }
+    let name = "meshql_changes_copy_errors_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Failed attempts to copy the entity's changes (retried).\n# TYPE {name} counter"
+    );
+    for s in &stats {
+        let _ = writeln!(out, "{name}{{entity=\"{}\"}} {}", s.entity, s.errors);
+    }
+    let log = hub.log();
+    let name = "meshql_changes_log_last_position";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Position of the newest change in the log.\n# TYPE {name} gauge\n{name} {}",
+        log.last_offset()
+    );
+    let name = "meshql_changes_log_first_position";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Position of the oldest change the log still keeps.\n# TYPE {name} gauge\n{name} {}",
+        log.first_offset()
+    );
 }

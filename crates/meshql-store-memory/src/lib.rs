@@ -25,14 +25,27 @@ struct Version {
     tokens: Vec<String>,
 }
 
-#[derive(Default)]
 struct Data {
     /// Versions per id, oldest first.
     docs: HashMap<String, Vec<Version>>,
     /// Ids in creation order.
     order: Vec<String>,
-    /// Every version in commit order: the change feed (cursor = index + 1).
+    /// Every version in commit order: the change feed (cursor = `(epoch, index + 1)`).
     feed: Vec<StoreChange>,
+    /// When this store was made: nothing survives a restart, so its cursors start over, and
+    /// a cursor from an earlier process (another epoch) reads the new feed from its start.
+    epoch: u64,
+}
+
+impl Default for Data {
+    fn default() -> Self {
+        Self {
+            docs: HashMap::new(),
+            order: Vec::new(),
+            feed: Vec::new(),
+            epoch: now_millis().max(1) as u64,
+        }
+    }
 }
 
 impl Data {
@@ -81,7 +94,7 @@ impl Data {
             None => versions.push(v.clone()),
         }
         self.feed.push(StoreChange {
-            cursor: Cursor::seq(self.feed.len() as u64 + 1),
+            cursor: Cursor(self.epoch, self.feed.len() as u64 + 1),
             id: id.to_owned(),
             created_at: v.created_at,
             op: ChangeOp::of_version(v.deleted, first),
@@ -394,9 +407,13 @@ impl Store for MemoryStore {
 
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         let data = self.data.read();
-        let start = usize::try_from(after.1)
-            .unwrap_or(usize::MAX)
-            .min(data.feed.len());
+        let start = if after.0 == data.epoch {
+            usize::try_from(after.1)
+                .unwrap_or(usize::MAX)
+                .min(data.feed.len())
+        } else {
+            0
+        };
         Ok(data.feed[start..].iter().take(limit).cloned().collect())
     }
 

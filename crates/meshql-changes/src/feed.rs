@@ -1,0 +1,149 @@
+//! Reading the change log for consumers: pages of published changes after a position,
+//! filtered by entity and by the reader's authorized tokens (exactly as reads are filtered).
+
+use crate::record::{publish, Head};
+use meshql_core::auth::is_visible;
+use meshql_core::TokenFilter;
+use meshql_log::{Log, LogError, LogReader, Record};
+
+/// A log to read: the writer's own handle in the serving process, or a [`LogReader`] in
+/// another process.
+pub trait FeedSource: Send + Sync {
+    fn read_records(
+        &self,
+        after: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, LogError>;
+    fn last_position(&self) -> Result<u64, LogError>;
+}
+
+impl FeedSource for Log {
+    fn read_records(
+        &self,
+        after: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, LogError> {
+        self.read(after, max, max_bytes)
+    }
+    fn last_position(&self) -> Result<u64, LogError> {
+        Ok(self.last_offset())
+    }
+}
+
+impl FeedSource for LogReader {
+    fn read_records(
+        &self,
+        after: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, LogError> {
+        self.read(after, max, max_bytes)
+    }
+    fn last_position(&self) -> Result<u64, LogError> {
+        self.last_offset()
+    }
+}
+
+/// Which changes a consumer receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedFilter {
+    /// Only these entities (all when `None`).
+    pub entities: Option<Vec<String>>,
+    /// The reader's tokens: a change is delivered when its document would be readable.
+    pub tokens: TokenFilter,
+}
+
+impl Default for FeedFilter {
+    fn default() -> Self {
+        Self {
+            entities: None,
+            tokens: TokenFilter::All,
+        }
+    }
+}
+
+impl FeedFilter {
+    fn admits(&self, head: &Head) -> bool {
+        self.entities
+            .as_ref()
+            .is_none_or(|es| es.iter().any(|e| *e == head.entity))
+            && is_visible(&self.tokens, &head.authorized_tokens)
+    }
+}
+
+/// One page of the feed.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Page {
+    /// Published changes (`{"position":N,…}` JSON objects), in order.
+    pub changes: Vec<(u64, Vec<u8>)>,
+    /// The position to resume after: the last change examined, delivered or filtered out
+    /// (`since` when there was nothing after it).
+    pub last: u64,
+}
+
+impl Page {
+    /// `{"changes":[…],"last":N}`.
+    pub fn to_json(&self) -> Vec<u8> {
+        let len: usize = self.changes.iter().map(|(_, c)| c.len() + 1).sum();
+        let mut out = Vec::with_capacity(len + 40);
+        out.extend_from_slice(b"{\"changes\":[");
+        for (i, (_, c)) in self.changes.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(c);
+        }
+        out.extend_from_slice(b"],\"last\":");
+        out.extend_from_slice(self.last.to_string().as_bytes());
+        out.push(b'}');
+        out
+    }
+}
+
+/// Records examined per page at most, whatever the filter admits (bounds the work of a
+/// request whose filter matches little).
+const SCAN_LIMIT: usize = 20_000;
+/// Record bytes read per round.
+const ROUND_BYTES: usize = 4 << 20;
+
+/// Up to `limit` changes after `since` that `filter` admits.
+pub fn read_page(
+    source: &dyn FeedSource,
+    since: u64,
+    limit: usize,
+    filter: &FeedFilter,
+) -> Result<Page, LogError> {
+    let mut page = Page {
+        changes: Vec::new(),
+        last: since,
+    };
+    let mut examined = 0;
+    while page.changes.len() < limit && examined < SCAN_LIMIT {
+        let want = (limit - page.changes.len()).clamp(16, 1024);
+        let records = source.read_records(page.last, want, ROUND_BYTES)?;
+        if records.is_empty() {
+            break;
+        }
+        for r in records {
+            examined += 1;
+            page.last = r.offset;
+            match Head::parse(&r.data) {
+                Ok(head) if filter.admits(&head) => {
+                    let mut out = Vec::with_capacity(r.data.len() + 24);
+                    publish(r.offset, &r.data, &mut out);
+                    page.changes.push((r.offset, out));
+                    if page.changes.len() == limit {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(position = r.offset, error = %e, "unreadable change record skipped")
+                }
+            }
+        }
+    }
+    Ok(page)
+}

@@ -1,0 +1,525 @@
+//! The change feed through the binary: `/_changes` (pages, long polling, Server-Sent Events,
+//! token filtering, bad input), `meshql changes`, and what survives `kill -9`.
+
+mod common;
+
+use common::{examples_dir, run_meshql, Client, Server};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn farm_config() -> PathBuf {
+    examples_dir().join("farm")
+}
+
+async fn create(c: &Client, path: &str, body: Value, headers: &[(&str, &str)]) -> String {
+    let r = c
+        .request("POST", path, Some(body.to_string().into_bytes()), headers)
+        .await;
+    r.expect_status(201);
+    r.json()["id"].as_str().unwrap().to_owned()
+}
+
+/// `/_changes` after `since` once it holds at least `n` changes (the hub copies a commit
+/// into the log a moment after it is acknowledged).
+async fn changes_after(c: &Client, since: u64, n: usize, query: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c
+            .get(&format!("/_changes?since={since}&limit=1000{query}"))
+            .await;
+        r.expect_status(200);
+        let body = r.json();
+        if body["changes"].as_array().unwrap().len() >= n || Instant::now() > deadline {
+            return body;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn list(body: &Value) -> &Vec<Value> {
+    body["changes"].as_array().expect("changes array")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rest_write_is_one_change_in_order() {
+    let server = Server::start(&farm_config(), &[]);
+    let c = server.client();
+    let farm = create(
+        &c,
+        "/farm/api",
+        json!({"name": "Emerdale"}),
+        &[("x-correlation-id", "req-1")],
+    )
+    .await;
+    c.put_json(&format!("/farm/api/{farm}"), &json!({"name": "Emmerdale"}))
+        .await
+        .expect_status(200);
+    let r = c
+        .request(
+            "POST",
+            "/coop/api/bulk",
+            Some(
+                json!([{"name": "red", "farm_id": farm}, {"name": "blue", "farm_id": farm}])
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[("x-request-id", "bulk-7")],
+        )
+        .await;
+    r.expect_status(201);
+    c.delete(&format!("/farm/api/{farm}"))
+        .await
+        .expect_status(200);
+    // what changes nothing is no change
+    c.delete(&format!("/farm/api/{farm}"))
+        .await
+        .expect_status(200);
+    c.post_json("/farm/api", &json!({"nope": 1}))
+        .await
+        .expect_status(400);
+
+    let body = changes_after(&c, 0, 5, "").await;
+    let changes = list(&body);
+    let summary: Vec<(String, String, String)> = changes
+        .iter()
+        .map(|ch| {
+            (
+                ch["entity"].as_str().unwrap().to_owned(),
+                ch["op"].as_str().unwrap().to_owned(),
+                ch["payload"]["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let s = |e: &str, o: &str, n: &str| (e.to_owned(), o.to_owned(), n.to_owned());
+    assert_eq!(
+        summary,
+        vec![
+            s("farm", "create", "Emerdale"),
+            s("farm", "update", "Emmerdale"),
+            s("coop", "create", "red"),
+            s("coop", "create", "blue"),
+            s("farm", "delete", "Emmerdale"),
+        ]
+    );
+    let positions: Vec<u64> = changes
+        .iter()
+        .map(|c| c["position"].as_u64().unwrap())
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    assert_eq!(body["last"], positions[4]);
+    assert_eq!(changes[0]["correlation_id"], "req-1");
+    assert_eq!(changes[2]["correlation_id"], "bulk-7");
+    assert_eq!(
+        changes[3]["correlation_id"], "bulk-7",
+        "one request, one correlation id"
+    );
+    assert!(
+        changes[1]["correlation_id"].as_str().unwrap().len() >= 32,
+        "a fresh one when none is given"
+    );
+    assert_eq!(changes[0]["id"], farm.as_str());
+    assert_eq!(changes[0]["payload"]["id"], farm.as_str());
+    assert_eq!(
+        changes[0]["change_id"],
+        format!("farm:{farm}:{}", changes[0]["created_at"])
+    );
+
+    // resume, page, filter
+    let last = body["last"].as_u64().unwrap();
+    let after = c.get(&format!("/_changes?since={last}")).await;
+    assert_eq!(after.json(), json!({"changes": [], "last": last}));
+    let page = c.get("/_changes?since=0&limit=2").await.json();
+    assert_eq!(list(&page).len(), 2);
+    assert_eq!(page["last"], positions[1]);
+    let coops = c.get("/_changes?since=0&entity=coop").await.json();
+    assert_eq!(list(&coops).len(), 2);
+    assert_eq!(
+        coops["last"], positions[4],
+        "last moves past what the filter leaves out"
+    );
+    let now = c.get("/_changes?since=now").await.json();
+    assert_eq!(now, json!({"changes": [], "last": last}));
+
+    // bad input: 400 with a JSON error naming the problem
+    for (query, word) in [
+        ("since=-1", "since"),
+        ("since=abc", "since"),
+        ("limit=0", "limit"),
+        ("limit=100001", "limit"),
+        ("entity=dragon", "dragon"),
+        ("wait_ms=3600000", "wait_ms"),
+        ("feed=continuous", "feed"),
+        ("sinse=1", "sinse"),
+    ] {
+        let r = c.get(&format!("/_changes?{query}")).await;
+        r.expect_status(400);
+        let e = r.json()["error"].as_str().unwrap().to_owned();
+        assert!(e.contains(word), "{query}: {e}");
+    }
+    let metrics = c.get("/metrics").await.text;
+    assert!(
+        metrics.contains("meshql_changes_copied_total{entity=\"farm\"} 3"),
+        "{metrics}"
+    );
+    assert!(metrics.contains(&format!("meshql_changes_log_last_position {last}")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_when_a_change_lands() {
+    let server = Server::start(&farm_config(), &[]);
+    let c = server.client();
+    let waiting = {
+        let c = server.client();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let r = c.get("/_changes?since=0&wait_ms=20000").await;
+            (r, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "an empty long poll waits");
+    create(&c, "/farm/api", json!({"name": "late"}), &[]).await;
+    let (r, took) = waiting.await.unwrap();
+    r.expect_status(200);
+    let body = r.json();
+    assert_eq!(list(&body).len(), 1);
+    assert_eq!(list(&body)[0]["payload"]["name"], "late");
+    assert!(
+        took < Duration::from_secs(15),
+        "answered by the change, not the timeout"
+    );
+    // with nothing arriving it answers empty when the wait is over
+    let last = body["last"].as_u64().unwrap();
+    let r = c.get(&format!("/_changes?since={last}&wait_ms=200")).await;
+    assert_eq!(r.json(), json!({"changes": [], "last": last}));
+}
+
+/// Reads a Server-Sent Events response until `until` holds for the events seen.
+async fn read_events(
+    response: &mut reqwest::Response,
+    until: impl Fn(&[(u64, Value)]) -> bool,
+) -> Vec<(u64, Value)> {
+    let mut text = String::new();
+    let mut events = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !until(&events) {
+        assert!(
+            Instant::now() < deadline,
+            "events so far: {events:?}\n{text}"
+        );
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("a chunk in time")
+            .expect("the stream reads")
+            .expect("the stream stays open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let mut id = None;
+            let mut data = None;
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = Some(v.parse::<u64>().unwrap());
+                }
+                if let Some(v) = line.strip_prefix("data: ") {
+                    data = Some(serde_json::from_str::<Value>(v).unwrap());
+                }
+            }
+            if let (Some(id), Some(data)) = (id, data) {
+                events.push((id, data));
+            }
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_sent_events_stream_live_and_resume() {
+    let server = Server::start(&farm_config(), &[]);
+    let c = server.client();
+    create(&c, "/farm/api", json!({"name": "before"}), &[]).await;
+    let http = reqwest::Client::new();
+    let mut stream = http
+        .get(server.url("/_changes?since=0"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(
+        stream.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let first = read_events(&mut stream, |e| !e.is_empty()).await;
+    assert_eq!(first[0].1["payload"]["name"], "before");
+    for name in ["live-1", "live-2"] {
+        create(&c, "/farm/api", json!({"name": name}), &[]).await;
+    }
+    let live = read_events(&mut stream, |e| e.len() >= 2).await;
+    assert_eq!(live[1].1["payload"]["name"], "live-2");
+    assert_eq!(live[1].0, live[1].1["position"].as_u64().unwrap());
+    drop(stream);
+
+    // resume with Last-Event-ID: only what came after it
+    create(&c, "/farm/api", json!({"name": "while-away"}), &[]).await;
+    let mut resumed = http
+        .get(server.url("/_changes"))
+        .header("accept", "text/event-stream")
+        .header("last-event-id", live[1].0.to_string())
+        .send()
+        .await
+        .unwrap();
+    let again = read_events(&mut resumed, |e| !e.is_empty()).await;
+    assert_eq!(again[0].1["payload"]["name"], "while-away");
+    assert_eq!(again.len(), 1);
+    drop(resumed);
+
+    // an open stream does not hold up shutdown
+    let open = http
+        .get(server.url("/_changes?feed=eventsource"))
+        .send()
+        .await
+        .unwrap();
+    assert!(server.stop_gracefully().success());
+    drop(open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_filter_the_feed_as_they_filter_reads() {
+    // the farm example with `[auth] type = "jwt"` (before its first table)
+    let dir = common::example_copy("farm", |t| {
+        t.replacen("\n[storage.", "\n[auth]\ntype = \"jwt\"\n\n[storage.", 1)
+    });
+    let config = dir.path().join("meshql.toml");
+    let server = Server::start(&config, &[]);
+    let c = server.client();
+    let bearer = |sub: &str| {
+        use base64_helper::encode;
+        format!(
+            "Bearer {}.{}.sig",
+            encode(r#"{"alg":"none"}"#),
+            encode(&format!(r#"{{"sub":"{sub}"}}"#))
+        )
+    };
+    let alice = bearer("alice");
+    let bob = bearer("bob");
+    create(
+        &c,
+        "/farm/api",
+        json!({"name": "alice's"}),
+        &[("authorization", &alice)],
+    )
+    .await;
+    create(
+        &c,
+        "/farm/api",
+        json!({"name": "bob's"}),
+        &[("authorization", &bob)],
+    )
+    .await;
+    changes_after(&c, 0, 2, "").await;
+    let seen = |auth: String| {
+        let c = server.client();
+        async move {
+            let r = c
+                .request(
+                    "GET",
+                    "/_changes?since=0",
+                    None,
+                    &[("authorization", &auth)],
+                )
+                .await;
+            list(&r.json())
+                .iter()
+                .map(|ch| ch["payload"]["name"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(seen(alice).await, vec!["alice's"]);
+    assert_eq!(seen(bob).await, vec!["bob's"]);
+    let anonymous = c.get("/_changes?since=0").await.json();
+    assert!(list(&anonymous).is_empty(), "{anonymous}");
+    assert_eq!(anonymous["last"], 2);
+}
+
+/// Minimal base64url (no padding) for test JWTs.
+mod base64_helper {
+    pub fn encode(s: &str) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let b = s.as_bytes();
+        let mut out = String::new();
+        for chunk in b.chunks(3) {
+            let n = chunk.iter().fold(0u32, |n, x| (n << 8) | *x as u32) << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_writers_each_change_once_in_order_per_document() {
+    let server = Server::start(&farm_config(), &[]);
+    let mut tasks = Vec::new();
+    for w in 0..50 {
+        let c = server.client();
+        tasks.push(tokio::spawn(async move {
+            let id = create(&c, "/farm/api", json!({"name": format!("w{w}-0")}), &[]).await;
+            for i in 1..6 {
+                c.put_json(
+                    &format!("/farm/api/{id}"),
+                    &json!({"name": format!("w{w}-{i}")}),
+                )
+                .await
+                .expect_status(200);
+            }
+            id
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.push(t.await.unwrap());
+    }
+    let c = server.client();
+    let body = changes_after(&c, 0, 300, "").await;
+    let changes = list(&body);
+    assert_eq!(changes.len(), 300, "exactly the acknowledged writes");
+    let unique: BTreeSet<&str> = changes
+        .iter()
+        .map(|c| c["change_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(unique.len(), 300);
+    let mut per_doc: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for ch in changes {
+        per_doc
+            .entry(ch["id"].as_str().unwrap())
+            .or_default()
+            .push(ch["payload"]["name"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(per_doc.len(), 50);
+    for names in per_doc.values() {
+        let w = names[0].split('-').next().unwrap().to_owned();
+        let expected: Vec<String> = (0..6).map(|i| format!("{w}-{i}")).collect();
+        assert_eq!(*names, expected);
+    }
+}
+
+/// POSTs `body`; the new id when the server acknowledged it (201), `None` when the request
+/// failed (the server died under it).
+async fn post_lenient(http: &reqwest::Client, url: &str, body: Value) -> Option<String> {
+    let r = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .ok()?;
+    if r.status() != 201 {
+        return None;
+    }
+    let v: Value = r.json().await.ok()?;
+    v["id"].as_str().map(str::to_owned)
+}
+
+fn kill_9(server: &Server) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Runs `meshql changes` on a config and data dir; the JSON lines it prints.
+fn cli_changes(config: &Path, data_dir: &Path, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec![
+        "changes",
+        config.to_str().unwrap(),
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = run_meshql(&args, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_the_feed_equals_the_stored_versions() {
+    let data = tempfile::tempdir().unwrap();
+    let config = farm_config();
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let url = server.url("/farm/api");
+        let (acknowledged, stop) = (acknowledged.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 10_000 {
+                let r = post_lenient(&http, &url, json!({"name": format!("k{w}-{i}")})).await;
+                match r {
+                    Some(id) => acknowledged.lock().unwrap().push(id),
+                    None => return,
+                }
+                i += 1;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    kill_9(&server);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        let _ = w.await;
+    }
+    drop(server);
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(acknowledged.len() > 50, "load ran: {}", acknowledged.len());
+
+    // restart on the same data: the feed catches up to exactly the stored versions
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    let c = server.client();
+    let stored = c.list("/farm/api").await;
+    let body = changes_after(&c, 0, stored.len(), "&entity=farm").await;
+    let ids: Vec<&str> = list(&body)
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let unique: BTreeSet<&str> = ids.iter().copied().collect();
+    assert_eq!(ids.len(), unique.len(), "no change twice");
+    let stored_ids: BTreeSet<&str> = stored.iter().map(|d| d["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        unique, stored_ids,
+        "the feed holds exactly the stored documents"
+    );
+    for id in &acknowledged {
+        assert!(
+            unique.contains(id.as_str()),
+            "acknowledged {id} is in the feed"
+        );
+    }
+    // another process reads the same log
+    let printed = cli_changes(&config, data.path(), &["--entity", "farm"]);
+    assert_eq!(printed.len(), ids.len());
+    let first_two = cli_changes(&config, data.path(), &["--limit", "2", "--group", "audit"]);
+    assert_eq!(first_two.len(), 2);
+    let next = cli_changes(&config, data.path(), &["--limit", "1", "--group", "audit"]);
+    assert_eq!(
+        next[0]["position"],
+        first_two[1]["position"].as_u64().unwrap() + 1,
+        "the group resumes"
+    );
+    drop(server);
+}
