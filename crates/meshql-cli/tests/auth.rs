@@ -3,29 +3,8 @@
 
 mod common;
 
-use common::{examples_dir, Client, Server};
+use common::{bearer, examples_dir, Client, Server};
 use serde_json::{json, Value};
-
-fn bearer(sub: &str) -> String {
-    fn b64(s: &str) -> String {
-        const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let bytes = s.as_bytes();
-        let mut out = String::new();
-        for chunk in bytes.chunks(3) {
-            let n =
-                chunk.iter().fold(0u32, |acc, b| (acc << 8) | *b as u32) << (8 * (3 - chunk.len()));
-            for i in 0..=chunk.len() {
-                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        out
-    }
-    format!(
-        "Bearer {}.{}.signature",
-        b64(r#"{"alg":"none"}"#),
-        b64(&format!(r#"{{"sub":"{sub}"}}"#))
-    )
-}
 
 async fn as_user(
     c: &Client,

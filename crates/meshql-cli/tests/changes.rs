@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{examples_dir, run_meshql, Client, Server};
+use common::{bearer, examples_dir, run_meshql, Client, Server};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -295,14 +295,6 @@ async fn tokens_filter_the_feed_as_they_filter_reads() {
     let config = dir.path().join("meshql.toml");
     let server = Server::start(&config, &[]);
     let c = server.client();
-    let bearer = |sub: &str| {
-        use base64_helper::encode;
-        format!(
-            "Bearer {}.{}.sig",
-            encode(r#"{"alg":"none"}"#),
-            encode(&format!(r#"{{"sub":"{sub}"}}"#))
-        )
-    };
     let alice = bearer("alice");
     let bob = bearer("bob");
     create(
@@ -342,22 +334,6 @@ async fn tokens_filter_the_feed_as_they_filter_reads() {
     let anonymous = c.get("/_changes?since=0").await.json();
     assert!(list(&anonymous).is_empty(), "{anonymous}");
     assert_eq!(anonymous["last"], 2);
-}
-
-/// Minimal base64url (no padding) for test JWTs.
-mod base64_helper {
-    pub fn encode(s: &str) -> String {
-        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-        let b = s.as_bytes();
-        let mut out = String::new();
-        for chunk in b.chunks(3) {
-            let n = chunk.iter().fold(0u32, |n, x| (n << 8) | *x as u32) << (8 * (3 - chunk.len()));
-            for i in 0..=chunk.len() {
-                out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            }
-        }
-        out
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

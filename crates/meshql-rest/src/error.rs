@@ -2,24 +2,16 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use meshql_core::StoreError;
-use serde_json::{json, Value};
+use meshql_engine::EngineError;
+use serde_json::json;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum RestError {
     #[error("Malformed JSON: {0}")]
     MalformedJson(String),
-    #[error("the request body must be a JSON {0}")]
-    WrongShape(&'static str),
-    #[error("Invalid payload")]
-    Invalid(Vec<Value>),
-    #[error("Invalid payload in batch")]
-    InvalidBatch(Vec<Value>),
     #[error("Missing ids parameter")]
     MissingIds,
-    #[error("Resource not found")]
-    NotFound,
     #[error("Resource not found or could not be deleted")]
     NotDeleted,
     #[error("request body is larger than {0} bytes")]
@@ -29,24 +21,24 @@ pub enum RestError {
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String, &'static str),
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Engine(#[from] EngineError),
+}
+
+impl RestError {
+    pub const NOT_FOUND: RestError = RestError::Engine(EngineError::NotFound);
 }
 
 impl RestError {
     pub fn status(&self) -> StatusCode {
         match self {
-            RestError::MalformedJson(_)
-            | RestError::WrongShape(_)
-            | RestError::Invalid(_)
-            | RestError::InvalidBatch(_)
-            | RestError::MissingIds
-            | RestError::Body(_) => StatusCode::BAD_REQUEST,
-            RestError::NotFound | RestError::NotDeleted => StatusCode::NOT_FOUND,
+            RestError::MalformedJson(_) | RestError::MissingIds | RestError::Body(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            RestError::NotDeleted => StatusCode::NOT_FOUND,
             RestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::MethodNotAllowed(..) => StatusCode::METHOD_NOT_ALLOWED,
-            RestError::Store(StoreError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
-            RestError::Store(StoreError::Invalid(_)) => StatusCode::BAD_REQUEST,
-            RestError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            RestError::Engine(e) => StatusCode::from_u16(e.kind().http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         }
     }
 }
@@ -58,7 +50,8 @@ impl IntoResponse for RestError {
             tracing::error!(error = %self, "REST request failed");
         }
         let body = match &self {
-            RestError::Invalid(details) | RestError::InvalidBatch(details) => {
+            RestError::Engine(EngineError::Invalid(details))
+            | RestError::Engine(EngineError::InvalidBatch(details)) => {
                 json!({ "error": self.to_string(), "details": details })
             }
             _ => json!({ "error": self.to_string() }),

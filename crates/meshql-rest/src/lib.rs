@@ -16,9 +16,7 @@
 mod error;
 mod openapi;
 mod routes;
-mod validate;
 
 pub use error::RestError;
 pub use openapi::openapi_document;
 pub use routes::{router, Restlette};
-pub use validate::{PayloadValidator, ValidatorError};

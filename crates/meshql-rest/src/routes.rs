@@ -1,7 +1,6 @@
-//! The restlette's routes and handlers.
+//! The restlette's routes and handlers: HTTP in, [`EntityService`] calls, HTTP out.
 
 use crate::error::RestError;
-use crate::validate::PayloadValidator;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
@@ -9,22 +8,16 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use axum::Router;
-use meshql_core::{
-    Authorizer, Credentials, DynStore, Envelope, NewDocument, RemoveOutcome, WriteContext,
-};
+use meshql_core::{Envelope, RemoveOutcome};
+use meshql_engine::{EntityService, Session};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// One entity's REST API.
 pub struct Restlette {
     pub path: String,
-    pub entity: String,
-    pub store: DynStore,
-    pub validator: Option<PayloadValidator>,
-    /// Tokens stamped on writes (when empty: the writer's credentials).
-    pub tokens: Vec<String>,
-    pub authorizer: Arc<dyn Authorizer>,
+    pub service: Arc<EntityService>,
     /// The OpenAPI document, serialised once.
     pub openapi: Bytes,
     /// The Swagger UI page, when the server serves one.
@@ -59,38 +52,18 @@ fn array_of(envelopes: &[Envelope]) -> Vec<u8> {
     out
 }
 
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
 impl Restlette {
-    fn credentials(&self, headers: &HeaderMap) -> Credentials {
-        let auth = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok());
-        self.authorizer.credentials(auth)
-    }
-
-    fn write_tokens(&self, creds: &Credentials) -> Vec<String> {
-        if self.tokens.is_empty() {
-            creds.write_tokens()
-        } else {
-            self.tokens.clone()
-        }
-    }
-
-    /// What a write by this request carries: who may change what, the tokens stamped on new
-    /// documents, and the correlation id its changes are tagged with in the feed (the
-    /// caller's `X-Correlation-Id` or `X-Request-Id`, else a fresh one).
-    fn write_context(&self, headers: &HeaderMap, creating: bool) -> WriteContext {
-        let creds = self.credentials(headers);
-        let tokens = if creating {
-            Some(self.write_tokens(&creds))
-        } else {
-            // configured tokens are stamped on every write; otherwise the owner stays
-            (!self.tokens.is_empty()).then(|| self.tokens.clone())
-        };
-        WriteContext {
-            tokens,
-            filter: creds.filter(),
-            correlation_id: Some(correlation_id(headers)),
-        }
+    /// The caller: its `Authorization`, and the correlation id its writes carry into the
+    /// change feed (`X-Correlation-Id`, else `X-Request-Id`, else a fresh one).
+    fn session(&self, headers: &HeaderMap) -> Session {
+        self.service.session(
+            header_text(headers, header::AUTHORIZATION.as_str()),
+            header_text(headers, "x-correlation-id").or(header_text(headers, "x-request-id")),
+        )
     }
 
     fn body(&self, body: Result<Bytes, BytesRejection>) -> Result<Value, RestError> {
@@ -104,37 +77,10 @@ impl Restlette {
         serde_json::from_slice(&bytes).map_err(|e| RestError::MalformedJson(e.to_string()))
     }
 
-    fn document(&self, value: Value) -> Result<Map<String, Value>, RestError> {
-        if !value.is_object() {
-            return Err(RestError::WrongShape("object"));
-        }
-        if let Some(v) = &self.validator {
-            let violations = v.violations(&value);
-            if !violations.is_empty() {
-                return Err(RestError::Invalid(violations));
-            }
-        }
-        let Value::Object(map) = value else {
-            unreachable!("checked to be an object above")
-        };
-        Ok(map)
-    }
-
     fn location(&self, id: &str) -> HeaderValue {
         HeaderValue::from_str(&format!("{}/{}", self.path, id))
             .unwrap_or_else(|_| HeaderValue::from_static("/"))
     }
-}
-
-/// The correlation id of a request: the caller's, when it sent a usable one.
-fn correlation_id(headers: &HeaderMap) -> String {
-    ["x-correlation-id", "x-request-id"]
-        .iter()
-        .filter_map(|name| headers.get(*name)?.to_str().ok())
-        .map(str::trim)
-        .find(|v| !v.is_empty() && v.len() <= 200)
-        .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::now_v7().to_string())
 }
 
 async fn create(
@@ -142,11 +88,8 @@ async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
-    let doc = r.document(r.body(body)?)?;
-    let env = r
-        .store
-        .create(NewDocument::new(doc), &r.write_context(&headers, true))
-        .await?;
+    let value = r.body(body)?;
+    let env = r.service.create(&r.session(&headers), value).await?;
     let mut resp = json_response(StatusCode::CREATED, env.payload);
     resp.headers_mut()
         .insert(header::LOCATION, r.location(&env.id));
@@ -154,10 +97,7 @@ async fn create(
 }
 
 async fn list(State(r): Shared, headers: HeaderMap) -> Result<Response, RestError> {
-    let envs = r
-        .store
-        .list(&r.credentials(&headers).filter(), None)
-        .await?;
+    let envs = r.service.list(&r.session(&headers), None).await?;
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }
 
@@ -167,10 +107,10 @@ async fn read(
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
     let env = r
-        .store
-        .read(&id, &r.credentials(&headers).filter(), None)
+        .service
+        .read(&r.session(&headers), &id, None)
         .await?
-        .ok_or(RestError::NotFound)?;
+        .ok_or(RestError::NOT_FOUND)?;
     let mut resp = json_response(StatusCode::OK, env.payload);
     if let Ok(v) = HeaderValue::from_str(&env.id) {
         resp.headers_mut().insert("x-canonical-id", v);
@@ -184,16 +124,8 @@ async fn update(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
-    let doc = r.document(r.body(body)?)?;
-    let env = r
-        .store
-        .update(
-            &id,
-            NewDocument::new(doc),
-            &r.write_context(&headers, false),
-        )
-        .await?
-        .ok_or(RestError::NotFound)?;
+    let value = r.body(body)?;
+    let env = r.service.update(&r.session(&headers), &id, value).await?;
     Ok(json_response(StatusCode::OK, env.payload))
 }
 
@@ -202,11 +134,7 @@ async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
-    match r
-        .store
-        .remove(&id, &r.write_context(&headers, false))
-        .await?
-    {
+    match r.service.remove(&r.session(&headers), &id).await? {
         RemoveOutcome::Removed | RemoveOutcome::AlreadyDeleted => Ok(json_response(
             StatusCode::OK,
             serde_json::json!({"id": id, "status": "deleted"}).to_string(),
@@ -221,29 +149,9 @@ async fn bulk_create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
     let Value::Array(items) = r.body(body)? else {
-        return Err(RestError::WrongShape("array"));
+        return Err(meshql_engine::EngineError::WrongShape("array").into());
     };
-    let mut docs = Vec::with_capacity(items.len());
-    let mut problems = Vec::new();
-    for (index, item) in items.into_iter().enumerate() {
-        match r.document(item) {
-            Ok(d) => docs.push(NewDocument::new(d)),
-            Err(RestError::Invalid(v)) => {
-                problems.push(serde_json::json!({"index": index, "errors": v}))
-            }
-            Err(RestError::WrongShape(_)) => problems.push(
-                serde_json::json!({"index": index, "errors": [{"path": "/", "message": "not a JSON object"}]}),
-            ),
-            Err(e) => return Err(e),
-        }
-    }
-    if !problems.is_empty() {
-        return Err(RestError::InvalidBatch(problems));
-    }
-    let envs = r
-        .store
-        .create_many(docs, &r.write_context(&headers, true))
-        .await?;
+    let envs = r.service.create_many(&r.session(&headers), items).await?;
     Ok(json_response(StatusCode::CREATED, array_of(&envs)))
 }
 
@@ -272,8 +180,8 @@ async fn bulk_read(
         return Err(RestError::MissingIds);
     }
     let envs = r
-        .store
-        .read_many(&ids, &r.credentials(&headers).filter(), None)
+        .service
+        .read_many(&r.session(&headers), &ids, None)
         .await?;
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }
@@ -302,7 +210,7 @@ async fn docs(State(r): Shared) -> Response {
             );
             resp
         }
-        None => RestError::NotFound.into_response(),
+        None => RestError::NOT_FOUND.into_response(),
     }
 }
 
@@ -311,7 +219,7 @@ async fn health() -> Response {
 }
 
 async fn ready(State(r): Shared) -> Response {
-    match r.store.ready().await {
+    match r.service.writer().ready().await {
         Ok(()) => json_response(StatusCode::OK, r#"{"status":"ok"}"#),
         Err(e) => json_response(
             StatusCode::SERVICE_UNAVAILABLE,

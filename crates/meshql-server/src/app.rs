@@ -16,9 +16,10 @@ use meshql_config::model::FsyncConfig;
 use meshql_config::resolve::AuthSpec;
 use meshql_config::{ChangesSpec, ResolvedConfig, StorageSpec};
 use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, RoleAuthorizer, StoreError};
+use meshql_engine::{EntityService, PayloadValidator};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_log::{FsyncPolicy, Log, LogOptions, Retention};
-use meshql_rest::{openapi_document, PayloadValidator, Restlette};
+use meshql_rest::{openapi_document, Restlette};
 use meshql_store_memory::MemoryStore;
 use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
 use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
@@ -278,23 +279,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             .expect("every entity has a store")
     };
 
-    // graphlettes
-    let mut graphlettes = Vec::new();
+    // the engine: one service per entity, which every frontend goes through
+    let mut services: HashMap<String, Arc<EntityService>> = HashMap::new();
     for entity in &config.entities {
-        if let Some(g) = &entity.graph {
-            graphlettes.push(Graphlette::new(&entity.name, g, store_of(&entity.name)));
-        }
-    }
-    let registry = Arc::new(Registry::new(
-        graphlettes,
-        Duration::from_millis(config.http_client.connect_timeout_ms),
-        Duration::from_millis(config.http_client.request_timeout_ms),
-    )?);
-
-    let mut router = Router::new();
-    for entity in &config.entities {
-        if let Some(rest) = &entity.rest {
-            let validator = rest
+        let validator = match &entity.rest {
+            Some(rest) => rest
                 .schema
                 .as_ref()
                 .map(|s| {
@@ -308,15 +297,42 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                         message: e.0,
                     })
                 })
-                .transpose()?;
+                .transpose()?,
+            None => None,
+        };
+        services.insert(
+            entity.name.clone(),
+            Arc::new(EntityService::new(
+                &entity.name,
+                store_of(&entity.name),
+                validator,
+                entity.tokens.clone(),
+                authorizer.clone(),
+            )),
+        );
+    }
+
+    // graphlettes
+    let mut graphlettes = Vec::new();
+    for entity in &config.entities {
+        if let Some(g) = &entity.graph {
+            let reader = services[&entity.name].reader().clone();
+            graphlettes.push(Graphlette::new(&entity.name, g, reader));
+        }
+    }
+    let registry = Arc::new(Registry::new(
+        graphlettes,
+        Duration::from_millis(config.http_client.connect_timeout_ms),
+        Duration::from_millis(config.http_client.request_timeout_ms),
+    )?);
+
+    let mut router = Router::new();
+    for entity in &config.entities {
+        if let Some(rest) = &entity.rest {
             let openapi = openapi_document(&rest.path, &entity.name, rest.schema.as_ref());
             let restlette = Arc::new(Restlette {
                 path: rest.path.clone(),
-                entity: entity.name.clone(),
-                store: store_of(&entity.name),
-                validator,
-                tokens: entity.tokens.clone(),
-                authorizer: authorizer.clone(),
+                service: services[&entity.name].clone(),
                 openapi: Bytes::from(serde_json::to_vec(&openapi).expect("JSON serialises")),
                 docs_page: Some(Bytes::from(assets::swagger_page(
                     &format!("{} API", rest.path),

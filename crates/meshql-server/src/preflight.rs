@@ -4,7 +4,7 @@
 use axum::http::HeaderValue;
 use meshql_config::{ResolvedConfig, StorageSpec};
 use meshql_core::template::TemplateKind;
-use meshql_rest::PayloadValidator;
+use meshql_engine::PayloadValidator;
 
 /// Every problem found, as messages naming the file and the field.
 pub fn preflight(config: &ResolvedConfig) -> Vec<String> {

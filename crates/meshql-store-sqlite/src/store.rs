@@ -777,34 +777,41 @@ impl Store for SqliteStore {
         let text = self.sql.changes.clone();
         let after = i64::try_from(after.1).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.scan(move |conn| {
-            let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
-            let rows = stmt
-                .query_map(params![after, limit], |r| {
-                    Ok((
-                        envelope_from_row(r)?,
-                        r.get::<_, i64>(5)?,
-                        r.get::<_, bool>(6)?,
-                        r.get::<_, Option<String>>(7)?,
-                    ))
+        // on the blocking pool (a batch of changes is a range scan), and not counted as a
+        // read: reads count what requests cost
+        let db = self.db.clone();
+        let read = move || {
+            db.read(move |conn| {
+                let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
+                let rows = stmt
+                    .query_map(params![after, limit], |r| {
+                        Ok((
+                            envelope_from_row(r)?,
+                            r.get::<_, i64>(5)?,
+                            r.get::<_, bool>(6)?,
+                            r.get::<_, Option<String>>(7)?,
+                        ))
+                    })
+                    .map_err(query_error)?;
+                rows.map(|row| {
+                    let (env, rowid, first, correlation_id) = row.map_err(query_error)?;
+                    let env = decode_tokens(env)?;
+                    Ok(StoreChange {
+                        cursor: Cursor::seq(rowid as u64),
+                        op: ChangeOp::of_version(env.deleted, first),
+                        id: env.id,
+                        created_at: env.created_at,
+                        payload: env.payload,
+                        authorized_tokens: env.authorized_tokens,
+                        correlation_id,
+                    })
                 })
-                .map_err(query_error)?;
-            rows.map(|row| {
-                let (env, rowid, first, correlation_id) = row.map_err(query_error)?;
-                let env = decode_tokens(env)?;
-                Ok(StoreChange {
-                    cursor: Cursor::seq(rowid as u64),
-                    op: ChangeOp::of_version(env.deleted, first),
-                    id: env.id,
-                    created_at: env.created_at,
-                    payload: env.payload,
-                    authorized_tokens: env.authorized_tokens,
-                    correlation_id,
-                })
+                .collect()
             })
-            .collect()
-        })
-        .await
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("reader task failed: {e}")))?
     }
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {

@@ -695,3 +695,14 @@ pub async fn assert_interrupted_write_left_nothing(c: &Client) {
     .await
     .expect_status(201);
 }
+
+/// `Bearer <jwt>` with `sub` as its subject (unsigned: meshql's `jwt` mode reads the claim).
+pub fn bearer(sub: &str) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    format!(
+        "Bearer {}.{}.signature",
+        b64(r#"{"alg":"none"}"#),
+        b64(&format!(r#"{{"sub":"{sub}"}}"#))
+    )
+}

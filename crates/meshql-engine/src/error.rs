@@ -1,0 +1,37 @@
+//! What the engine answers when a request cannot be served, with a kind that frontends map to
+//! their protocol (HTTP status, GraphQL `extensions.code`) in one place each.
+
+use meshql_core::{ErrorKind, StoreError};
+use serde_json::Value;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The payload breaks the entity's JSON Schema: every violation, as
+    /// `{"path": "/field", "message": …}`.
+    #[error("Invalid payload")]
+    Invalid(Vec<Value>),
+    /// Some items of a bulk write are invalid: `{"index": i, "errors": [...]}` per item.
+    #[error("Invalid payload in batch")]
+    InvalidBatch(Vec<Value>),
+    /// The payload is not of the expected JSON type.
+    #[error("the request body must be a JSON {0}")]
+    WrongShape(&'static str),
+    /// No visible document has this id.
+    #[error("Resource not found")]
+    NotFound,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl EngineError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            EngineError::Invalid(_) | EngineError::InvalidBatch(_) | EngineError::WrongShape(_) => {
+                ErrorKind::Invalid
+            }
+            EngineError::NotFound => ErrorKind::NotFound,
+            EngineError::Store(e) => e.kind(),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The engine: one [`EntityService`] per entity, between the frontends (REST, GraphQL, and
+//! later processors, subscriptions, the console) and storage.
+//!
+//! Everything a write means lives here once: the JSON Schema validation of payloads, who the
+//! caller is ([`Session`], from the `Authorization` header through the service's
+//! [`meshql_core::Authorizer`]), which documents they may read and change, the tokens stamped
+//! on what they write, and the correlation id their changes carry into the change feed.
+//! Frontends translate their protocol into calls on a service and its errors back into their
+//! protocol ([`EngineError::kind`]); they never reach a store directly.
+//!
+//! Reads and writes go through separate handles ([`EntityService::reader`],
+//! [`EntityService::writer`]), so a deployment can serve reads from a replica or a cache while
+//! writes go to the primary.
+
+mod error;
+mod service;
+mod validate;
+
+pub use error::EngineError;
+pub use service::{EntityService, Session};
+pub use validate::{PayloadValidator, ValidatorError};

@@ -1,0 +1,321 @@
+//! [`EntityService`]: validate, authorize, write with a write context, read through a reader.
+
+use crate::error::EngineError;
+use crate::validate::PayloadValidator;
+use meshql_core::{
+    Authorizer, Credentials, DynStore, Envelope, Millis, NewDocument, RemoveOutcome, TokenFilter,
+    WriteContext,
+};
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+/// Who is asking, and what their writes are tied to in the change feed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub credentials: Credentials,
+    /// The caller's correlation id, or a fresh one.
+    pub correlation_id: String,
+}
+
+impl Session {
+    /// The documents this caller may see.
+    pub fn filter(&self) -> TokenFilter {
+        self.credentials.filter()
+    }
+}
+
+/// One entity's service.
+pub struct EntityService {
+    name: String,
+    reader: DynStore,
+    writer: DynStore,
+    validator: Option<PayloadValidator>,
+    /// Tokens stamped on every write (when empty: the writer's own).
+    tokens: Vec<String>,
+    authorizer: Arc<dyn Authorizer>,
+}
+
+impl std::fmt::Debug for EntityService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntityService")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl EntityService {
+    pub fn new(
+        name: impl Into<String>,
+        store: DynStore,
+        validator: Option<PayloadValidator>,
+        tokens: Vec<String>,
+        authorizer: Arc<dyn Authorizer>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            reader: store.clone(),
+            writer: store,
+            validator,
+            tokens,
+            authorizer,
+        }
+    }
+
+    /// Serves reads from `reader` (a replica, a cache) instead of the writer's store.
+    pub fn with_reader(mut self, reader: DynStore) -> Self {
+        self.reader = reader;
+        self
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where reads go.
+    pub fn reader(&self) -> &DynStore {
+        &self.reader
+    }
+
+    /// Where writes go (also the store whose change feed the service publishes).
+    pub fn writer(&self) -> &DynStore {
+        &self.writer
+    }
+
+    /// The caller of a request: `authorization` is the `Authorization` header's value,
+    /// `correlation_id` the caller's (a fresh one is made when it has none usable).
+    pub fn session(&self, authorization: Option<&str>, correlation_id: Option<&str>) -> Session {
+        Session {
+            credentials: self.authorizer.credentials(authorization),
+            correlation_id: correlation_id
+                .map(str::trim)
+                .filter(|c| !c.is_empty() && c.len() <= 200)
+                .map(str::to_owned)
+                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+        }
+    }
+
+    /// What a write by `session` carries. A create stamps the configured tokens, or else the
+    /// writer's own; an update or delete keeps the document's owner unless tokens are
+    /// configured.
+    pub fn write_context(&self, session: &Session, creating: bool) -> WriteContext {
+        let tokens = if !self.tokens.is_empty() {
+            Some(self.tokens.clone())
+        } else if creating {
+            Some(session.credentials.write_tokens())
+        } else {
+            None
+        };
+        WriteContext {
+            tokens,
+            filter: session.filter(),
+            correlation_id: Some(session.correlation_id.clone()),
+        }
+    }
+
+    /// The payload as a document, if it is an object the entity's schema accepts.
+    pub fn validate(&self, value: Value) -> Result<Map<String, Value>, EngineError> {
+        let Value::Object(map) = value else {
+            return Err(EngineError::WrongShape("object"));
+        };
+        if let Some(v) = &self.validator {
+            // validation needs a Value; the map goes back out of it untouched
+            let value = Value::Object(map);
+            let violations = v.violations(&value);
+            if !violations.is_empty() {
+                return Err(EngineError::Invalid(violations));
+            }
+            let Value::Object(map) = value else {
+                unreachable!("built as an object above")
+            };
+            return Ok(map);
+        }
+        Ok(map)
+    }
+
+    pub async fn create(&self, session: &Session, value: Value) -> Result<Envelope, EngineError> {
+        let doc = self.validate(value)?;
+        Ok(self
+            .writer
+            .create(NewDocument::new(doc), &self.write_context(session, true))
+            .await?)
+    }
+
+    /// All or nothing: every item is validated first (all violations reported, per index),
+    /// then the batch is stored in one transaction.
+    pub async fn create_many(
+        &self,
+        session: &Session,
+        values: Vec<Value>,
+    ) -> Result<Vec<Envelope>, EngineError> {
+        let mut docs = Vec::with_capacity(values.len());
+        let mut problems = Vec::new();
+        for (index, value) in values.into_iter().enumerate() {
+            match self.validate(value) {
+                Ok(d) => docs.push(NewDocument::new(d)),
+                Err(EngineError::Invalid(v)) => {
+                    problems.push(json!({"index": index, "errors": v}))
+                }
+                Err(EngineError::WrongShape(_)) => problems.push(
+                    json!({"index": index, "errors": [{"path": "/", "message": "not a JSON object"}]}),
+                ),
+                Err(e) => return Err(e),
+            }
+        }
+        if !problems.is_empty() {
+            return Err(EngineError::InvalidBatch(problems));
+        }
+        Ok(self
+            .writer
+            .create_many(docs, &self.write_context(session, true))
+            .await?)
+    }
+
+    /// A new version of `id`; [`EngineError::NotFound`] when the caller sees no current one.
+    pub async fn update(
+        &self,
+        session: &Session,
+        id: &str,
+        value: Value,
+    ) -> Result<Envelope, EngineError> {
+        let doc = self.validate(value)?;
+        self.writer
+            .update(
+                id,
+                NewDocument::new(doc),
+                &self.write_context(session, false),
+            )
+            .await?
+            .ok_or(EngineError::NotFound)
+    }
+
+    pub async fn remove(&self, session: &Session, id: &str) -> Result<RemoveOutcome, EngineError> {
+        Ok(self
+            .writer
+            .remove(id, &self.write_context(session, false))
+            .await?)
+    }
+
+    pub async fn read(
+        &self,
+        session: &Session,
+        id: &str,
+        at: Option<Millis>,
+    ) -> Result<Option<Envelope>, EngineError> {
+        Ok(self.reader.read(id, &session.filter(), at).await?)
+    }
+
+    pub async fn read_many(
+        &self,
+        session: &Session,
+        ids: &[String],
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, EngineError> {
+        Ok(self.reader.read_many(ids, &session.filter(), at).await?)
+    }
+
+    pub async fn list(
+        &self,
+        session: &Session,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, EngineError> {
+        Ok(self.reader.list(&session.filter(), at).await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meshql_core::{JwtSubAuthorizer, NoAuth};
+    use meshql_store_memory::MemoryStore;
+
+    fn service(tokens: Vec<String>, auth: Arc<dyn Authorizer>) -> EntityService {
+        let schema = json!({
+            "type": "object",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}},
+            "additionalProperties": false
+        });
+        EntityService::new(
+            "hen",
+            Arc::new(MemoryStore::new()),
+            Some(PayloadValidator::new(&schema).unwrap()),
+            tokens,
+            auth,
+        )
+    }
+
+    fn jwt(sub: &str) -> String {
+        use base64::Engine;
+        let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(format!(r#"{{"sub":"{sub}"}}"#));
+        format!("Bearer e30.{claims}.sig")
+    }
+
+    #[tokio::test]
+    async fn writes_are_validated_authorized_and_correlated() {
+        let s = service(vec![], Arc::new(JwtSubAuthorizer));
+        let alice = s.session(Some(&jwt("alice")), Some("req-1"));
+        let bob = s.session(Some(&jwt("bob")), None);
+        assert!(bob.correlation_id.len() >= 32, "a fresh correlation id");
+        assert!(matches!(
+            s.create(&alice, json!({"nope": 1})).await,
+            Err(EngineError::Invalid(v)) if !v.is_empty()
+        ));
+        assert!(matches!(
+            s.create(&alice, json!([1])).await,
+            Err(EngineError::WrongShape("object"))
+        ));
+        let env = s.create(&alice, json!({"name": "a"})).await.unwrap();
+        assert_eq!(env.authorized_tokens, vec!["alice".to_owned()]);
+        assert!(s.read(&bob, &env.id, None).await.unwrap().is_none());
+        assert!(matches!(
+            s.update(&bob, &env.id, json!({"name": "b"})).await,
+            Err(EngineError::NotFound)
+        ));
+        let v2 = s
+            .update(&alice, &env.id, json!({"name": "a2"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            v2.authorized_tokens,
+            vec!["alice".to_owned()],
+            "the owner stays"
+        );
+        let feed = s
+            .writer()
+            .changes(meshql_core::Cursor::START, 10)
+            .await
+            .unwrap();
+        assert_eq!(feed.len(), 2);
+        assert!(feed
+            .iter()
+            .all(|c| c.correlation_id.as_deref() == Some("req-1")));
+        assert_eq!(EngineError::NotFound.kind().http_status(), 404);
+    }
+
+    #[tokio::test]
+    async fn a_bulk_write_reports_every_bad_item_and_stores_nothing() {
+        let s = service(vec!["team".into()], Arc::new(NoAuth));
+        let session = s.session(None, None);
+        let err = s
+            .create_many(
+                &session,
+                vec![json!({"name": "ok"}), json!({"x": 1}), json!(3)],
+            )
+            .await
+            .unwrap_err();
+        let EngineError::InvalidBatch(problems) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(problems.len(), 2);
+        assert_eq!(problems[1]["index"], 2);
+        assert!(s.list(&session, None).await.unwrap().is_empty());
+        let made = s
+            .create_many(&session, vec![json!({"name": "a"}), json!({"name": "b"})])
+            .await
+            .unwrap();
+        assert!(made
+            .iter()
+            .all(|e| e.authorized_tokens == vec!["team".to_owned()]));
+    }
+}
