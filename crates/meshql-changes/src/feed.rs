@@ -68,7 +68,7 @@ impl FeedFilter {
     fn admits(&self, head: &Head) -> bool {
         self.entities
             .as_ref()
-            .is_none_or(|es| es.iter().any(|e| *e == head.entity))
+            .is_none_or(|es| es.contains(&head.entity))
             && is_visible(&self.tokens, &head.authorized_tokens)
     }
 }

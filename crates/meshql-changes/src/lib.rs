@@ -20,7 +20,11 @@
 pub mod feed;
 pub mod hub;
 pub mod record;
+pub mod relay;
 
 pub use feed::{FeedFilter, FeedSource, Page};
 pub use hub::{EntityFeedStats, Hub, HubError, HubOptions};
 pub use record::{change_id, encode};
+pub use relay::{
+    relay_group, Relay, RelayChange, RelayError, RelayOptions, RelayStats, Sink, SinkError,
+};

@@ -20,8 +20,8 @@ pub mod resolve;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::ServiceConfig;
 pub use resolve::{
-    load, ChangesSpec, ResolvedConfig, ResolvedEntity, ResolvedGraph, ResolvedQuery,
-    ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
+    load, ChangesSpec, RelaySinkSpec, RelaySpec, ResolvedConfig, ResolvedEntity, ResolvedGraph,
+    ResolvedQuery, ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
 };
 
 /// The well-known config file name looked up inside a directory argument.

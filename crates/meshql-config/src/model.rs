@@ -117,6 +117,13 @@ pub struct ChangesConfig {
     /// Segments whose newest change is older than this are deleted (0: no age limit).
     #[serde(default)]
     pub retention_hours: u64,
+    /// Relays (`[[changes.relay]]`): every change of the log sent on to Kafka or NATS
+    /// JetStream, in log order and at least once; each resumes after a restart from the last
+    /// position its broker confirmed. A broker that is down never fails a write: its relay
+    /// retries and falls behind (see `meshql_relay_lag` in `/metrics`), then catches up.
+    #[serde(default)]
+    #[schemars(with = "Vec<RelayConfig>")]
+    pub relay: Vec<Spanned<RelayConfig>>,
 }
 
 impl Default for ChangesConfig {
@@ -129,6 +136,149 @@ impl Default for ChangesConfig {
             segment_bytes: default_segment_bytes(),
             retention_bytes: default_retention_bytes(),
             retention_hours: 0,
+            relay: Vec::new(),
+        }
+    }
+}
+
+/// A relay of the change feed (`[[changes.relay]]`), selected by `type`. Every message
+/// carries the change's `change_id` (`entity:id:created_at`), the same on every delivery:
+/// consumers de-duplicate on it to be exactly once.
+///
+/// `kafka` (librdkafka: idempotent producer, `acks=all`): one topic per entity, created by
+/// the broker on first use (`auto.create.topics.enable`); message key = the document id;
+/// headers `change_id`, `op`, `position`, `correlation_id`.
+///
+/// `nats` (JetStream): subject `<subject_prefix>.<entity>`, header
+/// `Nats-Msg-Id: <change_id>` (JetStream drops a redelivery within the stream's duplicate
+/// window); every publish is acknowledged by the stream before the position is committed.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RelayConfig {
+    /// Unique among the relays: letters, digits, `.`, `_`, `-`. The relay's consumer group
+    /// in the change log is `relay-<name>`.
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// `kafka` or `nats`.
+    #[serde(rename = "type")]
+    #[schemars(with = "RelayKind")]
+    pub kind: Spanned<RelayKind>,
+    /// kafka: bootstrap servers, `host:port[,host:port...]` (required).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub brokers: Option<Spanned<String>>,
+    /// kafka: prefix of topic names. `topic_naming = "entity"`: topics are
+    /// `<topic_prefix><entity>` (default `meshql.`). `topic_naming = "debezium"`: it is
+    /// Debezium's `topic.prefix` and topics are `<topic_prefix>.<db>.<collection>` (default
+    /// `meshql`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub topic_prefix: Option<Spanned<String>>,
+    /// kafka: how topics are named (default `entity`).
+    #[serde(default)]
+    #[schemars(with = "Option<TopicNaming>")]
+    pub topic_naming: Option<Spanned<TopicNaming>>,
+    /// kafka: the database name in Debezium-style topic names and in the Debezium
+    /// envelope's `source.db` (default `meshql`; MeshQL's examples use `<prefix>_<env>`,
+    /// e.g. `events_development`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub db: Option<Spanned<String>>,
+    /// kafka: the message value, `meshql` (default: the change as `/_changes` serves it) or
+    /// `debezium` (a Debezium MongoDB-connector change event, as MeshQL's CDC processors
+    /// read it).
+    #[serde(default)]
+    #[schemars(with = "Option<KafkaFormat>")]
+    pub format: Option<Spanned<KafkaFormat>>,
+    /// kafka: extra librdkafka producer settings, e.g. `"linger.ms" = 20` or
+    /// `"security.protocol" = "ssl"`; they override meshql's (`enable.idempotence = true`,
+    /// `acks = all`, `compression.type = lz4`, `linger.ms = 5`, `message.timeout.ms = 30000`).
+    #[serde(default)]
+    #[schemars(with = "Option<BTreeMap<String, OptionValue>>")]
+    pub options: Option<Spanned<BTreeMap<String, OptionValue>>>,
+    /// nats: server URL, e.g. `nats://127.0.0.1:4222` (several separated by commas;
+    /// required).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub url: Option<Spanned<String>>,
+    /// nats: subjects are `<subject_prefix>.<entity>` (default `meshql.changes`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub subject_prefix: Option<Spanned<String>>,
+    /// nats: the JetStream stream, created when missing with file storage and subjects
+    /// `<subject_prefix>.>` (default `MESHQL_CHANGES`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub stream: Option<Spanned<String>>,
+    /// nats: the duplicate window of a stream the relay creates (default 120).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub duplicate_window_secs: Option<Spanned<u64>>,
+    /// Changes sent per batch at most; the position is committed after each (default 500).
+    #[serde(default)]
+    #[schemars(with = "Option<usize>")]
+    pub batch: Option<Spanned<usize>>,
+    /// Longest wait between retries while the broker fails; the wait doubles from 100 ms up
+    /// to this (default 10000).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub retry_backoff_max_ms: Option<Spanned<u64>>,
+}
+
+/// See [`RelayConfig::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayKind {
+    Kafka,
+    Nats,
+}
+
+impl RelayKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelayKind::Kafka => "kafka",
+            RelayKind::Nats => "nats",
+        }
+    }
+}
+
+/// See `topic_prefix`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TopicNaming {
+    /// `<topic_prefix><entity>`
+    #[default]
+    Entity,
+    /// `<topic_prefix>.<db>.<collection>` (the entity's `table`), as Debezium names topics.
+    Debezium,
+}
+
+/// See `format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum KafkaFormat {
+    #[default]
+    Meshql,
+    Debezium,
+}
+
+/// A librdkafka setting's value, written as TOML text, number or boolean.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OptionValue {
+    Bool(bool),
+    Integer(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl std::fmt::Display for OptionValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionValue::Bool(b) => write!(f, "{b}"),
+            OptionValue::Integer(i) => write!(f, "{i}"),
+            OptionValue::Float(x) => write!(f, "{x}"),
+            OptionValue::Text(t) => f.write_str(t),
         }
     }
 }

@@ -80,6 +80,8 @@ pub struct ResolvedConfig {
 pub struct ChangesSpec {
     pub dir: PathBuf,
     pub config: crate::model::ChangesConfig,
+    /// `[[changes.relay]]`, checked, with their defaults filled in.
+    pub relays: Vec<RelaySpec>,
 }
 
 impl ResolvedConfig {
@@ -557,6 +559,7 @@ impl Resolver {
             }
         }
 
+        let relays = self.resolve_relays(&model.changes, &entities);
         let auth = self.resolve_auth(&model.auth);
         let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
             return Err(ConfigErrors(self.errors));
@@ -566,6 +569,7 @@ impl Resolver {
         let changes = ChangesSpec {
             dir: data_dir.join(&model.changes.dir),
             config: model.changes,
+            relays,
         };
         Ok(ResolvedConfig {
             file: self.file,
@@ -1096,6 +1100,9 @@ fn widen_at_arguments(schema: &mut Schema) {
         }
     }
 }
+
+mod relays;
+pub use relays::{default_topic_prefix, kafka_topic, RelaySinkSpec, RelaySpec};
 
 #[cfg(test)]
 mod tests;
