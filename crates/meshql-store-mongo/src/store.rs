@@ -1,20 +1,23 @@
 //! [`MongoStore`]: one entity collection.
 
+use crate::feed::{Feed, Hold, CLOCK_COLLECTION, DEFAULT_FEED_GRACE};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    in_request_order, now_millis, ArgValue, BoundArgs, Envelope, FieldPath, KeyedRows, Millis,
-    NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreError, StoreStats,
-    TokenFilter,
+    in_request_order, now_millis, ArgValue, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope,
+    FieldPath, KeyedRows, Millis, NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store,
+    StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use mongodb::bson::{self, doc, oid::ObjectId, Bson, DateTime, Document};
 use mongodb::options::{ClientOptions, IndexOptions};
 use mongodb::{Client, Collection, IndexModel};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, Semaphore, SemaphorePermit};
+use tokio::sync::{Mutex, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 /// How a [`MongoDatabase`] connects.
 #[derive(Debug, Clone)]
@@ -27,6 +30,9 @@ pub struct MongoOptions {
     pub pool_size: Option<usize>,
     /// How long an operation waits for a free connection before failing with 503.
     pub pool_wait: Duration,
+    /// How long a change-feed reader waits for a position another process drew before
+    /// skipping it (see [`crate::feed`]).
+    pub feed_grace: Duration,
 }
 
 impl MongoOptions {
@@ -36,6 +42,7 @@ impl MongoOptions {
             database: database.into(),
             pool_size: None,
             pool_wait: Duration::from_secs(5),
+            feed_grace: DEFAULT_FEED_GRACE,
         }
     }
 }
@@ -49,8 +56,9 @@ impl MongoOptions {
 pub struct MongoDatabase {
     client: Client,
     db: mongodb::Database,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     pool_wait: Duration,
+    feed_grace: Duration,
 }
 
 impl std::fmt::Debug for MongoDatabase {
@@ -59,7 +67,7 @@ impl std::fmt::Debug for MongoDatabase {
     }
 }
 
-fn error(e: mongodb::error::Error) -> StoreError {
+pub(crate) fn error(e: mongodb::error::Error) -> StoreError {
     use mongodb::error::ErrorKind;
     match *e.kind {
         ErrorKind::Io(_)
@@ -71,11 +79,15 @@ fn error(e: mongodb::error::Error) -> StoreError {
 }
 
 /// E11000: an insert hit a unique index.
-fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
+pub(crate) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
     use mongodb::error::{ErrorKind, WriteFailure};
     match &*e.kind {
         ErrorKind::Write(WriteFailure::WriteError(w)) => w.code == 11000,
         ErrorKind::Command(c) => c.code == 11000,
+        ErrorKind::InsertMany(m) => m
+            .write_errors
+            .as_ref()
+            .is_some_and(|w| w.iter().any(|w| w.code == 11000)),
         _ => false,
     }
 }
@@ -104,14 +116,28 @@ impl MongoDatabase {
         Ok(Arc::new(Self {
             client,
             db,
-            permits: Semaphore::new(pool_size),
+            permits: Arc::new(Semaphore::new(pool_size)),
             pool_wait: o.pool_wait,
+            feed_grace: o.feed_grace,
         }))
     }
 
     /// A permit to run one operation: waits at most `pool_wait` for one to be free.
     async fn checkout(&self) -> Result<SemaphorePermit<'_>, StoreError> {
         match tokio::time::timeout(self.pool_wait, self.permits.acquire()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            Ok(Err(_)) => Err(StoreError::Unavailable(
+                "the MongoDB client is closed".into(),
+            )),
+            Err(_) => Err(StoreError::Unavailable(
+                "no MongoDB connection became free in time (pool exhausted)".into(),
+            )),
+        }
+    }
+
+    /// A permit a write carries into its own task (see [`Writer`]).
+    async fn checkout_owned(&self) -> Result<OwnedSemaphorePermit, StoreError> {
+        match tokio::time::timeout(self.pool_wait, self.permits.clone().acquire_owned()).await {
             Ok(Ok(permit)) => Ok(permit),
             Ok(Err(_)) => Err(StoreError::Unavailable(
                 "the MongoDB client is closed".into(),
@@ -141,10 +167,36 @@ impl MongoDatabase {
 pub struct MongoStore {
     db: Arc<MongoDatabase>,
     coll: Collection<Document>,
-    locks: Vec<Mutex<()>>,
+    w: Arc<Writer>,
     reads: AtomicU64,
+    /// Queries of the change feed (not counted in `reads`, which count what requests cost).
+    feed_reads: AtomicU64,
+}
+
+/// What writes share. Once a write holds the locks of its ids it runs in a task of its own
+/// ([`detached`]) to the end: stored (and in the feed), or failed and undone, even should its
+/// caller go away meanwhile (a cancelled request drops its future). Without that, an insert
+/// already sent could land after the compensation meant to remove it.
+struct Writer {
+    coll: Collection<Document>,
+    feed: Arc<Feed>,
+    locks: Vec<Arc<Mutex<()>>>,
+    signal: CommitSignal,
     writes: AtomicU64,
     commits: AtomicU64,
+}
+
+/// Runs a write in its own task, to the end whatever becomes of the caller (see [`Writer`]).
+async fn detached<T: Send + 'static>(
+    write: impl Future<Output = Result<T, StoreError>> + Send + 'static,
+) -> Result<T, StoreError> {
+    match tokio::spawn(write).await {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(StoreError::Unavailable(
+            "the write was cancelled: the runtime is shutting down".into(),
+        )),
+    }
 }
 
 fn json_to_bson(v: &serde_json::Value) -> Bson {
@@ -168,7 +220,7 @@ fn payload_text(d: &Document) -> Result<String, StoreError> {
     Ok(v.to_string())
 }
 
-fn envelope(d: &Document) -> Result<Envelope, StoreError> {
+pub(crate) fn envelope(d: &Document) -> Result<Envelope, StoreError> {
     Ok(Envelope {
         id: d.get_str("id").unwrap_or_default().to_owned(),
         payload: payload_text(d)?,
@@ -279,7 +331,7 @@ fn visible(e: Envelope, filter: &TokenFilter) -> Option<Envelope> {
     (!e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)).then_some(e)
 }
 
-/// See [`MongoStore::supersede`].
+/// See [`Writer::supersede`].
 async fn settle_latest(
     coll: &Collection<Document>,
     id: &str,
@@ -315,23 +367,124 @@ struct Current {
     seq: ObjectId,
 }
 
+/// A version about to be appended by a single write.
+struct NewVersion<'a> {
+    id: &'a str,
+    payload: Document,
+    created_at: Option<Millis>,
+    deleted: bool,
+    tokens: &'a [String],
+    /// The id was generated for this write, so no earlier version can exist.
+    fresh_id: bool,
+    correlation_id: Option<&'a str>,
+}
+
+/// A document of a `create_many`, ready to be placed.
+struct BatchItem {
+    id: String,
+    payload: Document,
+    text: String,
+    created_at: Option<Millis>,
+    fresh_id: bool,
+}
+
+/// The versions of a `create_many`, placed: what to insert, what to answer, and the
+/// `latest` flags to settle once every version is in.
+struct PlannedBatch {
+    versions: Vec<Document>,
+    envelopes: Vec<Envelope>,
+    oids: Vec<ObjectId>,
+    settle: Vec<(String, ObjectId, Millis)>,
+}
+
+/// Why a batch insert failed.
+enum BatchFailure {
+    Mongo(mongodb::error::Error),
+    Store(StoreError),
+}
+
+/// The stored text of a payload: what reads answer.
+fn stored_text(payload: &Document) -> String {
+    Bson::Document(payload.clone())
+        .into_relaxed_extjson()
+        .to_string()
+}
+
+/// The change a version is.
+fn change_of(d: &Document, pos: u64) -> Result<StoreChange, StoreError> {
+    let env = envelope(d)?;
+    let first_version = match (d.get_object_id("_id"), d.get_object_id("seq")) {
+        (Ok(oid), Ok(seq)) => oid == seq,
+        _ => true,
+    };
+    Ok(StoreChange {
+        cursor: Cursor::seq(pos),
+        op: ChangeOp::of_version(env.deleted, first_version),
+        id: env.id,
+        created_at: env.created_at,
+        payload: env.payload,
+        authorized_tokens: env.authorized_tokens,
+        correlation_id: d.get_str("correlation_id").ok().map(str::to_owned),
+    })
+}
+
 impl MongoStore {
     pub fn new(db: Arc<MongoDatabase>, collection: &str) -> Self {
-        Self {
-            coll: db.db.collection(collection),
-            db,
-            locks: (0..64).map(|_| Mutex::new(())).collect(),
-            reads: AtomicU64::new(0),
+        let coll: Collection<Document> = db.db.collection(collection);
+        let feed = Feed::new(
+            coll.clone(),
+            db.db.collection(CLOCK_COLLECTION),
+            collection,
+            db.feed_grace,
+        );
+        let w = Arc::new(Writer {
+            coll: coll.clone(),
+            feed,
+            locks: (0..64).map(|_| Arc::new(Mutex::new(()))).collect(),
+            signal: CommitSignal::default(),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
+        });
+        Self {
+            coll,
+            db,
+            w,
+            reads: AtomicU64::new(0),
+            feed_reads: AtomicU64::new(0),
         }
     }
+}
 
-    fn lock_for(&self, id: &str) -> &Mutex<()> {
+impl Writer {
+    fn stripe(&self, id: &str) -> usize {
         let h = id.bytes().fold(0xcbf29ce484222325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100000001b3)
         });
-        &self.locks[(h % self.locks.len() as u64) as usize]
+        (h % self.locks.len() as u64) as usize
+    }
+
+    async fn lock(&self, id: &str) -> OwnedMutexGuard<()> {
+        self.locks[self.stripe(id)].clone().lock_owned().await
+    }
+
+    /// The locks of several ids, taken in one order (so that two batches cannot deadlock),
+    /// each once (two ids may share a stripe).
+    async fn lock_all<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<OwnedMutexGuard<()>> {
+        let mut stripes: Vec<usize> = ids.map(|id| self.stripe(id)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.locks[s].clone().lock_owned().await);
+        }
+        guards
+    }
+
+    /// Counts a committed write of `versions` versions and wakes the feed's tailers.
+    fn committed(&self, versions: u64) {
+        self.writes.fetch_add(versions, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.signal.notify();
     }
 
     async fn current(&self, id: &str) -> Result<Option<Current>, StoreError> {
@@ -360,16 +513,27 @@ impl MongoStore {
         }))
     }
 
+    async fn version_at(&self, id: &str, stamp: Millis) -> Result<bool, StoreError> {
+        Ok(self
+            .coll
+            .find_one(doc! {"id": id, "created_at": DateTime::from_millis(stamp)})
+            .projection(doc! {"_id": 1})
+            .await
+            .map_err(error)?
+            .is_some())
+    }
+
     /// Appends a version (the caller holds the id's lock unless the id is fresh).
-    async fn append(
-        &self,
-        id: &str,
-        payload: Document,
-        created_at: Option<Millis>,
-        deleted: bool,
-        tokens: &[String],
-        fresh_id: bool,
-    ) -> Result<Envelope, StoreError> {
+    async fn append(&self, v: NewVersion<'_>) -> Result<Envelope, StoreError> {
+        let NewVersion {
+            id,
+            payload,
+            created_at,
+            deleted,
+            tokens,
+            fresh_id,
+            correlation_id,
+        } = v;
         let current = if fresh_id {
             None
         } else {
@@ -379,13 +543,7 @@ impl MongoStore {
         let mut place = Placement::new(created_at, cur_time, now_millis());
         if place.check_collisions {
             let mut stamp = place.stamp;
-            while self
-                .coll
-                .find_one(doc! {"id": id, "created_at": DateTime::from_millis(stamp)})
-                .await
-                .map_err(error)?
-                .is_some()
-            {
+            while self.version_at(id, stamp).await? {
                 stamp += 1;
             }
             place = place.settle(stamp, cur_time);
@@ -393,9 +551,9 @@ impl MongoStore {
         let (mut stamp, is_latest) = (place.stamp, place.latest);
         let oid = ObjectId::new();
         let seq = current.as_ref().map(|c| c.seq).unwrap_or(oid);
-        let text = Bson::Document(payload.clone())
-            .into_relaxed_extjson()
-            .to_string();
+        let text = stored_text(&payload);
+        // The version's place in the change feed, drawn before the insert (see `feed`).
+        let mut hold = self.feed.draw(1).await?;
         let mut version = doc! {
             "_id": oid,
             "id": id,
@@ -405,21 +563,61 @@ impl MongoStore {
             "authorized_tokens": tokens.to_vec(),
             "latest": is_latest,
             "seq": seq,
+            "pos": hold.first() as i64,
         };
+        if let Some(c) = correlation_id {
+            version.insert("correlation_id", c);
+        }
+        if let Err(e) = meshql_core::fault::check(&text) {
+            hold.abandon(false).await;
+            return Err(e);
+        }
+        hold.will_insert(vec![oid]);
         // The insert is the commit point. Another process may have taken this millisecond
-        // for the same id (unique {id, created_at}): a server-stamped version moves on.
+        // for the same id (unique {id, created_at}): a server-stamped version moves on. Or,
+        // on FerretDB, another client may have drawn the same position (unique `pos`): the
+        // version draws again. FerretDB does not say which index refused the insert, so the
+        // position is looked up.
         let mut attempts = 0;
         loop {
-            match self.coll.insert_one(&version).await {
+            let e = match self.coll.insert_one(&version).await {
                 Ok(_) => break,
-                Err(e) if is_duplicate_key(&e) && created_at.is_none() && attempts < 8 => {
-                    attempts += 1;
+                Err(e) => e,
+            };
+            if is_duplicate_key(&e) && attempts < 8 {
+                attempts += 1;
+                let taken = match self.feed.taken_by_other(hold.first(), oid).await {
+                    Ok(taken) => taken,
+                    Err(lookup) => {
+                        hold.abandon(false).await;
+                        return Err(lookup);
+                    }
+                };
+                if taken {
+                    let fresh = match self.feed.draw(1).await {
+                        Ok(fresh) => fresh,
+                        Err(draw) => {
+                            hold.taken();
+                            return Err(draw);
+                        }
+                    };
+                    std::mem::replace(&mut hold, fresh).taken();
+                    hold.will_insert(vec![oid]);
+                    version.insert("pos", hold.first() as i64);
+                    continue;
+                }
+                if created_at.is_none() {
                     stamp += 1;
                     version.insert("created_at", DateTime::from_millis(stamp));
+                    continue;
                 }
-                Err(e) => return Err(error(e)),
             }
+            // whether the server applied the insert is not always known (an I/O error, a
+            // retried write): the version is deleted by its `_id` should it be there
+            hold.abandon(true).await;
+            return Err(error(e));
         }
+        hold.stored();
         // A server-generated id has no other version to supersede.
         if is_latest && !fresh_id {
             self.supersede(id, oid, stamp).await;
@@ -431,6 +629,140 @@ impl MongoStore {
             deleted,
             authorized_tokens: tokens.to_vec(),
         })
+    }
+
+    /// Places the versions of a batch: as consecutive single writes would, each seeing the
+    /// ones before it (an id may come more than once). Only the newest version of an id in
+    /// the batch is inserted flagged `latest`.
+    async fn plan_batch(
+        &self,
+        items: &[BatchItem],
+        tokens: &[String],
+        correlation_id: Option<&str>,
+    ) -> Result<PlannedBatch, StoreError> {
+        struct Seen {
+            newest: Option<Millis>,
+            seq: Option<ObjectId>,
+            stamps: HashSet<Millis>,
+            latest: Option<usize>,
+            fresh_id: bool,
+        }
+        let now = now_millis();
+        let mut seen: HashMap<&str, Seen> = HashMap::new();
+        let mut plan = PlannedBatch {
+            versions: Vec::with_capacity(items.len()),
+            envelopes: Vec::with_capacity(items.len()),
+            oids: Vec::with_capacity(items.len()),
+            settle: Vec::new(),
+        };
+        for (i, item) in items.iter().enumerate() {
+            let id = item.id.as_str();
+            if !seen.contains_key(id) {
+                let current = if item.fresh_id {
+                    None
+                } else {
+                    self.current(id).await?
+                };
+                seen.insert(
+                    id,
+                    Seen {
+                        newest: current.as_ref().map(|c| c.created_at),
+                        seq: current.map(|c| c.seq),
+                        stamps: HashSet::new(),
+                        latest: None,
+                        fresh_id: item.fresh_id,
+                    },
+                );
+            }
+            let s = seen.get_mut(id).expect("inserted above");
+            let mut place = Placement::new(item.created_at, s.newest, now);
+            if place.check_collisions {
+                let mut stamp = place.stamp;
+                while s.stamps.contains(&stamp) || self.version_at(id, stamp).await? {
+                    stamp += 1;
+                }
+                place = place.settle(stamp, s.newest);
+            }
+            let oid = ObjectId::new();
+            let seq = *s.seq.get_or_insert(oid);
+            s.stamps.insert(place.stamp);
+            if place.latest {
+                s.newest = Some(place.stamp);
+                if let Some(earlier) = s.latest.replace(i) {
+                    plan.versions[earlier].insert("latest", false);
+                }
+            }
+            let mut version = doc! {
+                "_id": oid,
+                "id": id,
+                "payload": item.payload.clone(),
+                "created_at": DateTime::from_millis(place.stamp),
+                "deleted": false,
+                "authorized_tokens": tokens.to_vec(),
+                "latest": place.latest,
+                "seq": seq,
+            };
+            if let Some(c) = correlation_id {
+                version.insert("correlation_id", c);
+            }
+            plan.versions.push(version);
+            plan.oids.push(oid);
+            plan.envelopes.push(Envelope {
+                id: item.id.clone(),
+                payload: item.text.clone(),
+                created_at: place.stamp,
+                deleted: false,
+                authorized_tokens: tokens.to_vec(),
+            });
+        }
+        // A server-generated id has no other version to supersede.
+        for s in seen.values().filter(|s| !s.fresh_id) {
+            if let Some(i) = s.latest {
+                plan.settle.push((
+                    items[i].id.clone(),
+                    plan.oids[i],
+                    plan.envelopes[i].created_at,
+                ));
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Inserts a planned batch with one ordered `insert_many` under `hold`'s positions. With
+    /// the fault marker on document `k` (test builds), the documents before it are inserted
+    /// for real and the write then fails, as when the server refuses document `k` of an
+    /// ordered insert: the caller's compensation runs on what was inserted.
+    async fn insert_batch(
+        &self,
+        plan: &mut PlannedBatch,
+        items: &[BatchItem],
+        hold: &mut Hold,
+    ) -> Result<(), BatchFailure> {
+        let n = plan.versions.len() as u64;
+        for (i, v) in plan.versions.iter_mut().enumerate() {
+            v.insert("pos", (hold.first() + i as u64) as i64);
+            if n > 1 {
+                v.insert("batch", hold.first() as i64);
+                v.insert("batch_n", n as i64);
+            }
+        }
+        hold.will_insert(plan.oids.clone());
+        let poisoned = items
+            .iter()
+            .enumerate()
+            .find_map(|(k, item)| meshql_core::fault::check(&item.text).err().map(|e| (k, e)));
+        let upto = poisoned.as_ref().map_or(plan.versions.len(), |(k, _)| *k);
+        if upto > 0 {
+            self.coll
+                .insert_many(&plan.versions[..upto])
+                .ordered(true)
+                .await
+                .map_err(BatchFailure::Mongo)?;
+        }
+        match poisoned {
+            Some((_, e)) => Err(BatchFailure::Store(e)),
+            None => Ok(()),
+        }
     }
 
     /// Leaves the version `oid` (stamped `stamp`) flagged `latest` only if it is the newest
@@ -458,26 +790,121 @@ impl MongoStore {
         }
     }
 
-    async fn remove_one(
+    /// Removes `id` (the caller holds its lock).
+    async fn remove_locked(
         &self,
         id: &str,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
-        let _guard = self.lock_for(id).lock().await;
         match self.current(id).await? {
             None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
                 Ok(RemoveOutcome::NotFound)
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
             Some(cur) => {
-                self.append(id, cur.payload, None, true, &cur.tokens, false)
-                    .await?;
-                self.writes.fetch_add(1, Ordering::Relaxed);
-                self.commits.fetch_add(1, Ordering::Relaxed);
+                self.append(NewVersion {
+                    id,
+                    payload: cur.payload,
+                    created_at: None,
+                    deleted: true,
+                    tokens: &cur.tokens,
+                    fresh_id: false,
+                    correlation_id: ctx.correlation_id.as_deref(),
+                })
+                .await?;
+                self.committed(1);
                 Ok(RemoveOutcome::Removed)
             }
         }
+    }
+
+    /// Appends a version of `id` if a current version visible to the writer exists (the
+    /// caller holds the id's lock).
+    async fn update_locked(
+        &self,
+        id: &str,
+        payload: Document,
+        created_at: Option<Millis>,
+        ctx: &WriteContext,
+    ) -> Result<Option<Envelope>, StoreError> {
+        let Some(cur) = self.current(id).await? else {
+            return Ok(None);
+        };
+        if cur.deleted || !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) {
+            return Ok(None);
+        }
+        let tokens = ctx.tokens.clone().unwrap_or(cur.tokens);
+        let env = self
+            .append(NewVersion {
+                id,
+                payload,
+                created_at,
+                deleted: false,
+                tokens: &tokens,
+                fresh_id: false,
+                correlation_id: ctx.correlation_id.as_deref(),
+            })
+            .await?;
+        self.committed(1);
+        Ok(Some(env))
+    }
+
+    /// See [`Store::create_many`] (the caller holds the locks of the batch's given ids).
+    async fn create_many_locked(
+        &self,
+        items: Vec<BatchItem>,
+        ctx: &WriteContext,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let tokens = ctx.create_tokens();
+        let mut attempts = 0;
+        let plan = loop {
+            let mut plan = self
+                .plan_batch(&items, tokens, ctx.correlation_id.as_deref())
+                .await?;
+            let mut hold = self.feed.draw(plan.versions.len() as u64).await?;
+            match self.insert_batch(&mut plan, &items, &mut hold).await {
+                Ok(()) => {
+                    hold.stored();
+                    break plan;
+                }
+                Err(BatchFailure::Mongo(e)) => {
+                    hold.abandon(true).await;
+                    if is_duplicate_key(&e) && attempts < 8 {
+                        attempts += 1;
+                        continue;
+                    }
+                    return Err(error(e));
+                }
+                Err(BatchFailure::Store(e)) => {
+                    hold.abandon(true).await;
+                    return Err(e);
+                }
+            }
+        };
+        for (id, oid, stamp) in &plan.settle {
+            self.supersede(id, *oid, *stamp).await;
+        }
+        self.committed(plan.envelopes.len() as u64);
+        Ok(plan.envelopes)
+    }
+}
+
+impl MongoStore {
+    /// Removes one id: its lock taken here, the write detached (see [`Writer`]).
+    async fn remove_one(
+        &self,
+        id: &str,
+        ctx: &WriteContext,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<RemoveOutcome, StoreError> {
+        let guard = self.w.lock(id).await;
+        let (w, id, ctx) = (self.w.clone(), id.to_owned(), ctx.clone());
+        detached(async move {
+            let _held = (permit, guard);
+            w.remove_locked(&id, &ctx).await
+        })
+        .await
     }
 
     async fn find_rows(
@@ -609,6 +1036,12 @@ impl Store for MongoStore {
             IndexModel::builder()
                 .keys(doc! {"latest": 1, "deleted": 1, "seq": 1})
                 .build(),
+            // the change feed; sparse for versions older than the feed (FerretDB ignores
+            // `sparse`, and its unique indexes let any number of documents lack the field)
+            IndexModel::builder()
+                .keys(doc! {"pos": 1})
+                .options(IndexOptions::builder().unique(true).sparse(true).build())
+                .build(),
         ];
         let mut fields = std::collections::BTreeSet::new();
         for t in templates {
@@ -641,89 +1074,101 @@ impl Store for MongoStore {
         if !indexes.is_empty() {
             self.coll.create_indexes(indexes).await.map_err(error)?;
         }
-        Ok(())
+        self.w.feed.prepare().await
     }
 
     async fn create(
         &self,
         mut doc: NewDocument,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Envelope, StoreError> {
-        let _permit = self.db.checkout().await?;
+        let permit = self.db.checkout_owned().await?;
         let fresh_id = doc.id.is_none();
         let id = doc.resolve_id();
         let created_at = doc.created_at;
         let payload = payload_doc(&doc.into_payload_text(&id))?;
-        let _guard = if fresh_id {
+        let guard = if fresh_id {
             None
         } else {
-            Some(self.lock_for(&id).lock().await)
+            Some(self.w.lock(&id).await)
         };
-        let env = self
-            .append(&id, payload, created_at, false, tokens, fresh_id)
-            .await?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(env)
+        let (w, ctx) = (self.w.clone(), ctx.clone());
+        detached(async move {
+            let _held = (permit, guard);
+            let env = w
+                .append(NewVersion {
+                    id: &id,
+                    payload,
+                    created_at,
+                    deleted: false,
+                    tokens: ctx.create_tokens(),
+                    fresh_id,
+                    correlation_id: ctx.correlation_id.as_deref(),
+                })
+                .await?;
+            w.committed(1);
+            Ok(env)
+        })
+        .await
     }
 
+    /// All or nothing without transactions: the versions are placed, then inserted with one
+    /// ordered `insert_many` under one range of feed positions; only once every one is in are
+    /// the `latest` flags settled. Should the insert fail part-way, what it inserted is
+    /// deleted again and the positions become void (see [`crate::feed`] for what readers see
+    /// meanwhile). A clash with another process on a unique index places the batch again.
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
-        tokens: &[String],
+        ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
-        let _permit = self.db.checkout().await?;
-        // no transactions without a replica set: validate everything first, then write
-        let mut prepared = Vec::with_capacity(docs.len());
+        let permit = self.db.checkout_owned().await?;
+        if docs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // validate everything first
+        let mut items = Vec::with_capacity(docs.len());
         for mut d in docs {
-            let fresh = d.id.is_none();
+            let fresh_id = d.id.is_none();
             let id = d.resolve_id();
-            let at = d.created_at;
-            prepared.push((
-                id.clone(),
-                payload_doc(&d.into_payload_text(&id))?,
-                at,
-                fresh,
-            ));
+            let created_at = d.created_at;
+            let payload = payload_doc(&d.into_payload_text(&id))?;
+            items.push(BatchItem {
+                text: stored_text(&payload),
+                id,
+                payload,
+                created_at,
+                fresh_id,
+            });
         }
-        let mut out = Vec::with_capacity(prepared.len());
-        for (id, payload, at, fresh) in prepared {
-            let _guard = if fresh {
-                None
-            } else {
-                Some(self.lock_for(&id).lock().await)
-            };
-            out.push(self.append(&id, payload, at, false, tokens, fresh).await?);
-        }
-        self.writes.fetch_add(out.len() as u64, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(out)
+        let guards = self
+            .w
+            .lock_all(items.iter().filter(|i| !i.fresh_id).map(|i| i.id.as_str()))
+            .await;
+        let (w, ctx) = (self.w.clone(), ctx.clone());
+        detached(async move {
+            let _held = (permit, guards);
+            w.create_many_locked(items, &ctx).await
+        })
+        .await
     }
 
     async fn update(
         &self,
         id: &str,
         doc: NewDocument,
-        tokens: Option<&[String]>,
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
-        let _permit = self.db.checkout().await?;
+        let permit = self.db.checkout_owned().await?;
         let created_at = doc.created_at;
         let payload = payload_doc(&doc.into_payload_text(id))?;
-        let _guard = self.lock_for(id).lock().await;
-        let Some(cur) = self.current(id).await? else {
-            return Ok(None);
-        };
-        if cur.deleted || !meshql_core::auth::is_visible(filter, &cur.tokens) {
-            return Ok(None);
-        }
-        let tokens = tokens.map(<[String]>::to_vec).unwrap_or(cur.tokens);
-        let env = self
-            .append(id, payload, created_at, false, &tokens, false)
-            .await?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(env))
+        let guard = self.w.lock(id).await;
+        let (w, id, ctx) = (self.w.clone(), id.to_owned(), ctx.clone());
+        detached(async move {
+            let _held = (permit, guard);
+            w.update_locked(&id, payload, created_at, &ctx).await
+        })
+        .await
     }
 
     async fn read(
@@ -796,20 +1241,20 @@ impl Store for MongoStore {
             .collect()
     }
 
-    async fn remove(&self, id: &str, filter: &TokenFilter) -> Result<RemoveOutcome, StoreError> {
-        let _permit = self.db.checkout().await?;
-        self.remove_one(id, filter).await
+    async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
+        let permit = self.db.checkout_owned().await?;
+        self.remove_one(id, ctx, permit).await
     }
 
     async fn remove_many(
         &self,
         ids: &[String],
-        filter: &TokenFilter,
+        ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError> {
-        let _permit = self.db.checkout().await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            out.push((id.clone(), self.remove_one(id, filter).await?));
+            let permit = self.db.checkout_owned().await?;
+            out.push((id.clone(), self.remove_one(id, ctx, permit).await?));
         }
         Ok(out)
     }
@@ -899,6 +1344,23 @@ impl Store for MongoStore {
         Ok(out)
     }
 
+    /// The gap-free prefix of the versions' feed positions (see [`crate::feed`]).
+    async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
+        // this store's cursors are all `Cursor(0, pos)`: nothing comes after a larger one
+        if after.0 > 0 || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let _permit = self.db.checkout().await?;
+        self.w
+            .feed
+            .changes(after.1, limit, &self.feed_reads, change_of)
+            .await
+    }
+
+    fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
+        Some(self.w.signal.subscribe())
+    }
+
     async fn ready(&self) -> Result<(), StoreError> {
         self.db.ping().await
     }
@@ -906,8 +1368,8 @@ impl Store for MongoStore {
     fn stats(&self) -> StoreStats {
         StoreStats {
             reads: self.reads.load(Ordering::Relaxed),
-            commits: self.commits.load(Ordering::Relaxed),
-            writes: self.writes.load(Ordering::Relaxed),
+            commits: self.w.commits.load(Ordering::Relaxed),
+            writes: self.w.writes.load(Ordering::Relaxed),
         }
     }
 

@@ -54,11 +54,18 @@ async fn a_stale_latest_flag_is_ignored_by_readers_and_cleared_by_the_next_write
     let coll = raw(&name).await;
     let all = TokenFilter::All;
     let a = store
-        .create(doc_of(json!({"name": "first"})), &[])
+        .create(
+            doc_of(json!({"name": "first"})),
+            &meshql_core::WriteContext::SYSTEM,
+        )
         .await
         .unwrap();
     store
-        .update(&a.id, doc_of(json!({"name": "second"})), None, &all)
+        .update(
+            &a.id,
+            doc_of(json!({"name": "second"})),
+            &meshql_core::WriteContext::SYSTEM,
+        )
         .await
         .unwrap()
         .expect("updated");
@@ -83,7 +90,11 @@ async fn a_stale_latest_flag_is_ignored_by_readers_and_cleared_by_the_next_write
 
     // the next write of the id leaves exactly its own version flagged
     store
-        .update(&a.id, doc_of(json!({"name": "third"})), None, &all)
+        .update(
+            &a.id,
+            doc_of(json!({"name": "third"})),
+            &meshql_core::WriteContext::SYSTEM,
+        )
         .await
         .unwrap()
         .expect("updated");
@@ -105,7 +116,10 @@ async fn two_clients_updating_one_id_end_with_the_newest_version_flagged() {
     let two = Arc::new(store_on(&name).await);
     let all = TokenFilter::All;
     let id = one
-        .create(doc_of(json!({"name": "start"})), &[])
+        .create(
+            doc_of(json!({"name": "start"})),
+            &meshql_core::WriteContext::SYSTEM,
+        )
         .await
         .unwrap()
         .id;
@@ -118,8 +132,7 @@ async fn two_clients_updating_one_id_end_with_the_newest_version_flagged() {
                     .update(
                         &id,
                         doc_of(json!({"name": format!("w{w}-{i}")})),
-                        None,
-                        &TokenFilter::All,
+                        &meshql_core::WriteContext::SYSTEM,
                     )
                     .await
                     .expect("update")
@@ -161,7 +174,10 @@ async fn a_restart_prepares_an_existing_collection_again() {
     let name = fresh_name();
     let first = store_on(&name).await;
     let kept = first
-        .create(doc_of(json!({"name": "kept"})), &[])
+        .create(
+            doc_of(json!({"name": "kept"})),
+            &meshql_core::WriteContext::SYSTEM,
+        )
         .await
         .unwrap();
     first.shutdown().await;
