@@ -93,7 +93,11 @@ pub async fn create_assigns_uuid_and_embeds_id(store: DynStore) {
     let p: Value = serde_json::from_str(&env.payload).unwrap();
     assert_eq!(p["name"], "chuck");
     assert_eq!(p["id"], env.id, "the payload carries the envelope id");
-    let read = store.read(&env.id, &ALL, None).await.unwrap().unwrap();
+    let read = store
+        .read(&env.id, &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(read.payload, env.payload);
     assert_eq!(read.created_at, env.created_at);
 }
@@ -117,7 +121,11 @@ pub async fn create_honours_given_id_and_created_at(store: DynStore) {
 }
 
 pub async fn read_missing_is_none(store: DynStore) {
-    assert!(store.read("nope", &ALL, None).await.unwrap().is_none());
+    assert!(store
+        .read("nope", &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .is_none());
     assert!(store.versions("nope").await.unwrap().is_empty());
 }
 
@@ -129,7 +137,11 @@ pub async fn update_appends_a_version(store: DynStore) {
         .unwrap()
         .expect("update of an existing id");
     assert_eq!(v2.id, id);
-    let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
+    let now = store
+        .read(&id, &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(name_of(&now.payload), "v2");
     let versions = store.versions(&id).await.unwrap();
     assert_eq!(versions.len(), 2);
@@ -137,7 +149,7 @@ pub async fn update_appends_a_version(store: DynStore) {
     assert_eq!(
         names(
             store
-                .list(&ALL, None)
+                .list(&meshql_core::ReadContext::new(&ALL, None))
                 .await
                 .unwrap()
                 .iter()
@@ -172,7 +184,7 @@ pub async fn versions_over_time(store: DynStore) {
         let store = store.clone();
         async move {
             store
-                .read("coop", &ALL, at)
+                .read("coop", &meshql_core::ReadContext::new(&ALL, at))
                 .await
                 .unwrap()
                 .map(|e| name_of(&e.payload))
@@ -189,11 +201,8 @@ pub async fn versions_over_time(store: DynStore) {
     assert_eq!(read(None).await.as_deref(), Some("purple"));
     let found = store
         .find(
-            &by_id(),
-            &args(json!({"id": "coop"})),
-            &ALL,
-            Some(t0 + 500),
-            None,
+            &meshql_core::Search::new(&by_id(), &args(json!({"id": "coop"})), None),
+            &meshql_core::ReadContext::new(&ALL, Some(t0 + 500)),
         )
         .await
         .unwrap();
@@ -208,12 +217,16 @@ pub async fn back_dated_collisions_keep_latest_exact(store: DynStore) {
     let versions = store.versions("d").await.unwrap();
     let stamps: Vec<_> = versions.iter().map(|v| v.created_at).collect();
     assert_eq!(stamps, [100, 101, 102]);
-    let now = store.read("d", &ALL, None).await.unwrap().unwrap();
+    let now = store
+        .read("d", &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(name_of(&now.payload), "late");
     assert_eq!(
         names(
             store
-                .list(&ALL, None)
+                .list(&meshql_core::ReadContext::new(&ALL, None))
                 .await
                 .unwrap()
                 .iter()
@@ -225,9 +238,17 @@ pub async fn back_dated_collisions_keep_latest_exact(store: DynStore) {
     create_at(&store, "e", json!({"name": "e100"}), 100).await;
     create_at(&store, "e", json!({"name": "e200"}), 200).await;
     create_at(&store, "e", json!({"name": "e150"}), 150).await;
-    let now = store.read("e", &ALL, None).await.unwrap().unwrap();
+    let now = store
+        .read("e", &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(name_of(&now.payload), "e200");
-    let then = store.read("e", &ALL, Some(160)).await.unwrap().unwrap();
+    let then = store
+        .read("e", &meshql_core::ReadContext::new(&ALL, Some(160)))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(name_of(&then.payload), "e150");
 }
 
@@ -238,7 +259,10 @@ pub async fn list_returns_latest_only(store: DynStore) {
         .update(&a, NewDocument::new(payload(json!({"name": "a2"}))), &W)
         .await
         .unwrap();
-    let list = store.list(&ALL, None).await.unwrap();
+    let list = store
+        .list(&meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap();
     assert_eq!(list.len(), 2, "one item per id");
     assert_eq!(names(list.iter().map(|e| &e.payload)), set(&["a2", "b1"]));
 }
@@ -252,7 +276,7 @@ pub async fn lists_keep_creation_order(store: DynStore) {
         .await
         .unwrap();
     let listed: Vec<String> = store
-        .list(&ALL, None)
+        .list(&meshql_core::ReadContext::new(&ALL, None))
         .await
         .unwrap()
         .iter()
@@ -264,7 +288,10 @@ pub async fn lists_keep_creation_order(store: DynStore) {
         "an update keeps the document's place"
     );
     let found: Vec<String> = store
-        .find(&all(), &BoundArgs::new(), &ALL, None, None)
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap()
         .iter()
@@ -281,16 +308,30 @@ pub async fn remove_is_a_tombstone(store: DynStore) {
         RemoveOutcome::Removed
     );
     assert!(
-        store.read("hen", &ALL, None).await.unwrap().is_none(),
+        store
+            .read("hen", &meshql_core::ReadContext::new(&ALL, None))
+            .await
+            .unwrap()
+            .is_none(),
         "gone now"
     );
-    assert!(store.list(&ALL, None).await.unwrap().is_empty());
     assert!(store
-        .find(&all(), &BoundArgs::new(), &ALL, None, None)
+        .list(&meshql_core::ReadContext::new(&ALL, None))
         .await
         .unwrap()
         .is_empty());
-    let then = store.read("hen", &ALL, Some(t0)).await.unwrap();
+    assert!(store
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), None),
+            &meshql_core::ReadContext::new(&ALL, None)
+        )
+        .await
+        .unwrap()
+        .is_empty());
+    let then = store
+        .read("hen", &meshql_core::ReadContext::new(&ALL, Some(t0)))
+        .await
+        .unwrap();
     assert_eq!(
         then.map(|e| name_of(&e.payload)).as_deref(),
         Some("chuck"),
@@ -315,11 +356,8 @@ pub async fn tombstone_is_applied_before_filtering(store: DynStore) {
     store.remove(&id, &W).await.unwrap();
     let found = store
         .find(
-            &by_name(),
-            &args(json!({"name": "ghost"})),
-            &ALL,
-            None,
-            None,
+            &meshql_core::Search::new(&by_name(), &args(json!({"name": "ghost"})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
         )
         .await
         .unwrap();
@@ -341,22 +379,16 @@ pub async fn latest_then_filter(store: DynStore) {
         .unwrap();
     let in_a = store
         .find(
-            &by_parent(),
-            &args(json!({"id": "coop-a"})),
-            &ALL,
-            None,
-            None,
+            &meshql_core::Search::new(&by_parent(), &args(json!({"id": "coop-a"})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
         )
         .await
         .unwrap();
     assert!(in_a.is_empty(), "moved documents leave their old group");
     let in_b = store
         .find(
-            &by_parent(),
-            &args(json!({"id": "coop-b"})),
-            &ALL,
-            None,
-            None,
+            &meshql_core::Search::new(&by_parent(), &args(json!({"id": "coop-b"})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
         )
         .await
         .unwrap();
@@ -368,7 +400,10 @@ pub async fn read_many_and_remove_many(store: DynStore) {
     let b = create(&store, json!({"name": "b"})).await;
     let c = create(&store, json!({"name": "c"})).await;
     let got = store
-        .read_many(&[a.clone(), "missing".into(), c.clone()], &ALL, None)
+        .read_many(
+            &[a.clone(), "missing".into(), c.clone()],
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -388,7 +423,10 @@ pub async fn read_many_and_remove_many(store: DynStore) {
         ]
     );
     let left = store
-        .read_many(&[a, b, c.clone()], &ALL, None)
+        .read_many(
+            &[a, b, c.clone()],
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(left.len(), 1);
@@ -418,7 +456,10 @@ pub async fn read_many_at_a_time(store: DynStore) {
         let (store, ids) = (store.clone(), ids.clone());
         async move {
             let before = store.stats().reads;
-            let got = store.read_many(&ids, &filter, at).await.unwrap();
+            let got = store
+                .read_many(&ids, &meshql_core::ReadContext::new(&filter, at))
+                .await
+                .unwrap();
             assert_eq!(store.stats().reads - before, 1, "one read for all ids");
             got.iter().map(|e| name_of(&e.payload)).collect::<Vec<_>>()
         }
@@ -442,7 +483,13 @@ async fn level_by_level(
     at: Option<Millis>,
     limit: Option<usize>,
 ) -> Vec<NestedRow> {
-    let rows = store.find(template, args, filter, at, limit).await.unwrap();
+    let rows = store
+        .find(
+            &meshql_core::Search::new(template, args, limit),
+            &meshql_core::ReadContext::new(filter, at),
+        )
+        .await
+        .unwrap();
     let mut out: Vec<NestedRow> = rows
         .into_iter()
         .map(|r| NestedRow {
@@ -481,7 +528,10 @@ fn attach<'a>(
                 Vec::new()
             } else {
                 n.store
-                    .find_batch(&n.template, "id", &keys, filter, at)
+                    .find_batch(
+                        &meshql_core::BatchSearch::new(&n.template, "id", &keys),
+                        &meshql_core::ReadContext::new(filter, at),
+                    )
                     .await
                     .unwrap()
             };
@@ -593,7 +643,11 @@ pub async fn nested_search_matches_level_by_level(store: DynStore) {
             assert_eq!(n1.children[1][0].id, "n2");
         }
         let Some(got) = store
-            .find_nested(&template, &args, &tree, &filter, at, limit)
+            .find_nested(
+                &meshql_core::Search::new(&template, &args, limit),
+                &tree,
+                &meshql_core::ReadContext::new(&filter, at),
+            )
             .await
             .unwrap()
         else {
@@ -622,7 +676,14 @@ pub async fn create_many_is_one_write(store: DynStore) {
     assert_eq!(envs.len(), 5);
     let ids: BTreeSet<_> = envs.iter().map(|e| e.id.clone()).collect();
     assert_eq!(ids.len(), 5, "distinct ids");
-    assert_eq!(store.list(&ALL, None).await.unwrap().len(), 5);
+    assert_eq!(
+        store
+            .list(&meshql_core::ReadContext::new(&ALL, None))
+            .await
+            .unwrap()
+            .len(),
+        5
+    );
 }
 
 pub async fn find_by_id_field_and_two_fields(store: DynStore) {
@@ -630,36 +691,40 @@ pub async fn find_by_id_field_and_two_fields(store: DynStore) {
     create(&store, json!({"name": "chuck", "type": "rooster"})).await;
     create(&store, json!({"name": "duck", "type": "hen"})).await;
     let by_id_rows = store
-        .find(&by_id(), &args(json!({"id": a})), &ALL, None, None)
+        .find(
+            &meshql_core::Search::new(&by_id(), &args(json!({"id": a})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(by_id_rows.len(), 1);
     assert_eq!(by_id_rows[0].id, a);
     let chucks = store
         .find(
-            &by_name(),
-            &args(json!({"name": "chuck"})),
-            &ALL,
-            None,
-            None,
+            &meshql_core::Search::new(&by_name(), &args(json!({"name": "chuck"})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
         )
         .await
         .unwrap();
     assert_eq!(chucks.len(), 2);
     let hen_chuck = store
         .find(
-            &by_name_and_type(),
-            &args(json!({"name": "chuck", "type": "hen"})),
-            &ALL,
-            None,
-            None,
+            &meshql_core::Search::new(
+                &by_name_and_type(),
+                &args(json!({"name": "chuck", "type": "hen"})),
+                None,
+            ),
+            &meshql_core::ReadContext::new(&ALL, None),
         )
         .await
         .unwrap();
     assert_eq!(hen_chuck.len(), 1);
     assert_eq!(hen_chuck[0].id, a);
     let everyone = store
-        .find(&all(), &BoundArgs::new(), &ALL, None, None)
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(everyone.len(), 3);
@@ -668,17 +733,26 @@ pub async fn find_by_id_field_and_two_fields(store: DynStore) {
 pub async fn find_with_empty_or_missing_parameters(store: DynStore) {
     create(&store, json!({"name": "chuck"})).await;
     let none = store
-        .find(&by_name(), &BoundArgs::new(), &ALL, None, None)
+        .find(
+            &meshql_core::Search::new(&by_name(), &BoundArgs::new(), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert!(none.is_empty(), "a missing argument matches nothing");
     let none = store
-        .find(&by_name(), &args(json!({"name": ""})), &ALL, None, None)
+        .find(
+            &meshql_core::Search::new(&by_name(), &args(json!({"name": ""})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert!(none.is_empty());
     let none = store
-        .find(&by_id(), &args(json!({"id": "unknown"})), &ALL, None, None)
+        .find(
+            &meshql_core::Search::new(&by_id(), &args(json!({"id": "unknown"})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert!(none.is_empty());
@@ -689,12 +763,18 @@ pub async fn find_honours_limit(store: DynStore) {
         create(&store, json!({"name": format!("n{i}")})).await;
     }
     let two = store
-        .find(&all(), &BoundArgs::new(), &ALL, None, Some(2))
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), Some(2)),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(two.len(), 2);
     let all_rows = store
-        .find(&all(), &BoundArgs::new(), &ALL, None, Some(100))
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), Some(100)),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(all_rows.len(), 5);
@@ -705,11 +785,17 @@ pub async fn find_at_a_time(store: DynStore) {
     create_at(&store, "a", json!({"name": "early"}), t0).await;
     create_at(&store, "b", json!({"name": "late"}), t0 + 10).await;
     let at_t0 = store
-        .find(&all(), &BoundArgs::new(), &ALL, Some(t0), None)
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), None),
+            &meshql_core::ReadContext::new(&ALL, Some(t0)),
+        )
         .await
         .unwrap();
     assert_eq!(names(at_t0.iter().map(|r| &r.payload)), set(&["early"]));
-    let listed = store.list(&ALL, Some(t0 + 10)).await.unwrap();
+    let listed = store
+        .list(&meshql_core::ReadContext::new(&ALL, Some(t0 + 10)))
+        .await
+        .unwrap();
     assert_eq!(listed.len(), 2);
 }
 
@@ -720,11 +806,12 @@ pub async fn find_batch_groups_rows_by_key(store: DynStore) {
     let before = store.stats().reads;
     let rows = store
         .find_batch(
-            &by_parent(),
-            "id",
-            &["c1".into(), "c2".into(), "c3".into()],
-            &ALL,
-            None,
+            &meshql_core::BatchSearch::new(
+                &by_parent(),
+                "id",
+                &["c1".into(), "c2".into(), "c3".into()],
+            ),
+            &meshql_core::ReadContext::new(&ALL, None),
         )
         .await
         .unwrap();
@@ -740,7 +827,10 @@ pub async fn find_batch_groups_rows_by_key(store: DynStore) {
     assert_eq!(grouped["c2"], set(&["h3"]));
     assert!(!grouped.contains_key("c3"));
     let ids = store
-        .find_batch(&by_id(), "id", &[rows[0].1.id.clone()], &ALL, None)
+        .find_batch(
+            &meshql_core::BatchSearch::new(&by_id(), "id", &[rows[0].1.id.clone()]),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
         .await
         .unwrap();
     assert_eq!(ids.len(), 1);
@@ -759,16 +849,32 @@ pub async fn token_filtering(store: DynStore) {
     let alice = TokenFilter::AnyOf(vec!["alice".into()]);
     let bob = TokenFilter::AnyOf(vec!["bob".into()]);
     let nobody = TokenFilter::AnyOf(vec![]);
-    assert!(store.read(&secret, &alice, None).await.unwrap().is_some());
-    assert!(store.read(&secret, &bob, None).await.unwrap().is_none());
-    assert!(store.read(&secret, &ALL, None).await.unwrap().is_some());
+    assert!(store
+        .read(&secret, &meshql_core::ReadContext::new(&alice, None))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(store
+        .read(&secret, &meshql_core::ReadContext::new(&bob, None))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(store
+        .read(&secret, &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .is_some());
     assert!(
-        store.read(&public, &bob, None).await.unwrap().is_some(),
+        store
+            .read(&public, &meshql_core::ReadContext::new(&bob, None))
+            .await
+            .unwrap()
+            .is_some(),
         "untokened is public"
     );
     assert_eq!(
         store
-            .read(&secret, &alice, None)
+            .read(&secret, &meshql_core::ReadContext::new(&alice, None))
             .await
             .unwrap()
             .unwrap()
@@ -778,7 +884,7 @@ pub async fn token_filtering(store: DynStore) {
     assert_eq!(
         names(
             store
-                .list(&bob, None)
+                .list(&meshql_core::ReadContext::new(&bob, None))
                 .await
                 .unwrap()
                 .iter()
@@ -786,20 +892,34 @@ pub async fn token_filtering(store: DynStore) {
         ),
         set(&["public"])
     );
-    assert_eq!(store.list(&nobody, None).await.unwrap().len(), 1);
-    assert_eq!(store.list(&alice, None).await.unwrap().len(), 2);
+    assert_eq!(
+        store
+            .list(&meshql_core::ReadContext::new(&nobody, None))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        store
+            .list(&meshql_core::ReadContext::new(&alice, None))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     let found = store
-        .find(&all(), &BoundArgs::new(), &bob, None, None)
+        .find(
+            &meshql_core::Search::new(&all(), &BoundArgs::new(), None),
+            &meshql_core::ReadContext::new(&bob, None),
+        )
         .await
         .unwrap();
     assert_eq!(names(found.iter().map(|r| &r.payload)), set(&["public"]));
     let batch = store
         .find_batch(
-            &by_id(),
-            "id",
-            &[secret.clone(), public.clone()],
-            &bob,
-            None,
+            &meshql_core::BatchSearch::new(&by_id(), "id", &[secret.clone(), public.clone()]),
+            &meshql_core::ReadContext::new(&bob, None),
         )
         .await
         .unwrap();
@@ -843,7 +963,11 @@ pub async fn update_keeps_the_owner_unless_told_otherwise(store: DynStore) {
         .await
         .unwrap()
         .unwrap();
-    let now = store.read(&id, &alice, None).await.unwrap().unwrap();
+    let now = store
+        .read(&id, &meshql_core::ReadContext::new(&alice, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(now.authorized_tokens, vec!["alice".to_owned()]);
     let team = ["team".to_owned()];
     store
@@ -855,7 +979,11 @@ pub async fn update_keeps_the_owner_unless_told_otherwise(store: DynStore) {
         .await
         .unwrap()
         .unwrap();
-    let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
+    let now = store
+        .read(&id, &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(now.authorized_tokens, team.to_vec());
 }
 
@@ -878,7 +1006,14 @@ pub async fn concurrent_writes_all_land(store: DynStore) {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(store.list(&ALL, None).await.unwrap().len(), 200);
+    assert_eq!(
+        store
+            .list(&meshql_core::ReadContext::new(&ALL, None))
+            .await
+            .unwrap()
+            .len(),
+        200
+    );
 }
 
 pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
@@ -898,7 +1033,11 @@ pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
     assert_eq!(versions.len(), 6);
     let stamps: BTreeSet<_> = versions.iter().map(|v| v.created_at).collect();
     assert_eq!(stamps.len(), 6, "versions get distinct timestamps");
-    let now = store.read(&id, &ALL, None).await.unwrap().unwrap();
+    let now = store
+        .read(&id, &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(name_of(&now.payload), "v5");
 }
 
@@ -1116,7 +1255,7 @@ pub async fn failed_writes_leave_no_trace(store: DynStore) {
     assert_eq!(
         names(
             store
-                .list(&ALL, None)
+                .list(&meshql_core::ReadContext::new(&ALL, None))
                 .await
                 .unwrap()
                 .iter()

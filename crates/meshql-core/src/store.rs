@@ -46,7 +46,7 @@ pub type BatchRows = std::collections::HashMap<String, Vec<Row>>;
 pub type Document = Envelope;
 
 /// `found` (the newest candidate version of some of `ids`, in any order) arranged as
-/// [`Store::read_many`] answers: in the order of `ids`, missing ids, tombstones and what
+/// [`StoreReader::read_many`] answers: in the order of `ids`, missing ids, tombstones and what
 /// `filter` hides left out. Lets a client/server backend answer with one query.
 pub fn in_request_order(
     ids: &[String],
@@ -62,7 +62,7 @@ pub fn in_request_order(
         .collect()
 }
 
-/// Where a store keeps its rows (see [`Store::relation`]).
+/// Where a store keeps its rows (see [`StoreReader::relation`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Relation {
     /// The backend (`"postgres"`): only stores of one backend and database join.
@@ -72,7 +72,7 @@ pub struct Relation {
     pub table: String,
 }
 
-/// A relationship below a search, for [`Store::find_nested`]: for every row, the rows of
+/// A relationship below a search, for [`StoreReader::find_nested`]: for every row, the rows of
 /// `store` matching `template` with its `id` argument bound to the row's `key_field`.
 #[derive(Clone)]
 pub struct Nested {
@@ -80,7 +80,7 @@ pub struct Nested {
     pub key_field: String,
     /// Every matching row (`true`), or the first.
     pub vector: bool,
-    pub store: DynStore,
+    pub store: DynReader,
     pub template: QueryTemplate,
     /// The relationships below this one.
     pub children: Vec<Nested>,
@@ -117,12 +117,122 @@ pub struct StoreStats {
     pub writes: u64,
 }
 
-/// Storage for one entity.
-#[async_trait]
-pub trait Store: Send + Sync + 'static {
-    /// Creates tables and the indexes the given templates need. Called once at start-up.
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError>;
+/// What a read sees: whose documents (`filter`), as of when (`at`; the latest when `None`).
+/// Borrowed, so building one per call costs nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadContext<'a> {
+    pub filter: &'a TokenFilter,
+    pub at: Option<Millis>,
+}
 
+impl<'a> ReadContext<'a> {
+    /// Everything, as it is now (tests, tools, processors).
+    pub const LATEST: ReadContext<'static> = ReadContext {
+        filter: &TokenFilter::All,
+        at: None,
+    };
+
+    pub fn new(filter: &'a TokenFilter, at: Option<Millis>) -> Self {
+        Self { filter, at }
+    }
+}
+
+/// A search: a query template, its arguments, and at most how many rows.
+#[derive(Debug, Clone, Copy)]
+pub struct Search<'a> {
+    pub template: &'a QueryTemplate,
+    pub args: &'a BoundArgs,
+    pub limit: Option<usize>,
+}
+
+impl<'a> Search<'a> {
+    pub fn new(template: &'a QueryTemplate, args: &'a BoundArgs, limit: Option<usize>) -> Self {
+        Self {
+            template,
+            args,
+            limit,
+        }
+    }
+}
+
+/// One lookup for many keys: the template evaluated once per key, with `key_arg` bound to it.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSearch<'a> {
+    pub template: &'a QueryTemplate,
+    pub key_arg: &'a str,
+    pub keys: &'a [String],
+}
+
+impl<'a> BatchSearch<'a> {
+    pub fn new(template: &'a QueryTemplate, key_arg: &'a str, keys: &'a [String]) -> Self {
+        Self {
+            template,
+            key_arg,
+            keys,
+        }
+    }
+}
+
+/// The reading half of a store. A cache or a read replica implements only this.
+#[async_trait]
+pub trait StoreReader: Send + Sync + 'static {
+    /// The visible version of `id` at `ctx.at`.
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError>;
+
+    /// The visible versions of several ids (missing ones are left out), in the given order.
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError>;
+
+    /// The visible version of every document.
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError>;
+
+    /// Every stored version of `id`, oldest first, tombstones included.
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError>;
+
+    /// Documents matching a search, at most `search.limit`.
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError>;
+
+    /// One lookup for many keys in a single storage round trip: what makes relationship
+    /// resolution cost one query per nesting level.
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError>;
+
+    /// A search and the relationships below it in one statement: what `find` followed by
+    /// one `find_batch` per relationship and level returns (each level's key bound to the
+    /// `id` argument of its template, singletons keeping their first row). `Ok(None)` when
+    /// the backend cannot answer so (the default, or a relationship in another database):
+    /// the caller then goes level by level.
+    async fn find_nested(
+        &self,
+        search: &Search<'_>,
+        nested: &[Nested],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        let _ = (search, nested, ctx);
+        Ok(None)
+    }
+
+    /// Where this store keeps its rows, for a backend joining stores of one database in
+    /// [`StoreReader::find_nested`]; `None` (the default) when it cannot.
+    fn relation(&self) -> Option<Relation> {
+        None
+    }
+}
+
+/// The writing half of a store: every write appends versions, and each committed version is
+/// one change in the store's [`ChangeFeed`].
+#[async_trait]
+pub trait StoreWriter: Send + Sync + 'static {
     /// Appends a version (a fresh id when the document has none), stamped with
     /// `ctx.create_tokens()`.
     async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError>;
@@ -144,29 +254,6 @@ pub trait Store: Send + Sync + 'static {
         ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError>;
 
-    /// The visible version of `id` at `at` (latest when `None`).
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError>;
-
-    /// The visible versions of several ids (missing ones are left out), in the given order.
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError>;
-
-    /// The visible version of every document.
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError>;
-
     /// Appends a tombstone for `id` (if visible through `ctx.filter`).
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError>;
 
@@ -176,59 +263,12 @@ pub trait Store: Send + Sync + 'static {
         ids: &[String],
         ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError>;
+}
 
-    /// Every stored version of `id`, oldest first, tombstones included.
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError>;
-
-    /// Documents matching a template at `at`, at most `limit`.
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &crate::BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError>;
-
-    /// One lookup for many keys: evaluates the template once per key with `key_arg` bound to
-    /// the key, in a single storage round trip. This is what makes relationship resolution
-    /// cost one query per nesting level.
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError>;
-
-    /// A search and the relationships below it in one statement: what `find` followed by
-    /// one `find_batch` per relationship and level returns (each level's key bound to the
-    /// `id` argument of its template, singletons keeping their first row). `Ok(None)` when
-    /// the backend cannot answer so (the default, or a relationship in another database):
-    /// the caller then goes level by level.
-    #[allow(clippy::too_many_arguments)]
-    async fn find_nested(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        nested: &[Nested],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
-        let _ = (template, args, nested, filter, at, limit);
-        Ok(None)
-    }
-
-    /// Where this store keeps its rows, for a backend joining stores of one database in
-    /// [`Store::find_nested`]; `None` (the default) when it cannot.
-    fn relation(&self) -> Option<Relation> {
-        None
-    }
-
-    /// The change feed: committed versions after `after`, in feed order, at most `limit`
-    /// (see [`crate::change`] for the contract).
+/// A store's change feed (see [`crate::change`] for the contract).
+#[async_trait]
+pub trait ChangeFeed: Send + Sync + 'static {
+    /// Committed versions after `after`, in feed order, at most `limit`.
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError>;
 
     /// Raised after every commit this process makes through this store, so that a feed
@@ -236,6 +276,13 @@ pub trait Store: Send + Sync + 'static {
     fn commit_signal(&self) -> Option<crate::CommitReceiver> {
         None
     }
+}
+
+/// Storage for one entity: its reader, writer and change feed, and its lifecycle.
+#[async_trait]
+pub trait Store: StoreReader + StoreWriter + ChangeFeed {
+    /// Creates tables and the indexes the given templates need. Called once at start-up.
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError>;
 
     /// Whether the backend can serve requests now.
     async fn ready(&self) -> Result<(), StoreError>;
@@ -246,6 +293,11 @@ pub trait Store: Send + Sync + 'static {
     /// Flushes pending writes and releases resources.
     async fn shutdown(&self);
 }
+
+/// A shared reader (a store, a replica, a cache).
+pub type DynReader = Arc<dyn StoreReader>;
+/// A shared writer.
+pub type DynWriter = Arc<dyn StoreWriter>;
 
 /// A shared, dynamically dispatched store.
 pub type DynStore = Arc<dyn Store>;

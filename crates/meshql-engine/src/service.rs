@@ -3,8 +3,8 @@
 use crate::error::EngineError;
 use crate::validate::PayloadValidator;
 use meshql_core::{
-    Authorizer, Credentials, DynStore, Envelope, Millis, NewDocument, RemoveOutcome, TokenFilter,
-    WriteContext,
+    Authorizer, Credentials, DynReader, DynStore, Envelope, Millis, NewDocument, ReadContext,
+    RemoveOutcome, TokenFilter, WriteContext,
 };
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -27,7 +27,7 @@ impl Session {
 /// One entity's service.
 pub struct EntityService {
     name: String,
-    reader: DynStore,
+    reader: DynReader,
     writer: DynStore,
     validator: Option<PayloadValidator>,
     /// Tokens stamped on every write (when empty: the writer's own).
@@ -62,7 +62,7 @@ impl EntityService {
     }
 
     /// Serves reads from `reader` (a replica, a cache) instead of the writer's store.
-    pub fn with_reader(mut self, reader: DynStore) -> Self {
+    pub fn with_reader(mut self, reader: DynReader) -> Self {
         self.reader = reader;
         self
     }
@@ -72,11 +72,12 @@ impl EntityService {
     }
 
     /// Where reads go.
-    pub fn reader(&self) -> &DynStore {
+    pub fn reader(&self) -> &DynReader {
         &self.reader
     }
 
-    /// Where writes go (also the store whose change feed the service publishes).
+    /// Where writes go: the primary store, whose change feed the service publishes and whose
+    /// readiness is the entity's.
     pub fn writer(&self) -> &DynStore {
         &self.writer
     }
@@ -201,7 +202,10 @@ impl EntityService {
         id: &str,
         at: Option<Millis>,
     ) -> Result<Option<Envelope>, EngineError> {
-        Ok(self.reader.read(id, &session.filter(), at).await?)
+        Ok(self
+            .reader
+            .read(id, &ReadContext::new(&session.filter(), at))
+            .await?)
     }
 
     pub async fn read_many(
@@ -210,7 +214,10 @@ impl EntityService {
         ids: &[String],
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        Ok(self.reader.read_many(ids, &session.filter(), at).await?)
+        Ok(self
+            .reader
+            .read_many(ids, &ReadContext::new(&session.filter(), at))
+            .await?)
     }
 
     pub async fn list(
@@ -218,7 +225,10 @@ impl EntityService {
         session: &Session,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        Ok(self.reader.list(&session.filter(), at).await?)
+        Ok(self
+            .reader
+            .list(&ReadContext::new(&session.filter(), at))
+            .await?)
     }
 }
 

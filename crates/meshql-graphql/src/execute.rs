@@ -268,7 +268,10 @@ impl<'a> Exec<'a> {
         }
         let rows = match g
             .store
-            .find_batch(&q.template, "id", &keys, &self.ctx.filter, batch.at)
+            .find_batch(
+                &meshql_core::BatchSearch::new(&q.template, "id", &keys),
+                &meshql_core::ReadContext::new(&self.ctx.filter, batch.at),
+            )
             .await
         {
             Ok(rows) => rows,
@@ -346,7 +349,11 @@ impl<'a> Exec<'a> {
         if let Some(nested) = &selection.nested {
             match g
                 .store
-                .find_nested(&q.template, &args, nested, &self.ctx.filter, at, limit)
+                .find_nested(
+                    &meshql_core::Search::new(&q.template, &args, limit),
+                    nested,
+                    &meshql_core::ReadContext::new(&self.ctx.filter, at),
+                )
                 .await
             {
                 Ok(Some(rows)) => {
@@ -360,7 +367,10 @@ impl<'a> Exec<'a> {
         }
         let rows = match g
             .store
-            .find(&q.template, &args, &self.ctx.filter, at, limit)
+            .find(
+                &meshql_core::Search::new(&q.template, &args, limit),
+                &meshql_core::ReadContext::new(&self.ctx.filter, at),
+            )
             .await
         {
             Ok(rows) => rows,
@@ -473,7 +483,10 @@ impl<'a> Exec<'a> {
         let q = &g.queries[query];
         let rows = match g
             .store
-            .find_batch(&q.template, "id", keys, &self.ctx.filter, at)
+            .find_batch(
+                &meshql_core::BatchSearch::new(&q.template, "id", keys),
+                &meshql_core::ReadContext::new(&self.ctx.filter, at),
+            )
             .await
         {
             Ok(rows) => rows,

@@ -7,7 +7,7 @@ use apollo_compiler::schema::Implementers;
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Schema};
 use meshql_config::{ResolvedGraph, ResolvedResolver};
-use meshql_core::{DynStore, QueryTemplate};
+use meshql_core::{DynReader, QueryTemplate};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ pub struct Graphlette {
     pub entity_type: String,
     pub queries: Vec<GraphletteQuery>,
     pub resolvers: Vec<ResolvedResolver>,
-    pub store: DynStore,
+    pub store: DynReader,
     plans: RwLock<HashMap<(String, Option<String>), CachedPlan>>,
 }
 
@@ -61,7 +61,7 @@ impl std::fmt::Debug for Graphlette {
 }
 
 impl Graphlette {
-    pub fn new(entity: &str, graph: &ResolvedGraph, store: DynStore) -> Self {
+    pub fn new(entity: &str, graph: &ResolvedGraph, store: DynReader) -> Self {
         Self {
             path: graph.path.clone(),
             entity: entity.to_owned(),

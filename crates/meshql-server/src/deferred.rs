@@ -3,10 +3,10 @@
 //! until it succeeds — no restart needed when the database comes back.
 
 use async_trait::async_trait;
+use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use meshql_core::{
-    BoundArgs, Cursor, DynStore, Envelope, KeyedRows, Millis, Nested, NestedRow, NewDocument,
-    QueryTemplate, Relation, RemoveOutcome, Row, Store, StoreChange, StoreError, StoreStats,
-    TokenFilter, WriteContext,
+    Cursor, DynStore, Envelope, KeyedRows, Nested, NestedRow, NewDocument, QueryTemplate, Relation,
+    RemoveOutcome, Row, Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,16 +64,75 @@ impl Deferred {
 }
 
 #[async_trait]
-impl Store for Deferred {
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        self.inner.prepare(templates).await?;
-        self.prepared.store(true, Ordering::Release);
-        Ok(())
+impl StoreReader for Deferred {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.read(id, ctx).await
     }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.read_many(ids, ctx).await
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.list(ctx).await
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.versions(id).await
+    }
+
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.gate()?;
+        self.inner.find(search, ctx).await
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        self.gate()?;
+        self.inner.find_batch(batch, ctx).await
+    }
+
+    async fn find_nested(
+        &self,
+        search: &Search<'_>,
+        nested: &[Nested],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        self.gate()?;
+        self.inner.find_nested(search, nested, ctx).await
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        if self.prepared.load(Ordering::Acquire) {
+            self.inner.relation()
+        } else {
+            None
+        }
+    }
+}
+
+#[async_trait]
+impl StoreWriter for Deferred {
     async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError> {
         self.gate()?;
         self.inner.create(doc, ctx).await
     }
+
     async fn create_many(
         &self,
         docs: Vec<NewDocument>,
@@ -82,6 +141,7 @@ impl Store for Deferred {
         self.gate()?;
         self.inner.create_many(docs, ctx).await
     }
+
     async fn update(
         &self,
         id: &str,
@@ -91,36 +151,12 @@ impl Store for Deferred {
         self.gate()?;
         self.inner.update(id, doc, ctx).await
     }
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError> {
-        self.gate()?;
-        self.inner.read(id, filter, at).await
-    }
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        self.gate()?;
-        self.inner.read_many(ids, filter, at).await
-    }
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        self.gate()?;
-        self.inner.list(filter, at).await
-    }
+
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         self.gate()?;
         self.inner.remove(id, ctx).await
     }
+
     async fn remove_many(
         &self,
         ids: &[String],
@@ -129,69 +165,37 @@ impl Store for Deferred {
         self.gate()?;
         self.inner.remove_many(ids, ctx).await
     }
+}
+
+#[async_trait]
+impl ChangeFeed for Deferred {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         self.gate()?;
         self.inner.changes(after, limit).await
     }
+
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         self.inner.commit_signal()
     }
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
-        self.gate()?;
-        self.inner.versions(id).await
+}
+
+#[async_trait]
+impl Store for Deferred {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        self.inner.prepare(templates).await?;
+        self.prepared.store(true, Ordering::Release);
+        Ok(())
     }
-    async fn find_nested(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        nested: &[Nested],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
-        self.gate()?;
-        self.inner
-            .find_nested(template, args, nested, filter, at, limit)
-            .await
-    }
-    fn relation(&self) -> Option<Relation> {
-        if self.prepared.load(Ordering::Acquire) {
-            self.inner.relation()
-        } else {
-            None
-        }
-    }
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError> {
-        self.gate()?;
-        self.inner.find(template, args, filter, at, limit).await
-    }
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError> {
-        self.gate()?;
-        self.inner
-            .find_batch(template, key_arg, keys, filter, at)
-            .await
-    }
+
     async fn ready(&self) -> Result<(), StoreError> {
         self.gate()?;
         self.inner.ready().await
     }
+
     fn stats(&self) -> StoreStats {
         self.inner.stats()
     }
+
     async fn shutdown(&self) {
         self.inner.shutdown().await
     }

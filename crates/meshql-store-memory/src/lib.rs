@@ -10,6 +10,7 @@ use meshql_core::{
     NewDocument, QueryTemplate, RemoveOutcome, Row, Store, StoreChange, StoreError, StoreStats,
     TokenFilter, WriteContext,
 };
+use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use parking_lot::RwLock;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
@@ -201,11 +202,123 @@ impl MemoryStore {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        templates.iter().try_for_each(Self::check)
+impl StoreReader for MemoryStore {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .data
+            .read()
+            .visible(id, filter, at)
+            .map(|v| envelope(id, v)))
     }
 
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        Ok(ids
+            .iter()
+            .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
+            .collect())
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        Ok(data
+            .order
+            .iter()
+            .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
+            .collect())
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Ok(self
+            .data
+            .read()
+            .docs
+            .get(id)
+            .map(|vs| vs.iter().map(|v| envelope(id, v)).collect())
+            .unwrap_or_default())
+    }
+
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        Self::check(template)?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        Ok(data
+            .order
+            .iter()
+            .filter_map(|id| {
+                let v = data.visible(id, filter, at)?;
+                template.matches(args, id, &v.parsed).then(|| Row {
+                    id: id.clone(),
+                    payload: v.payload.clone(),
+                })
+            })
+            .take(limit.unwrap_or(usize::MAX))
+            .collect())
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        let BatchSearch {
+            template,
+            key_arg,
+            keys,
+        } = *batch;
+        let (filter, at) = (ctx.filter, ctx.at);
+        Self::check(template)?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        let mut out = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for key in keys {
+            if !seen.insert(key) {
+                continue;
+            }
+            let mut args = BoundArgs::new();
+            args.insert(key_arg.to_owned(), Value::String(key.clone()));
+            for id in &data.order {
+                if let Some(v) = data.visible(id, filter, at) {
+                    if template.matches(&args, id, &v.parsed) {
+                        out.push((
+                            key.clone(),
+                            Row {
+                                id: id.clone(),
+                                payload: v.payload.clone(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl StoreWriter for MemoryStore {
     async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError> {
         let (id, v, explicit) = Self::version(doc, ctx.create_tokens())?;
         let env = self
@@ -260,48 +373,6 @@ impl Store for MemoryStore {
         Ok(Some(env))
     }
 
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        Ok(self
-            .data
-            .read()
-            .visible(id, filter, at)
-            .map(|v| envelope(id, v)))
-    }
-
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let data = self.data.read();
-        Ok(ids
-            .iter()
-            .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
-            .collect())
-    }
-
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let data = self.data.read();
-        Ok(data
-            .order
-            .iter()
-            .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
-            .collect())
-    }
-
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let outcome = Self::remove_locked(&mut self.data.write(), id, ctx);
         if outcome == RemoveOutcome::Removed {
@@ -332,79 +403,10 @@ impl Store for MemoryStore {
         self.commits.fetch_add(1, Ordering::Relaxed);
         Ok(outcomes)
     }
+}
 
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        Ok(self
-            .data
-            .read()
-            .docs
-            .get(id)
-            .map(|vs| vs.iter().map(|v| envelope(id, v)).collect())
-            .unwrap_or_default())
-    }
-
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError> {
-        Self::check(template)?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let data = self.data.read();
-        Ok(data
-            .order
-            .iter()
-            .filter_map(|id| {
-                let v = data.visible(id, filter, at)?;
-                template.matches(args, id, &v.parsed).then(|| Row {
-                    id: id.clone(),
-                    payload: v.payload.clone(),
-                })
-            })
-            .take(limit.unwrap_or(usize::MAX))
-            .collect())
-    }
-
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError> {
-        Self::check(template)?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let data = self.data.read();
-        let mut out = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for key in keys {
-            if !seen.insert(key) {
-                continue;
-            }
-            let mut args = BoundArgs::new();
-            args.insert(key_arg.to_owned(), Value::String(key.clone()));
-            for id in &data.order {
-                if let Some(v) = data.visible(id, filter, at) {
-                    if template.matches(&args, id, &v.parsed) {
-                        out.push((
-                            key.clone(),
-                            Row {
-                                id: id.clone(),
-                                payload: v.payload.clone(),
-                            },
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
+#[async_trait]
+impl ChangeFeed for MemoryStore {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         let data = self.data.read();
         let start = if after.0 == data.epoch {
@@ -419,6 +421,13 @@ impl Store for MemoryStore {
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.signal.subscribe())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        templates.iter().try_for_each(Self::check)
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -9,6 +9,7 @@ use meshql_core::{
     FieldPath, KeyedRows, Millis, NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store,
     StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
+use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use mongodb::bson::{self, doc, oid::ObjectId, Bson, DateTime, Document};
 use mongodb::options::{ClientOptions, IndexOptions};
 use mongodb::{Client, Collection, IndexModel};
@@ -1025,58 +1026,164 @@ impl MongoStore {
 }
 
 #[async_trait]
-impl Store for MongoStore {
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+impl StoreReader for MongoStore {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
         let _permit = self.db.checkout().await?;
-        let mut indexes = vec![
-            IndexModel::builder()
-                .keys(doc! {"id": 1, "created_at": -1})
-                .options(IndexOptions::builder().unique(true).build())
-                .build(),
-            IndexModel::builder()
-                .keys(doc! {"latest": 1, "deleted": 1, "seq": 1})
-                .build(),
-            // the change feed; sparse for versions older than the feed (FerretDB ignores
-            // `sparse`, and its unique indexes let any number of documents lack the field)
-            IndexModel::builder()
-                .keys(doc! {"pos": 1})
-                .options(IndexOptions::builder().unique(true).sparse(true).build())
-                .build(),
-        ];
-        let mut fields = std::collections::BTreeSet::new();
-        for t in templates {
-            if let TemplateKind::Sql(_) = t.kind {
-                return Err(StoreError::Invalid(format!(
-                    "SQL fragment `{}` needs a SQL backend; MongoDB takes JSON templates",
-                    t.source
-                )));
-            }
-            fields.extend(t.filtered_paths().iter().map(path_key));
-        }
-        for field in fields {
-            indexes.push(IndexModel::builder().keys(doc! {field: 1}).build());
-        }
-        // Only the missing ones: a restart finds them in place (and FerretDB v1 drops the
-        // connection on a createIndexes naming indexes that already exist).
-        let existing: Vec<Document> = match self.coll.list_indexes().await {
-            Ok(cursor) => cursor
-                .map_ok(|m| m.keys)
-                .try_collect()
-                .await
-                .map_err(error)?,
-            // a collection that does not exist yet has no indexes
-            Err(e) if matches!(&*e.kind, mongodb::error::ErrorKind::Command(c) if c.code == 26) => {
-                Vec::new()
-            }
-            Err(e) => return Err(error(e)),
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let f = match at {
+            None => doc! {"id": id, "latest": true},
+            Some(at) => doc! {"id": id, "created_at": {"$lte": DateTime::from_millis(at)}},
         };
-        indexes.retain(|i| !existing.contains(&i.keys));
-        if !indexes.is_empty() {
-            self.coll.create_indexes(indexes).await.map_err(error)?;
-        }
-        self.w.feed.prepare().await
+        let d = self
+            .coll
+            .find_one(f)
+            .sort(doc! {"created_at": -1})
+            .await
+            .map_err(error)?;
+        let Some(d) = d else { return Ok(None) };
+        let e = envelope(&d)?;
+        Ok(visible(e, filter))
     }
 
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let _permit = self.db.checkout().await?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        // one query: each id's candidate versions, newest first, then the first per id
+        let f = match at {
+            None => doc! {"id": {"$in": ids}, "latest": true},
+            Some(at) => {
+                doc! {"id": {"$in": ids}, "created_at": {"$lte": DateTime::from_millis(at)}}
+            }
+        };
+        let docs: Vec<Document> = self
+            .coll
+            .find(f)
+            .sort(doc! {"id": 1, "created_at": -1})
+            .await
+            .map_err(error)?
+            .try_collect()
+            .await
+            .map_err(error)?;
+        // newest first within each id: keep the first of each
+        let mut found: Vec<Envelope> = Vec::with_capacity(ids.len());
+        for d in &docs {
+            if found.last().map(|e| e.id.as_str()) != d.get_str("id").ok() {
+                found.push(envelope(d)?);
+            }
+        }
+        Ok(in_request_order(ids, found, filter))
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let _permit = self.db.checkout().await?;
+        self.visible_docs(Document::new(), filter, at, None)
+            .await?
+            .iter()
+            .map(envelope)
+            .collect()
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        let _permit = self.db.checkout().await?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let docs: Vec<Document> = self
+            .coll
+            .find(doc! {"id": id})
+            .sort(doc! {"created_at": 1})
+            .await
+            .map_err(error)?
+            .try_collect()
+            .await
+            .map_err(error)?;
+        docs.iter().map(envelope).collect()
+    }
+
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        let _permit = self.db.checkout().await?;
+        self.find_rows(template, args, filter, at, limit).await
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        let BatchSearch {
+            template,
+            key_arg,
+            keys,
+        } = *batch;
+        let (filter, at) = (ctx.filter, ctx.at);
+        let _permit = self.db.checkout().await?;
+        let TemplateKind::Filter(preds) = &template.kind else {
+            return Err(StoreError::Invalid(format!(
+                "SQL fragment `{}` needs a SQL backend",
+                template.source
+            )));
+        };
+        // the predicate the key binds to: one `$in` query for all keys
+        let key_path = preds.iter().find_map(|(path, v)| match v {
+            ArgValue::Arg(name) if name == key_arg => Some(path.clone()),
+            _ => None,
+        });
+        let Some(key_path) = key_path else {
+            // the key is not a whole predicate value: one query per key
+            let mut out = Vec::new();
+            for k in keys {
+                let mut args = BoundArgs::new();
+                args.insert(key_arg.to_owned(), serde_json::Value::String(k.clone()));
+                for row in self.find_rows(template, &args, filter, at, None).await? {
+                    out.push((k.clone(), row));
+                }
+            }
+            return Ok(out);
+        };
+        let mut matching = template_filter(template, &BoundArgs::new(), "")?;
+        matching.insert(path_key(&key_path), doc! {"$in": keys.to_vec()});
+        let docs = self.visible_docs(matching, filter, at, None).await?;
+        let mut out = Vec::with_capacity(docs.len());
+        for d in &docs {
+            let id = d.get_str("id").unwrap_or_default().to_owned();
+            let payload = payload_text(d)?;
+            let key = match &key_path {
+                FieldPath::Id => Some(id.clone()),
+                FieldPath::Payload(_) => {
+                    let map: serde_json::Map<String, serde_json::Value> =
+                        serde_json::from_str(&payload).unwrap_or_default();
+                    key_path.lookup(&id, &map).and_then(|v| match v {
+                        serde_json::Value::String(s) => Some(s),
+                        serde_json::Value::Null => None,
+                        other => Some(other.to_string()),
+                    })
+                }
+            };
+            if let Some(key) = key {
+                out.push((key, Row { id, payload }));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl StoreWriter for MongoStore {
     async fn create(
         &self,
         mut doc: NewDocument,
@@ -1171,76 +1278,6 @@ impl Store for MongoStore {
         .await
     }
 
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError> {
-        let _permit = self.db.checkout().await?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let f = match at {
-            None => doc! {"id": id, "latest": true},
-            Some(at) => doc! {"id": id, "created_at": {"$lte": DateTime::from_millis(at)}},
-        };
-        let d = self
-            .coll
-            .find_one(f)
-            .sort(doc! {"created_at": -1})
-            .await
-            .map_err(error)?;
-        let Some(d) = d else { return Ok(None) };
-        let e = envelope(&d)?;
-        Ok(visible(e, filter))
-    }
-
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let _permit = self.db.checkout().await?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        // one query: each id's candidate versions, newest first, then the first per id
-        let f = match at {
-            None => doc! {"id": {"$in": ids}, "latest": true},
-            Some(at) => {
-                doc! {"id": {"$in": ids}, "created_at": {"$lte": DateTime::from_millis(at)}}
-            }
-        };
-        let docs: Vec<Document> = self
-            .coll
-            .find(f)
-            .sort(doc! {"id": 1, "created_at": -1})
-            .await
-            .map_err(error)?
-            .try_collect()
-            .await
-            .map_err(error)?;
-        // newest first within each id: keep the first of each
-        let mut found: Vec<Envelope> = Vec::with_capacity(ids.len());
-        for d in &docs {
-            if found.last().map(|e| e.id.as_str()) != d.get_str("id").ok() {
-                found.push(envelope(d)?);
-            }
-        }
-        Ok(in_request_order(ids, found, filter))
-    }
-
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let _permit = self.db.checkout().await?;
-        self.visible_docs(Document::new(), filter, at, None)
-            .await?
-            .iter()
-            .map(envelope)
-            .collect()
-    }
-
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let permit = self.db.checkout_owned().await?;
         self.remove_one(id, ctx, permit).await
@@ -1258,92 +1295,10 @@ impl Store for MongoStore {
         }
         Ok(out)
     }
+}
 
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
-        let _permit = self.db.checkout().await?;
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let docs: Vec<Document> = self
-            .coll
-            .find(doc! {"id": id})
-            .sort(doc! {"created_at": 1})
-            .await
-            .map_err(error)?
-            .try_collect()
-            .await
-            .map_err(error)?;
-        docs.iter().map(envelope).collect()
-    }
-
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError> {
-        let _permit = self.db.checkout().await?;
-        self.find_rows(template, args, filter, at, limit).await
-    }
-
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError> {
-        let _permit = self.db.checkout().await?;
-        let TemplateKind::Filter(preds) = &template.kind else {
-            return Err(StoreError::Invalid(format!(
-                "SQL fragment `{}` needs a SQL backend",
-                template.source
-            )));
-        };
-        // the predicate the key binds to: one `$in` query for all keys
-        let key_path = preds.iter().find_map(|(path, v)| match v {
-            ArgValue::Arg(name) if name == key_arg => Some(path.clone()),
-            _ => None,
-        });
-        let Some(key_path) = key_path else {
-            // the key is not a whole predicate value: one query per key
-            let mut out = Vec::new();
-            for k in keys {
-                let mut args = BoundArgs::new();
-                args.insert(key_arg.to_owned(), serde_json::Value::String(k.clone()));
-                for row in self.find_rows(template, &args, filter, at, None).await? {
-                    out.push((k.clone(), row));
-                }
-            }
-            return Ok(out);
-        };
-        let mut matching = template_filter(template, &BoundArgs::new(), "")?;
-        matching.insert(path_key(&key_path), doc! {"$in": keys.to_vec()});
-        let docs = self.visible_docs(matching, filter, at, None).await?;
-        let mut out = Vec::with_capacity(docs.len());
-        for d in &docs {
-            let id = d.get_str("id").unwrap_or_default().to_owned();
-            let payload = payload_text(d)?;
-            let key = match &key_path {
-                FieldPath::Id => Some(id.clone()),
-                FieldPath::Payload(_) => {
-                    let map: serde_json::Map<String, serde_json::Value> =
-                        serde_json::from_str(&payload).unwrap_or_default();
-                    key_path.lookup(&id, &map).and_then(|v| match v {
-                        serde_json::Value::String(s) => Some(s),
-                        serde_json::Value::Null => None,
-                        other => Some(other.to_string()),
-                    })
-                }
-            };
-            if let Some(key) = key {
-                out.push((key, Row { id, payload }));
-            }
-        }
-        Ok(out)
-    }
-
+#[async_trait]
+impl ChangeFeed for MongoStore {
     /// The gap-free prefix of the versions' feed positions (see [`crate::feed`]).
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         // this store's cursors are all `Cursor(0, pos)`: nothing comes after a larger one
@@ -1359,6 +1314,60 @@ impl Store for MongoStore {
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.w.signal.subscribe())
+    }
+}
+
+#[async_trait]
+impl Store for MongoStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let _permit = self.db.checkout().await?;
+        let mut indexes = vec![
+            IndexModel::builder()
+                .keys(doc! {"id": 1, "created_at": -1})
+                .options(IndexOptions::builder().unique(true).build())
+                .build(),
+            IndexModel::builder()
+                .keys(doc! {"latest": 1, "deleted": 1, "seq": 1})
+                .build(),
+            // the change feed; sparse for versions older than the feed (FerretDB ignores
+            // `sparse`, and its unique indexes let any number of documents lack the field)
+            IndexModel::builder()
+                .keys(doc! {"pos": 1})
+                .options(IndexOptions::builder().unique(true).sparse(true).build())
+                .build(),
+        ];
+        let mut fields = std::collections::BTreeSet::new();
+        for t in templates {
+            if let TemplateKind::Sql(_) = t.kind {
+                return Err(StoreError::Invalid(format!(
+                    "SQL fragment `{}` needs a SQL backend; MongoDB takes JSON templates",
+                    t.source
+                )));
+            }
+            fields.extend(t.filtered_paths().iter().map(path_key));
+        }
+        for field in fields {
+            indexes.push(IndexModel::builder().keys(doc! {field: 1}).build());
+        }
+        // Only the missing ones: a restart finds them in place (and FerretDB v1 drops the
+        // connection on a createIndexes naming indexes that already exist).
+        let existing: Vec<Document> = match self.coll.list_indexes().await {
+            Ok(cursor) => cursor
+                .map_ok(|m| m.keys)
+                .try_collect()
+                .await
+                .map_err(error)?,
+            // a collection that does not exist yet has no indexes
+            Err(e) if matches!(&*e.kind, mongodb::error::ErrorKind::Command(c) if c.code == 26) => {
+                Vec::new()
+            }
+            Err(e) => return Err(error(e)),
+        };
+        indexes.retain(|i| !existing.contains(&i.keys));
+        if !indexes.is_empty() {
+            self.coll.create_indexes(indexes).await.map_err(error)?;
+        }
+        self.w.feed.prepare().await
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -5,6 +5,8 @@
 //! Against FerretDB like the conformance suite.
 
 use futures::TryStreamExt;
+use meshql_core::ChangeFeed as _;
+use meshql_core::StoreWriter as _;
 use meshql_core::{ChangeOp, Cursor, NewDocument, Store, StoreChange, WriteContext};
 use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
 use mongodb::bson::{doc, oid::ObjectId, DateTime, Document};

@@ -5,6 +5,7 @@
 //! like the conformance suite.
 
 use meshql_core::{NewDocument, Store, TokenFilter};
+use meshql_core::{StoreReader as _, StoreWriter as _};
 use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
 use mongodb::bson::{doc, Document};
 use serde_json::json;
@@ -76,13 +77,23 @@ async fn a_stale_latest_flag_is_ignored_by_readers_and_cleared_by_the_next_write
         .unwrap();
     assert_eq!(r.modified_count, 1);
 
-    let read = store.read(&a.id, &all, None).await.unwrap().unwrap();
+    let read = store
+        .read(&a.id, &meshql_core::ReadContext::new(&all, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(read.payload.contains("second"), "{}", read.payload);
-    let list = store.list(&all, None).await.unwrap();
+    let list = store
+        .list(&meshql_core::ReadContext::new(&all, None))
+        .await
+        .unwrap();
     assert_eq!(list.len(), 1, "{list:?}");
     assert!(list[0].payload.contains("second"));
     let many = store
-        .read_many(std::slice::from_ref(&a.id), &all, None)
+        .read_many(
+            std::slice::from_ref(&a.id),
+            &meshql_core::ReadContext::new(&all, None),
+        )
         .await
         .unwrap();
     assert_eq!(many.len(), 1);
@@ -103,7 +114,11 @@ async fn a_stale_latest_flag_is_ignored_by_readers_and_cleared_by_the_next_write
         .await
         .unwrap();
     assert_eq!(flagged, 1);
-    let read = store.read(&a.id, &all, None).await.unwrap().unwrap();
+    let read = store
+        .read(&a.id, &meshql_core::ReadContext::new(&all, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(read.payload.contains("third"), "{}", read.payload);
     assert_eq!(store.versions(&a.id).await.unwrap().len(), 3);
 }
@@ -164,9 +179,19 @@ async fn two_clients_updating_one_id_end_with_the_newest_version_flagged() {
             .timestamp_millis(),
         newest.created_at
     );
-    let read = two.read(&id, &all, None).await.unwrap().unwrap();
+    let read = two
+        .read(&id, &meshql_core::ReadContext::new(&all, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(read.payload, newest.payload);
-    assert_eq!(one.list(&all, None).await.unwrap().len(), 1);
+    assert_eq!(
+        one.list(&meshql_core::ReadContext::new(&all, None))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -184,7 +209,10 @@ async fn a_restart_prepares_an_existing_collection_again() {
     // a new process: new client, same collection, indexes already in place
     let second = store_on(&name).await;
     let read = second
-        .read(&kept.id, &TokenFilter::All, None)
+        .read(
+            &kept.id,
+            &meshql_core::ReadContext::new(&TokenFilter::All, None),
+        )
         .await
         .unwrap()
         .expect("still there");

@@ -10,6 +10,7 @@ use meshql_core::{
     Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
     Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
+use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -434,48 +435,210 @@ impl MysqlStore {
 }
 
 #[async_trait]
-impl Store for MysqlStore {
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        let mut conn = self.db.conn().await?;
-        // serialise schema changes between services starting at once
-        let _: Option<i64> = conn
-            .exec_first("SELECT GET_LOCK('meshql-ddl', 30)", ())
-            .await
-            .map_err(my_error)?;
-        let mut ddl = vec![sql::create_table(&self.table), sql::CREATE_CLOCK.to_owned()];
-        ddl.extend(sql::upgrade_for_feed(&self.table));
-        for t in templates {
-            for path in t.filtered_paths() {
-                ddl.extend(sql::field_column_ddl(&self.table, &path));
+impl StoreReader for MysqlStore {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let rows = match at {
+            None => {
+                self.envelopes(&self.sql.read_latest, Params::Positional(vec![id.into()]))
+                    .await?
             }
-        }
-        let mut result = Ok(());
-        for stmt in ddl {
-            if let Err(e) = conn.query_drop(&stmt).await {
-                result = Err(my_error(e));
-                break;
+            Some(at) => {
+                self.envelopes(
+                    &self.sql.read_at,
+                    Params::Positional(vec![id.into(), at.into()]),
+                )
+                .await?
             }
-        }
-        let _ = conn.query_drop("DO RELEASE_LOCK('meshql-ddl')").await;
-        result?;
-        for t in templates {
-            for batch in [false, true] {
-                let c = self.compiled(
-                    t,
-                    Shape {
-                        at: false,
-                        tokens: false,
-                        batch,
-                    },
-                );
-                conn.prep(&c.sql).await.map_err(|e| {
-                    StoreError::Invalid(format!("{} in statement `{}`", my_error(e), c.sql))
-                })?;
-            }
-        }
-        Ok(())
+        };
+        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
     }
 
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let keys = Value::from(
+            serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+        );
+        let found = match at {
+            None => {
+                self.envelopes(&self.sql.read_many_latest, Params::Positional(vec![keys]))
+                    .await?
+            }
+            Some(at) => {
+                self.envelopes(
+                    &self.sql.read_many_at,
+                    Params::Positional(vec![keys, at.into()]),
+                )
+                .await?
+            }
+        };
+        Ok(in_request_order(ids, found, filter))
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let (i, params): (usize, Vec<Value>) = match (at, tokens_json(filter)) {
+            (None, None) => (0, vec![]),
+            (Some(at), None) => (1, vec![at.into()]),
+            (None, Some(t)) => (2, vec![t.into()]),
+            (Some(at), Some(t)) => (3, vec![at.into(), t.into()]),
+        };
+        let params = if params.is_empty() {
+            Params::Empty
+        } else {
+            Params::Positional(params)
+        };
+        self.envelopes(&self.sql.list[i], params).await
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.envelopes(&self.sql.versions, Params::Positional(vec![id.into()]))
+            .await
+    }
+
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        let tokens = tokens_json(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                batch: false,
+            },
+        );
+        let params = Self::bind(&compiled, args, at, &tokens, None, None);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let mut rows: Vec<(i64, String, String)> =
+            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        rows.sort_by_key(|r| r.0);
+        Ok(rows
+            .into_iter()
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(_, id, payload)| Row { id, payload })
+            .collect())
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        let BatchSearch {
+            template,
+            key_arg,
+            keys,
+        } = *batch;
+        let (filter, at) = (ctx.filter, ctx.at);
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if key_arg != "id" {
+            return Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{key_arg}`"
+            )));
+        }
+        let tokens = tokens_json(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                batch: true,
+            },
+        );
+        let mut unique: Vec<&String> = Vec::with_capacity(keys.len());
+        let mut seen = std::collections::HashSet::new();
+        for k in keys {
+            if seen.insert(k) {
+                unique.push(k);
+            }
+        }
+        let keys_json = serde_json::to_string(&unique).expect("strings serialise");
+        let params = Self::bind(
+            &compiled,
+            &BoundArgs::new(),
+            at,
+            &tokens,
+            Some(&keys_json),
+            None,
+        );
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let mut rows: Vec<(String, i64, String, String)> =
+            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        rows.sort_by_key(|r| r.1);
+        Ok(rows
+            .into_iter()
+            .map(|(k, _, id, payload)| (k, Row { id, payload }))
+            .collect())
+    }
+
+    async fn find_nested(
+        &self,
+        search: &Search<'_>,
+        nested: &[Nested],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        if !self.db.nested_sql || nested.is_empty() {
+            return Ok(None);
+        }
+        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
+        else {
+            return Ok(None);
+        };
+        let tokens = tokens_json(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            batch: false,
+        };
+        let compiled = self.nested_compiled(template, shape, limit.is_some(), &levels);
+        let params = Self::bind(&compiled, args, at, &tokens, None, limit);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self.db.conn().await?;
+        let rows: Vec<(i64, Option<String>, String, String, i64)> =
+            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
+        let rows = rows
+            .into_iter()
+            .map(|(r, key, id, payload, order)| (r as usize, key, id, payload, order));
+        meshql_core::nested::assemble_text(nested, rows).map(Some)
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        if !self.db.nested_sql {
+            return None;
+        }
+        Some(Relation {
+            backend: BACKEND,
+            database: self.database_id(),
+            table: self.table.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl StoreWriter for MysqlStore {
     async fn create(
         &self,
         mut doc: NewDocument,
@@ -595,72 +758,6 @@ impl Store for MysqlStore {
         Ok(env)
     }
 
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError> {
-        let rows = match at {
-            None => {
-                self.envelopes(&self.sql.read_latest, Params::Positional(vec![id.into()]))
-                    .await?
-            }
-            Some(at) => {
-                self.envelopes(
-                    &self.sql.read_at,
-                    Params::Positional(vec![id.into(), at.into()]),
-                )
-                .await?
-            }
-        };
-        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
-    }
-
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let keys = Value::from(
-            serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
-        );
-        let found = match at {
-            None => {
-                self.envelopes(&self.sql.read_many_latest, Params::Positional(vec![keys]))
-                    .await?
-            }
-            Some(at) => {
-                self.envelopes(
-                    &self.sql.read_many_at,
-                    Params::Positional(vec![keys, at.into()]),
-                )
-                .await?
-            }
-        };
-        Ok(in_request_order(ids, found, filter))
-    }
-
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let (i, params): (usize, Vec<Value>) = match (at, tokens_json(filter)) {
-            (None, None) => (0, vec![]),
-            (Some(at), None) => (1, vec![at.into()]),
-            (None, Some(t)) => (2, vec![t.into()]),
-            (Some(at), Some(t)) => (3, vec![at.into(), t.into()]),
-        };
-        let params = if params.is_empty() {
-            Params::Empty
-        } else {
-            Params::Positional(params)
-        };
-        self.envelopes(&self.sql.list[i], params).await
-    }
-
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let id = id.to_owned();
         let ctx = ctx.clone();
@@ -699,139 +796,10 @@ impl Store for MysqlStore {
         self.writes.fetch_add(removed, Ordering::Relaxed);
         Ok(out)
     }
+}
 
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
-        self.envelopes(&self.sql.versions, Params::Positional(vec![id.into()]))
-            .await
-    }
-
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError> {
-        let tokens = tokens_json(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                batch: false,
-            },
-        );
-        let params = Self::bind(&compiled, args, at, &tokens, None, None);
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.db.conn().await?;
-        let mut rows: Vec<(i64, String, String)> =
-            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
-        rows.sort_by_key(|r| r.0);
-        Ok(rows
-            .into_iter()
-            .take(limit.unwrap_or(usize::MAX))
-            .map(|(_, id, payload)| Row { id, payload })
-            .collect())
-    }
-
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        if key_arg != "id" {
-            return Err(StoreError::Invalid(format!(
-                "batched lookups bind the `id` argument, not `{key_arg}`"
-            )));
-        }
-        let tokens = tokens_json(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                batch: true,
-            },
-        );
-        let mut unique: Vec<&String> = Vec::with_capacity(keys.len());
-        let mut seen = std::collections::HashSet::new();
-        for k in keys {
-            if seen.insert(k) {
-                unique.push(k);
-            }
-        }
-        let keys_json = serde_json::to_string(&unique).expect("strings serialise");
-        let params = Self::bind(
-            &compiled,
-            &BoundArgs::new(),
-            at,
-            &tokens,
-            Some(&keys_json),
-            None,
-        );
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.db.conn().await?;
-        let mut rows: Vec<(String, i64, String, String)> =
-            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
-        rows.sort_by_key(|r| r.1);
-        Ok(rows
-            .into_iter()
-            .map(|(k, _, id, payload)| (k, Row { id, payload }))
-            .collect())
-    }
-
-    async fn find_nested(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        nested: &[Nested],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
-        if !self.db.nested_sql || nested.is_empty() {
-            return Ok(None);
-        }
-        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
-        else {
-            return Ok(None);
-        };
-        let tokens = tokens_json(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            batch: false,
-        };
-        let compiled = self.nested_compiled(template, shape, limit.is_some(), &levels);
-        let params = Self::bind(&compiled, args, at, &tokens, None, limit);
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self.db.conn().await?;
-        let rows: Vec<(i64, Option<String>, String, String, i64)> =
-            conn.exec(&compiled.sql, params).await.map_err(my_error)?;
-        let rows = rows
-            .into_iter()
-            .map(|(r, key, id, payload, order)| (r as usize, key, id, payload, order));
-        meshql_core::nested::assemble_text(nested, rows).map(Some)
-    }
-
-    fn relation(&self) -> Option<Relation> {
-        if !self.db.nested_sql {
-            return None;
-        }
-        Some(Relation {
-            backend: BACKEND,
-            database: self.database_id(),
-            table: self.table.clone(),
-        })
-    }
-
+#[async_trait]
+impl ChangeFeed for MysqlStore {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         // feed reads are not counted as reads: those count what requests cost
         let mut conn = self.db.conn().await?;
@@ -860,6 +828,50 @@ impl Store for MysqlStore {
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.signal.subscribe())
+    }
+}
+
+#[async_trait]
+impl Store for MysqlStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let mut conn = self.db.conn().await?;
+        // serialise schema changes between services starting at once
+        let _: Option<i64> = conn
+            .exec_first("SELECT GET_LOCK('meshql-ddl', 30)", ())
+            .await
+            .map_err(my_error)?;
+        let mut ddl = vec![sql::create_table(&self.table), sql::CREATE_CLOCK.to_owned()];
+        ddl.extend(sql::upgrade_for_feed(&self.table));
+        for t in templates {
+            for path in t.filtered_paths() {
+                ddl.extend(sql::field_column_ddl(&self.table, &path));
+            }
+        }
+        let mut result = Ok(());
+        for stmt in ddl {
+            if let Err(e) = conn.query_drop(&stmt).await {
+                result = Err(my_error(e));
+                break;
+            }
+        }
+        let _ = conn.query_drop("DO RELEASE_LOCK('meshql-ddl')").await;
+        result?;
+        for t in templates {
+            for batch in [false, true] {
+                let c = self.compiled(
+                    t,
+                    Shape {
+                        at: false,
+                        tokens: false,
+                        batch,
+                    },
+                );
+                conn.prep(&c.sql).await.map_err(|e| {
+                    StoreError::Invalid(format!("{} in statement `{}`", my_error(e), c.sql))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

@@ -2,7 +2,7 @@
 //! (between taking its position and committing) makes the next writer wait for its commit,
 //! so positions never commit out of order and a reader can never skip one.
 
-use meshql_core::{Cursor, NewDocument, Store, WriteContext};
+use meshql_core::{ChangeFeed, Cursor, NewDocument, Store, StoreWriter, WriteContext};
 use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
 use mysql_async::prelude::Queryable;
 use serde_json::json;

@@ -11,6 +11,7 @@ use meshql_core::{
     Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
     Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
+use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
@@ -381,45 +382,199 @@ impl PostgresStore {
 }
 
 #[async_trait]
-impl Store for PostgresStore {
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        let mut ddl = sql::create_table(&self.table);
-        for t in templates {
-            for path in t.filtered_paths() {
-                if let Some(idx) = sql::create_field_index(&self.table, &path) {
-                    ddl.push_str(";\n");
-                    ddl.push_str(&idx);
-                }
-            }
-        }
-        let mut client = self.db.write.get().await.map_err(pool_error)?;
-        let tx = client.transaction().await.map_err(pg_error)?;
-        // concurrent start-ups of several services must not race on CREATE
-        tx.execute("SELECT pg_advisory_xact_lock(7164746865)", &[])
-            .await
-            .map_err(pg_error)?;
-        tx.batch_execute(&ddl).await.map_err(pg_error)?;
-        tx.commit().await.map_err(pg_error)?;
-        // prepare every template statement now, so a bad SQL fragment fails at start-up
-        for t in templates {
-            for batch in [false, true] {
-                let c = self.compiled(
-                    t,
-                    Shape {
-                        at: false,
-                        tokens: false,
-                        limit: false,
-                        batch,
-                    },
-                );
-                client.prepare_cached(&c.sql).await.map_err(|e| {
-                    StoreError::Invalid(format!("{} in statement `{}`", pg_error(e), c.sql))
-                })?;
-            }
-        }
-        Ok(())
+impl StoreReader for PostgresStore {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let rows = match at {
+            None => self.query_envelopes(&self.sql.read_latest, &[&id]).await?,
+            Some(at) => self.query_envelopes(&self.sql.read_at, &[&id, &at]).await?,
+        };
+        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
     }
 
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let found = match at {
+            None => {
+                self.query_envelopes(&self.sql.read_many_latest, &[&ids])
+                    .await?
+            }
+            Some(at) => {
+                self.query_envelopes(&self.sql.read_many_at, &[&ids, &at])
+                    .await?
+            }
+        };
+        Ok(in_request_order(ids, found, filter))
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let tokens = filter_tokens(filter);
+        match (at, tokens) {
+            (None, None) => self.query_envelopes(&self.sql.list[0], &[]).await,
+            (Some(at), None) => self.query_envelopes(&self.sql.list[1], &[&at]).await,
+            (None, Some(t)) => self.query_envelopes(&self.sql.list[2], &[&t]).await,
+            (Some(at), Some(t)) => self.query_envelopes(&self.sql.list[3], &[&at, &t]).await,
+        }
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.query_envelopes(&self.sql.versions, &[&id]).await
+    }
+
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        let tokens = filter_tokens(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                limit: limit.is_some(),
+                batch: false,
+            },
+        );
+        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&compiled.sql)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| Row {
+                id: r.get(0),
+                payload: r.get(1),
+            })
+            .collect())
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        let BatchSearch {
+            template,
+            key_arg,
+            keys,
+        } = *batch;
+        let (filter, at) = (ctx.filter, ctx.at);
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if key_arg != "id" {
+            return Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{key_arg}`"
+            )));
+        }
+        let tokens = filter_tokens(filter);
+        let compiled = self.compiled(
+            template,
+            Shape {
+                at: at.is_some(),
+                tokens: tokens.is_some(),
+                limit: false,
+                batch: true,
+            },
+        );
+        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, None, Some(keys));
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&compiled.sql)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                (
+                    r.get(0),
+                    Row {
+                        id: r.get(1),
+                        payload: r.get(2),
+                    },
+                )
+            })
+            .collect())
+    }
+
+    async fn find_nested(
+        &self,
+        search: &Search<'_>,
+        nested: &[Nested],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        if !self.db.nested_sql || nested.is_empty() {
+            return Ok(None);
+        }
+        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
+        else {
+            return Ok(None);
+        };
+        let tokens = filter_tokens(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            limit: limit.is_some(),
+            batch: false,
+        };
+        let compiled = self.nested_compiled(template, shape, &levels);
+        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
+        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        let stmt = client
+            .prepare_cached(&compiled.sql)
+            .await
+            .map_err(pg_error)?;
+        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
+        let rows = rows.iter().map(|row| {
+            let payload: &str = row.get(3);
+            let relationship = row.get::<_, i32>(0) as usize;
+            (relationship, row.get(1), row.get(2), payload, row.get(4))
+        });
+        meshql_core::nested::assemble_text(nested, rows).map(Some)
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        if !self.db.nested_sql {
+            return None;
+        }
+        Some(Relation {
+            backend: BACKEND,
+            database: self.database_id(),
+            table: self.table.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl StoreWriter for PostgresStore {
     async fn create(
         &self,
         mut doc: NewDocument,
@@ -536,52 +691,6 @@ impl Store for PostgresStore {
         Ok(env)
     }
 
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError> {
-        let rows = match at {
-            None => self.query_envelopes(&self.sql.read_latest, &[&id]).await?,
-            Some(at) => self.query_envelopes(&self.sql.read_at, &[&id, &at]).await?,
-        };
-        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
-    }
-
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let found = match at {
-            None => {
-                self.query_envelopes(&self.sql.read_many_latest, &[&ids])
-                    .await?
-            }
-            Some(at) => {
-                self.query_envelopes(&self.sql.read_many_at, &[&ids, &at])
-                    .await?
-            }
-        };
-        Ok(in_request_order(ids, found, filter))
-    }
-
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let tokens = filter_tokens(filter);
-        match (at, tokens) {
-            (None, None) => self.query_envelopes(&self.sql.list[0], &[]).await,
-            (Some(at), None) => self.query_envelopes(&self.sql.list[1], &[&at]).await,
-            (None, Some(t)) => self.query_envelopes(&self.sql.list[2], &[&t]).await,
-            (Some(at), Some(t)) => self.query_envelopes(&self.sql.list[3], &[&at, &t]).await,
-        }
-    }
-
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
@@ -620,148 +729,10 @@ impl Store for PostgresStore {
         }
         Ok(out)
     }
+}
 
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
-        self.query_envelopes(&self.sql.versions, &[&id]).await
-    }
-
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError> {
-        let tokens = filter_tokens(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                limit: limit.is_some(),
-                batch: false,
-            },
-        );
-        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&compiled.sql)
-            .await
-            .map_err(pg_error)?;
-        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| Row {
-                id: r.get(0),
-                payload: r.get(1),
-            })
-            .collect())
-    }
-
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        if key_arg != "id" {
-            return Err(StoreError::Invalid(format!(
-                "batched lookups bind the `id` argument, not `{key_arg}`"
-            )));
-        }
-        let tokens = filter_tokens(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                limit: false,
-                batch: true,
-            },
-        );
-        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, None, Some(keys));
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&compiled.sql)
-            .await
-            .map_err(pg_error)?;
-        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| {
-                (
-                    r.get(0),
-                    Row {
-                        id: r.get(1),
-                        payload: r.get(2),
-                    },
-                )
-            })
-            .collect())
-    }
-
-    async fn find_nested(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        nested: &[Nested],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
-        if !self.db.nested_sql || nested.is_empty() {
-            return Ok(None);
-        }
-        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
-        else {
-            return Ok(None);
-        };
-        let tokens = filter_tokens(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            limit: limit.is_some(),
-            batch: false,
-        };
-        let compiled = self.nested_compiled(template, shape, &levels);
-        let params = Self::bind(&compiled, args, at, &tokens, limit, None);
-        let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-        self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&compiled.sql)
-            .await
-            .map_err(pg_error)?;
-        let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
-        let rows = rows.iter().map(|row| {
-            let payload: &str = row.get(3);
-            let relationship = row.get::<_, i32>(0) as usize;
-            (relationship, row.get(1), row.get(2), payload, row.get(4))
-        });
-        meshql_core::nested::assemble_text(nested, rows).map(Some)
-    }
-
-    fn relation(&self) -> Option<Relation> {
-        if !self.db.nested_sql {
-            return None;
-        }
-        Some(Relation {
-            backend: BACKEND,
-            database: self.database_id(),
-            table: self.table.clone(),
-        })
-    }
-
+#[async_trait]
+impl ChangeFeed for PostgresStore {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         // read on the primary: the horizon must be the writers' own
         let client = self.db.write.get().await.map_err(pool_error)?;
@@ -797,6 +768,47 @@ impl Store for PostgresStore {
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.signal.subscribe())
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let mut ddl = sql::create_table(&self.table);
+        for t in templates {
+            for path in t.filtered_paths() {
+                if let Some(idx) = sql::create_field_index(&self.table, &path) {
+                    ddl.push_str(";\n");
+                    ddl.push_str(&idx);
+                }
+            }
+        }
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        // concurrent start-ups of several services must not race on CREATE
+        tx.execute("SELECT pg_advisory_xact_lock(7164746865)", &[])
+            .await
+            .map_err(pg_error)?;
+        tx.batch_execute(&ddl).await.map_err(pg_error)?;
+        tx.commit().await.map_err(pg_error)?;
+        // prepare every template statement now, so a bad SQL fragment fails at start-up
+        for t in templates {
+            for batch in [false, true] {
+                let c = self.compiled(
+                    t,
+                    Shape {
+                        at: false,
+                        tokens: false,
+                        limit: false,
+                        batch,
+                    },
+                );
+                client.prepare_cached(&c.sql).await.map_err(|e| {
+                    StoreError::Invalid(format!("{} in statement `{}`", pg_error(e), c.sql))
+                })?;
+            }
+        }
+        Ok(())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {

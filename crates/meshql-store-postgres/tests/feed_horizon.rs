@@ -1,7 +1,7 @@
 //! The change feed's visibility horizon on a real PostgreSQL: a transaction that wrote first
 //! and commits last is not skipped by a reader that read in between (the outbox pitfall).
 
-use meshql_core::{Cursor, NewDocument, Store, WriteContext};
+use meshql_core::{ChangeFeed, Cursor, NewDocument, Store, StoreWriter, WriteContext};
 use meshql_store_postgres::{PostgresDatabase, PostgresOptions, PostgresStore};
 use serde_json::json;
 use std::time::{Duration, Instant};

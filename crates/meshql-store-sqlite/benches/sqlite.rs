@@ -15,6 +15,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use meshql_core::{BoundArgs, NewDocument, QueryTemplate, Store, TokenFilter};
+use meshql_core::{StoreReader as _, StoreWriter as _};
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use serde_json::{json, Map, Value};
 use std::hint::black_box;
@@ -64,7 +65,10 @@ fn sqlite(c: &mut Criterion) {
         ids
     });
     let payload_len = rt
-        .block_on(store.read(&ids[0], &TokenFilter::All, None))
+        .block_on(store.read(
+            &ids[0],
+            &meshql_core::ReadContext::new(&TokenFilter::All, None),
+        ))
         .expect("read")
         .expect("found")
         .payload
@@ -79,14 +83,20 @@ fn sqlite(c: &mut Criterion) {
     g.bench_function("by_id_latest", |b| {
         b.iter(|| {
             n = (n + 7_919) % DOCUMENTS; // a prime stride visits every id
-            let env = rt.block_on(store.read(black_box(&ids[n]), &all, None));
+            let env = rt.block_on(store.read(
+                black_box(&ids[n]),
+                &meshql_core::ReadContext::new(&all, None),
+            ));
             env.expect("read").expect("found")
         })
     });
     g.bench_function("by_id_at", |b| {
         b.iter(|| {
             n = (n + 7_919) % DOCUMENTS;
-            let env = rt.block_on(store.read(black_box(&ids[n]), &all, Some(at)));
+            let env = rt.block_on(store.read(
+                black_box(&ids[n]),
+                &meshql_core::ReadContext::new(&all, Some(at)),
+            ));
             env.expect("read").expect("found")
         })
     });
@@ -107,7 +117,10 @@ fn sqlite(c: &mut Criterion) {
         g.bench_function(label, |b| {
             b.iter(|| {
                 n = (n + 7_919) % DOCUMENTS;
-                let rows = rt.block_on(store.find(template, &names[n], &all, None, None));
+                let rows = rt.block_on(store.find(
+                    &meshql_core::Search::new(template, &names[n], None),
+                    &meshql_core::ReadContext::new(&all, None),
+                ));
                 let rows = rows.expect("find");
                 assert_eq!(rows.len(), 1);
                 rows

@@ -10,6 +10,7 @@ use meshql_core::{
     Millis, NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreChange,
     StoreError, StoreStats, TokenFilter, WriteContext,
 };
+use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -404,67 +405,144 @@ impl SqliteStore {
 }
 
 #[async_trait]
-impl Store for SqliteStore {
-    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        let mut ddl = sql::create_table(&self.table);
-        for t in templates {
-            for path in t.filtered_paths() {
-                if let Some(idx) = sql::create_field_index(&self.table, &path) {
-                    ddl.push_str(";\n");
-                    ddl.push_str(&idx);
-                }
+impl StoreReader for SqliteStore {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        self.db.read(|conn| self.read_one(conn, id, filter, at))
+    }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let keys = SqlValue::Text(
+            serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
+        );
+        let found = self.db.read(|conn| match at {
+            None => self.read_envelopes(conn, &self.sql.read_many_latest, &[keys]),
+            Some(at) => {
+                self.read_envelopes(conn, &self.sql.read_many_at, &[keys, SqlValue::Integer(at)])
             }
-        }
-        let table = self.table.clone();
-        self.db
-            .write(move |conn| {
-                conn.execute_batch(&ddl).map_err(query_error)?;
-                for (column, definition) in sql::ADDED_COLUMNS {
-                    let present: bool = conn
-                        .query_row(
-                            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
-                            params![table, column],
-                            |r| r.get(0),
-                        )
-                        .map_err(query_error)?;
-                    if !present {
-                        conn.execute_batch(&format!(
-                            "ALTER TABLE {} ADD COLUMN {column} {definition}",
-                            quote_ident(&table)
-                        ))
-                        .map_err(query_error)?;
-                    }
-                }
-                Ok(())
-            })
-            .await?;
-        // compile every statement now so that a bad SQL fragment fails at start-up
-        let templates = templates.to_vec();
-        let compiled: Vec<Arc<Compiled>> = templates
-            .iter()
-            .flat_map(|t| {
-                [false, true].into_iter().map(move |batch| {
-                    (
-                        t,
-                        Shape {
-                            at: false,
-                            tokens: false,
-                            batch,
-                        },
-                    )
-                })
-            })
-            .map(|(t, shape)| self.compiled(t, shape))
-            .collect();
+        })?;
+        Ok(in_request_order(ids, found, filter))
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        let (filter, at) = (ctx.filter, ctx.at);
+        let (text, params) = match (at, tokens_json(filter)) {
+            (None, None) => (self.sql.list_latest.clone(), vec![]),
+            (Some(at), None) => (self.sql.list_at.clone(), vec![SqlValue::Integer(at)]),
+            (None, Some(t)) => (self.sql.list_latest_tokens.clone(), vec![SqlValue::Text(t)]),
+            (Some(at), Some(t)) => (
+                self.sql.list_at_tokens.clone(),
+                vec![SqlValue::Integer(at), SqlValue::Text(t)],
+            ),
+        };
+        self.scan(move |conn| query_envelopes(conn, &text, &params))
+            .await
+    }
+
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
         self.db.read(|conn| {
-            for c in &compiled {
-                conn.prepare(&c.sql)
-                    .map_err(|e| StoreError::Invalid(format!("{e} in statement `{}`", c.sql)))?;
-            }
-            Ok(())
+            self.read_envelopes(conn, &self.sql.versions, &[SqlValue::Text(id.to_owned())])
         })
     }
 
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        let Search {
+            template,
+            args,
+            limit,
+        } = *search;
+        let (filter, at) = (ctx.filter, ctx.at);
+        let tokens = tokens_json(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            batch: false,
+        };
+        let compiled = self.compiled(template, shape);
+        let params = Self::bind(&compiled, args, at, &tokens, None);
+        let run = move |conn: &Connection| -> Result<Vec<Row>, StoreError> {
+            let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok(Row {
+                        id: r.get(0)?,
+                        payload: r.get(1)?,
+                    })
+                })
+                .map_err(query_error)?;
+            rows.take(limit.unwrap_or(usize::MAX))
+                .map(|r| r.map_err(query_error))
+                .collect()
+        };
+        let whole_table = matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty());
+        if whole_table && limit.is_none() {
+            self.scan(run).await
+        } else {
+            self.db.read(|conn| {
+                self.count_read();
+                run(conn)
+            })
+        }
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        let BatchSearch {
+            template,
+            key_arg,
+            keys,
+        } = *batch;
+        let (filter, at) = (ctx.filter, ctx.at);
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        if key_arg != "id" {
+            return Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{key_arg}`"
+            )));
+        }
+        let tokens = tokens_json(filter);
+        let shape = Shape {
+            at: at.is_some(),
+            tokens: tokens.is_some(),
+            batch: true,
+        };
+        let compiled = self.compiled(template, shape);
+        let keys_json = serde_json::to_string(keys).expect("strings serialise");
+        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
+        self.db.read(|conn| {
+            self.count_read();
+            let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        Row {
+                            id: r.get(1)?,
+                            payload: r.get(2)?,
+                        },
+                    ))
+                })
+                .map_err(query_error)?;
+            rows.map(|r| r.map_err(query_error)).collect()
+        })
+    }
+}
+
+#[async_trait]
+impl StoreWriter for SqliteStore {
     async fn create(
         &self,
         mut doc: NewDocument,
@@ -593,51 +671,6 @@ impl Store for SqliteStore {
         Ok(env)
     }
 
-    async fn read(
-        &self,
-        id: &str,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Option<Envelope>, StoreError> {
-        self.db.read(|conn| self.read_one(conn, id, filter, at))
-    }
-
-    async fn read_many(
-        &self,
-        ids: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let keys = SqlValue::Text(
-            serde_json::to_string(ids).map_err(|e| StoreError::Invalid(e.to_string()))?,
-        );
-        let found = self.db.read(|conn| match at {
-            None => self.read_envelopes(conn, &self.sql.read_many_latest, &[keys]),
-            Some(at) => {
-                self.read_envelopes(conn, &self.sql.read_many_at, &[keys, SqlValue::Integer(at)])
-            }
-        })?;
-        Ok(in_request_order(ids, found, filter))
-    }
-
-    async fn list(
-        &self,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<Vec<Envelope>, StoreError> {
-        let (text, params) = match (at, tokens_json(filter)) {
-            (None, None) => (self.sql.list_latest.clone(), vec![]),
-            (Some(at), None) => (self.sql.list_at.clone(), vec![SqlValue::Integer(at)]),
-            (None, Some(t)) => (self.sql.list_latest_tokens.clone(), vec![SqlValue::Text(t)]),
-            (Some(at), Some(t)) => (
-                self.sql.list_at_tokens.clone(),
-                vec![SqlValue::Integer(at), SqlValue::Text(t)],
-            ),
-        };
-        self.scan(move |conn| query_envelopes(conn, &text, &params))
-            .await
-    }
-
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {
         let id = id.to_owned();
         let ctx = ctx.clone();
@@ -682,97 +715,10 @@ impl Store for SqliteStore {
         }
         Ok(outcomes)
     }
+}
 
-    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
-        self.db.read(|conn| {
-            self.read_envelopes(conn, &self.sql.versions, &[SqlValue::Text(id.to_owned())])
-        })
-    }
-
-    async fn find(
-        &self,
-        template: &QueryTemplate,
-        args: &BoundArgs,
-        filter: &TokenFilter,
-        at: Option<Millis>,
-        limit: Option<usize>,
-    ) -> Result<Vec<Row>, StoreError> {
-        let tokens = tokens_json(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            batch: false,
-        };
-        let compiled = self.compiled(template, shape);
-        let params = Self::bind(&compiled, args, at, &tokens, None);
-        let run = move |conn: &Connection| -> Result<Vec<Row>, StoreError> {
-            let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                    Ok(Row {
-                        id: r.get(0)?,
-                        payload: r.get(1)?,
-                    })
-                })
-                .map_err(query_error)?;
-            rows.take(limit.unwrap_or(usize::MAX))
-                .map(|r| r.map_err(query_error))
-                .collect()
-        };
-        let whole_table = matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty());
-        if whole_table && limit.is_none() {
-            self.scan(run).await
-        } else {
-            self.db.read(|conn| {
-                self.count_read();
-                run(conn)
-            })
-        }
-    }
-
-    async fn find_batch(
-        &self,
-        template: &QueryTemplate,
-        key_arg: &str,
-        keys: &[String],
-        filter: &TokenFilter,
-        at: Option<Millis>,
-    ) -> Result<KeyedRows, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        if key_arg != "id" {
-            return Err(StoreError::Invalid(format!(
-                "batched lookups bind the `id` argument, not `{key_arg}`"
-            )));
-        }
-        let tokens = tokens_json(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            batch: true,
-        };
-        let compiled = self.compiled(template, shape);
-        let keys_json = serde_json::to_string(keys).expect("strings serialise");
-        let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
-        self.db.read(|conn| {
-            self.count_read();
-            let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(params.iter()), |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        Row {
-                            id: r.get(1)?,
-                            payload: r.get(2)?,
-                        },
-                    ))
-                })
-                .map_err(query_error)?;
-            rows.map(|r| r.map_err(query_error)).collect()
-        })
-    }
-
+#[async_trait]
+impl ChangeFeed for SqliteStore {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         let text = self.sql.changes.clone();
         let after = i64::try_from(after.1).unwrap_or(i64::MAX);
@@ -816,6 +762,69 @@ impl Store for SqliteStore {
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.signal.subscribe())
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        let mut ddl = sql::create_table(&self.table);
+        for t in templates {
+            for path in t.filtered_paths() {
+                if let Some(idx) = sql::create_field_index(&self.table, &path) {
+                    ddl.push_str(";\n");
+                    ddl.push_str(&idx);
+                }
+            }
+        }
+        let table = self.table.clone();
+        self.db
+            .write(move |conn| {
+                conn.execute_batch(&ddl).map_err(query_error)?;
+                for (column, definition) in sql::ADDED_COLUMNS {
+                    let present: bool = conn
+                        .query_row(
+                            "SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2",
+                            params![table, column],
+                            |r| r.get(0),
+                        )
+                        .map_err(query_error)?;
+                    if !present {
+                        conn.execute_batch(&format!(
+                            "ALTER TABLE {} ADD COLUMN {column} {definition}",
+                            quote_ident(&table)
+                        ))
+                        .map_err(query_error)?;
+                    }
+                }
+                Ok(())
+            })
+            .await?;
+        // compile every statement now so that a bad SQL fragment fails at start-up
+        let templates = templates.to_vec();
+        let compiled: Vec<Arc<Compiled>> = templates
+            .iter()
+            .flat_map(|t| {
+                [false, true].into_iter().map(move |batch| {
+                    (
+                        t,
+                        Shape {
+                            at: false,
+                            tokens: false,
+                            batch,
+                        },
+                    )
+                })
+            })
+            .map(|(t, shape)| self.compiled(t, shape))
+            .collect();
+        self.db.read(|conn| {
+            for c in &compiled {
+                conn.prepare(&c.sql)
+                    .map_err(|e| StoreError::Invalid(format!("{e} in statement `{}`", c.sql)))?;
+            }
+            Ok(())
+        })
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
