@@ -31,6 +31,16 @@ pub enum ClientError {
 }
 
 impl Target {
+    /// `host:port`.
+    pub fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    /// `path` under the target's prefix, as sent on the wire.
+    pub fn path(&self, path: &str) -> String {
+        format!("{}{path}", self.prefix)
+    }
+
     pub fn parse(url: &str) -> Result<Self, ClientError> {
         let rest = url
             .strip_prefix("http://")
@@ -104,6 +114,17 @@ impl Session {
         path: &str,
         body: Option<Bytes>,
     ) -> Result<Reply, ClientError> {
+        self.send_with(method, path, &[], body).await
+    }
+
+    /// [`Session::send`] with extra request headers.
+    pub async fn send_with(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Bytes>,
+    ) -> Result<Reply, ClientError> {
         let path: Cow<'_, str> = if self.target.prefix.is_empty() {
             Cow::Borrowed(path)
         } else {
@@ -119,7 +140,13 @@ impl Session {
                         .map_err(|e| ClientError::Connect(self.target.authority.clone(), e))?,
                 ),
             };
-            let exchange = conn.exchange(&method, &path, &self.target.authority, body.as_deref());
+            let exchange = conn.exchange(
+                &method,
+                &path,
+                &self.target.authority,
+                headers,
+                body.as_deref(),
+            );
             match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
                 Ok(Ok(r)) => {
                     if conn.closed {
@@ -157,8 +184,20 @@ impl Session {
         path: &str,
         body: Option<Bytes>,
     ) -> Option<Reply> {
+        self.call_with(kind, method, path, &[], body).await
+    }
+
+    /// [`Session::call`] with extra request headers (e.g. `x-correlation-id`).
+    pub async fn call_with(
+        &mut self,
+        kind: &'static str,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Bytes>,
+    ) -> Option<Reply> {
         let started = Instant::now();
-        let result = self.send(method, path, body).await;
+        let result = self.send_with(method, path, headers, body).await;
         let latency = started.elapsed();
         match result {
             Ok(reply) => {

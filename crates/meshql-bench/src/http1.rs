@@ -54,12 +54,14 @@ impl Connection {
         })
     }
 
-    /// Sends one request and reads its response.
+    /// Sends one request (with `headers` besides `Host` and, with a body, `Content-Type` and
+    /// `Content-Length`) and reads its response.
     pub async fn exchange(
         &mut self,
         method: &Method,
         path: &str,
         host: &str,
+        headers: &[(&str, &str)],
         body: Option<&[u8]>,
     ) -> Result<Response, Http1Error> {
         self.write.clear();
@@ -70,6 +72,12 @@ impl Connection {
         w.extend_from_slice(b" HTTP/1.1\r\nHost: ");
         w.extend_from_slice(host.as_bytes());
         w.extend_from_slice(b"\r\n");
+        for (name, value) in headers {
+            w.extend_from_slice(name.as_bytes());
+            w.extend_from_slice(b": ");
+            w.extend_from_slice(value.as_bytes());
+            w.extend_from_slice(b"\r\n");
+        }
         if let Some(b) = body {
             w.extend_from_slice(b"Content-Type: application/json\r\nContent-Length: ");
             w.extend_from_slice(b.len().to_string().as_bytes());
@@ -237,7 +245,7 @@ mod tests {
         let mut c = Connection::connect(&addr).await.unwrap();
         for _ in 0..3 {
             let r = c
-                .exchange(&Method::POST, "/x", &addr, Some(b"{}"))
+                .exchange(&Method::POST, "/x", &addr, &[], Some(b"{}"))
                 .await
                 .unwrap();
             assert_eq!(r.status, StatusCode::CREATED);
@@ -252,7 +260,10 @@ mod tests {
         let addr = raw_server(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n7;x=y\r\n, world\r\n0\r\n\r\n", false).await;
         let mut c = Connection::connect(&addr).await.unwrap();
         for _ in 0..2 {
-            let r = c.exchange(&Method::GET, "/", &addr, None).await.unwrap();
+            let r = c
+                .exchange(&Method::GET, "/", &addr, &[], None)
+                .await
+                .unwrap();
             assert_eq!(&r.body[..], b"hello, world");
         }
     }
@@ -265,12 +276,52 @@ mod tests {
         )
         .await;
         let mut c = Connection::connect(&addr).await.unwrap();
-        let r = c.exchange(&Method::GET, "/", &addr, None).await.unwrap();
+        let r = c
+            .exchange(&Method::GET, "/", &addr, &[], None)
+            .await
+            .unwrap();
         assert_eq!(r.status, StatusCode::NOT_FOUND);
         assert_eq!(&r.body[..], b"nothing here");
         assert!(c.closed);
-        let again = c.exchange(&Method::GET, "/", &addr, None).await;
+        let again = c.exchange(&Method::GET, "/", &addr, &[], None).await;
         assert!(again.is_err());
+    }
+
+    #[tokio::test]
+    async fn extra_headers_are_sent() {
+        // a server that answers with the request it read (this one has the body `{}`)
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut req = Vec::new();
+            let mut buf = vec![0u8; 4096];
+            while !req.ends_with(b"\r\n\r\n{}") {
+                let n = s.read(&mut buf).await.unwrap();
+                req.extend_from_slice(&buf[..n]);
+            }
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", req.len());
+            s.write_all(head.as_bytes()).await.unwrap();
+            s.write_all(&req).await.unwrap();
+        });
+        let mut c = Connection::connect(&addr).await.unwrap();
+        let r = c
+            .exchange(
+                &Method::POST,
+                "/farm/api",
+                &addr,
+                &[("x-correlation-id", "bench-1-7")],
+                Some(b"{}"),
+            )
+            .await
+            .unwrap();
+        let sent = String::from_utf8_lossy(&r.body).into_owned();
+        assert!(sent.starts_with("POST /farm/api HTTP/1.1\r\n"), "{sent}");
+        assert!(
+            sent.contains("\r\nx-correlation-id: bench-1-7\r\n"),
+            "{sent}"
+        );
+        assert!(sent.ends_with("Content-Length: 2\r\n\r\n{}"), "{sent}");
     }
 
     #[tokio::test]
@@ -278,7 +329,7 @@ mod tests {
         let addr = raw_server(b"SMTP ready\r\n\r\n", true).await;
         let mut c = Connection::connect(&addr).await.unwrap();
         assert!(matches!(
-            c.exchange(&Method::GET, "/", &addr, None).await,
+            c.exchange(&Method::GET, "/", &addr, &[], None).await,
             Err(Http1Error::Malformed(_))
         ));
     }

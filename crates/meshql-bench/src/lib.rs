@@ -14,6 +14,7 @@ pub mod monitor;
 pub mod report;
 pub mod scenarios;
 pub mod server;
+pub mod sse;
 pub mod stats;
 
 use crate::client::Target;

@@ -135,6 +135,11 @@ impl LocalServer {
         }
     }
 
+    /// How this server was started (to start another like it, e.g. with other environment).
+    pub fn spec(&self) -> &ServerSpec {
+        &self.spec
+    }
+
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }

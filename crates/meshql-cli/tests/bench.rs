@@ -34,6 +34,9 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
             "2",
             "--sweep-p95-ms",
             "50",
+            // never on speed: `changes` offers 10,000 POSTs/s, which queue up in a debug build
+            "--max-p95-ms",
+            "600000",
             "--quiet",
             "--out",
             out_dir.path().to_str().unwrap(),
@@ -65,7 +68,8 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
             "farm-graph",
             "products",
             "fan-out",
-            "core-scaling"
+            "core-scaling",
+            "changes"
         ]
     );
     for s in scenarios {
@@ -215,6 +219,124 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
 }
 
 #[test]
+fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let examples = examples_dir();
+    let out = run_meshql(
+        &[
+            "bench",
+            "changes",
+            "--examples",
+            examples.to_str().unwrap(),
+            "--duration",
+            "1",
+            "--vus",
+            "4",
+            "--rounds",
+            "2",
+            // no latency bounds: 10,000 POSTs/s offered to a debug build queue up
+            "--max-p95-ms",
+            "600000",
+            "--quiet",
+            "--out",
+            out_dir.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let s = &report["scenarios"][0];
+    assert_eq!(s["name"], "changes");
+    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
+    let runs = s["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "rest_post_feed_on #1",
+            "rest_post_feed_off #1",
+            "rest_post_feed_on #2",
+            "rest_post_feed_off #2",
+            "post_to_sse_1000/s",
+            "post_to_sse_10000/s"
+        ]
+    );
+    for run in runs {
+        let label = run["label"].as_str().unwrap();
+        let o = &run["overall"];
+        assert!(o["count"].as_u64().unwrap() > 0, "{label}: no requests");
+        assert_eq!(o["http_errors"], 0, "{label}: {o}");
+        assert_eq!(o["checks_failed"], 0, "{label}: {o}");
+        // both servers were started by the bench and sampled
+        assert!(
+            run["server"]["peak_rss_mib"].as_f64().unwrap() > 1.0,
+            "{label}"
+        );
+        let m = &run["metrics"];
+        if label.starts_with("rest_post_feed_on") {
+            assert!(m["feed_on_of_off"].as_f64().unwrap() > 0.0, "{label}: {m}");
+        }
+        if label.starts_with("post_to_sse") {
+            // every POST answered 2xx came back on the event stream, and only once
+            assert_eq!(
+                m["feed_changes_missing"].as_f64(),
+                Some(0.0),
+                "{label}: {m}"
+            );
+            assert_eq!(
+                m["feed_changes_received"].as_f64().unwrap() as u64,
+                o["count"].as_u64().unwrap(),
+                "{label}: {m}"
+            );
+            assert!(m.get("feed_changes_duplicated").is_none(), "{label}: {m}");
+            for key in [
+                "feed_latency_p50_ms",
+                "feed_latency_p90_ms",
+                "feed_latency_p99_ms",
+                "feed_latency_max_ms",
+                "feed_latency_from_due_p50_ms",
+                "feed_latency_from_due_p99_ms",
+            ] {
+                assert!(m[key].as_f64().unwrap() > 0.0, "{label}: {key} in {m}");
+            }
+            assert!(
+                m["feed_latency_p50_ms"].as_f64() <= m["feed_latency_p99_ms"].as_f64(),
+                "{label}: {m}"
+            );
+        }
+    }
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(notes.iter().any(|n| n.contains("on / off =")), "{notes:?}");
+    assert!(
+        notes.iter().any(|n| n.contains("POST → SSE at 1000/s")),
+        "{notes:?}"
+    );
+    // the new numbers are in every rendering
+    assert!(stdout.contains("feed_latency_p99_ms = "), "{stdout}");
+    assert!(stdout.contains("feed_on_of_off = "), "{stdout}");
+    let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
+    assert!(md.contains("feed_changes_missing = 0 ·"), "{md}");
+    let html = std::fs::read_to_string(out_dir.path().join("report.html")).unwrap();
+    assert!(html.contains("feed_latency_p99_ms = "));
+    assert!(out_dir
+        .path()
+        .join("charts/changes-feed-latency.svg")
+        .is_file());
+}
+
+#[test]
 fn list_compare_errors_and_unknown_names() {
     let out = run_meshql(&["bench", "list"], Duration::from_secs(30));
     assert!(out.status.success());
@@ -225,6 +347,7 @@ fn list_compare_errors_and_unknown_names() {
         "products",
         "fan-out",
         "core-scaling",
+        "changes",
         "egg-economy",
     ] {
         assert!(list.contains(name), "{list}");

@@ -1,8 +1,9 @@
 //! The report as one self-contained HTML page: the tables plus inline SVG charts (latency
 //! percentiles per request kind, throughput and users over time, throughput and p95 against
-//! offered load, fraction of the ceiling). No scripts, no external assets.
+//! offered load, fraction of the ceiling, write → change-feed latency) and each run's metrics. No
+//! scripts, no external assets.
 
-use super::text::thousands;
+use super::text::{metrics_line, thousands};
 use super::{Report, RunReport, ScenarioReport};
 use std::fmt::Write;
 
@@ -321,6 +322,31 @@ fn scenario_charts(s: &ScenarioReport) -> Vec<(&'static str, String)> {
             ),
         ));
     }
+    let feed: Vec<&RunReport> = s
+        .runs
+        .iter()
+        .filter(|r| r.metrics.contains_key("feed_latency_p50_ms"))
+        .collect();
+    if !feed.is_empty() {
+        let series = |key: &str| -> Vec<f64> {
+            feed.iter()
+                .map(|r| r.metrics.get(key).copied().unwrap_or(0.0))
+                .collect()
+        };
+        out.push((
+            "feed-latency",
+            bar_chart(
+                "write → change on the feed (from send)",
+                "milliseconds",
+                &feed.iter().map(|r| r.label.clone()).collect::<Vec<_>>(),
+                &[
+                    ("p50", series("feed_latency_p50_ms")),
+                    ("p90", series("feed_latency_p90_ms")),
+                    ("p99", series("feed_latency_p99_ms")),
+                ],
+            ),
+        ));
+    }
     let ratios: Vec<(String, f64)> = s
         .runs
         .iter()
@@ -446,6 +472,9 @@ pub fn html(report: &Report) -> String {
                     "<p>server peak RSS {:.1} MiB · {:.2} cores</p>",
                     u.peak_rss_mib, u.cpu_cores
                 );
+            }
+            if let Some(ml) = metrics_line(run) {
+                let _ = write!(out, "<p>{}</p>", esc(&ml));
             }
             for (_, svg) in run_charts(run) {
                 out.push_str(&svg);

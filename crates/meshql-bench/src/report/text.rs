@@ -64,7 +64,7 @@ fn run_line(run: &RunReport) -> String {
     parts.join(" · ")
 }
 
-fn metrics_line(run: &RunReport) -> Option<String> {
+pub(super) fn metrics_line(run: &RunReport) -> Option<String> {
     if run.metrics.is_empty() {
         return None;
     }
@@ -78,7 +78,10 @@ fn metrics_line(run: &RunReport) -> Option<String> {
 }
 
 fn fmt_metric(v: f64) -> String {
-    if v.abs() >= 100.0 {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        // counts
+        format!("{}", v as i64)
+    } else if v.abs() >= 100.0 {
         format!("{v:.0}")
     } else if v.abs() >= 1.0 {
         format!("{v:.2}")
@@ -229,5 +232,15 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(1234567), "1,234,567");
+    }
+
+    #[test]
+    fn metrics_are_formatted_by_size() {
+        assert_eq!(fmt_metric(0.0), "0");
+        assert_eq!(fmt_metric(10000.0), "10000");
+        assert_eq!(fmt_metric(3.0), "3");
+        assert_eq!(fmt_metric(0.2164), "0.216");
+        assert_eq!(fmt_metric(4.567), "4.57");
+        assert_eq!(fmt_metric(1234.4), "1234");
     }
 }

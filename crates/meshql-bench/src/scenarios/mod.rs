@@ -2,6 +2,7 @@
 //! runs through the [`Ctx`]. Adding a scenario is one file with a [`Scenario`] impl and one
 //! line in [`all`].
 
+mod changes;
 mod core_scaling;
 mod egg_economy;
 mod fan_out;
@@ -69,6 +70,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(products::Products),
         Box::new(fan_out::FanOut),
         Box::new(core_scaling::CoreScaling),
+        Box::new(changes::Changes),
     ]
 }
 
