@@ -5,6 +5,7 @@
 //! traits, backends implement them.
 
 pub mod auth;
+pub mod backend;
 pub mod change;
 pub mod envelope;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod template;
 pub mod time;
 
 pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth, RoleAuthorizer};
+pub use backend::{Database, DynDatabase};
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};

@@ -444,3 +444,18 @@ impl Store for MemoryStore {
 
     async fn shutdown(&self) {}
 }
+
+/// The in-memory "database": every table is a fresh [`MemoryStore`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryDatabase;
+
+#[async_trait]
+impl meshql_core::Database for MemoryDatabase {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+    fn store(self: Arc<Self>, _table: &str) -> meshql_core::DynStore {
+        Arc::new(MemoryStore::new())
+    }
+    async fn close(&self) {}
+}

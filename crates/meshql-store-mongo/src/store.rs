@@ -51,7 +51,8 @@ impl MongoOptions {
 /// A MongoDB client and database.
 ///
 /// The driver queues operations for a connection without a bound, so every operation first
-/// takes one of `pool_size` permits (the driver's `maxPoolSize` is set to the same number),
+/// takes one of `pool_size` permits (the driver's `maxPoolSize` is one more: the change feed's
+/// reader takes no permit and has that connection to itself),
 /// waiting at most `pool_wait`: past that the request is answered 503 instead of queueing
 /// for ever.
 pub struct MongoDatabase {
@@ -105,7 +106,9 @@ impl MongoDatabase {
             .or(options.max_pool_size.map(|n| n as usize))
             .unwrap_or(16)
             .max(1);
-        options.max_pool_size = Some(pool_size as u32);
+        // one connection more than request permits: the change feed's reader has its own,
+        // so a service tailing its feed never takes a connection a request is waiting for
+        options.max_pool_size = Some(pool_size as u32 + 1);
         if options.server_selection_timeout.is_none() {
             options.server_selection_timeout = Some(Duration::from_secs(5));
         }
@@ -1305,7 +1308,7 @@ impl ChangeFeed for MongoStore {
         if after.0 > 0 || limit == 0 {
             return Ok(Vec::new());
         }
-        let _permit = self.db.checkout().await?;
+        // no request permit: the feed reader uses the connection kept for it (see `connect`)
         self.w
             .feed
             .changes(after.1, limit, &self.feed_reads, change_of)
@@ -1384,5 +1387,18 @@ impl Store for MongoStore {
 
     async fn shutdown(&self) {
         self.db.close().await;
+    }
+}
+
+#[async_trait]
+impl meshql_core::Database for MongoDatabase {
+    fn backend(&self) -> &'static str {
+        "mongo"
+    }
+    fn store(self: Arc<Self>, collection: &str) -> meshql_core::DynStore {
+        Arc::new(MongoStore::new(self, collection))
+    }
+    async fn close(&self) {
+        MongoDatabase::close(self).await;
     }
 }

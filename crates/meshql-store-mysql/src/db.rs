@@ -103,3 +103,16 @@ pub(crate) fn my_error(e: mysql_async::Error) -> StoreError {
         other => StoreError::Unavailable(format!("MySQL unavailable: {other}")),
     }
 }
+
+#[async_trait::async_trait]
+impl meshql_core::Database for MysqlDatabase {
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+    fn store(self: Arc<Self>, table: &str) -> meshql_core::DynStore {
+        Arc::new(crate::MysqlStore::new(self, table))
+    }
+    async fn close(&self) {
+        MysqlDatabase::close(self).await;
+    }
+}

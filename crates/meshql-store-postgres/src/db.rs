@@ -173,3 +173,16 @@ mod tests {
         assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 }
+
+#[async_trait::async_trait]
+impl meshql_core::Database for PostgresDatabase {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+    fn store(self: Arc<Self>, table: &str) -> meshql_core::DynStore {
+        Arc::new(crate::PostgresStore::new(self, table))
+    }
+    async fn close(&self) {
+        PostgresDatabase::close(self);
+    }
+}

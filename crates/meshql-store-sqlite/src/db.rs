@@ -566,3 +566,16 @@ mod tests {
         db.shutdown().await;
     }
 }
+
+#[async_trait::async_trait]
+impl meshql_core::Database for SqliteDatabase {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+    fn store(self: std::sync::Arc<Self>, table: &str) -> meshql_core::DynStore {
+        std::sync::Arc::new(crate::SqliteStore::new(self, table))
+    }
+    async fn close(&self) {
+        self.shutdown().await;
+    }
+}
