@@ -9,13 +9,25 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-# Real servers for the storage backends: installed if missing, started on unusual loopback
-# ports, stopped when the tests end. A test that needs one fails loudly if it cannot start.
+# The Kafka relay statically links librdkafka, which rdkafka-sys compiles from source with
+# cmake (and the C/C++ compilers Rust already needs): install cmake if it is missing.
+if ! command -v cmake >/dev/null 2>&1; then
+  echo "scripts/test.sh: installing cmake (apt) to build librdkafka..." >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake; } \
+    >/tmp/meshql-apt-cmake.log 2>&1 || { cat /tmp/meshql-apt-cmake.log >&2; exit 1; }
+fi
+
+# Real servers for the storage backends and the relays: installed if missing, started on
+# unusual loopback ports, stopped when the tests end. A test that needs one fails loudly if it
+# cannot start.
+trap 'scripts/services/nats.sh stop; scripts/services/kafka.sh stop; scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres.sh stop' EXIT
 MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
 MESHQL_TEST_MYSQL_URL=$(scripts/services/mariadb.sh start)
 MESHQL_TEST_MONGO_URL=$(scripts/services/ferretdb.sh start)
+MESHQL_TEST_KAFKA_BROKERS=$(scripts/services/kafka.sh start)
+MESHQL_TEST_NATS_URL=$(scripts/services/nats.sh start)
 export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL MESHQL_TEST_MONGO_URL
-trap 'scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres.sh stop' EXIT
+export MESHQL_TEST_KAFKA_BROKERS MESHQL_TEST_NATS_URL
 
 # Run everything, then close with one line that totals every test binary's results (cargo
 # ends with the doc-tests' own, often empty, summary).

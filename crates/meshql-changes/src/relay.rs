@@ -358,6 +358,16 @@ impl Worker {
                 }
                 continue;
             }
+            let first_kept = self.log.first_offset();
+            if first_kept > after + 1 {
+                tracing::warn!(
+                    relay = %self.name,
+                    after,
+                    first_kept,
+                    lost = first_kept - after - 1,
+                    "log retention removed changes this relay had not sent yet (raise [changes] retention_bytes / retention_hours)"
+                );
+            }
             let mut batch = Vec::with_capacity(page.changes.len());
             for (position, json) in page.changes {
                 match RelayChange::parse(position, json) {

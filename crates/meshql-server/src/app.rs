@@ -1,6 +1,7 @@
 //! Building a service from a resolved config.
 
 use crate::assets;
+use crate::backends;
 use crate::changes_routes::{self, ChangesEndpoint};
 use crate::cors::{cors, Cors};
 use crate::deferred::Deferred;
@@ -14,19 +15,15 @@ use axum::Router;
 use meshql_changes::{Hub, HubError, HubOptions};
 use meshql_config::model::FsyncConfig;
 use meshql_config::resolve::AuthSpec;
-use meshql_config::{ChangesSpec, ResolvedConfig, StorageSpec};
-use meshql_core::{Authorizer, DynStore, JwtSubAuthorizer, NoAuth, RoleAuthorizer, StoreError};
+use meshql_config::{ChangesSpec, ResolvedConfig};
+use meshql_core::{
+    Authorizer, DynDatabase, DynStore, JwtSubAuthorizer, NoAuth, RoleAuthorizer, StoreError,
+};
 use meshql_engine::{EntityService, PayloadValidator};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_log::{FsyncPolicy, Log, LogOptions, Retention};
 use meshql_rest::{openapi_document, Restlette};
-use meshql_store_memory::MemoryStore;
-use meshql_store_mongo::{MongoDatabase, MongoOptions, MongoStore};
-use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
-use meshql_store_postgres::{PostgresDatabase, PostgresOptions, PostgresStore};
-use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
@@ -56,11 +53,11 @@ pub struct App {
     pub router: Router,
     pub registry: Arc<Registry>,
     stores: Vec<(String, DynStore)>,
-    databases: Vec<Arc<SqliteDatabase>>,
-    postgres: Vec<Arc<PostgresDatabase>>,
-    mysql: Vec<Arc<MysqlDatabase>>,
-    mongo: Vec<Arc<MongoDatabase>>,
+    /// Every open database, each once.
+    databases: Vec<DynDatabase>,
     hub: Option<Arc<Hub>>,
+    /// Relays of the change feed to Kafka / NATS (stopped after the hub).
+    relays: Arc<crate::relays::Relays>,
     /// Set when the server starts shutting down (ends change streams).
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }
@@ -82,16 +79,8 @@ impl App {
         if let Some(hub) = &self.hub {
             hub.stop().await;
         }
+        self.relays.stop().await;
         for db in &self.databases {
-            db.shutdown().await;
-        }
-        for db in &self.postgres {
-            db.close();
-        }
-        for db in &self.mysql {
-            db.close().await;
-        }
-        for db in &self.mongo {
             db.close().await;
         }
         tracing::info!("storage flushed; bye");
@@ -118,129 +107,34 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         AuthSpec::Casbin { roles } => Arc::new(RoleAuthorizer::new(roles.clone())),
     };
 
-    // storage: one database per file, one store per entity
-    let mut databases: HashMap<PathBuf, Arc<SqliteDatabase>> = HashMap::new();
-    let mut postgres: HashMap<(String, Option<String>), Arc<PostgresDatabase>> = HashMap::new();
-    let mut mysql: HashMap<String, Arc<MysqlDatabase>> = HashMap::new();
-    let mut mongo: HashMap<(String, String), Arc<MongoDatabase>> = HashMap::new();
+    // storage: one database per target (file, server), one store per entity
+    let mut databases: HashMap<String, DynDatabase> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
-    // servers found unreachable at start-up: their other entities skip the attempt (each
+    // targets found unreachable at start-up: their other entities skip the attempt (each
     // would wait out the driver's timeout again) and start deferred straight away
     let mut unreachable: HashMap<String, StoreError> = HashMap::new();
     for entity in &config.entities {
         let spec = &config.storages[&entity.storage];
-        let store: DynStore = match spec {
-            StorageSpec::Sqlite {
-                path,
-                synchronous_full,
-            } => {
-                let db = match databases.get(path) {
-                    Some(db) => db.clone(),
-                    None => {
-                        let options = SqliteOptions {
-                            synchronous_full: *synchronous_full,
-                            ..SqliteOptions::default()
-                        };
-                        let db = SqliteDatabase::open(path, options).map_err(|source| {
-                            BuildError::Storage {
-                                entity: entity.name.clone(),
-                                source,
-                            }
-                        })?;
-                        databases.insert(path.clone(), db.clone());
-                        db
-                    }
-                };
-                Arc::new(SqliteStore::new(db, &entity.table))
-            }
-            StorageSpec::Memory => Arc::new(MemoryStore::new()),
-            StorageSpec::Postgres {
-                url,
-                read_url,
-                pool_size,
-                pool_wait_ms,
-                statement_timeout_ms,
-                nested_sql,
-            } => {
-                let key = (url.clone(), read_url.clone());
-                let db = match postgres.get(&key) {
-                    Some(db) => db.clone(),
-                    None => {
-                        let mut options = PostgresOptions::new(url.clone());
-                        options.read_url = read_url.clone();
-                        options.pool_size = *pool_size;
-                        options.pool_wait = Duration::from_millis(*pool_wait_ms);
-                        options.statement_timeout = Duration::from_millis(*statement_timeout_ms);
-                        options.nested_sql = *nested_sql;
-                        let db = PostgresDatabase::connect(&options).map_err(|source| {
-                            BuildError::Storage {
-                                entity: entity.name.clone(),
-                                source,
-                            }
-                        })?;
-                        postgres.insert(key, db.clone());
-                        db
-                    }
-                };
-                Arc::new(PostgresStore::new(db, &entity.table))
-            }
-            StorageSpec::Mysql {
-                url,
-                pool_size,
-                pool_wait_ms,
-                nested_sql,
-            } => {
-                let db = match mysql.get(url) {
-                    Some(db) => db.clone(),
-                    None => {
-                        let mut options = MysqlOptions::new(url.clone());
-                        options.pool_size = *pool_size;
-                        options.pool_wait = Duration::from_millis(*pool_wait_ms);
-                        options.nested_sql = *nested_sql;
-                        let db = MysqlDatabase::connect(&options).map_err(|source| {
-                            BuildError::Storage {
-                                entity: entity.name.clone(),
-                                source,
-                            }
-                        })?;
-                        mysql.insert(url.clone(), db.clone());
-                        db
-                    }
-                };
-                Arc::new(MysqlStore::new(db, &entity.table))
-            }
-            StorageSpec::Mongo {
-                uri,
-                db,
-                pool_size,
-                pool_wait_ms,
-            } => {
-                let key = (uri.clone(), db.clone());
-                let database = match mongo.get(&key) {
-                    Some(d) => d.clone(),
-                    None => {
-                        let mut options = MongoOptions::new(uri.clone(), db.clone());
-                        options.pool_size = *pool_size;
-                        options.pool_wait = Duration::from_millis(*pool_wait_ms);
-                        let d = MongoDatabase::connect(&options).await.map_err(|source| {
-                            BuildError::Storage {
-                                entity: entity.name.clone(),
-                                source,
-                            }
-                        })?;
-                        mongo.insert(key, d.clone());
-                        d
-                    }
-                };
-                Arc::new(MongoStore::new(database, &entity.table))
+        let server = backends::target(&entity.storage, spec);
+        let db = match databases.get(&server) {
+            Some(db) => db.clone(),
+            None => {
+                let db = backends::open(spec)
+                    .await
+                    .map_err(|source| BuildError::Storage {
+                        entity: entity.name.clone(),
+                        source,
+                    })?;
+                databases.insert(server.clone(), db.clone());
+                db
             }
         };
+        let store = db.store(&entity.table);
         let templates: Vec<_> = entity
             .graph
             .iter()
             .flat_map(|g| g.queries.iter().map(|q| q.template.clone()))
             .collect();
-        let server = server_of(spec);
         let prepared = match unreachable.get(&server) {
             Some(e) => Err(e.clone()),
             None => store.prepare(&templates).await,
@@ -382,6 +276,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         router = router.route("/_changes", get(changes_routes::disabled));
         None
     };
+    let relays = crate::relays::start(config, hub.as_deref()).await?;
 
     let mut storages: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {
@@ -393,6 +288,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         stores: stores.clone(),
         storages,
         hub: hub.clone(),
+        relays: relays.clone(),
     });
     let ops_router = Router::new()
         .route("/health", get(ops::health))
@@ -415,10 +311,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         registry,
         stores,
         databases: databases.into_values().collect(),
-        postgres: postgres.into_values().collect(),
-        mysql: mysql.into_values().collect(),
-        mongo: mongo.into_values().collect(),
         hub,
+        relays,
         closing,
     })
 }
@@ -450,15 +344,4 @@ fn open_log(spec: &ChangesSpec) -> Result<Log, BuildError> {
             _ => e.to_string(),
         },
     })
-}
-
-/// The server a storage block talks to (blocks naming one server share its reachability).
-fn server_of(spec: &StorageSpec) -> String {
-    match spec {
-        StorageSpec::Sqlite { path, .. } => format!("sqlite:{}", path.display()),
-        StorageSpec::Memory => "memory".into(),
-        StorageSpec::Postgres { url, .. } => format!("postgres:{url}"),
-        StorageSpec::Mysql { url, .. } => format!("mysql:{url}"),
-        StorageSpec::Mongo { uri, .. } => format!("mongo:{uri}"),
-    }
 }

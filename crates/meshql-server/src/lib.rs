@@ -4,12 +4,14 @@
 
 mod app;
 mod assets;
+mod backends;
 mod changes_routes;
 mod cors;
 mod deferred;
 mod graphql_routes;
 mod ops;
 mod preflight;
+mod relays;
 
 pub use app::{build, App, BuildError};
 pub use preflight::preflight;

@@ -15,6 +15,9 @@ pub struct Ops {
     pub storages: Vec<(String, DynStore)>,
     /// The change feed's hub, when the feed is on.
     pub hub: Option<Arc<meshql_changes::Hub>>,
+    /// Relays of the change feed (their state is in `/metrics`, never in `/ready`: a broker
+    /// that is down does not make the service unready).
+    pub relays: Arc<crate::relays::Relays>,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
@@ -95,6 +98,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     if let Some(hub) = &ops.hub {
         write_feed_metrics(&mut out, hub);
     }
+    write_relay_metrics(&mut out, &ops.relays.stats());
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
 }
 
@@ -129,4 +133,60 @@ fn write_feed_metrics(out: &mut String, hub: &meshql_changes::Hub) {
         "# HELP {name} Position of the oldest change the log still keeps.\n# TYPE {name} gauge\n{name} {}",
         log.first_offset()
     );
+}
+
+fn write_relay_metrics(out: &mut String, stats: &[meshql_changes::RelayStats]) {
+    if stats.is_empty() {
+        return;
+    }
+    type Series = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&meshql_changes::RelayStats) -> String,
+    );
+    let series: [Series; 5] = [
+        (
+            "meshql_relay_sent_total",
+            "counter",
+            "Changes the relay's broker acknowledged (a batch sent again counts again).",
+            |s| s.sent.to_string(),
+        ),
+        (
+            "meshql_relay_errors_total",
+            "counter",
+            "Failed sends of the relay (each retried with backoff).",
+            |s| s.errors.to_string(),
+        ),
+        (
+            "meshql_relay_committed_position",
+            "gauge",
+            "Log position up to which every change was acknowledged by the relay's broker.",
+            |s| s.committed.to_string(),
+        ),
+        (
+            "meshql_relay_lag",
+            "gauge",
+            "Changes in the log not yet acknowledged by the relay's broker.",
+            |s| s.lag.to_string(),
+        ),
+        (
+            "meshql_relay_seconds_since_last_success",
+            "gauge",
+            "Seconds since the relay last delivered a batch or was caught up (0 while caught up).",
+            |s| format!("{:.3}", s.since_success.as_secs_f64()),
+        ),
+    ];
+    for (name, kind, help, get) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in stats {
+            let _ = writeln!(
+                out,
+                "{name}{{relay=\"{}\",type=\"{}\"}} {}",
+                s.name,
+                s.kind,
+                get(s)
+            );
+        }
+    }
 }
