@@ -1,138 +1,65 @@
-//! Fetching: root queries, then relationship fields level by level, each level one
-//! batched storage query (or one aliased HTTP request) per resolver field.
+//! Executing a planned operation: coerce the variables, run the root queries, then resolve
+//! relationship fields **level by level** (for every resolver field, the keys of all
+//! parents at that level are de-duplicated and handed to its fetcher in one batch), and
+//! write the response. Builds the result tree from what the fetchers return; the plan
+//! cache and the choice of fetchers belong to the registry above.
 
+use crate::catalog::Graphlette;
+use crate::fetch::{Batch, Fetched, Fetchers, RootRows};
 use crate::output::{request_errors, Writer};
-use crate::plan::{self, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
-use crate::registry::Registry;
-use crate::request::{GraphqlRequest, RequestContext};
+use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
+use crate::request::RequestContext;
+use crate::tree::{Link, Node, RootResult};
 use futures::future::{join_all, BoxFuture};
-use meshql_core::{Millis, NestedRow, Row};
-use serde_json::value::RawValue;
+use meshql_core::{KeyedRows, Millis, ReadContext};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A fetched document and its resolved relationships (one link per resolver of the
-/// selection that fetched it).
-#[derive(Debug, Clone)]
-pub(crate) struct Node {
-    pub map: Map<String, Value>,
-    pub links: Vec<Link>,
+struct Exec<'a> {
+    graphlettes: &'a [Graphlette],
+    fetchers: &'a Fetchers,
+    ctx: &'a RequestContext,
+    variables: Map<String, Value>,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) enum Link {
-    /// In-process results (a singleton resolver has at most one).
-    Nodes(Vec<Arc<Node>>),
-    /// A remote graphlette's JSON for this field, spliced as it is (`None`: null).
-    Raw(Option<Arc<RawValue>>),
-    /// The relationship could not be resolved.
-    Error(Arc<str>),
-}
-
-/// The result of one root field.
-pub(crate) enum RootResult {
-    Nodes(Vec<Node>),
-    Error(String),
-}
-
-pub(crate) struct Exec<'a> {
-    pub registry: &'a Registry,
-    pub ctx: &'a RequestContext,
-    pub variables: Map<String, Value>,
-}
-
-impl Node {
-    /// A row of a nested search, with its relationships already fetched.
-    fn from_nested(row: NestedRow) -> Node {
-        let mut map = row.payload;
-        if map.get("id").and_then(Value::as_str) != Some(row.id.as_str()) {
-            map.insert("id".into(), Value::String(row.id));
-        }
-        Node {
-            map,
-            links: row
-                .children
-                .into_iter()
-                .map(|rows| {
-                    Link::Nodes(
-                        rows.into_iter()
-                            .map(|r| Arc::new(Node::from_nested(r)))
-                            .collect(),
-                    )
-                })
-                .collect(),
-        }
-    }
-
-    fn from_row(row: Row) -> Node {
-        let map = match serde_json::from_str::<Map<String, Value>>(&row.payload) {
-            Ok(mut m) => {
-                // the envelope id is authoritative
-                if m.get("id").and_then(Value::as_str) != Some(row.id.as_str()) {
-                    m.insert("id".into(), Value::String(row.id));
-                }
-                m
-            }
-            Err(e) => {
-                tracing::error!(id = %row.id, error = %e, "stored payload is not a JSON object");
-                let mut m = Map::new();
-                m.insert("id".into(), Value::String(row.id));
-                m
-            }
-        };
-        Node {
-            map,
-            links: Vec::new(),
-        }
-    }
-}
-
+/// Executes `plan` against graphlette `index` with the request's `variables`; returns the
+/// response body (always a GraphQL response: errors are inside it).
 pub(crate) async fn execute(
-    registry: &Registry,
+    graphlettes: &[Graphlette],
+    fetchers: &Fetchers,
     index: usize,
-    request: &GraphqlRequest,
+    plan: &OperationPlan,
+    variables: Option<&Value>,
     ctx: &RequestContext,
 ) -> Vec<u8> {
-    let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
-        return request_errors(&[("Must provide query string.".to_owned(), Vec::new())]);
-    };
-    let plan = match registry.plan(index, query, request.operation_name.as_deref()) {
-        Ok(p) => p,
-        Err(errors) => {
-            let list: Vec<_> = errors
-                .iter()
-                .map(|e| (e.message.clone(), e.locations.clone()))
-                .collect();
-            return request_errors(&list);
-        }
-    };
-    let variables = match coerce_variables(registry, index, &plan, request.variables.as_ref()) {
+    let graphlette = &graphlettes[index];
+    let variables = match coerce_variables(graphlette, plan, variables) {
         Ok(v) => v,
         Err(message) => return request_errors(&[(message, Vec::new())]),
     };
     let exec = Exec {
-        registry,
+        graphlettes,
+        fetchers,
         ctx,
         variables,
     };
     let introspection = if plan.has_introspection {
-        match introspect(registry, index, &plan, &exec.variables) {
+        match introspect(graphlette, plan, &exec.variables) {
             Ok(data) => Some(data),
             Err(message) => return request_errors(&[(message, Vec::new())]),
         }
     } else {
         None
     };
-    let results = exec.roots(index, &plan).await;
+    let results = exec.roots(index, plan).await;
     let mut writer = Writer::new(&exec.variables);
-    writer.write_response(&plan, results, introspection.as_ref());
+    writer.write_response(plan, results, introspection.as_ref());
     writer.finish()
 }
 
 fn coerce_variables(
-    registry: &Registry,
-    index: usize,
+    graphlette: &Graphlette,
     plan: &OperationPlan,
     given: Option<&Value>,
 ) -> Result<Map<String, Value>, String> {
@@ -144,7 +71,7 @@ fn coerce_variables(
     if !plan.has_variables {
         return Ok(given);
     }
-    let schema = &registry.graphlettes()[index].schema;
+    let schema = &graphlette.schema;
     let operation = plan
         .document
         .operations
@@ -159,12 +86,10 @@ fn coerce_variables(
 }
 
 fn introspect(
-    registry: &Registry,
-    index: usize,
+    g: &Graphlette,
     plan: &OperationPlan,
     variables: &Map<String, Value>,
 ) -> Result<Map<String, Value>, String> {
-    let g = &registry.graphlettes()[index];
     let operation = plan
         .document
         .operations
@@ -188,15 +113,6 @@ fn introspect(
     }
     let data = serde_json::to_value(response.data).map_err(|e| e.to_string())?;
     Ok(data.as_object().cloned().unwrap_or_default())
-}
-
-/// `at` as milliseconds: numbers (Int or Float) and numeric strings are accepted.
-pub(crate) fn at_of(args: &Map<String, Value>) -> Option<Millis> {
-    match args.get("at")? {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Value::String(s) => s.trim().parse::<f64>().ok().map(|f| f as i64),
-        _ => None,
-    }
 }
 
 /// `limit`: absent or null means no cap; anything else must be a positive integer.
@@ -256,8 +172,7 @@ impl<'a> Exec<'a> {
         else {
             unreachable!("batches hold query roots only");
         };
-        let g = &self.registry.graphlettes()[index];
-        let q = &g.queries[*query];
+        let vector = self.graphlettes[index].queries[*query].vector;
         let mut keys: Vec<String> = Vec::new();
         let mut key_index: HashMap<String, usize> = HashMap::new();
         for (_, id) in &batch.members {
@@ -266,12 +181,10 @@ impl<'a> Exec<'a> {
                 keys.push(id.clone());
             }
         }
-        let rows = match g
-            .store
-            .find_batch(
-                &meshql_core::BatchSearch::new(&q.template, "id", &keys),
-                &meshql_core::ReadContext::new(&self.ctx.filter, batch.at),
-            )
+        let rows = match self
+            .fetchers
+            .local(index)
+            .find_batch(*query, &keys, &ReadContext::new(&self.ctx.filter, batch.at))
             .await
         {
             Ok(rows) => rows,
@@ -294,7 +207,7 @@ impl<'a> Exec<'a> {
         self.resolve_links(selection, &mut nodes, batch.at).await;
         let mut per_key: Vec<Vec<Node>> = vec![Vec::new(); keys.len()];
         for (node, k) in nodes.into_iter().zip(owners) {
-            if q.vector || per_key[k].is_empty() {
+            if vector || per_key[k].is_empty() {
                 per_key[k].push(node);
             }
         }
@@ -331,14 +244,13 @@ impl<'a> Exec<'a> {
         else {
             return Some(RootResult::Nodes(Vec::new()));
         };
-        let g = &self.registry.graphlettes()[index];
-        let q = &g.queries[*query];
+        let vector = self.graphlettes[index].queries[*query].vector;
         let args: Map<String, Value> = args
             .iter()
             .map(|(k, v)| (k.clone(), v.eval(&self.variables)))
             .collect();
         let at = at_of(&args);
-        let limit = if q.vector {
+        let limit = if vector {
             match limit_of(&args) {
                 Ok(l) => l,
                 Err(message) => return Some(RootResult::Error(message)),
@@ -346,34 +258,24 @@ impl<'a> Exec<'a> {
         } else {
             Some(1)
         };
-        if let Some(nested) = &selection.nested {
-            match g
-                .store
-                .find_nested(
-                    &meshql_core::Search::new(&q.template, &args, limit),
-                    nested,
-                    &meshql_core::ReadContext::new(&self.ctx.filter, at),
-                )
-                .await
-            {
-                Ok(Some(rows)) => {
-                    return Some(RootResult::Nodes(
-                        rows.into_iter().map(Node::from_nested).collect(),
-                    ))
-                }
-                Ok(None) => {} // level by level
-                Err(e) => return Some(RootResult::Error(e.to_string())),
-            }
-        }
-        let rows = match g
-            .store
-            .find(
-                &meshql_core::Search::new(&q.template, &args, limit),
-                &meshql_core::ReadContext::new(&self.ctx.filter, at),
+        let rows = match self
+            .fetchers
+            .local(index)
+            .query(
+                *query,
+                &args,
+                limit,
+                selection.nested.as_deref(),
+                &ReadContext::new(&self.ctx.filter, at),
             )
             .await
         {
-            Ok(rows) => rows,
+            Ok(RootRows::Nested(rows)) => {
+                return Some(RootResult::Nodes(
+                    rows.into_iter().map(Node::from_nested).collect(),
+                ))
+            }
+            Ok(RootRows::Flat(rows)) => rows,
             Err(e) => return Some(RootResult::Error(e.to_string())),
         };
         let mut nodes: Vec<Node> = rows.into_iter().map(Node::from_row).collect();
@@ -438,24 +340,30 @@ impl<'a> Exec<'a> {
         let per_key: Vec<Link> = if keys.is_empty() {
             Vec::new()
         } else {
-            match &resolver.target {
-                TargetPlan::InProcess {
-                    graphlette,
-                    query,
-                    selection,
-                } => {
-                    self.fetch_in_process(
-                        *graphlette,
-                        *query,
-                        selection,
-                        resolver.vector,
-                        &keys,
-                        &key_index,
-                        at,
-                    )
-                    .await
+            let batch = Batch {
+                resolver,
+                keys: &keys,
+                at,
+                ctx: self.ctx,
+                variables: &self.variables,
+            };
+            match self
+                .fetchers
+                .for_target(&resolver.target)
+                .fetch(batch)
+                .await
+            {
+                Fetched::Links(links) => links,
+                Fetched::Rows(rows) => {
+                    let TargetPlan::InProcess { selection, .. } = &resolver.target else {
+                        unreachable!("rows come from in-process targets only");
+                    };
+                    self.children(rows, selection, resolver.vector, &keys, &key_index, at)
+                        .await
                 }
-                TargetPlan::Http { .. } => crate::http::fetch(self, resolver, &keys, at).await,
+                Fetched::Failed(message) => {
+                    keys.iter().map(|_| Link::Error(message.clone())).collect()
+                }
             }
         };
         parent_keys
@@ -468,33 +376,17 @@ impl<'a> Exec<'a> {
             .collect()
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn fetch_in_process(
+    /// The links of one in-process level: the fetched rows as nodes per key (a singleton
+    /// keeps its first row), with the level below them resolved.
+    async fn children(
         &self,
-        graphlette: usize,
-        query: usize,
+        rows: KeyedRows,
         selection: &SelectionPlan,
         vector: bool,
         keys: &[String],
         key_index: &HashMap<String, usize>,
         at: Option<Millis>,
     ) -> Vec<Link> {
-        let g = &self.registry.graphlettes()[graphlette];
-        let q = &g.queries[query];
-        let rows = match g
-            .store
-            .find_batch(
-                &meshql_core::BatchSearch::new(&q.template, "id", keys),
-                &meshql_core::ReadContext::new(&self.ctx.filter, at),
-            )
-            .await
-        {
-            Ok(rows) => rows,
-            Err(e) => {
-                let msg: Arc<str> = Arc::from(e.to_string());
-                return keys.iter().map(|_| Link::Error(msg.clone())).collect();
-            }
-        };
         let mut owners = Vec::with_capacity(rows.len());
         let mut children = Vec::with_capacity(rows.len());
         let mut taken = vec![false; keys.len()];

@@ -1,9 +1,12 @@
 //! Writing the response JSON straight from the plan and the fetched rows, with GraphQL's
 //! null propagation: a null (or an error) in a non-null position nulls the nearest
-//! nullable ancestor; the bytes already written for it are truncated.
+//! nullable ancestor; the bytes already written for it are truncated. Reads the plan and
+//! the result tree (`tree`); knows nothing of how the tree was fetched.
 
-use crate::execute::{Link, Node, RootResult};
-use crate::plan::{self, FieldKind, LeafKind, OperationPlan, RootKind, SelectionPlan, Shape};
+use crate::plan::{
+    self, FieldKind, LeafKind, OperationPlan, RootKind, SelectionPlan, Shape, TargetPlan,
+};
+use crate::tree::{Link, Node, RootResult};
 use serde_json::{Map, Value};
 
 /// A null reached a non-null position; the parent must become null.
@@ -250,8 +253,7 @@ impl<'v> Writer<'v> {
         shape: Shape,
         what: &What<'_>,
     ) -> Result<(), Bubble> {
-        let crate::plan::TargetPlan::InProcess { selection, .. } = &parent.resolvers[index].target
-        else {
+        let TargetPlan::InProcess { selection, .. } = &parent.resolvers[index].target else {
             // HTTP target: the remote JSON is spliced as it is
             return match link {
                 Link::Raw(Some(raw)) => {

@@ -1,7 +1,9 @@
 //! Compiling a validated operation into a plan: which store query answers each root field,
 //! which fields are payload values, which are relationships and where they are resolved.
+//! Needs only the [`Catalog`] (schemas, queries, resolvers by path); knows nothing of
+//! fetching or execution.
 
-use crate::registry::Registry;
+use crate::catalog::{Catalog, Graphlette};
 use apollo_compiler::ast::{self, OperationType};
 use apollo_compiler::executable::{
     DirectiveList, ExecutableDocument, Field, Operation, Selection, SelectionSet,
@@ -124,7 +126,7 @@ pub struct SelectionPlan {
     pub fields: Vec<FieldPlan>,
     pub resolvers: Vec<ResolverPlan>,
     /// The relationships below, for a store that can fetch them with the rows of this
-    /// selection in one statement ([`meshql_core::Store::find_nested`]): present when there
+    /// selection in one statement ([`meshql_core::StoreReader::find_nested`]): present when there
     /// are some and every one, at every level below, is resolved in process.
     pub nested: Option<Vec<Nested>>,
 }
@@ -218,14 +220,15 @@ impl PlanError {
     }
 }
 
-/// Parses, validates and plans `query` against graphlette `index` of the registry.
+/// Parses, validates and plans `query` against graphlette `index` of the catalog (usually
+/// the service's registry).
 pub fn plan(
-    registry: &Registry,
+    catalog: &dyn Catalog,
     index: usize,
     query: &str,
     operation_name: Option<&str>,
 ) -> Result<OperationPlan, Vec<PlanError>> {
-    let graphlette = &registry.graphlettes()[index];
+    let graphlette = &catalog.graphlettes()[index];
     let schema = graphlette.schema.as_ref();
     let document = ExecutableDocument::parse_and_validate(schema, query, "query.graphql").map_err(
         |with_errors| {
@@ -255,13 +258,13 @@ pub fn plan(
         ))]);
     }
     let planner = Planner {
-        registry,
+        catalog,
         schema,
         document: &document,
         planned: std::cell::Cell::new(0),
     };
     let roots = planner.plan_roots(index, operation)?;
-    let batches = batches(&roots, &registry.graphlettes()[index], operation, &document);
+    let batches = batches(&roots, graphlette, operation, &document);
     let has_introspection = roots
         .iter()
         .any(|r| matches!(r.kind, RootKind::Introspection));
@@ -281,7 +284,7 @@ pub fn plan(
 /// only uses `id`, constant `id` (and `at`), no `limit`, no conditions, same selection.
 fn batches(
     roots: &[RootPlan],
-    graphlette: &crate::registry::Graphlette,
+    graphlette: &Graphlette,
     operation: &Operation,
     document: &ExecutableDocument,
 ) -> Vec<RootBatch> {
@@ -305,10 +308,7 @@ fn batches(
                 ("id", ArgExpr::Const(Value::String(s))) => id = Some(s.clone()),
                 ("id", ArgExpr::Const(Value::Number(n))) => id = Some(n.to_string()),
                 ("at", ArgExpr::Const(v)) => {
-                    at = crate::execute::at_of(&serde_json::Map::from_iter([(
-                        "at".to_owned(),
-                        v.clone(),
-                    )]))
+                    at = at_of(&serde_json::Map::from_iter([("at".to_owned(), v.clone())]))
                 }
                 _ => batchable = false,
             }
@@ -342,7 +342,7 @@ fn batches(
 }
 
 struct Planner<'a> {
-    registry: &'a Registry,
+    catalog: &'a dyn Catalog,
     /// The schema the document was validated against.
     schema: &'a Valid<Schema>,
     document: &'a Valid<ExecutableDocument>,
@@ -429,7 +429,7 @@ impl<'a> Planner<'a> {
         index: usize,
         operation: &Operation,
     ) -> Result<Vec<RootPlan>, Vec<PlanError>> {
-        let graphlette = &self.registry.graphlettes()[index];
+        let graphlette = &self.catalog.graphlettes()[index];
         let query_type = operation.selection_set.ty.to_string();
         let mut collected = Vec::new();
         self.collect(
@@ -533,7 +533,7 @@ impl<'a> Planner<'a> {
         if self.planned.get() > MAX_PLANNED_FIELDS {
             return Err(too_big());
         }
-        let exec_graphlette = exec.map(|i| &self.registry.graphlettes()[i]);
+        let exec_graphlette = exec.map(|i| &self.catalog.graphlettes()[i]);
         let mut fields = Vec::with_capacity(collected.len());
         let mut resolvers = Vec::new();
         for (key, occ) in collected {
@@ -552,7 +552,7 @@ impl<'a> Planner<'a> {
                 let target = match &r.target {
                     meshql_config::ResolverTarget::InProcess { graph_path } => {
                         let (t_index, target) = self
-                            .registry
+                            .catalog
                             .by_path(graph_path)
                             .expect("resolver targets are checked at start-up");
                         let query = target
@@ -619,7 +619,7 @@ impl<'a> Planner<'a> {
                     } else {
                         selection.nested.clone()?
                     };
-                    let g = &self.registry.graphlettes()[*graphlette];
+                    let g = &self.catalog.graphlettes()[*graphlette];
                     Some(Nested {
                         key_field: r.key_field.clone(),
                         vector: r.vector,
@@ -818,6 +818,15 @@ impl ArgExpr {
             ArgExpr::Dynamic(v) => to_json(v, variables),
             ArgExpr::DynamicId(v) => id_string(to_json(v, variables)),
         }
+    }
+}
+
+/// `at` as milliseconds: numbers (Int or Float) and numeric strings are accepted.
+pub(crate) fn at_of(args: &serde_json::Map<String, Value>) -> Option<meshql_core::Millis> {
+    match args.get("at")? {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => s.trim().parse::<f64>().ok().map(|f| f as i64),
+        _ => None,
     }
 }
 

@@ -1,13 +1,14 @@
-//! The graphlettes of one service, addressable by path, each with its plan cache.
+//! The top of the crate: the graphlettes of one service, addressable by path, each with its
+//! plan cache, and the fetchers built for them (one per graphlette's store, one HTTP client
+//! shared by remote resolvers). [`Registry::execute`] plans (or finds the cached plan) and
+//! hands it to execution.
 
+use crate::catalog::{Catalog, Graphlette};
+use crate::execute;
+use crate::fetch::{Fetchers, Http, InProcess};
+use crate::output::request_errors;
 use crate::plan::{self, OperationPlan, PlanError};
 use crate::request::{GraphqlRequest, RequestContext};
-use apollo_compiler::collections::HashMap as ApolloHashMap;
-use apollo_compiler::schema::Implementers;
-use apollo_compiler::validation::Valid;
-use apollo_compiler::{Name, Schema};
-use meshql_config::{ResolvedGraph, ResolvedResolver};
-use meshql_core::{DynReader, QueryTemplate};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,75 +30,18 @@ pub enum RegistryError {
     HttpClient(String),
 }
 
-/// A root query bound to a template.
-#[derive(Debug)]
-pub struct GraphletteQuery {
-    pub name: String,
-    pub vector: bool,
-    pub template: QueryTemplate,
-}
-
 type CachedPlan = Result<Arc<OperationPlan>, Arc<Vec<PlanError>>>;
 
-/// One GraphQL endpoint.
-pub struct Graphlette {
-    pub path: String,
-    pub entity: String,
-    pub schema: Arc<Valid<Schema>>,
-    pub(crate) implementers: ApolloHashMap<Name, Implementers>,
-    pub entity_type: String,
-    pub queries: Vec<GraphletteQuery>,
-    pub resolvers: Vec<ResolvedResolver>,
-    pub store: DynReader,
-    plans: RwLock<HashMap<(String, Option<String>), CachedPlan>>,
-}
+/// Plans by `(query text, operation name)`.
+type PlanCache = RwLock<HashMap<(String, Option<String>), CachedPlan>>;
 
-impl std::fmt::Debug for Graphlette {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Graphlette")
-            .field("path", &self.path)
-            .finish()
-    }
-}
-
-impl Graphlette {
-    pub fn new(entity: &str, graph: &ResolvedGraph, store: DynReader) -> Self {
-        Self {
-            path: graph.path.clone(),
-            entity: entity.to_owned(),
-            implementers: graph.schema.implementers_map(),
-            schema: graph.schema.clone(),
-            entity_type: graph.entity_type.clone(),
-            queries: graph
-                .queries
-                .iter()
-                .map(|q| GraphletteQuery {
-                    name: q.name.clone(),
-                    vector: q.vector,
-                    template: q.template.clone(),
-                })
-                .collect(),
-            resolvers: graph.resolvers.clone(),
-            store,
-            plans: RwLock::new(HashMap::new()),
-        }
-    }
-
-    pub fn query_index(&self, name: &str) -> Option<usize> {
-        self.queries.iter().position(|q| q.name == name)
-    }
-
-    /// The templates this graphlette's store must be prepared for.
-    pub fn templates(&self) -> Vec<QueryTemplate> {
-        self.queries.iter().map(|q| q.template.clone()).collect()
-    }
-}
-
-/// All graphlettes of a service, and the HTTP client their remote resolvers share.
+/// All graphlettes of a service, their plan caches, and the fetchers their resolvers use.
 pub struct Registry {
     graphlettes: Vec<Graphlette>,
     by_path: HashMap<String, usize>,
-    pub(crate) http: reqwest::Client,
+    /// One per graphlette, same index.
+    plans: Vec<PlanCache>,
+    fetchers: Fetchers,
 }
 
 impl Registry {
@@ -119,10 +63,17 @@ impl Registry {
             .tcp_nodelay(true)
             .build()
             .map_err(|e| RegistryError::HttpClient(e.to_string()))?;
+        let local = graphlettes
+            .iter()
+            .map(|g| InProcess::new(g.store.clone(), g.templates()))
+            .collect();
+        let fetchers = Fetchers::new(local, Http::new(http));
+        let plans = graphlettes.iter().map(|_| RwLock::default()).collect();
         Ok(Self {
             graphlettes,
             by_path,
-            http,
+            plans,
+            fetchers,
         })
     }
 
@@ -135,10 +86,10 @@ impl Registry {
     }
 
     /// The cached plan of a query, planning it on first sight.
-    pub(crate) fn plan(&self, index: usize, query: &str, operation: Option<&str>) -> CachedPlan {
-        let g = &self.graphlettes[index];
+    fn plan(&self, index: usize, query: &str, operation: Option<&str>) -> CachedPlan {
+        let cache = &self.plans[index];
         let key = (query.to_owned(), operation.map(str::to_owned));
-        if let Some(p) = g.plans.read().get(&key) {
+        if let Some(p) = cache.read().get(&key) {
             return p.clone();
         }
         let planned = plan::plan(self, index, query, operation)
@@ -147,7 +98,7 @@ impl Registry {
         if planned.is_err() || query.len() > PLAN_CACHE_MAX_QUERY {
             return planned;
         }
-        let mut plans = g.plans.write();
+        let mut plans = cache.write();
         if plans.len() >= PLAN_CACHE_CAPACITY {
             plans.clear();
         }
@@ -163,6 +114,37 @@ impl Registry {
         request: &GraphqlRequest,
         ctx: &RequestContext,
     ) -> Vec<u8> {
-        crate::execute::execute(self, index, request, ctx).await
+        let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
+            return request_errors(&[("Must provide query string.".to_owned(), Vec::new())]);
+        };
+        let plan = match self.plan(index, query, request.operation_name.as_deref()) {
+            Ok(p) => p,
+            Err(errors) => {
+                let list: Vec<_> = errors
+                    .iter()
+                    .map(|e| (e.message.clone(), e.locations.clone()))
+                    .collect();
+                return request_errors(&list);
+            }
+        };
+        execute::execute(
+            &self.graphlettes,
+            &self.fetchers,
+            index,
+            &plan,
+            request.variables.as_ref(),
+            ctx,
+        )
+        .await
+    }
+}
+
+impl Catalog for Registry {
+    fn graphlettes(&self) -> &[Graphlette] {
+        Registry::graphlettes(self)
+    }
+
+    fn by_path(&self, path: &str) -> Option<(usize, &Graphlette)> {
+        Registry::by_path(self, path)
     }
 }

@@ -1,4 +1,4 @@
-//! The GraphQL-over-HTTP request and the per-request context.
+//! The GraphQL-over-HTTP request and the per-request context (the leaf of the crate).
 
 use meshql_core::TokenFilter;
 use serde::Deserialize;

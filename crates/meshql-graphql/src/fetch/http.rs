@@ -2,14 +2,21 @@
 //! with aliased root fields (`item_0: getByFarm(id: "F1", at: T) { ... } item_1: ...`),
 //! and each alias's JSON is spliced into the response as it is.
 
-use crate::execute::{Exec, Link};
-use crate::plan::{ResolverPlan, TargetPlan};
+use super::{Batch, Fetched, Fetcher};
+use crate::plan::TargetPlan;
+use crate::tree::Link;
+use futures::future::BoxFuture;
 use meshql_core::Millis;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::fmt::Write;
 use std::sync::Arc;
+
+/// The fetcher of every remote graphlette: one HTTP client, shared.
+pub(crate) struct Http {
+    client: reqwest::Client,
+}
 
 #[derive(Deserialize)]
 struct RemoteResponse {
@@ -68,26 +75,36 @@ pub(crate) fn batch_query(
     q
 }
 
-pub(crate) async fn fetch(
-    exec: &Exec<'_>,
-    resolver: &ResolverPlan,
-    keys: &[String],
-    at: Option<Millis>,
-) -> Vec<Link> {
-    let chunks = futures::future::join_all(
-        keys.chunks(CHUNK)
-            .map(|chunk| fetch_chunk(exec, resolver, chunk, at)),
-    )
-    .await;
-    chunks.into_iter().flatten().collect()
+impl Http {
+    pub fn new(client: reqwest::Client) -> Self {
+        Self { client }
+    }
 }
 
-async fn fetch_chunk(
-    exec: &Exec<'_>,
-    resolver: &ResolverPlan,
-    keys: &[String],
-    at: Option<Millis>,
-) -> Vec<Link> {
+impl Fetcher for Http {
+    fn fetch<'a>(&'a self, batch: Batch<'a>) -> BoxFuture<'a, Fetched> {
+        Box::pin(async move {
+            let chunks = futures::future::join_all(
+                batch
+                    .keys
+                    .chunks(CHUNK)
+                    .map(|keys| fetch_chunk(&self.client, Batch { keys, ..batch })),
+            )
+            .await;
+            Fetched::Links(chunks.into_iter().flatten().collect())
+        })
+    }
+}
+
+/// One aliased request for `batch.keys` (at most [`CHUNK`] of them): a link per key.
+async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
+    let Batch {
+        resolver,
+        keys,
+        at,
+        ctx,
+        variables: request_variables,
+    } = batch;
     let TargetPlan::Http {
         url,
         query_name,
@@ -96,7 +113,7 @@ async fn fetch_chunk(
         variables,
     } = &resolver.target
     else {
-        unreachable!("fetch is only called for HTTP targets");
+        unreachable!("the HTTP fetcher is only given HTTP targets");
     };
     let all_failed = |message: String| -> Vec<Link> {
         let msg: Arc<str> = Arc::from(message);
@@ -105,17 +122,15 @@ async fn fetch_chunk(
     let query = batch_query(query_name, selection, fragments, variables, keys, at);
     let vars: serde_json::Map<String, serde_json::Value> = variables
         .iter()
-        .filter_map(|(n, _)| exec.variables.get(n).map(|v| (n.clone(), v.clone())))
+        .filter_map(|(n, _)| request_variables.get(n).map(|v| (n.clone(), v.clone())))
         .collect();
     let body = serde_json::json!({ "query": query, "variables": vars });
-    let mut request = exec
-        .registry
-        .http
+    let mut request = client
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json")
         .body(body.to_string());
-    if let Some(auth) = &exec.ctx.authorization {
+    if let Some(auth) = &ctx.authorization {
         request = request.header("authorization", auth);
     }
     let response = match request.send().await {

@@ -1,0 +1,80 @@
+//! What is served, without how it is run: each graphlette's schema, root queries,
+//! resolvers and store ([`Graphlette`]), and the [`Catalog`] view that looks graphlettes
+//! up by index and by path. Planning needs only this; the registry at the top of the crate
+//! (plan caches, fetchers, execution) implements it.
+
+use apollo_compiler::collections::HashMap as ApolloHashMap;
+use apollo_compiler::schema::Implementers;
+use apollo_compiler::validation::Valid;
+use apollo_compiler::{Name, Schema};
+use meshql_config::{ResolvedGraph, ResolvedResolver};
+use meshql_core::{DynReader, QueryTemplate};
+use std::sync::Arc;
+
+/// A root query bound to a template.
+#[derive(Debug)]
+pub struct GraphletteQuery {
+    pub name: String,
+    pub vector: bool,
+    pub template: QueryTemplate,
+}
+
+/// One GraphQL endpoint.
+pub struct Graphlette {
+    pub path: String,
+    pub entity: String,
+    pub schema: Arc<Valid<Schema>>,
+    pub(crate) implementers: ApolloHashMap<Name, Implementers>,
+    pub entity_type: String,
+    pub queries: Vec<GraphletteQuery>,
+    pub resolvers: Vec<ResolvedResolver>,
+    pub store: DynReader,
+}
+
+impl std::fmt::Debug for Graphlette {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graphlette")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl Graphlette {
+    pub fn new(entity: &str, graph: &ResolvedGraph, store: DynReader) -> Self {
+        Self {
+            path: graph.path.clone(),
+            entity: entity.to_owned(),
+            implementers: graph.schema.implementers_map(),
+            schema: graph.schema.clone(),
+            entity_type: graph.entity_type.clone(),
+            queries: graph
+                .queries
+                .iter()
+                .map(|q| GraphletteQuery {
+                    name: q.name.clone(),
+                    vector: q.vector,
+                    template: q.template.clone(),
+                })
+                .collect(),
+            resolvers: graph.resolvers.clone(),
+            store,
+        }
+    }
+
+    pub fn query_index(&self, name: &str) -> Option<usize> {
+        self.queries.iter().position(|q| q.name == name)
+    }
+
+    /// The templates this graphlette's store must be prepared for.
+    pub fn templates(&self) -> Vec<QueryTemplate> {
+        self.queries.iter().map(|q| q.template.clone()).collect()
+    }
+}
+
+/// The graphlettes of a service as planning sees them: by index (what plans refer to) and
+/// by path (what resolvers name).
+pub trait Catalog {
+    fn graphlettes(&self) -> &[Graphlette];
+
+    fn by_path(&self, path: &str) -> Option<(usize, &Graphlette)>;
+}

@@ -1,0 +1,79 @@
+//! The result tree of an execution: fetched documents ([`Node`]) and their resolved
+//! relationships ([`Link`]), per root field ([`RootResult`]). Execution builds it,
+//! the response writer reads it; neither needs the other to know its shape.
+
+use meshql_core::{NestedRow, Row};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// A fetched document and its resolved relationships (one link per resolver of the
+/// selection that fetched it).
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    pub map: Map<String, Value>,
+    pub links: Vec<Link>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Link {
+    /// In-process results (a singleton resolver has at most one).
+    Nodes(Vec<Arc<Node>>),
+    /// A remote graphlette's JSON for this field, spliced as it is (`None`: null).
+    Raw(Option<Arc<RawValue>>),
+    /// The relationship could not be resolved.
+    Error(Arc<str>),
+}
+
+/// The result of one root field.
+pub(crate) enum RootResult {
+    Nodes(Vec<Node>),
+    Error(String),
+}
+
+impl Node {
+    /// A row of a nested search, with its relationships already fetched.
+    pub(crate) fn from_nested(row: NestedRow) -> Node {
+        let mut map = row.payload;
+        if map.get("id").and_then(Value::as_str) != Some(row.id.as_str()) {
+            map.insert("id".into(), Value::String(row.id));
+        }
+        Node {
+            map,
+            links: row
+                .children
+                .into_iter()
+                .map(|rows| {
+                    Link::Nodes(
+                        rows.into_iter()
+                            .map(|r| Arc::new(Node::from_nested(r)))
+                            .collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// A stored row; its relationships are resolved later.
+    pub(crate) fn from_row(row: Row) -> Node {
+        let map = match serde_json::from_str::<Map<String, Value>>(&row.payload) {
+            Ok(mut m) => {
+                // the envelope id is authoritative
+                if m.get("id").and_then(Value::as_str) != Some(row.id.as_str()) {
+                    m.insert("id".into(), Value::String(row.id));
+                }
+                m
+            }
+            Err(e) => {
+                tracing::error!(id = %row.id, error = %e, "stored payload is not a JSON object");
+                let mut m = Map::new();
+                m.insert("id".into(), Value::String(row.id));
+                m
+            }
+        };
+        Node {
+            map,
+            links: Vec::new(),
+        }
+    }
+}
