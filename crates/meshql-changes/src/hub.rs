@@ -44,6 +44,11 @@ pub struct HubOptions {
     pub batch: usize,
     /// How often a tailer looks for writes made by other processes.
     pub poll: Duration,
+    /// The least time between two reads of one store's feed. Under a stream of commits a
+    /// tailer woken by each would read (and append) once per commit; waiting this long
+    /// between reads lets one read take every commit of the interval instead. It bounds
+    /// what the feed adds to a write's visibility, and is not waited when the store is quiet.
+    pub min_read_interval: Duration,
     /// How often the checkpoint is written.
     pub checkpoint_every: Duration,
 }
@@ -53,6 +58,7 @@ impl Default for HubOptions {
         Self {
             batch: 512,
             poll: Duration::from_millis(200),
+            min_read_interval: Duration::from_millis(1),
             checkpoint_every: Duration::from_secs(1),
         }
     }
@@ -277,7 +283,14 @@ async fn tail(
     let entity = tailer.entity.clone();
     let mut signal = store.commit_signal();
     let mut failures = 0u32;
+    let mut last_read = tokio::time::Instant::now() - options.min_read_interval;
     loop {
+        // batch the commits of a busy store (see `HubOptions::min_read_interval`)
+        let next_read = last_read + options.min_read_interval;
+        if tokio::time::Instant::now() < next_read {
+            tokio::time::sleep_until(next_read).await;
+        }
+        last_read = tokio::time::Instant::now();
         // a hub dropped without `stop` stops its tailers too
         let stopping = *stop.borrow() || stop.has_changed().is_err();
         let outcome = match store.changes(cursor, options.batch).await {
@@ -291,6 +304,10 @@ async fn tail(
                         tailer
                             .copied
                             .fetch_add(records.len() as u64, Ordering::Relaxed);
+                        if records.len() >= options.batch {
+                            // a full page: more is waiting, read on at once
+                            last_read = tokio::time::Instant::now() - options.min_read_interval;
+                        }
                         Ok(true)
                     }
                     Err(e) => Err(e.to_string()),

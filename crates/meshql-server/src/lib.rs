@@ -16,6 +16,7 @@ mod relays;
 pub use app::{build, App, BuildError};
 pub use preflight::preflight;
 
+use axum::serve::ListenerExt;
 use std::future::Future;
 use tokio::net::TcpListener;
 
@@ -33,6 +34,11 @@ pub async fn serve(
         // long-lived responses (change streams, long polls) end, so the drain can finish
         closing.send_replace(true);
     };
+    // TCP_NODELAY: a change stream writes small events one after the other; with Nagle's
+    // algorithm each waited for the client's delayed ACK (up to 40 ms) before the next left
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await?;
