@@ -101,6 +101,26 @@ pub struct StoreChange {
     pub correlation_id: Option<String>,
 }
 
+impl StoreChange {
+    /// The change a stored version is: `first_version` when no version of its id came before.
+    pub fn of_version(
+        cursor: Cursor,
+        version: crate::Envelope,
+        first_version: bool,
+        correlation_id: Option<String>,
+    ) -> Self {
+        StoreChange {
+            cursor,
+            op: ChangeOp::of_version(version.deleted, first_version),
+            id: version.id,
+            created_at: version.created_at,
+            payload: version.payload,
+            authorized_tokens: version.authorized_tokens,
+            correlation_id,
+        }
+    }
+}
+
 /// Who writes, and what their write carries into the change feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteContext {

@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows,
-    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
-    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
+    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
+    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use mysql_async::prelude::Queryable;
@@ -813,15 +813,12 @@ impl ChangeFeed for MysqlStore {
                 let first = r.get::<i64, _>(6).unwrap_or_default() != 0;
                 let correlation_id: Option<String> = r.get(7).unwrap_or_default();
                 let env = envelope(r)?;
-                Ok(StoreChange {
-                    cursor: Cursor::seq(pos),
-                    op: ChangeOp::of_version(env.deleted, first),
-                    id: env.id,
-                    created_at: env.created_at,
-                    payload: env.payload,
-                    authorized_tokens: env.authorized_tokens,
+                Ok(StoreChange::of_version(
+                    Cursor::seq(pos),
+                    env,
+                    first,
                     correlation_id,
-                })
+                ))
             })
             .collect()
     }

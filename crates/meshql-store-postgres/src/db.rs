@@ -162,18 +162,6 @@ pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_stay_out_of_messages() {
-        assert_eq!(
-            super::redact("postgres://u:secret@h:5/db"),
-            "postgres://u:***@h:5/db"
-        );
-        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
-    }
-}
-
 #[async_trait::async_trait]
 impl meshql_core::Database for PostgresDatabase {
     fn backend(&self) -> &'static str {
@@ -184,5 +172,17 @@ impl meshql_core::Database for PostgresDatabase {
     }
     async fn close(&self) {
         PostgresDatabase::close(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 }

@@ -7,9 +7,9 @@ use deadpool_postgres::GenericClient;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows,
-    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
-    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
+    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
+    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -753,15 +753,7 @@ impl ChangeFeed for PostgresStore {
             .map(|r| {
                 let env = envelope(r);
                 let (tx, rowid): (i64, i64) = (r.get(5), r.get(6));
-                StoreChange {
-                    cursor: Cursor(tx as u64, rowid as u64),
-                    op: ChangeOp::of_version(env.deleted, r.get(7)),
-                    id: env.id,
-                    created_at: env.created_at,
-                    payload: env.payload,
-                    authorized_tokens: env.authorized_tokens,
-                    correlation_id: r.get(8),
-                }
+                StoreChange::of_version(Cursor(tx as u64, rowid as u64), env, r.get(7), r.get(8))
             })
             .collect())
     }

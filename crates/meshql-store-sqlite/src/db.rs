@@ -425,6 +425,19 @@ fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
     }
 }
 
+#[async_trait::async_trait]
+impl meshql_core::Database for SqliteDatabase {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+    fn store(self: std::sync::Arc<Self>, table: &str) -> meshql_core::DynStore {
+        std::sync::Arc::new(crate::SqliteStore::new(self, table))
+    }
+    async fn close(&self) {
+        self.shutdown().await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,18 +577,5 @@ mod tests {
             .unwrap();
         assert_eq!((count, undone), (30, 0));
         db.shutdown().await;
-    }
-}
-
-#[async_trait::async_trait]
-impl meshql_core::Database for SqliteDatabase {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-    fn store(self: std::sync::Arc<Self>, table: &str) -> meshql_core::DynStore {
-        std::sync::Arc::new(crate::SqliteStore::new(self, table))
-    }
-    async fn close(&self) {
-        self.shutdown().await;
     }
 }

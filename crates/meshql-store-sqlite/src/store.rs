@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope, KeyedRows,
-    Millis, NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreChange,
-    StoreError, StoreStats, TokenFilter, WriteContext,
+    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
+    NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreChange, StoreError,
+    StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use rusqlite::types::Value as SqlValue;
@@ -741,15 +741,12 @@ impl ChangeFeed for SqliteStore {
             rows.map(|row| {
                 let (env, rowid, first, correlation_id) = row.map_err(query_error)?;
                 let env = decode_tokens(env)?;
-                Ok(StoreChange {
-                    cursor: Cursor::seq(rowid as u64),
-                    op: ChangeOp::of_version(env.deleted, first),
-                    id: env.id,
-                    created_at: env.created_at,
-                    payload: env.payload,
-                    authorized_tokens: env.authorized_tokens,
+                Ok(StoreChange::of_version(
+                    Cursor::seq(rowid as u64),
+                    env,
+                    first,
                     correlation_id,
-                })
+                ))
             })
             .collect()
         })
