@@ -9,9 +9,9 @@ use crate::fetch::{Batch, Fetched, Fetchers, RootRows};
 use crate::output::{request_errors, Writer};
 use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
 use crate::request::RequestContext;
-use crate::tree::{Link, Node, RootResult};
+use crate::tree::{FieldError, Link, Node, RootResult};
 use futures::future::{join_all, BoxFuture};
-use meshql_core::{KeyedRows, Millis, ReadContext};
+use meshql_core::{ErrorKind, KeyedRows, Millis, ReadContext};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -192,7 +192,7 @@ impl<'a> Exec<'a> {
                 return batch
                     .members
                     .iter()
-                    .map(|(i, _)| (*i, Some(RootResult::Error(e.to_string()))))
+                    .map(|(i, _)| (*i, Some(RootResult::Error(FieldError::store(&e)))))
                     .collect()
             }
         };
@@ -253,7 +253,12 @@ impl<'a> Exec<'a> {
         let limit = if vector {
             match limit_of(&args) {
                 Ok(l) => l,
-                Err(message) => return Some(RootResult::Error(message)),
+                Err(message) => {
+                    return Some(RootResult::Error(FieldError::new(
+                        message,
+                        Some(ErrorKind::Invalid.code()),
+                    )))
+                }
             }
         } else {
             Some(1)
@@ -276,7 +281,7 @@ impl<'a> Exec<'a> {
                 ))
             }
             Ok(RootRows::Flat(rows)) => rows,
-            Err(e) => return Some(RootResult::Error(e.to_string())),
+            Err(e) => return Some(RootResult::Error(FieldError::store(&e))),
         };
         let mut nodes: Vec<Node> = rows.into_iter().map(Node::from_row).collect();
         self.resolve_links(selection, &mut nodes, at).await;

@@ -6,7 +6,7 @@
 use crate::plan::{
     self, FieldKind, LeafKind, OperationPlan, RootKind, SelectionPlan, Shape, TargetPlan,
 };
-use crate::tree::{Link, Node, RootResult};
+use crate::tree::{FieldError, Link, Node, RootResult};
 use serde_json::{Map, Value};
 
 /// A null reached a non-null position; the parent must become null.
@@ -33,7 +33,7 @@ impl std::fmt::Display for What<'_> {
 
 pub(crate) struct Writer<'v> {
     buf: Vec<u8>,
-    errors: Vec<(String, Vec<Seg<'v>>)>,
+    errors: Vec<(String, Option<&'static str>, Vec<Seg<'v>>)>,
     path: Vec<Seg<'v>>,
     variables: &'v Map<String, Value>,
 }
@@ -71,7 +71,13 @@ impl<'v> Writer<'v> {
     }
 
     fn error(&mut self, message: impl Into<String>) {
-        self.errors.push((message.into(), self.path.clone()));
+        self.errors.push((message.into(), None, self.path.clone()));
+    }
+
+    /// An error with the code of its kind (`extensions.code`).
+    fn coded_error(&mut self, e: &FieldError) {
+        self.errors
+            .push((e.message.to_string(), e.code, self.path.clone()));
     }
 
     fn null_in(&mut self, shape_non_null: bool, what: &What<'_>) -> Result<(), Bubble> {
@@ -121,8 +127,8 @@ impl<'v> Writer<'v> {
                     Ok(())
                 }
                 (RootKind::Unbound, _) => self.null_in(root.shape.non_null, &what),
-                (_, RootResult::Error(message)) => {
-                    self.error(message);
+                (_, RootResult::Error(e)) => {
+                    self.coded_error(&e);
                     self.null_in(root.shape.non_null, &what).or(Err(Bubble))
                 }
                 (
@@ -265,8 +271,8 @@ impl<'v> Writer<'v> {
                     Ok(())
                 }
                 Link::Raw(None) | Link::Nodes(_) => self.null_in(shape.non_null, what),
-                Link::Error(message) => {
-                    self.error(message.to_string());
+                Link::Error(e) => {
+                    self.coded_error(e);
                     self.null_in(shape.non_null, what).or(Err(Bubble))
                 }
             };
@@ -301,8 +307,8 @@ impl<'v> Writer<'v> {
                 }
             }
             Link::Raw(_) => self.null_in(shape.non_null, what),
-            Link::Error(message) => {
-                self.error(message.to_string());
+            Link::Error(e) => {
+                self.coded_error(e);
                 if shape.non_null {
                     Err(Bubble)
                 } else {
@@ -459,7 +465,7 @@ impl<'v> Writer<'v> {
     pub(crate) fn finish(mut self) -> Vec<u8> {
         if !self.errors.is_empty() {
             self.buf.extend_from_slice(b",\"errors\":[");
-            for (i, (message, path)) in self.errors.iter().enumerate() {
+            for (i, (message, code, path)) in self.errors.iter().enumerate() {
                 if i > 0 {
                     self.buf.push(b',');
                 }
@@ -475,7 +481,13 @@ impl<'v> Writer<'v> {
                         Seg::Index(n) => self.buf.extend_from_slice(n.to_string().as_bytes()),
                     }
                 }
-                self.buf.extend_from_slice(b"]}");
+                self.buf.push(b']');
+                if let Some(code) = code {
+                    self.buf.extend_from_slice(b",\"extensions\":{\"code\":");
+                    push_json_str(&mut self.buf, code);
+                    self.buf.push(b'}');
+                }
+                self.buf.push(b'}');
             }
             self.buf.push(b']');
         }

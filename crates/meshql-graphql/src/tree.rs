@@ -22,13 +22,35 @@ pub(crate) enum Link {
     /// A remote graphlette's JSON for this field, spliced as it is (`None`: null).
     Raw(Option<Arc<RawValue>>),
     /// The relationship could not be resolved.
-    Error(Arc<str>),
+    Error(FieldError),
+}
+
+/// Why a field has no value: the message, and the code of the failure's kind when it has one
+/// (published as the error's `extensions.code`).
+#[derive(Debug, Clone)]
+pub(crate) struct FieldError {
+    pub message: Arc<str>,
+    pub code: Option<&'static str>,
+}
+
+impl FieldError {
+    pub(crate) fn new(message: impl Into<Arc<str>>, code: Option<&'static str>) -> Self {
+        Self {
+            message: message.into(),
+            code,
+        }
+    }
+
+    /// A storage failure, with its kind's code (`UNAVAILABLE`, `BAD_REQUEST`…).
+    pub(crate) fn store(e: &meshql_core::StoreError) -> Self {
+        Self::new(e.to_string(), Some(e.kind().code()))
+    }
 }
 
 /// The result of one root field.
 pub(crate) enum RootResult {
     Nodes(Vec<Node>),
-    Error(String),
+    Error(FieldError),
 }
 
 impl Node {

@@ -587,6 +587,10 @@ async fn limit_must_be_positive_and_ids_may_be_integers() {
             .contains("limit"),
         "{r}"
     );
+    assert_eq!(
+        r["errors"][0]["extensions"]["code"], "BAD_REQUEST",
+        "errors carry the code of their kind: {r}"
+    );
     w.put("farm", "42", json!({"name": "Numbered"}), T0).await;
     let r = w
         .query("/farm/graph", "{ getById(id: 42) { id name } }")

@@ -4,9 +4,9 @@
 
 use super::{Batch, Fetched, Fetcher};
 use crate::plan::TargetPlan;
-use crate::tree::Link;
+use crate::tree::{FieldError, Link};
 use futures::future::BoxFuture;
-use meshql_core::Millis;
+use meshql_core::{ErrorKind, Millis};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::collections::HashMap;
@@ -116,8 +116,8 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
         unreachable!("the HTTP fetcher is only given HTTP targets");
     };
     let all_failed = |message: String| -> Vec<Link> {
-        let msg: Arc<str> = Arc::from(message);
-        keys.iter().map(|_| Link::Error(msg.clone())).collect()
+        let error = FieldError::new(message, Some(ErrorKind::Unavailable.code()));
+        keys.iter().map(|_| Link::Error(error.clone())).collect()
     };
     let query = batch_query(query_name, selection, fragments, variables, keys, at);
     let vars: serde_json::Map<String, serde_json::Value> = variables
@@ -175,7 +175,7 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
         .map(|i| {
             let alias = format!("item_{i}");
             if let Some(msg) = error_for(&alias) {
-                return Link::Error(msg);
+                return Link::Error(FieldError::new(msg, None));
             }
             match data.remove(&alias) {
                 Some(raw) if raw.get() != "null" => {

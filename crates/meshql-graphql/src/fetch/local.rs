@@ -2,12 +2,12 @@
 
 use super::{Batch, Fetched, Fetcher};
 use crate::plan::TargetPlan;
+use crate::tree::FieldError;
 use futures::future::BoxFuture;
 use meshql_core::{
     BatchSearch, BoundArgs, DynReader, KeyedRows, Nested, NestedRow, QueryTemplate, ReadContext,
     Row, Search, StoreError,
 };
-use std::sync::Arc;
 
 /// A graphlette's store and the templates of its root queries (same indexes as the
 /// graphlette's `queries`).
@@ -71,7 +71,7 @@ impl Fetcher for InProcess {
             let ctx = ReadContext::new(&batch.ctx.filter, batch.at);
             match self.find_batch(*query, batch.keys, &ctx).await {
                 Ok(rows) => Fetched::Rows(rows),
-                Err(e) => Fetched::Failed(Arc::from(e.to_string())),
+                Err(e) => Fetched::Failed(FieldError::store(&e)),
             }
         })
     }

@@ -19,11 +19,10 @@ pub(crate) use local::{InProcess, RootRows};
 
 use crate::plan::{ResolverPlan, TargetPlan};
 use crate::request::RequestContext;
-use crate::tree::Link;
+use crate::tree::{FieldError, Link};
 use futures::future::BoxFuture;
 use meshql_core::{KeyedRows, Millis};
 use serde_json::{Map, Value};
-use std::sync::Arc;
 
 /// One batched level: the distinct keys of every parent of one resolver field.
 #[derive(Clone, Copy)]
@@ -44,7 +43,7 @@ pub(crate) enum Fetched {
     /// One finished link per key, in key order (a remote graphlette's JSON).
     Links(Vec<Link>),
     /// The whole level failed; every key gets this error.
-    Failed(Arc<str>),
+    Failed(FieldError),
 }
 
 /// Fetches a relationship level.
