@@ -22,17 +22,29 @@ async fn create(c: &Client, path: &str, body: Value, headers: &[(&str, &str)]) -
 }
 
 /// `/_changes` after `since` once it holds at least `n` changes (the hub copies a commit
-/// into the log a moment after it is acknowledged).
+/// into the log a moment after it is acknowledged), read page by page, as
+/// `{"changes": [every change], "last": L}`.
 async fn changes_after(c: &Client, since: u64, n: usize, query: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let r = c
-            .get(&format!("/_changes?since={since}&limit=1000{query}"))
-            .await;
-        r.expect_status(200);
-        let body = r.json();
-        if body["changes"].as_array().unwrap().len() >= n || Instant::now() > deadline {
-            return body;
+        let mut all: Vec<Value> = Vec::new();
+        let mut last = since;
+        loop {
+            let r = c
+                .get(&format!("/_changes?since={last}&limit=1000{query}"))
+                .await;
+            r.expect_status(200);
+            let body = r.json();
+            let page = body["changes"].as_array().unwrap().clone();
+            let next = body["last"].as_u64().unwrap();
+            all.extend(page);
+            if next == last {
+                break;
+            }
+            last = next;
+        }
+        if all.len() >= n || Instant::now() > deadline {
+            return json!({"changes": all, "last": last});
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
