@@ -171,6 +171,18 @@ impl<'a> BatchSearch<'a> {
             keys,
         }
     }
+
+    /// The SQL backends bind each key to the template's `id` argument: any other is refused.
+    pub fn require_id_key(&self) -> Result<(), StoreError> {
+        if self.key_arg == "id" {
+            Ok(())
+        } else {
+            Err(StoreError::Invalid(format!(
+                "batched lookups bind the `id` argument, not `{}`",
+                self.key_arg
+            )))
+        }
+    }
 }
 
 /// The reading half of a store. A cache or a read replica implements only this.

@@ -472,18 +472,14 @@ impl StoreReader for PostgresStore {
     ) -> Result<KeyedRows, StoreError> {
         let BatchSearch {
             template,
-            key_arg,
+            key_arg: _,
             keys,
         } = *batch;
         let (filter, at) = (ctx.filter, ctx.at);
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        if key_arg != "id" {
-            return Err(StoreError::Invalid(format!(
-                "batched lookups bind the `id` argument, not `{key_arg}`"
-            )));
-        }
+        batch.require_id_key()?;
         let tokens = filter_tokens(filter);
         let compiled = self.compiled(
             template,
