@@ -61,6 +61,8 @@ pub struct Options {
     pub rounds: usize,
     /// Base URL of an external ceiling server (default: the built-in one).
     pub ceiling: Option<String>,
+    /// Kafka bootstrap servers for the `changes` scenario's relay runs (skipped without).
+    pub kafka: Option<String>,
     pub bounds: Bounds,
     pub quiet: bool,
     pub client_threads: usize,
@@ -84,6 +86,7 @@ impl Options {
             step_secs: 30,
             rounds: 1,
             ceiling: None,
+            kafka: None,
             bounds: Bounds::default(),
             quiet: false,
             client_threads: 1,

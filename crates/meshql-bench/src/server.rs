@@ -150,8 +150,17 @@ impl LocalServer {
 
     /// Stops the server and starts it again on the same port and data, with `workers` threads.
     pub async fn restart(&mut self, workers: Option<usize>) -> Result<(), ServerError> {
+        self.restart_with(|spec| spec.workers = workers).await
+    }
+
+    /// Stops the server and starts it again on the same port and data, as `change` makes
+    /// its spec (e.g. another config).
+    pub async fn restart_with(
+        &mut self,
+        change: impl FnOnce(&mut ServerSpec),
+    ) -> Result<(), ServerError> {
         self.terminate();
-        self.spec.workers = workers;
+        change(&mut self.spec);
         self.child = Self::spawn(&self.spec, self.port, self.data.path())?;
         self.wait_ready().await
     }

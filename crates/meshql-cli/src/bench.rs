@@ -69,6 +69,10 @@ pub struct BenchRun {
     /// Base URL of an external ceiling server (default: a built-in one on its own thread).
     #[arg(long)]
     ceiling: Option<String>,
+    /// Kafka bootstrap servers (host:port): the `changes` scenario then also measures a Kafka
+    /// relay's catch-up throughput and POST → Kafka latency.
+    #[arg(long)]
+    kafka: Option<String>,
     /// Threshold: p95 of every request kind must stay below this (ms).
     #[arg(long, default_value_t = 500.0)]
     max_p95_ms: f64,
@@ -201,6 +205,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.sweep_p95_ms = args.sweep_p95_ms;
     opts.step_secs = args.step_secs;
     opts.rounds = args.rounds;
+    opts.kafka = args.kafka;
     opts.ceiling = args.ceiling;
     opts.bounds = Bounds {
         p95_ms: args.max_p95_ms,

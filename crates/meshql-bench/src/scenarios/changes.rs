@@ -17,6 +17,9 @@
 //!    generator's own lateness). Every POST answered 2xx must arrive within 10 s after the
 //!    run, or the scenario fails its gate.
 //!
+//! 3. and 4. **Kafka** (with `--kafka BROKERS`): a relay's catch-up throughput and POST →
+//!    Kafka latency, see [`kafka`].
+//!
 //! The gate first proves the feed is real: a POST with a correlation id shows up on a
 //! `/_changes` page with its entity, id and operation, and the feed-off server answers 404 on
 //! `/_changes` (so the comparison is not between two servers with the feed on).
@@ -38,6 +41,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
+
+mod kafka;
 
 pub struct Changes;
 
@@ -127,9 +132,13 @@ impl Tracker {
         if event.event != "change" {
             return;
         }
-        let seq = serde_json::from_str::<Head>(&event.data)
-            .ok()
-            .and_then(|h| h.correlation_id)
+        let head = serde_json::from_str::<Head>(&event.data).ok();
+        self.arrive_correlated(head.as_ref().and_then(|h| h.correlation_id.as_deref()), at);
+    }
+
+    /// A change with this correlation id (if any) arrived at `at`.
+    fn arrive_correlated(&self, correlation: Option<&str>, at: Instant) {
+        let seq = correlation
             .and_then(|c| c.strip_prefix(self.prefix.as_str())?.parse::<usize>().ok())
             .filter(|&seq| seq < self.arrived.len());
         let Some(seq) = seq else {
@@ -473,8 +482,54 @@ async fn on_versus_off(ctx: &mut Ctx) -> GateResult<()> {
     Ok(())
 }
 
-/// POST → SSE at each rate; returns the problems (missing changes) to fail the gate with.
-async fn latency(ctx: &mut Ctx) -> GateResult<Vec<String>> {
+/// Where the latency runs read the changes.
+enum Via {
+    /// `/_changes` as an event stream.
+    Sse,
+    /// The topic a Kafka relay writes the entity's changes to.
+    Kafka { brokers: String, topic: String },
+}
+
+impl Via {
+    fn key(&self) -> &'static str {
+        match self {
+            Via::Sse => "sse",
+            Via::Kafka { .. } => "kafka",
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Via::Sse => "SSE",
+            Via::Kafka { .. } => "Kafka",
+        }
+    }
+
+    fn source(&self) -> String {
+        match self {
+            Via::Sse => "the /_changes event stream".into(),
+            Via::Kafka { topic, .. } => format!("Kafka topic {topic}"),
+        }
+    }
+
+    fn goal_p99_ms(&self) -> f64 {
+        match self {
+            Via::Sse => GOAL_P99_MS,
+            Via::Kafka { .. } => kafka::GOAL_P99_MS,
+        }
+    }
+
+    async fn reader(&self, target: &Target, tracker: Arc<Tracker>) -> Result<Reader, String> {
+        match self {
+            Via::Sse => Reader::start(target, tracker).await,
+            Via::Kafka { brokers, topic } => kafka::reader(brokers, topic, tracker).await,
+        }
+    }
+}
+
+/// POST → change on `via` at each rate; returns the problems (missing changes) to fail the
+/// gate with.
+async fn latency(ctx: &mut Ctx, via: &Via) -> GateResult<Vec<String>> {
     let duration = ctx.opts.duration.unwrap_or(Duration::from_secs(10));
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let body = Bytes::from(farm_doc().to_string());
@@ -483,10 +538,11 @@ async fn latency(ctx: &mut Ctx) -> GateResult<Vec<String>> {
         let model = open_model(rate, duration);
         let prefix = format!("bench-{}-{rate:.0}-", &tag[..8]);
         let tracker = Arc::new(Tracker::new(model.iterations() as usize, prefix));
-        let reader = Reader::start(&ctx.target, tracker.clone())
+        let reader = via
+            .reader(&ctx.target, tracker.clone())
             .await
-            .map_err(|e| ScenarioError::Gate(format!("no event stream on /_changes: {e}")))?;
-        let label = format!("post_to_sse_{rate:.0}/s");
+            .map_err(|e| ScenarioError::Gate(format!("cannot read {}: {e}", via.source())))?;
+        let label = format!("post_to_{}_{rate:.0}/s", via.key());
         let run = ctx
             .open(
                 &label,
@@ -533,7 +589,8 @@ async fn latency(ctx: &mut Ctx) -> GateResult<Vec<String>> {
         }
         let p99 = ms(from_send.value_at_quantile(0.99));
         ctx.note(format!(
-            "POST → SSE at {rate:.0}/s offered ({:.0}/s achieved, {} dropped, {} POSTs answered 2xx): from send p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms (goal p99 < {GOAL_P99_MS} ms: {}); from due p50 {:.2} · p99 {:.2} ms; {received} changes received, {} missing{}{}",
+            "POST → {} at {rate:.0}/s offered ({:.0}/s achieved, {} dropped, {} POSTs answered 2xx): from send p50 {:.2} · p90 {:.2} · p99 {:.2} · max {:.2} ms (goal p99 < {} ms: {}); from due p50 {:.2} · p99 {:.2} ms; {received} changes received, {} missing{}{}",
+            via.name(),
             run.overall.rps,
             run.dropped,
             expected.len(),
@@ -541,9 +598,10 @@ async fn latency(ctx: &mut Ctx) -> GateResult<Vec<String>> {
             ms(from_send.value_at_quantile(0.9)),
             p99,
             ms(from_send.max()),
+            via.goal_p99_ms(),
             if from_send.is_empty() {
                 "not measured"
-            } else if p99 < GOAL_P99_MS {
+            } else if p99 < via.goal_p99_ms() {
                 "met"
             } else {
                 "NOT met"
@@ -575,16 +633,20 @@ async fn latency(ctx: &mut Ctx) -> GateResult<Vec<String>> {
                 .map(|i| format!("{}{i}", tracker.prefix))
                 .collect();
             problems.push(format!(
-                "{rate:.0}/s: {} of {} changes never arrived on the /_changes event stream within {:.1} s after the run (first: {}){}",
+                "{rate:.0}/s: {} of {} changes never arrived on {} within {:.1} s after the run (first: {}){}",
                 missing.len(),
                 expected.len(),
+                via.source(),
                 waited.as_secs_f64(),
                 first.join(", "),
                 reader_error.map_or(String::new(), |e| format!("; {e}"))
             ));
         }
     }
-    ctx.note("feed latency = when the reader read the change's bytes from the socket − just before the POST was written (from due: − when the open model had the POST due); the reader runs on a thread of its own");
+    ctx.note(match via {
+        Via::Sse => "SSE latency = when the reader read the change's bytes from the socket − just before the POST was written (from due: − when the open model had the POST due); the reader runs on a thread of its own",
+        Via::Kafka { .. } => "Kafka latency = when the bench's consumer (librdkafka, its own thread, partitions assigned before the run) received the relay's message − just before the POST was written; it includes the relay's linger.ms (5) and the broker's acks=all",
+    });
     Ok(problems)
 }
 
@@ -594,7 +656,7 @@ impl Scenario for Changes {
         "changes"
     }
     fn description(&self) -> &'static str {
-        "change feed: REST POST with the feed on vs off (a second server, MESHQL_CHANGES=false; --rounds), then POST → change on /_changes SSE at 1,000/s and 10,000/s (goals: on ≥ 0.90 × off; p99 < 5 ms)"
+        "change feed: REST POST with the feed on vs off (a second server, MESHQL_CHANGES=false; --rounds), then POST → change on /_changes SSE at 1,000/s and 10,000/s; with --kafka, a Kafka relay's catch-up rate and POST → Kafka at the same rates (goals: on ≥ 0.90 × off; SSE p99 < 5 ms; relay ≥ 50,000/s; Kafka p99 < 25 ms)"
     }
     fn example(&self) -> Example {
         Example::EggEconomy
@@ -607,7 +669,8 @@ impl Scenario for Changes {
         gate_feed(&mut s).await?;
         drop(s);
         on_versus_off(ctx).await?;
-        let problems = latency(ctx).await?;
+        let mut problems = latency(ctx, &Via::Sse).await?;
+        problems.extend(kafka::run(ctx).await?);
         if problems.is_empty() {
             Ok(())
         } else {
