@@ -66,7 +66,8 @@ fn default_body_limit() -> usize {
 #[serde(deny_unknown_fields)]
 pub struct AuthConfig {
     #[serde(default, rename = "type")]
-    pub kind: AuthKind,
+    #[schemars(with = "Option<AuthKind>")]
+    pub kind: Option<Spanned<AuthKind>>,
     /// `casbin`: the Casbin model file (an RBAC model with `g = _, _`), relative to this file.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
@@ -76,12 +77,94 @@ pub struct AuthConfig {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub policy: Option<Spanned<String>>,
+    /// `jwt`/`casbin`: a request without a token gets 401 (default: it is served, and sees
+    /// only documents that carry no authorized tokens).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub required: Option<Spanned<bool>>,
+    /// `jwt`/`casbin`: decode tokens WITHOUT verifying them, because a gateway in front of
+    /// meshql verified them (MeshQL's model). Anyone who reaches the port directly can then
+    /// act as any user; the server warns at start.
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub trusted_gateway: Option<Spanned<bool>>,
+    /// HMAC secret for HS256/HS384/HS512 tokens, at least 32 bytes; use `${VAR}` to keep it
+    /// out of the file. An empty value counts as none.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub secret: Option<Spanned<String>>,
+    /// PEM public key files (RSA, EC P-256/P-384, Ed25519), relative to this file.
+    #[serde(default)]
+    #[schemars(with = "Vec<String>")]
+    pub public_keys: Vec<Spanned<String>>,
+    /// URL of a JSON Web Key Set (http or https): fetched at start, every
+    /// `jwks_refresh_secs`, and when a token names an unknown `kid` (at most once per
+    /// `jwks_min_refresh_secs`).
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub jwks_url: Option<Spanned<String>>,
+    /// Accepted algorithms (HS256, HS384, HS512, RS256, RS384, RS512, PS256, PS384, PS512,
+    /// ES256, ES384, EdDSA). Default: whatever the key that verifies a token supports.
+    /// `none` is never accepted.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub algorithms: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Accepted `iss` value(s); tokens without `iss` are then refused. Default: not checked.
+    #[serde(default)]
+    #[schemars(with = "Option<OneOrMany>")]
+    pub issuer: Option<Spanned<OneOrMany>>,
+    /// Accepted `aud` value(s): a token must name one of them. Default: not checked.
+    #[serde(default)]
+    #[schemars(with = "Option<OneOrMany>")]
+    pub audience: Option<Spanned<OneOrMany>>,
+    /// Clock skew allowed on `exp` and `nbf`, in seconds (default 60).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub leeway_secs: Option<Spanned<u64>>,
+    /// Refuse tokens without `exp` (default true).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub require_exp: Option<Spanned<bool>>,
+    /// How often the JWKS is fetched again, in seconds (default 300).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub jwks_refresh_secs: Option<Spanned<u64>>,
+    /// The shortest time between two JWKS fetches triggered by unknown key ids, in seconds
+    /// (default 30).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub jwks_min_refresh_secs: Option<Spanned<u64>>,
+}
+
+impl AuthConfig {
+    /// `type`, `none` when not given.
+    pub fn kind(&self) -> AuthKind {
+        self.kind.as_ref().map(|k| *k.get_ref()).unwrap_or_default()
+    }
+}
+
+/// One value or a list of them.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn values(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
 }
 
 /// `none`: everyone sees everything. `jwt`: the `sub` claim of a `Bearer` JWT is the
-/// caller's token (the signature is not verified; that is the gateway's job). `casbin`: the
+/// caller's token, once the token verifies (signature, `exp`/`nbf`, `iss`/`aud` when
+/// configured; see `secret`, `public_keys`, `jwks_url`, or `trusted_gateway`). `casbin`: the
 /// caller's tokens are the roles the Casbin policy gives that subject (MeshQL's
-/// `casbinParams`).
+/// `casbinParams`), with the same verification.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthKind {

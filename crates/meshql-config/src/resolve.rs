@@ -3,7 +3,7 @@
 
 use crate::error::{line_of, ConfigError, ConfigErrors};
 use crate::expand::expand;
-use crate::model::{AuthKind, HttpClientConfig, QueryConfig, ServiceConfig, StorageConfig};
+use crate::model::{HttpClientConfig, QueryConfig, ServiceConfig, StorageConfig};
 use apollo_compiler::schema::ExtendedType;
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Schema};
@@ -40,17 +40,6 @@ pub enum StorageSpec {
         db: String,
         pool_size: Option<usize>,
         pool_wait_ms: u64,
-    },
-}
-
-/// How callers are identified (`[auth]`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AuthSpec {
-    None,
-    Jwt,
-    /// JWT subjects and the roles a Casbin policy gives them.
-    Casbin {
-        roles: BTreeMap<String, Vec<String>>,
     },
 }
 
@@ -755,63 +744,6 @@ impl Resolver {
         })
     }
 
-    /// `[auth]`; `None` after reporting an error.
-    fn resolve_auth(&mut self, a: &crate::model::AuthConfig) -> Option<AuthSpec> {
-        if a.kind != AuthKind::Casbin {
-            // a config switching `type` through the environment may keep its Casbin files
-            for (key, at) in [("model", &a.model), ("policy", &a.policy)] {
-                if let Some(at) = at {
-                    self.warn(
-                        at,
-                        format!("auth.{key}"),
-                        "ignored: Casbin files are read only with type = \"casbin\"",
-                    );
-                }
-            }
-            return Some(if a.kind == AuthKind::Jwt {
-                AuthSpec::Jwt
-            } else {
-                AuthSpec::None
-            });
-        }
-        let (Some(model), Some(policy)) = (&a.model, &a.policy) else {
-            let missing = if a.model.is_none() { "model" } else { "policy" };
-            self.error::<()>(
-                None,
-                format!("auth.{missing}"),
-                format!("type = \"casbin\" needs `{missing}`: the Casbin {missing} file"),
-            );
-            return None;
-        };
-        let mut read = |at: &Spanned<String>, key: &str| -> Option<(PathBuf, String)> {
-            let path = self.path_of(at.get_ref());
-            match std::fs::read_to_string(&path) {
-                Ok(text) => Some((path, text)),
-                Err(e) => {
-                    self.error(
-                        Some(at),
-                        format!("auth.{key}"),
-                        format!("cannot read {}: {e}", path.display()),
-                    );
-                    None
-                }
-            }
-        };
-        let ((model_path, model_text), (policy_path, policy_text)) =
-            (read(model, "model")?, read(policy, "policy")?);
-        if let Err(p) = crate::casbin::check_model(&model_text) {
-            self.error_in(&model_path, p.line, "auth.model".into(), p.message);
-            return None;
-        }
-        match crate::casbin::roles(&policy_text) {
-            Ok(roles) => Some(AuthSpec::Casbin { roles }),
-            Err(p) => {
-                self.error_in(&policy_path, p.line, "auth.policy".into(), p.message);
-                None
-            }
-        }
-    }
-
     fn resolve_resolver(
         &mut self,
         r: &crate::model::ResolverConfig,
@@ -1101,6 +1033,8 @@ fn widen_at_arguments(schema: &mut Schema) {
     }
 }
 
+mod auth;
+pub use auth::AuthSpec;
 mod relays;
 pub use relays::{default_topic_prefix, kafka_topic, RelaySinkSpec, RelaySpec};
 

@@ -1,10 +1,12 @@
 //! Authorization: who is asking (credentials from the `Authorization` header) and which
 //! stored documents they may see (overlap with the document's authorized tokens).
 //!
-//! The [`Authorizer`] trait takes the raw header value, so that signature-verifying JWT
-//! authorizers and role mappings (Casbin-style) can be added without touching callers.
+//! The [`Authorizer`] trait takes the raw header value and may refuse it: a JWT authorizer
+//! that verifies signatures (crate `meshql-auth`) answers an [`AuthError`] for a forged,
+//! expired or otherwise unacceptable token, and every frontend turns that into a 401 from the
+//! error's [`ErrorKind`](crate::ErrorKind), in one place each.
 
-use base64::Engine;
+use crate::ErrorKind;
 
 /// What a caller may read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,9 +35,91 @@ impl Credentials {
     }
 }
 
-/// Turns a request's `Authorization` header into credentials.
+/// Why a request's credentials were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No token, and the service requires one.
+    #[error("authentication required: send `Authorization: Bearer <token>`")]
+    Missing,
+    /// An `Authorization` header of another scheme than `Bearer`.
+    #[error("the Authorization header is not a Bearer token")]
+    NotBearer,
+    /// Not a JWT (segments, base64, JSON).
+    #[error("malformed token: {0}")]
+    Malformed(String),
+    /// The token's `alg` is not accepted (`none`, an unknown name, one no key can verify, or
+    /// one left out of the configured algorithms).
+    #[error("token algorithm `{0}` is not accepted")]
+    Algorithm(String),
+    /// The token names a key id (`kid`) no known key has.
+    #[error("unknown signing key `{0}`")]
+    UnknownKey(String),
+    /// The signature does not verify with any key that could have made it.
+    #[error("invalid token signature")]
+    Signature,
+    /// `exp` is past (beyond the leeway).
+    #[error("the token has expired")]
+    Expired,
+    /// `nbf` is ahead (beyond the leeway).
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    /// `iss` is not one of the configured issuers.
+    #[error("the token's issuer is not accepted")]
+    Issuer,
+    /// `aud` names none of the configured audiences.
+    #[error("the token's audience is not accepted")]
+    Audience,
+    /// A claim the service requires is absent (or not of its type).
+    #[error("the token has no `{0}` claim")]
+    MissingClaim(String),
+    /// No signing key is available yet (the key set URL could not be read): the server's
+    /// problem, not the caller's.
+    #[error("signing keys are not available: {0}")]
+    KeysUnavailable(String),
+}
+
+impl AuthError {
+    /// [`ErrorKind::Unauthenticated`] (401), except for a server without keys
+    /// ([`ErrorKind::Unavailable`], 503).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            AuthError::KeysUnavailable(_) => ErrorKind::Unavailable,
+            _ => ErrorKind::Unauthenticated,
+        }
+    }
+
+    /// The `WWW-Authenticate` value of a 401 for this error (RFC 6750 §3): `Bearer` alone
+    /// when no credentials came, with `error` and `error_description` otherwise. `None` when
+    /// the answer is not a 401.
+    pub fn www_authenticate(&self) -> Option<String> {
+        let error = match self {
+            AuthError::KeysUnavailable(_) => return None,
+            AuthError::Missing => return Some("Bearer".to_owned()),
+            AuthError::NotBearer => "invalid_request",
+            _ => "invalid_token",
+        };
+        // a quoted-string of RFC 6750's description characters: no `"` or `\`, printable ASCII
+        let description: String = self
+            .to_string()
+            .chars()
+            .map(|c| match c {
+                '"' | '\\' => '\'',
+                ' '..='~' => c,
+                _ => '?',
+            })
+            .collect();
+        Some(format!(
+            "Bearer error=\"{error}\", error_description=\"{description}\""
+        ))
+    }
+}
+
+/// Turns a request's `Authorization` header into credentials, or refuses it.
+///
+/// Called once per request on the request's task, so implementations must not block: a JWT
+/// authorizer verifies against keys it holds in memory.
 pub trait Authorizer: Send + Sync + 'static {
-    fn credentials(&self, authorization: Option<&str>) -> Credentials;
+    fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, AuthError>;
 }
 
 /// Everyone sees everything (MeshQL's default for the egg-economy/k6 deployments).
@@ -43,61 +127,8 @@ pub trait Authorizer: Send + Sync + 'static {
 pub struct NoAuth;
 
 impl Authorizer for NoAuth {
-    fn credentials(&self, _authorization: Option<&str>) -> Credentials {
-        Credentials::Unrestricted
-    }
-}
-
-/// Reads the `sub` claim of a `Bearer` JWT. The signature is **not** verified: as in MeshQL,
-/// token validation is the gateway's job. A missing or malformed token yields no tokens, so
-/// the caller sees only documents without authorized tokens.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct JwtSubAuthorizer;
-
-impl JwtSubAuthorizer {
-    /// The `sub` claim of a `Bearer <jwt>` header value, if any.
-    pub fn subject(authorization: &str) -> Option<String> {
-        let token = authorization.strip_prefix("Bearer ")?.trim();
-        let mut parts = token.split('.');
-        let (_header, claims, _sig) = (parts.next()?, parts.next()?, parts.next()?);
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(claims.trim_end_matches('='))
-            .ok()?;
-        let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-        value.get("sub")?.as_str().map(str::to_owned)
-    }
-}
-
-impl Authorizer for JwtSubAuthorizer {
-    fn credentials(&self, authorization: Option<&str>) -> Credentials {
-        Credentials::Tokens(authorization.and_then(Self::subject).into_iter().collect())
-    }
-}
-
-/// MeshQL's Casbin authorizer: the caller's tokens are the roles a Casbin policy gives the
-/// `sub` of its `Bearer` JWT (Casbin's `getRolesForUser`; unverified, as in
-/// [`JwtSubAuthorizer`]). No token, or a subject without roles, yields no tokens.
-#[derive(Debug, Default, Clone)]
-pub struct RoleAuthorizer {
-    roles: std::collections::HashMap<String, Vec<String>>,
-}
-
-impl RoleAuthorizer {
-    pub fn new(roles: impl IntoIterator<Item = (String, Vec<String>)>) -> Self {
-        Self {
-            roles: roles.into_iter().collect(),
-        }
-    }
-}
-
-impl Authorizer for RoleAuthorizer {
-    fn credentials(&self, authorization: Option<&str>) -> Credentials {
-        let roles = authorization
-            .and_then(JwtSubAuthorizer::subject)
-            .and_then(|sub| self.roles.get(&sub))
-            .cloned()
-            .unwrap_or_default();
-        Credentials::Tokens(roles)
+    fn credentials(&self, _authorization: Option<&str>) -> Result<Credentials, AuthError> {
+        Ok(Credentials::Unrestricted)
     }
 }
 
@@ -116,30 +147,39 @@ pub fn is_visible(filter: &crate::TokenFilter, authorized_tokens: &[String]) -> 
 mod tests {
     use super::*;
 
-    fn jwt(claims: &str) -> String {
-        let enc = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        format!(
-            "Bearer {}.{}.sig",
-            enc.encode(r#"{"alg":"none"}"#),
-            enc.encode(claims)
-        )
+    #[test]
+    fn no_auth_sees_everything() {
+        assert_eq!(
+            NoAuth.credentials(Some("Bearer x")),
+            Ok(Credentials::Unrestricted)
+        );
     }
 
     #[test]
-    fn jwt_sub_is_read_without_verification() {
-        let a = JwtSubAuthorizer;
+    fn auth_errors_are_401_with_a_bearer_challenge() {
+        assert_eq!(AuthError::Missing.kind().http_status(), 401);
+        assert_eq!(AuthError::Missing.kind().code(), "UNAUTHENTICATED");
         assert_eq!(
-            a.credentials(Some(&jwt(r#"{"sub":"alice"}"#))),
-            Credentials::Tokens(vec!["alice".into()])
-        );
-        assert_eq!(a.credentials(None), Credentials::Tokens(vec![]));
-        assert_eq!(
-            a.credentials(Some("Basic abc")),
-            Credentials::Tokens(vec![])
+            AuthError::Missing.www_authenticate().as_deref(),
+            Some("Bearer")
         );
         assert_eq!(
-            a.credentials(Some("Bearer not-a-jwt")),
-            Credentials::Tokens(vec![])
+            AuthError::Expired.www_authenticate().as_deref(),
+            Some("Bearer error=\"invalid_token\", error_description=\"the token has expired\"")
+        );
+        let odd = AuthError::Malformed("bad \"x\" \\ é".into());
+        assert_eq!(
+            odd.www_authenticate().as_deref(),
+            Some("Bearer error=\"invalid_token\", error_description=\"malformed token: bad 'x' ' ?\"")
+        );
+        assert!(AuthError::NotBearer
+            .www_authenticate()
+            .unwrap()
+            .contains("invalid_request"));
+        let down = AuthError::KeysUnavailable("down".into());
+        assert_eq!(
+            (down.kind().http_status(), down.www_authenticate()),
+            (503, None)
         );
     }
 

@@ -38,6 +38,9 @@ pub enum ErrorKind {
     NotFound,
     /// A fault in the backend or in stored data.
     Internal,
+    /// The caller's credentials are missing (where required) or invalid: a forged, expired or
+    /// otherwise unacceptable token.
+    Unauthenticated,
 }
 
 impl ErrorKind {
@@ -49,6 +52,7 @@ impl ErrorKind {
             ErrorKind::Invalid => "BAD_REQUEST",
             ErrorKind::NotFound => "NOT_FOUND",
             ErrorKind::Internal => "INTERNAL_SERVER_ERROR",
+            ErrorKind::Unauthenticated => "UNAUTHENTICATED",
         }
     }
 
@@ -60,6 +64,7 @@ impl ErrorKind {
             ErrorKind::Invalid => 400,
             ErrorKind::NotFound => 404,
             ErrorKind::Internal => 500,
+            ErrorKind::Unauthenticated => 401,
         }
     }
 }

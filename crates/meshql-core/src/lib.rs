@@ -16,7 +16,7 @@ pub mod store;
 pub mod template;
 pub mod time;
 
-pub use auth::{Authorizer, Credentials, JwtSubAuthorizer, NoAuth, RoleAuthorizer};
+pub use auth::{AuthError, Authorizer, Credentials, NoAuth};
 pub use backend::{Database, DynDatabase};
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};

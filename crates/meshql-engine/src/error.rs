@@ -1,7 +1,7 @@
 //! What the engine answers when a request cannot be served, with a kind that frontends map to
 //! their protocol (HTTP status, GraphQL `extensions.code`) in one place each.
 
-use meshql_core::{ErrorKind, StoreError};
+use meshql_core::{AuthError, ErrorKind, StoreError};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -22,6 +22,9 @@ pub enum EngineError {
     NotFound,
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The caller's credentials were refused (a 401, or a 503 while keys are unavailable).
+    #[error(transparent)]
+    Auth(#[from] AuthError),
 }
 
 impl EngineError {
@@ -32,6 +35,7 @@ impl EngineError {
             }
             EngineError::NotFound => ErrorKind::NotFound,
             EngineError::Store(e) => e.kind(),
+            EngineError::Auth(e) => e.kind(),
         }
     }
 }

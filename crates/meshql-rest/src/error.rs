@@ -54,9 +54,23 @@ impl IntoResponse for RestError {
             | RestError::Engine(EngineError::InvalidBatch(details)) => {
                 json!({ "error": self.to_string(), "details": details })
             }
+            // a refused caller: the kind's code too, as GraphQL's extensions.code
+            RestError::Engine(EngineError::Auth(e)) => {
+                json!({ "error": self.to_string(), "code": e.kind().code() })
+            }
             _ => json!({ "error": self.to_string() }),
         };
         let mut response = (status, axum::Json(body)).into_response();
+        if let RestError::Engine(EngineError::Auth(e)) = &self {
+            if let Some(challenge) = e
+                .www_authenticate()
+                .and_then(|c| HeaderValue::from_str(&c).ok())
+            {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, challenge);
+            }
+        }
         if let RestError::MethodNotAllowed(_, allow) = self {
             response
                 .headers_mut()

@@ -58,12 +58,13 @@ fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 impl Restlette {
     /// The caller: its `Authorization`, and the correlation id its writes carry into the
-    /// change feed (`X-Correlation-Id`, else `X-Request-Id`, else a fresh one).
-    fn session(&self, headers: &HeaderMap) -> Session {
-        self.service.session(
+    /// change feed (`X-Correlation-Id`, else `X-Request-Id`, else a fresh one). Refused
+    /// credentials are a 401 before anything is read or written.
+    fn session(&self, headers: &HeaderMap) -> Result<Session, RestError> {
+        Ok(self.service.session(
             header_text(headers, header::AUTHORIZATION.as_str()),
             header_text(headers, "x-correlation-id").or(header_text(headers, "x-request-id")),
-        )
+        )?)
     }
 
     fn body(&self, body: Result<Bytes, BytesRejection>) -> Result<Value, RestError> {
@@ -88,8 +89,9 @@ async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
+    let session = r.session(&headers)?;
     let value = r.body(body)?;
-    let env = r.service.create(&r.session(&headers), value).await?;
+    let env = r.service.create(&session, value).await?;
     let mut resp = json_response(StatusCode::CREATED, env.payload);
     resp.headers_mut()
         .insert(header::LOCATION, r.location(&env.id));
@@ -97,7 +99,7 @@ async fn create(
 }
 
 async fn list(State(r): Shared, headers: HeaderMap) -> Result<Response, RestError> {
-    let envs = r.service.list(&r.session(&headers), None).await?;
+    let envs = r.service.list(&r.session(&headers)?, None).await?;
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }
 
@@ -108,7 +110,7 @@ async fn read(
 ) -> Result<Response, RestError> {
     let env = r
         .service
-        .read(&r.session(&headers), &id, None)
+        .read(&r.session(&headers)?, &id, None)
         .await?
         .ok_or(RestError::NOT_FOUND)?;
     let mut resp = json_response(StatusCode::OK, env.payload);
@@ -124,8 +126,9 @@ async fn update(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
+    let session = r.session(&headers)?;
     let value = r.body(body)?;
-    let env = r.service.update(&r.session(&headers), &id, value).await?;
+    let env = r.service.update(&session, &id, value).await?;
     Ok(json_response(StatusCode::OK, env.payload))
 }
 
@@ -134,7 +137,7 @@ async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
-    match r.service.remove(&r.session(&headers), &id).await? {
+    match r.service.remove(&r.session(&headers)?, &id).await? {
         RemoveOutcome::Removed | RemoveOutcome::AlreadyDeleted => Ok(json_response(
             StatusCode::OK,
             serde_json::json!({"id": id, "status": "deleted"}).to_string(),
@@ -148,10 +151,11 @@ async fn bulk_create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
+    let session = r.session(&headers)?;
     let Value::Array(items) = r.body(body)? else {
         return Err(meshql_engine::EngineError::WrongShape("array").into());
     };
-    let envs = r.service.create_many(&r.session(&headers), items).await?;
+    let envs = r.service.create_many(&session, items).await?;
     Ok(json_response(StatusCode::CREATED, array_of(&envs)))
 }
 
@@ -181,7 +185,7 @@ async fn bulk_read(
     }
     let envs = r
         .service
-        .read_many(&r.session(&headers), &ids, None)
+        .read_many(&r.session(&headers)?, &ids, None)
         .await?;
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }

@@ -12,13 +12,12 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use meshql_auth::JwtAuthorizer;
 use meshql_changes::{Hub, HubError, HubOptions};
 use meshql_config::model::FsyncConfig;
 use meshql_config::resolve::AuthSpec;
 use meshql_config::{ChangesSpec, ResolvedConfig};
-use meshql_core::{
-    Authorizer, DynDatabase, DynStore, JwtSubAuthorizer, NoAuth, RoleAuthorizer, StoreError,
-};
+use meshql_core::{Authorizer, DynDatabase, DynStore, NoAuth, StoreError};
 use meshql_engine::{EntityService, PayloadValidator};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_log::{FsyncPolicy, Log, LogOptions, Retention};
@@ -46,6 +45,8 @@ pub enum BuildError {
     Registry(#[from] RegistryError),
     #[error("change feed ({dir}): {message}")]
     Changes { dir: String, message: String },
+    #[error("auth: {0}")]
+    Auth(String),
 }
 
 /// A built service: its router and what must be closed on shutdown.
@@ -103,8 +104,19 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     }
     let authorizer: Arc<dyn Authorizer> = match &config.auth {
         AuthSpec::None => Arc::new(NoAuth),
-        AuthSpec::Jwt => Arc::new(JwtSubAuthorizer),
-        AuthSpec::Casbin { roles } => Arc::new(RoleAuthorizer::new(roles.clone())),
+        AuthSpec::Jwt(jwt) => Arc::new(
+            JwtAuthorizer::start(jwt, None)
+                .await
+                .map_err(BuildError::Auth)?,
+        ),
+        AuthSpec::Casbin { jwt, roles } => Arc::new(
+            JwtAuthorizer::start(
+                jwt,
+                Some(roles.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+            )
+            .await
+            .map_err(BuildError::Auth)?,
+        ),
     };
 
     // storage: one database per target (file, server), one store per entity

@@ -11,7 +11,8 @@
 //!   the client's pace, so a slow client holds no buffer: it only falls behind.
 //!
 //! A change is delivered to a caller who could read its document: the authorized tokens filter
-//! the feed exactly as they filter reads.
+//! the feed exactly as they filter reads. Refused credentials (a forged or expired token, none
+//! where one is required) are a 401 with `WWW-Authenticate`, checked before the parameters.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
@@ -19,7 +20,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use meshql_changes::feed::read_page;
 use meshql_changes::{FeedFilter, Page};
-use meshql_core::Authorizer;
+use meshql_core::{Authorizer, Credentials};
 use meshql_log::Log;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -95,6 +96,7 @@ fn parse(
     endpoint: &ChangesEndpoint,
     params: &HashMap<String, String>,
     headers: &HeaderMap,
+    credentials: &Credentials,
 ) -> Result<Request, String> {
     const KNOWN: [&str; 5] = ["since", "limit", "entity", "wait_ms", "feed"];
     if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
@@ -170,11 +172,6 @@ fn parse(
                 .map_err(|_| format!("`Last-Event-ID` must be a position, not `{v}`"))
         })
         .transpose()?;
-    let credentials = endpoint.authorizer.credentials(
-        headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok()),
-    );
     Ok(Request {
         since: if stream {
             last_event_id.or(since)
@@ -213,7 +210,18 @@ pub async fn changes(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let request = match parse(&endpoint, &params, &headers) {
+    let credentials = match endpoint.authorizer.credentials(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            let body = serde_json::json!({"error": e.to_string(), "code": e.kind().code()});
+            return crate::graphql_routes::refused(&e, body.to_string());
+        }
+    };
+    let request = match parse(&endpoint, &params, &headers, &credentials) {
         Ok(r) => r,
         Err(message) => return bad_request(message),
     };

@@ -1,5 +1,8 @@
 //! GraphQL over HTTP: POST `{query, variables, operationName}`, GET with the same as query
-//! parameters, and GraphiQL for browsers. Every well-formed request answers 200.
+//! parameters, and GraphiQL for browsers. Every well-formed request answers 200, except one
+//! whose credentials the authorizer refuses: that is the transport failing authentication, so
+//! it is a 401 with `WWW-Authenticate` (as on REST) and a GraphQL error body whose
+//! `extensions.code` is `UNAUTHENTICATED`, before anything is parsed or executed.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -8,7 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use meshql_core::Authorizer;
+use meshql_core::{AuthError, Authorizer};
 use meshql_graphql::{GraphqlRequest, Registry, RequestContext};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,26 +41,44 @@ fn request_error(status: StatusCode, message: String) -> Response {
     )
 }
 
+/// The answer to refused credentials: 401 (503 while signing keys are unavailable) with the
+/// `WWW-Authenticate` challenge and `body` as JSON. Shared by GraphQL and `/_changes`.
+pub(crate) fn refused(e: &AuthError, body: String) -> Response {
+    let status = StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    let mut r = json(status, body);
+    if let Some(challenge) = e
+        .www_authenticate()
+        .and_then(|c| HeaderValue::from_str(&c).ok())
+    {
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+    }
+    r
+}
+
 impl GraphEndpoint {
-    fn context(&self, headers: &HeaderMap) -> RequestContext {
+    fn context(&self, headers: &HeaderMap) -> Result<RequestContext, Response> {
         let authorization = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        RequestContext {
-            filter: self
-                .authorizer
-                .credentials(authorization.as_deref())
-                .filter(),
+        let credentials = self
+            .authorizer
+            .credentials(authorization.as_deref())
+            .map_err(|e| {
+                let body = serde_json::json!({"errors": [{
+                    "message": e.to_string(),
+                    "extensions": {"code": e.kind().code()},
+                }]});
+                refused(&e, body.to_string())
+            })?;
+        Ok(RequestContext {
+            filter: credentials.filter(),
             authorization,
-        }
+        })
     }
 
-    async fn run(&self, request: GraphqlRequest, headers: &HeaderMap) -> Response {
-        let body = self
-            .registry
-            .execute(self.index, &request, &self.context(headers))
-            .await;
+    async fn run(&self, request: GraphqlRequest, context: &RequestContext) -> Response {
+        let body = self.registry.execute(self.index, &request, context).await;
         json(StatusCode::OK, body)
     }
 }
@@ -67,6 +88,10 @@ async fn post(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
+    let context = match e.context(&headers) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
     let bytes = match body {
         Ok(b) => b,
         Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -86,7 +111,7 @@ async fn post(
             )
         }
     };
-    e.run(request, &headers).await
+    e.run(request, &context).await
 }
 
 async fn get_query(
@@ -112,6 +137,10 @@ async fn get_query(
             "Must provide query string.".to_owned(),
         );
     };
+    let context = match e.context(&headers) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
     let variables = match params.get("variables").filter(|v| !v.is_empty()) {
         None => None,
         Some(text) => match serde_json::from_str(text) {
@@ -129,7 +158,7 @@ async fn get_query(
         operation_name: params.get("operationName").cloned(),
         variables,
     };
-    e.run(request, &headers).await
+    e.run(request, &context).await
 }
 
 async fn not_allowed() -> Response {

@@ -343,7 +343,7 @@ fn with_casbin(f: &Fixture, model: &str, policy: &str) -> String {
     fs::write(f.dir.path().join("auth/model.conf"), model).unwrap();
     fs::write(f.dir.path().join("auth/policy.csv"), policy).unwrap();
     GOOD.to_owned()
-        + "[auth]\ntype = \"casbin\"\nmodel = \"auth/model.conf\"\npolicy = \"auth/policy.csv\"\n"
+        + "[auth]\ntype = \"casbin\"\nsecret = \"0123456789abcdef0123456789abcdef\"\nmodel = \"auth/model.conf\"\npolicy = \"auth/policy.csv\"\n"
 }
 
 #[test]
@@ -355,11 +355,15 @@ fn casbin_auth_reads_the_roles_of_each_subject() {
         "p, admin, data1, read\ng, user1, admin\ng, user2, editor\ng, user2, viewer\n",
     );
     let c = f.load(&toml).unwrap();
-    let AuthSpec::Casbin { roles } = &c.auth else {
+    let AuthSpec::Casbin { roles, jwt } = &c.auth else {
         panic!("{:?}", c.auth)
     };
     assert_eq!(roles["user1"], ["admin"]);
     assert_eq!(roles["user2"], ["editor", "viewer"]);
+    assert!(matches!(
+        &jwt.verification,
+        meshql_auth::Verification::Verify(v) if v.secret.is_some()
+    ));
 }
 
 #[test]
@@ -391,7 +395,197 @@ fn casbin_files_without_casbin_are_ignored_with_a_warning() {
     let f = Fixture::new();
     let toml = with_casbin(&f, CASBIN_MODEL, "").replace("\"casbin\"", "\"jwt\"");
     let c = f.load(&toml).unwrap();
-    assert_eq!(c.auth, AuthSpec::Jwt);
+    assert!(matches!(c.auth, AuthSpec::Jwt(_)), "{:?}", c.auth);
     let fields: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
     assert_eq!(fields, ["auth.model", "auth.policy"]);
+}
+
+fn auth_testdata(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../meshql-auth/testdata")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+const SECRET32: &str = "0123456789abcdef0123456789abcdef";
+
+#[test]
+fn jwt_settings_resolve_with_their_defaults() {
+    let f = Fixture::new();
+    let toml = format!(
+        "{GOOD}[auth]\ntype = \"jwt\"\nsecret = \"${{JWT_SECRET}}\"\npublic_keys = [\"{}\"]\nissuer = \"https://idp.example\"\naudience = [\"a\", \"b\"]\nalgorithms = [\"HS256\", \"ES256\"]\nrequired = true\n",
+        auth_testdata("ec256.pub.pem")
+    );
+    let file = f.dir.path().join("meshql.toml");
+    fs::write(&file, &toml).unwrap();
+    let c = load_with_env(&file, |k| (k == "JWT_SECRET").then(|| SECRET32.to_owned())).unwrap();
+    let AuthSpec::Jwt(jwt) = &c.auth else {
+        panic!("{:?}", c.auth)
+    };
+    assert!(jwt.required);
+    let meshql_auth::Verification::Verify(v) = &jwt.verification else {
+        panic!("{jwt:?}")
+    };
+    assert_eq!(v.secret.as_ref().unwrap().0, SECRET32.as_bytes());
+    assert!(
+        !format!("{v:?}").contains(SECRET32),
+        "the secret is not in Debug output"
+    );
+    assert_eq!(v.public_keys[0].algorithms, [meshql_auth::Algorithm::ES256]);
+    assert_eq!(v.issuers, ["https://idp.example"]);
+    assert_eq!(v.audiences, ["a", "b"]);
+    assert_eq!(v.algorithms.len(), 2);
+    assert_eq!((v.leeway_secs, v.require_exp), (60, true));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+}
+
+/// GOOD with `[auth]` made of these lines; returns the text and the 1-based line of `needle`.
+fn with_auth(lines: &str, needle: &str) -> (String, Option<usize>) {
+    let toml = format!("{GOOD}[auth]\n{lines}");
+    let line = toml.lines().position(|l| l.contains(needle)).map(|i| i + 1);
+    (toml, line)
+}
+
+#[test]
+fn jwt_config_problems_name_the_line_and_field() {
+    let f = Fixture::new();
+    let cases: Vec<(String, &str, &str, &str)> = vec![
+        // (auth lines, line marker, field, message part)
+        (
+            "type = \"jwt\"\n".into(),
+            "type = ",
+            "auth.type",
+            "needs a key",
+        ),
+        (
+            "type = \"jwt\"\nsecret = \"short\"\n".into(),
+            "secret",
+            "auth.secret",
+            "5 bytes; at least 32",
+        ),
+        (
+            format!("type = \"jwt\"\nsecret = \"{SECRET32}\"\nalgorithms = [\n  \"HS256\",\n  \"none\",\n]\n"),
+            "\"none\"",
+            "auth.algorithms[1]",
+            "unknown algorithm `none`",
+        ),
+        (
+            format!("type = \"jwt\"\nsecret = \"{SECRET32}\"\nalgorithms = [\"RS256\"]\n"),
+            "algorithms",
+            "auth.algorithms[0]",
+            "no configured key verifies RS256",
+        ),
+        (
+            "type = \"jwt\"\npublic_keys = [\"keys/missing.pem\"]\n".into(),
+            "public_keys",
+            "auth.public_keys[0]",
+            "cannot read key file",
+        ),
+        (
+            format!("type = \"jwt\"\npublic_keys = [\"{}\"]\n", auth_testdata("rsa.key.pem")),
+            "public_keys",
+            "auth.public_keys[0]",
+            "private key",
+        ),
+        (
+            format!("type = \"jwt\"\npublic_keys = [\"{}\"]\n", auth_testdata("ec521.pub.pem")),
+            "public_keys",
+            "auth.public_keys[0]",
+            "unsupported curve",
+        ),
+        (
+            "type = \"jwt\"\njwks_url = \"ftp://idp.example/keys\"\n".into(),
+            "jwks_url",
+            "auth.jwks_url",
+            "not an http(s) URL",
+        ),
+        (
+            "type = \"jwt\"\njwks_url = \"https://\"\n".into(),
+            "jwks_url",
+            "auth.jwks_url",
+            "not an http(s) URL",
+        ),
+        (
+            format!("type = \"jwt\"\nsecret = \"{SECRET32}\"\nleeway_secs = 86400\n"),
+            "leeway_secs",
+            "auth.leeway_secs",
+            "at most 3600",
+        ),
+        (
+            format!("type = \"jwt\"\nsecret = \"{SECRET32}\"\naudience = []\n"),
+            "audience",
+            "auth.audience",
+            "non-empty",
+        ),
+        (
+            "type = \"casbin\"\nmodel = \"m\"\npolicy = \"p\"\n".into(),
+            "type = ",
+            "auth.type",
+            "type = \"casbin\" verifies tokens",
+        ),
+    ];
+    for (lines, marker, field, message) in cases {
+        let (toml, line) = with_auth(&lines, marker);
+        let errors = f.load(&toml).expect_err(&lines).0;
+        let e = errors
+            .iter()
+            .find(|e| e.field == field)
+            .unwrap_or_else(|| panic!("no error at {field} for {lines}: {errors:?}"));
+        assert_eq!(e.line, line, "{e}");
+        assert!(e.message.contains(message), "{e}");
+        assert!(e.file.ends_with("meshql.toml"), "{e}");
+    }
+    // an unknown setting is a TOML error with its line
+    let (toml, line) = with_auth("type = \"jwt\"\nverify = false\n", "verify");
+    let e = one_error(f.load(&toml));
+    assert_eq!(e.line, line, "{e}");
+}
+
+#[test]
+fn an_empty_secret_counts_as_none() {
+    let f = Fixture::new();
+    // a config that takes its secret from an optional variable loads with type = "none"...
+    let (toml, _) = with_auth("type = \"none\"\nsecret = \"\"\n", "secret");
+    let c = f.load(&toml).unwrap();
+    assert_eq!(c.auth, AuthSpec::None);
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // ...and asks for a key with type = "jwt"
+    let (toml, _) = with_auth("type = \"jwt\"\nsecret = \"\"\n", "secret");
+    assert_eq!(one_error(f.load(&toml)).field, "auth.type");
+}
+
+#[test]
+fn trusted_gateway_mode_is_warned_about() {
+    let f = Fixture::new();
+    let (toml, line) = with_auth(
+        &format!("type = \"jwt\"\ntrusted_gateway = true\nsecret = \"{SECRET32}\"\n"),
+        "trusted_gateway",
+    );
+    let c = f.load(&toml).unwrap();
+    let AuthSpec::Jwt(jwt) = &c.auth else {
+        panic!("{:?}", c.auth)
+    };
+    assert_eq!(jwt.verification, meshql_auth::Verification::TrustedGateway);
+    let fields: Vec<&str> = c.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(fields, ["auth.trusted_gateway", "auth.secret"]);
+    assert_eq!(c.warnings[0].line, line);
+    assert!(
+        c.warnings[0].message.contains("NOT verified"),
+        "{}",
+        c.warnings[0]
+    );
+}
+
+#[test]
+fn jwt_settings_without_jwt_are_ignored_with_a_warning() {
+    let f = Fixture::new();
+    let (toml, line) = with_auth(&format!("secret = \"{SECRET32}\"\n"), "secret");
+    let c = f.load(&toml).unwrap();
+    assert_eq!(c.auth, AuthSpec::None);
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(
+        (c.warnings[0].field.as_str(), c.warnings[0].line),
+        ("auth.secret", line)
+    );
 }
