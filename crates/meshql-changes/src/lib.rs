@@ -26,5 +26,6 @@ pub use feed::{FeedFilter, FeedSource, Page};
 pub use hub::{EntityFeedStats, Hub, HubError, HubOptions};
 pub use record::{change_id, encode};
 pub use relay::{
-    relay_group, Relay, RelayChange, RelayError, RelayOptions, RelayStats, Sink, SinkError,
+    confirmed, relay_group, Confirmation, Relay, RelayChange, RelayError, RelayOptions, RelayStats,
+    Sink, SinkError,
 };

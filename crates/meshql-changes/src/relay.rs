@@ -2,10 +2,15 @@
 //! least once.
 //!
 //! A [`Relay`] is one task per configured relay. It is a consumer group of the log
-//! (`relay-<name>`): it resumes after the group's committed position, reads a page of changes,
-//! hands it to its [`Sink`], and only once the sink has confirmed the whole batch does it
-//! commit the batch's last position. A crash between the sink's confirmation and the commit
-//! sends that batch again after the restart, so delivery is *at least once*; every change
+//! (`relay-<name>`): it resumes after the group's committed position, reads a page of changes
+//! and enqueues it on its [`Sink`], which hands back the broker's confirmation of that batch
+//! to await later. Up to [`RelayOptions::in_flight`] batches are enqueued at once, so the
+//! broker's round trip and the client's batching delay (Kafka's `linger.ms`) are paid once
+//! for them all instead of once per batch, in turn. Confirmations are awaited oldest first,
+//! and a batch's last position is committed only once it and every batch before it are
+//! confirmed; a failed confirmation drops every later batch in flight and the relay reads
+//! again after the last commit. A crash between a confirmation and its commit sends that
+//! batch again after the restart, so delivery is *at least once*; every change
 //! carries a `change_id` that is the same on every delivery, which lets a consumer be exactly
 //! once by de-duplicating on it.
 //!
@@ -23,7 +28,9 @@ use meshql_log::{Log, LogError};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,14 +49,30 @@ impl SinkError {
     }
 }
 
-/// Where a relay sends changes. `send` returns `Ok` only when the broker has durably
-/// accepted every change of the batch (a failure part-way is a failure of the batch).
+/// The broker's confirmation of one enqueued batch: `Ok` once the broker has durably accepted
+/// every change of it (a failure part-way is a failure of the batch).
+pub type Confirmation = Pin<Box<dyn Future<Output = Result<(), SinkError>> + Send>>;
+
+/// A confirmation that is already `Ok`: what a sink returns when it delivered the batch
+/// before returning from [`Sink::enqueue`].
+pub fn confirmed() -> Confirmation {
+    Box::pin(std::future::ready(Ok(())))
+}
+
+/// Where a relay sends changes.
 #[async_trait]
 pub trait Sink: Send + Sync {
     /// The sink's type, as the config names it (`kafka`, `nats`).
     fn kind(&self) -> &'static str;
-    /// Delivers `batch`, in order.
-    async fn send(&self, batch: &[RelayChange]) -> Result<(), SinkError>;
+    /// Hands `batch` to the broker's client, in order and after every batch enqueued before
+    /// it, and returns the broker's confirmation of the batch. An error means nothing of the
+    /// batch needs confirming (it is enqueued again later). A sink whose client cannot keep
+    /// batches in flight delivers before returning and returns [`confirmed`].
+    async fn enqueue(&self, batch: &[RelayChange]) -> Result<Confirmation, SinkError>;
+    /// Enqueues `batch` and waits for its confirmation.
+    async fn send(&self, batch: &[RelayChange]) -> Result<(), SinkError> {
+        self.enqueue(batch).await?.await
+    }
     /// Flushes and releases the sink's connections; called once, when the relay stops.
     async fn close(&self) {}
 }
@@ -121,6 +144,8 @@ impl RelayChange {
 pub struct RelayOptions {
     /// Changes per batch at most.
     pub batch: usize,
+    /// Batches enqueued on the sink and not yet confirmed, at most.
+    pub in_flight: usize,
     /// First retry delay after a failed send; doubled per failure up to `backoff_max`.
     pub backoff_min: Duration,
     pub backoff_max: Duration,
@@ -134,6 +159,7 @@ impl Default for RelayOptions {
     fn default() -> Self {
         Self {
             batch: 500,
+            in_flight: 4,
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(5),
@@ -293,6 +319,14 @@ struct Worker {
     last_warning: Option<Instant>,
 }
 
+/// A batch enqueued on the sink, not yet confirmed.
+struct Pending {
+    /// The batch's last position (committed once it is confirmed).
+    last: u64,
+    changes: usize,
+    confirmation: Confirmation,
+}
+
 enum Outcome<T> {
     Done(T),
     /// The drain deadline passed first.
@@ -325,86 +359,130 @@ impl Worker {
         }
     }
 
-    async fn run(mut self, mut after: u64) {
+    async fn run(mut self, committed: u64) {
         let mut appended = self.log.subscribe();
         let mut failures: u32 = 0;
+        // every change up to `after` is confirmed and committed; up to `read_to` enqueued
+        let mut after = committed;
+        let mut read_to = committed;
+        let mut in_flight: VecDeque<Pending> = VecDeque::new();
+        let capacity = self.options.in_flight.max(1);
         loop {
             let stopping = self.stopping();
-            let page = match read_page(
-                &self.log,
-                after,
-                self.options.batch.max(1),
-                &FeedFilter::default(),
-            ) {
-                Ok(page) => page,
-                Err(e) => {
-                    self.failed(&format!("reading the change log: {e}"), failures + 1);
-                    failures += 1;
-                    if stopping || !self.backoff(failures).await {
-                        break;
-                    }
-                    continue;
-                }
-            };
-            if page.last == after {
-                // caught up
-                *self.counters.progress.lock() = Instant::now();
-                if stopping {
-                    break;
-                }
-                tokio::select! {
-                    _ = appended.changed() => {}
-                    _ = self.stop.changed() => {}
-                }
-                continue;
-            }
-            let first_kept = self.log.first_offset();
-            if first_kept > after + 1 {
-                tracing::warn!(
-                    relay = %self.name,
-                    after,
-                    first_kept,
-                    lost = first_kept - after - 1,
-                    "log retention removed changes this relay had not sent yet (raise [changes] retention_bytes / retention_hours)"
-                );
-            }
-            let mut batch = Vec::with_capacity(page.changes.len());
-            for (position, json) in page.changes {
-                match RelayChange::parse(position, json) {
-                    Ok(c) => batch.push(c),
+            if in_flight.len() < capacity {
+                let page = match read_page(
+                    &self.log,
+                    read_to,
+                    self.options.batch.max(1),
+                    &FeedFilter::default(),
+                ) {
+                    Ok(page) => page,
                     Err(e) => {
-                        tracing::warn!(relay = %self.name, position, error = %e, "unreadable change skipped by the relay")
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let sink = self.sink.clone();
-                match self.bounded(sink.send(&batch)).await {
-                    Outcome::Done(Ok(())) => {
-                        self.counters
-                            .sent
-                            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-                        *self.counters.progress.lock() = Instant::now();
-                        if failures > 0 {
-                            tracing::info!(relay = %self.name, failures, "relay delivers again");
-                            self.failures_unreported = 0;
-                            self.last_warning = None;
-                        }
-                        failures = 0;
-                    }
-                    Outcome::Done(Err(e)) => {
                         failures += 1;
-                        self.failed(&e.to_string(), failures);
-                        if self.stopping() || !self.backoff(failures).await {
+                        self.failed(&format!("reading the change log: {e}"), failures);
+                        if stopping || !self.backoff(failures).await {
                             break;
                         }
                         continue;
                     }
-                    Outcome::OutOfTime => break,
+                };
+                if page.last != read_to {
+                    self.warn_if_retention_overtook(read_to);
+                    let mut batch = Vec::with_capacity(page.changes.len());
+                    for (position, json) in page.changes {
+                        match RelayChange::parse(position, json) {
+                            Ok(c) => batch.push(c),
+                            Err(e) => {
+                                tracing::warn!(relay = %self.name, position, error = %e, "unreadable change skipped by the relay")
+                            }
+                        }
+                    }
+                    let confirmation = if batch.is_empty() {
+                        Outcome::Done(Ok(confirmed()))
+                    } else {
+                        let sink = self.sink.clone();
+                        self.bounded(sink.enqueue(&batch)).await
+                    };
+                    match confirmation {
+                        Outcome::Done(Ok(confirmation)) => {
+                            in_flight.push_back(Pending {
+                                last: page.last,
+                                changes: batch.len(),
+                                confirmation,
+                            });
+                            read_to = page.last;
+                        }
+                        Outcome::Done(Err(e)) => {
+                            failures += 1;
+                            self.failed(&e.to_string(), failures);
+                            in_flight.clear();
+                            read_to = after;
+                            if self.stopping() || !self.backoff(failures).await {
+                                break;
+                            }
+                        }
+                        Outcome::OutOfTime => break,
+                    }
+                    continue;
+                }
+                if in_flight.is_empty() {
+                    // caught up, everything confirmed
+                    *self.counters.progress.lock() = Instant::now();
+                    if stopping {
+                        break;
+                    }
+                    tokio::select! {
+                        _ = appended.changed() => {}
+                        _ = self.stop.changed() => {}
+                    }
+                    continue;
                 }
             }
-            after = page.last;
-            self.commit(after);
+            // the oldest batch's confirmation; while reading is caught up, a new append
+            // interrupts the wait so that it is enqueued at once
+            let reading_caught_up = in_flight.len() < capacity;
+            let Some(oldest) = in_flight.front_mut() else {
+                continue;
+            };
+            let outcome = if reading_caught_up {
+                tokio::select! {
+                    r = self.bounded(&mut oldest.confirmation) => Some(r),
+                    _ = appended.changed() => None,
+                }
+            } else {
+                Some(self.bounded(&mut oldest.confirmation).await)
+            };
+            match outcome {
+                None => {}
+                Some(Outcome::Done(Ok(()))) => {
+                    let Some(done) = in_flight.pop_front() else {
+                        continue;
+                    };
+                    self.counters
+                        .sent
+                        .fetch_add(done.changes as u64, Ordering::Relaxed);
+                    *self.counters.progress.lock() = Instant::now();
+                    if failures > 0 {
+                        tracing::info!(relay = %self.name, failures, "relay delivers again");
+                        self.failures_unreported = 0;
+                        self.last_warning = None;
+                    }
+                    failures = 0;
+                    after = done.last;
+                    self.commit(after);
+                }
+                Some(Outcome::Done(Err(e))) => {
+                    failures += 1;
+                    self.failed(&e.to_string(), failures);
+                    // later batches may have been accepted or not: all are read again
+                    in_flight.clear();
+                    read_to = after;
+                    if self.stopping() || !self.backoff(failures).await {
+                        break;
+                    }
+                }
+                Some(Outcome::OutOfTime) => break,
+            }
         }
         if self.deadline.is_none() {
             self.stopping();
@@ -419,6 +497,20 @@ impl Worker {
             tracing::warn!(relay = %self.name, committed, left, "relay stopped behind the log; the rest is sent after the next start");
         } else {
             tracing::info!(relay = %self.name, committed, "relay stopped");
+        }
+    }
+
+    /// Warns when the log no longer holds the changes right after `after`.
+    fn warn_if_retention_overtook(&self, after: u64) {
+        let first_kept = self.log.first_offset();
+        if first_kept > after + 1 {
+            tracing::warn!(
+                relay = %self.name,
+                after,
+                first_kept,
+                lost = first_kept - after - 1,
+                "log retention removed changes this relay had not sent yet (raise [changes] retention_bytes / retention_hours)"
+            );
         }
     }
 
@@ -490,7 +582,7 @@ mod tests {
         fn kind(&self) -> &'static str {
             "test"
         }
-        async fn send(&self, batch: &[RelayChange]) -> Result<(), SinkError> {
+        async fn enqueue(&self, batch: &[RelayChange]) -> Result<Confirmation, SinkError> {
             if self.down.load(Ordering::SeqCst) {
                 return Err(SinkError::new("down"));
             }
@@ -498,7 +590,7 @@ mod tests {
             for c in batch {
                 got.push((c.position, c.change_id.clone()));
             }
-            Ok(())
+            Ok(confirmed())
         }
         async fn close(&self) {
             self.closed.store(true, Ordering::SeqCst);
@@ -523,6 +615,7 @@ mod tests {
     fn options() -> RelayOptions {
         RelayOptions {
             batch: 7,
+            in_flight: 3,
             backoff_min: Duration::from_millis(5),
             backoff_max: Duration::from_millis(20),
             drain_timeout: Duration::from_secs(2),
@@ -568,6 +661,99 @@ mod tests {
         relay.stop().await;
         assert!(sink.closed.load(Ordering::SeqCst));
         assert_eq!(log.committed("relay-r1").unwrap(), Some(25));
+    }
+
+    /// Confirms a batch only when the test says so; records every enqueue.
+    #[derive(Default)]
+    struct Held {
+        enqueued: Mutex<Vec<Vec<u64>>>,
+        confirm: Mutex<Vec<Option<tokio::sync::oneshot::Sender<Result<(), SinkError>>>>>,
+    }
+
+    impl Held {
+        fn batches(&self) -> Vec<(u64, u64)> {
+            let enqueued = self.enqueued.lock();
+            enqueued.iter().map(|b| (b[0], b[b.len() - 1])).collect()
+        }
+        fn settle(&self, batch: usize, outcome: Result<(), SinkError>) {
+            let tx = self.confirm.lock()[batch].take().expect("not settled yet");
+            let _ = tx.send(outcome);
+        }
+    }
+
+    #[async_trait]
+    impl Sink for Held {
+        fn kind(&self) -> &'static str {
+            "held"
+        }
+        async fn enqueue(&self, batch: &[RelayChange]) -> Result<Confirmation, SinkError> {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.enqueued
+                .lock()
+                .push(batch.iter().map(|c| c.position).collect());
+            self.confirm.lock().push(Some(tx));
+            Ok(Box::pin(async move {
+                rx.await
+                    .unwrap_or_else(|_| Err(SinkError::new("confirmation dropped")))
+            }))
+        }
+    }
+
+    #[tokio::test]
+    async fn batches_are_in_flight_together_and_committed_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        append(&log, 0, 20); // batches of 7: 1..=7, 8..=14, 15..=20
+        let sink = Arc::new(Held::default());
+        let options = RelayOptions {
+            in_flight: 2,
+            ..options()
+        };
+        let relay = Relay::start("p1", log.clone(), sink.clone(), options).unwrap();
+        until("two batches enqueued", || sink.batches().len() == 2).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            sink.batches(),
+            vec![(1, 7), (8, 14)],
+            "at most two in flight"
+        );
+        assert_eq!(relay.stats().committed, 0, "nothing confirmed yet");
+
+        // the second confirmation first: nothing is committed before the first
+        sink.settle(1, Ok(()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(relay.stats().committed, 0);
+        sink.settle(0, Ok(()));
+        until("both committed", || relay.stats().committed == 14).await;
+        until("the third batch", || sink.batches().len() == 3).await;
+        assert_eq!(sink.batches()[2], (15, 20));
+        sink.settle(2, Ok(()));
+        until("all committed", || relay.stats().committed == 20).await;
+        assert_eq!(relay.stats().sent, 20);
+        relay.stop().await;
+        assert_eq!(log.committed("relay-p1").unwrap(), Some(20));
+    }
+
+    #[tokio::test]
+    async fn a_failed_confirmation_sends_that_batch_and_every_later_one_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log::open(dir.path(), LogOptions::default()).unwrap();
+        append(&log, 0, 20);
+        let sink = Arc::new(Held::default());
+        let relay = Relay::start("p2", log.clone(), sink.clone(), options()).unwrap();
+        until("three batches enqueued", || sink.batches().len() == 3).await;
+        sink.settle(0, Ok(()));
+        until("the first committed", || relay.stats().committed == 7).await;
+        sink.settle(1, Err(SinkError::new("broker lost it")));
+        // the third batch was in flight: it is sent again after the second, whatever it did
+        until("the retry", || sink.batches().len() == 5).await;
+        assert_eq!(&sink.batches()[3..], &[(8, 14), (15, 20)]);
+        assert_eq!(relay.stats().errors, 1);
+        sink.settle(3, Ok(()));
+        sink.settle(4, Ok(()));
+        until("all committed", || relay.stats().committed == 20).await;
+        relay.stop().await;
+        assert_eq!(log.committed("relay-p2").unwrap(), Some(20));
     }
 
     #[tokio::test]

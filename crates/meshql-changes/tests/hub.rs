@@ -85,7 +85,10 @@ async fn writes_reach_the_log_once_across_a_restart() {
     assert_eq!(got.len(), 3);
     // the log orders changes of one entity as their store committed them; two entities'
     // tailers copy independently, so h1 and c1 may land in either order
-    let positions: Vec<_> = got.iter().map(|r| r["position"].as_u64().unwrap()).collect();
+    let positions: Vec<_> = got
+        .iter()
+        .map(|r| r["position"].as_u64().unwrap())
+        .collect();
     assert_eq!(positions, vec![1, 2, 3]);
     let h1 = got.iter().find(|r| r["payload"]["name"] == "h1").unwrap();
     assert_eq!(h1["op"], "create");

@@ -9,9 +9,10 @@
 //!
 //! The producer is librdkafka's idempotent producer (`enable.idempotence=true`,
 //! `acks=all`): within one producer session its own retries neither duplicate nor reorder a
-//! partition's messages. [`KafkaSink::send`] enqueues a batch in order and returns `Ok` only
-//! when the broker acknowledged every message; otherwise the relay sends the whole batch
-//! again later, so a topic can hold a change more than once (after a failed batch, or a
+//! partition's messages. [`KafkaSink::enqueue`] puts a batch on the producer's queue in order
+//! and returns at once; its confirmation is `Ok` only once the broker acknowledged every
+//! message of the batch (the relay keeps several batches in flight meanwhile); otherwise the
+//! relay sends that batch and every later one again, so a topic can hold a change more than once (after a failed batch, or a
 //! crash before the relay committed): consumers de-duplicate on the `change_id` header.
 //!
 //! librdkafka is compiled from the source bundled with `rdkafka-sys` (its `cmake-build`
@@ -20,7 +21,7 @@
 //! require for dynamic linking.
 
 use async_trait::async_trait;
-use meshql_changes::{RelayChange, Sink, SinkError};
+use meshql_changes::{Confirmation, RelayChange, Sink, SinkError};
 pub use meshql_config::model::{KafkaFormat as Format, TopicNaming};
 use meshql_core::ChangeOp;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -273,7 +274,8 @@ impl Sink for KafkaSink {
         "kafka"
     }
 
-    async fn send(&self, batch: &[RelayChange]) -> Result<(), SinkError> {
+    /// Enqueues every record on the producer; the confirmation awaits their delivery reports.
+    async fn enqueue(&self, batch: &[RelayChange]) -> Result<Confirmation, SinkError> {
         let mut deliveries = Vec::with_capacity(batch.len());
         for change in batch {
             let topic = self.topic(&change.entity);
@@ -300,21 +302,23 @@ impl Sink for KafkaSink {
                 }
             }
         }
-        let mut first_error = None;
-        for delivery in deliveries {
-            let failure = match delivery.await {
-                Ok(Ok(_)) => None,
-                Ok(Err((e, _))) => Some(e.to_string()),
-                Err(_) => Some("the producer dropped the message".to_owned()),
-            };
-            if let Some(f) = failure {
-                first_error.get_or_insert(f);
+        Ok(Box::pin(async move {
+            let mut first_error = None;
+            for delivery in deliveries {
+                let failure = match delivery.await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err((e, _))) => Some(e.to_string()),
+                    Err(_) => Some("the producer dropped the message".to_owned()),
+                };
+                if let Some(f) = failure {
+                    first_error.get_or_insert(f);
+                }
             }
-        }
-        match first_error {
-            None => Ok(()),
-            Some(e) => Err(SinkError::new(format!("delivery to Kafka failed: {e}"))),
-        }
+            match first_error {
+                None => Ok(()),
+                Some(e) => Err(SinkError::new(format!("delivery to Kafka failed: {e}"))),
+            }
+        }))
     }
 
     async fn close(&self) {

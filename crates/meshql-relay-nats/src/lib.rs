@@ -21,7 +21,7 @@ use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
 use async_trait::async_trait;
 use bytes::Bytes;
-use meshql_changes::{RelayChange, Sink, SinkError};
+use meshql_changes::{confirmed, Confirmation, RelayChange, Sink, SinkError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use thiserror::Error;
@@ -183,7 +183,9 @@ impl Sink for NatsSink {
         "nats"
     }
 
-    async fn send(&self, batch: &[RelayChange]) -> Result<(), SinkError> {
+    /// Publishes the batch and awaits every acknowledgement before returning (no batches in
+    /// flight: JetStream acknowledges in microseconds on a local server).
+    async fn enqueue(&self, batch: &[RelayChange]) -> Result<Confirmation, SinkError> {
         // publishing waits while the client is disconnected: bound the whole batch
         let limit = self.config.ack_timeout + Duration::from_secs(5);
         let outcome = match tokio::time::timeout(limit, self.publish(batch)).await {
@@ -196,7 +198,7 @@ impl Sink for NatsSink {
             // the stream may be gone (deleted, or a server that lost its store): look again
             self.stream_ready.store(false, Ordering::Release);
         }
-        outcome
+        outcome.map(|()| confirmed())
     }
 
     async fn close(&self) {
