@@ -1,5 +1,6 @@
 //! Authorization through the binary: JWT `sub` tokens stamped on writes, filtering REST and
-//! GraphQL reads, and forwarded on HTTP resolver calls.
+//! GraphQL reads, and forwarded on HTTP resolver calls (every token signed with the configs'
+//! HS256 secret and verified; verification failures are tested in jwt.rs).
 
 mod common;
 
@@ -34,6 +35,7 @@ fn jwt_services() -> (Server, Server) {
         &dir.join("farm-service.toml"),
         &[
             ("MESHQL_AUTH", "jwt".into()),
+            ("MESHQL_JWT_SECRET", common::JWT_SECRET.into()),
             ("HEN_SERVICE_URL", format!("http://127.0.0.1:{hen_port}")),
         ],
         None,
@@ -42,6 +44,7 @@ fn jwt_services() -> (Server, Server) {
         &dir.join("hen-service.toml"),
         &[
             ("MESHQL_AUTH", "jwt".into()),
+            ("MESHQL_JWT_SECRET", common::JWT_SECRET.into()),
             (
                 "FARM_SERVICE_URL",
                 format!("http://127.0.0.1:{}", farm.port()),
@@ -195,7 +198,7 @@ async fn updating_a_public_document_does_not_take_it_over() {
 #[tokio::test]
 async fn casbin_roles_are_the_callers_tokens() {
     let dir = common::example_copy("farm", |text| {
-        text + "\n[auth]\ntype = \"casbin\"\nmodel = \"rbac_model.conf\"\npolicy = \"rbac_policy.csv\"\n"
+        text + &format!("\n[auth]\ntype = \"casbin\"\nsecret = \"{}\"\nmodel = \"rbac_model.conf\"\npolicy = \"rbac_policy.csv\"\n", common::JWT_SECRET)
     });
     std::fs::write(
         dir.path().join("rbac_model.conf"),

@@ -302,7 +302,14 @@ async fn server_sent_events_stream_live_and_resume() {
 async fn tokens_filter_the_feed_as_they_filter_reads() {
     // the farm example with `[auth] type = "jwt"` (before its first table)
     let dir = common::example_copy("farm", |t| {
-        t.replacen("\n[storage.", "\n[auth]\ntype = \"jwt\"\n\n[storage.", 1)
+        t.replacen(
+            "\n[storage.",
+            &format!(
+                "\n[auth]\ntype = \"jwt\"\nsecret = \"{}\"\n\n[storage.",
+                common::JWT_SECRET
+            ),
+            1,
+        )
     });
     let config = dir.path().join("meshql.toml");
     let server = Server::start(&config, &[]);

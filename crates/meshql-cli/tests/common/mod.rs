@@ -696,13 +696,30 @@ pub async fn assert_interrupted_write_left_nothing(c: &Client) {
     .expect_status(201);
 }
 
-/// `Bearer <jwt>` with `sub` as its subject (unsigned: meshql's `jwt` mode reads the claim).
+/// The HS256 secret of the test configs that verify JWTs (`auth.secret`).
+pub const JWT_SECRET: &str = "meshql-test-secret-0123456789abcdef";
+
+/// `Bearer <jwt>` with `sub` as its subject, an hour to live, signed with [`JWT_SECRET`].
 pub fn bearer(sub: &str) -> String {
-    use base64::Engine;
-    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
-    format!(
-        "Bearer {}.{}.signature",
-        b64(r#"{"alg":"none"}"#),
-        b64(&format!(r#"{{"sub":"{sub}"}}"#))
+    bearer_with(&serde_json::json!({"sub": sub}))
+}
+
+/// `Bearer <jwt>` with these claims (`exp` an hour ahead unless given), HS256 with
+/// [`JWT_SECRET`].
+pub fn bearer_with(claims: &Value) -> String {
+    let mut claims = claims.clone();
+    if claims.get("exp").is_none() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        claims["exp"] = serde_json::json!(now + 3600);
+    }
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()),
     )
+    .expect("sign a test JWT");
+    format!("Bearer {token}")
 }
