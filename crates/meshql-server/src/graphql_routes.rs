@@ -55,22 +55,22 @@ pub(crate) fn refused(e: &AuthError, body: String) -> Response {
     r
 }
 
+/// Refused credentials as a GraphQL error body.
+fn refused_request(e: &AuthError) -> Response {
+    let body = serde_json::json!({"errors": [{
+        "message": e.to_string(),
+        "extensions": {"code": e.kind().code()},
+    }]});
+    refused(e, body.to_string())
+}
+
 impl GraphEndpoint {
-    fn context(&self, headers: &HeaderMap) -> Result<RequestContext, Response> {
+    fn context(&self, headers: &HeaderMap) -> Result<RequestContext, AuthError> {
         let authorization = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let credentials = self
-            .authorizer
-            .credentials(authorization.as_deref())
-            .map_err(|e| {
-                let body = serde_json::json!({"errors": [{
-                    "message": e.to_string(),
-                    "extensions": {"code": e.kind().code()},
-                }]});
-                refused(&e, body.to_string())
-            })?;
+        let credentials = self.authorizer.credentials(authorization.as_deref())?;
         Ok(RequestContext {
             filter: credentials.filter(),
             authorization,
@@ -90,7 +90,7 @@ async fn post(
 ) -> Response {
     let context = match e.context(&headers) {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(e) => return refused_request(&e),
     };
     let bytes = match body {
         Ok(b) => b,
@@ -139,7 +139,7 @@ async fn get_query(
     };
     let context = match e.context(&headers) {
         Ok(c) => c,
-        Err(refused) => return refused,
+        Err(e) => return refused_request(&e),
     };
     let variables = match params.get("variables").filter(|v| !v.is_empty()) {
         None => None,
