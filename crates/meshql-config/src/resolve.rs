@@ -54,6 +54,7 @@ pub struct ResolvedConfig {
     pub body_limit_bytes: usize,
     pub auth: AuthSpec,
     pub http_client: HttpClientConfig,
+    pub graphql: crate::model::GraphqlLimits,
     /// The change feed (`changes.dir` resolved under `data_dir`).
     pub changes: ChangesSpec,
     /// Storage by name (only the ones some entity uses).
@@ -569,6 +570,7 @@ impl Resolver {
             body_limit_bytes: model.body_limit_bytes,
             auth,
             http_client: model.http_client,
+            graphql: model.graphql,
             changes,
             storages: used_storage,
             entities,

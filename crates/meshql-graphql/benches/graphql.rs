@@ -150,7 +150,16 @@ fn graphql(c: &mut Criterion) {
     let mut g = c.benchmark_group("plan/cold");
     for (name, query) in [("get_by_id", &by_id), ("depth3", &deep)] {
         g.bench_function(name, |b| {
-            b.iter(|| plan::plan(&s.registry, s.farm_graph, black_box(query), None).expect("plans"))
+            b.iter(|| {
+                plan::plan(
+                    &s.registry,
+                    s.farm_graph,
+                    black_box(query),
+                    None,
+                    s.registry.limits(),
+                )
+                .expect("plans")
+            })
         });
     }
     g.finish();

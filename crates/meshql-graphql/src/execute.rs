@@ -6,14 +6,16 @@
 
 use crate::catalog::Graphlette;
 use crate::fetch::{Batch, Fetched, Fetchers, RootRows};
-use crate::output::{request_errors, Writer};
+use crate::output::{request_errors, RequestError, Writer, TOO_LARGE};
 use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
 use crate::request::RequestContext;
 use crate::tree::{FieldError, Link, Node, RootResult};
 use futures::future::{join_all, BoxFuture};
-use meshql_core::{ErrorKind, KeyedRows, Millis, ReadContext};
+use meshql_config::GraphqlLimits;
+use meshql_core::{ErrorKind, KeyedRows, Millis, NestedRow, ReadContext};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 struct Exec<'a> {
@@ -21,6 +23,10 @@ struct Exec<'a> {
     fetchers: &'a Fetchers,
     ctx: &'a RequestContext,
     variables: Map<String, Value>,
+    /// Documents fetched so far; past `max_objects` nothing more is fetched and the
+    /// request answers [`TOO_LARGE`].
+    fetched: AtomicUsize,
+    max_objects: usize,
 }
 
 /// Executes `plan` against graphlette `index` with the request's `variables`; returns the
@@ -32,28 +38,44 @@ pub(crate) async fn execute(
     plan: &OperationPlan,
     variables: Option<&Value>,
     ctx: &RequestContext,
+    limits: &GraphqlLimits,
 ) -> Vec<u8> {
     let graphlette = &graphlettes[index];
     let variables = match coerce_variables(graphlette, plan, variables) {
         Ok(v) => v,
-        Err(message) => return request_errors(&[(message, Vec::new())]),
+        Err(message) => return request_errors(&[RequestError::new(message)]),
     };
     let exec = Exec {
         graphlettes,
         fetchers,
         ctx,
         variables,
+        fetched: AtomicUsize::new(0),
+        max_objects: limits.max_objects.get(),
     };
     let introspection = if plan.has_introspection {
         match introspect(graphlette, plan, &exec.variables) {
             Ok(data) => Some(data),
-            Err(message) => return request_errors(&[(message, Vec::new())]),
+            Err(message) => return request_errors(&[RequestError::new(message)]),
         }
     } else {
         None
     };
     let results = exec.roots(index, plan).await;
-    let mut writer = Writer::new(&exec.variables);
+    if exec.over() {
+        return request_errors(&[RequestError::coded(
+            format!(
+                "the query matches more than {} documents (graphql.max_objects); select less or pass `limit`",
+                exec.max_objects
+            ),
+            TOO_LARGE,
+        )]);
+    }
+    let mut writer = Writer::new(
+        &exec.variables,
+        limits.max_objects.get(),
+        limits.max_response_bytes.get(),
+    );
     writer.write_response(plan, results, introspection.as_ref());
     writer.finish()
 }
@@ -133,7 +155,23 @@ fn key_of(value: Option<&Value>) -> Option<String> {
         .map(std::borrow::Cow::into_owned)
 }
 
+/// Documents in nested rows, their children included.
+fn nested_count(rows: &[NestedRow]) -> usize {
+    rows.iter()
+        .map(|r| 1 + r.children.iter().map(|c| nested_count(c)).sum::<usize>())
+        .sum()
+}
+
 impl<'a> Exec<'a> {
+    /// Counts `n` more fetched documents; false once past the budget.
+    fn admit(&self, n: usize) -> bool {
+        self.fetched.fetch_add(n, Ordering::Relaxed) + n <= self.max_objects
+    }
+
+    fn over(&self) -> bool {
+        self.fetched.load(Ordering::Relaxed) > self.max_objects
+    }
+
     /// Every root field: batched groups with one lookup each, the others one by one, all
     /// concurrently.
     async fn roots(&self, index: usize, plan: &OperationPlan) -> Vec<Option<RootResult>> {
@@ -196,6 +234,9 @@ impl<'a> Exec<'a> {
                     .collect()
             }
         };
+        if !self.admit(rows.len()) {
+            return Vec::new();
+        }
         let mut owners = Vec::with_capacity(rows.len());
         let mut nodes = Vec::with_capacity(rows.len());
         for (key, row) in rows {
@@ -263,6 +304,9 @@ impl<'a> Exec<'a> {
         } else {
             Some(1)
         };
+        // one more than the budget allows: enough to know the query matches too many
+        let budget = self.max_objects.saturating_add(1);
+        let limit = Some(limit.map_or(budget, |l| l.min(budget)));
         let rows = match self
             .fetchers
             .local(index)
@@ -276,13 +320,19 @@ impl<'a> Exec<'a> {
             .await
         {
             Ok(RootRows::Nested(rows)) => {
+                if !self.admit(nested_count(&rows)) {
+                    return None;
+                }
                 return Some(RootResult::Nodes(
                     rows.into_iter().map(Node::from_nested).collect(),
-                ))
+                ));
             }
             Ok(RootRows::Flat(rows)) => rows,
             Err(e) => return Some(RootResult::Error(FieldError::store(&e))),
         };
+        if !self.admit(rows.len()) {
+            return None;
+        }
         let mut nodes: Vec<Node> = rows.into_iter().map(Node::from_row).collect();
         self.resolve_links(selection, &mut nodes, at).await;
         Some(RootResult::Nodes(nodes))
@@ -297,7 +347,7 @@ impl<'a> Exec<'a> {
         at: Option<Millis>,
     ) -> BoxFuture<'b, ()> {
         Box::pin(async move {
-            if selection.resolvers.is_empty() || nodes.is_empty() {
+            if selection.resolvers.is_empty() || nodes.is_empty() || self.over() {
                 return;
             }
             let per_resolver = {
@@ -392,6 +442,9 @@ impl<'a> Exec<'a> {
         key_index: &HashMap<String, usize>,
         at: Option<Millis>,
     ) -> Vec<Link> {
+        if !self.admit(rows.len()) {
+            return keys.iter().map(|_| Link::Nodes(Vec::new())).collect();
+        }
         let mut owners = Vec::with_capacity(rows.len());
         let mut children = Vec::with_capacity(rows.len());
         let mut taken = vec![false; keys.len()];

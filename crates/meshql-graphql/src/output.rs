@@ -31,11 +31,51 @@ impl std::fmt::Display for What<'_> {
     }
 }
 
+/// `extensions.code` of a request whose result is over `max_objects` or `max_response_bytes`.
+pub const TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
+/// `extensions.code` of a request that ran out of time.
+pub const TIMEOUT: &str = "TIMEOUT";
+
+/// Field errors kept per response; the rest are counted in one last error.
+const MAX_ERRORS: usize = 100;
+
 pub(crate) struct Writer<'v> {
     buf: Vec<u8>,
     errors: Vec<(String, Option<&'static str>, Vec<Seg<'v>>)>,
+    /// Errors beyond [`MAX_ERRORS`], not kept.
+    errors_dropped: usize,
     path: Vec<Seg<'v>>,
     variables: &'v Map<String, Value>,
+    /// Objects the response may hold, and bytes it may take.
+    max_objects: usize,
+    max_bytes: usize,
+    objects: usize,
+    /// Set once a limit is passed: the response becomes this error alone.
+    over: Option<String>,
+}
+
+/// A request-level error (no `data`, or `data: null`).
+pub(crate) struct RequestError {
+    pub message: String,
+    pub locations: Vec<(usize, usize)>,
+    pub code: Option<&'static str>,
+}
+
+impl RequestError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            locations: Vec::new(),
+            code: None,
+        }
+    }
+
+    pub(crate) fn coded(message: impl Into<String>, code: &'static str) -> Self {
+        Self {
+            code: Some(code),
+            ..Self::new(message)
+        }
+    }
 }
 
 fn push_json_str(buf: &mut Vec<u8>, s: &str) {
@@ -43,16 +83,20 @@ fn push_json_str(buf: &mut Vec<u8>, s: &str) {
 }
 
 /// A response with request errors only (no `data`).
-pub(crate) fn request_errors(errors: &[(String, Vec<(usize, usize)>)]) -> Vec<u8> {
+pub(crate) fn request_errors(errors: &[RequestError]) -> Vec<u8> {
     let list: Vec<Value> = errors
         .iter()
-        .map(|(message, locations)| {
-            let mut e = serde_json::json!({ "message": message });
-            if !locations.is_empty() {
-                e["locations"] = locations
+        .map(|error| {
+            let mut e = serde_json::json!({ "message": error.message });
+            if !error.locations.is_empty() {
+                e["locations"] = error
+                    .locations
                     .iter()
                     .map(|(l, c)| serde_json::json!({"line": l, "column": c}))
                     .collect();
+            }
+            if let Some(code) = error.code {
+                e["extensions"] = serde_json::json!({ "code": code });
             }
             e
         })
@@ -61,23 +105,61 @@ pub(crate) fn request_errors(errors: &[(String, Vec<(usize, usize)>)]) -> Vec<u8
 }
 
 impl<'v> Writer<'v> {
-    pub(crate) fn new(variables: &'v Map<String, Value>) -> Self {
+    /// A writer of at most `max_objects` objects and about `max_bytes` bytes (checked
+    /// before each object: one object's leaves may go past it).
+    pub(crate) fn new(
+        variables: &'v Map<String, Value>,
+        max_objects: usize,
+        max_bytes: usize,
+    ) -> Self {
         Self {
             buf: Vec::with_capacity(1024),
             errors: Vec::new(),
+            errors_dropped: 0,
             path: Vec::new(),
             variables,
+            max_objects,
+            max_bytes,
+            objects: 0,
+            over: None,
+        }
+    }
+
+    fn push_error(&mut self, message: String, code: Option<&'static str>) {
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push((message, code, self.path.clone()));
+        } else {
+            self.errors_dropped += 1;
         }
     }
 
     fn error(&mut self, message: impl Into<String>) {
-        self.errors.push((message.into(), None, self.path.clone()));
+        self.push_error(message.into(), None);
     }
 
     /// An error with the code of its kind (`extensions.code`).
     fn coded_error(&mut self, e: &FieldError) {
-        self.errors
-            .push((e.message.to_string(), e.code, self.path.clone()));
+        self.push_error(e.message.to_string(), e.code);
+    }
+
+    /// Counts one more object; false (and the response is abandoned) past a limit.
+    fn admit_object(&mut self) -> bool {
+        if self.over.is_some() {
+            return false;
+        }
+        self.objects += 1;
+        if self.objects > self.max_objects {
+            self.over = Some(format!(
+                "the response would hold more than {} objects (graphql.max_objects); select less or pass `limit`",
+                self.max_objects
+            ));
+        } else if self.buf.len() > self.max_bytes {
+            self.over = Some(format!(
+                "the response would be larger than {} bytes (graphql.max_response_bytes); select less or pass `limit`",
+                self.max_bytes
+            ));
+        }
+        self.over.is_none()
     }
 
     fn null_in(&mut self, shape_non_null: bool, what: &What<'_>) -> Result<(), Bubble> {
@@ -204,6 +286,9 @@ impl<'v> Writer<'v> {
         map: &Map<String, Value>,
         links: &[Link],
     ) -> Result<(), Bubble> {
+        if !self.admit_object() {
+            return Err(Bubble);
+        }
         self.buf.push(b'{');
         let mut first = true;
         for field in &selection.fields {
@@ -263,6 +348,9 @@ impl<'v> Writer<'v> {
             // HTTP target: the remote JSON is spliced as it is
             return match link {
                 Link::Raw(Some(raw)) => {
+                    if !self.admit_object() {
+                        return Err(Bubble);
+                    }
                     self.buf.extend_from_slice(raw.get().as_bytes());
                     Ok(())
                 }
@@ -463,6 +551,15 @@ impl<'v> Writer<'v> {
     }
 
     pub(crate) fn finish(mut self) -> Vec<u8> {
+        if let Some(message) = self.over.take() {
+            return request_errors(&[RequestError::coded(message, TOO_LARGE)]);
+        }
+        if self.errors_dropped > 0 {
+            let more = self.errors_dropped;
+            self.path.clear();
+            self.errors
+                .push((format!("... and {more} more errors"), None, Vec::new()));
+        }
         if !self.errors.is_empty() {
             self.buf.extend_from_slice(b",\"errors\":[");
             for (i, (message, code, path)) in self.errors.iter().enumerate() {

@@ -10,21 +10,15 @@ use apollo_compiler::executable::{
 };
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Node, Schema};
+use meshql_config::GraphqlLimits;
 use meshql_core::Nested;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write;
 use std::sync::Arc;
 
-/// Deepest selection nesting a query may have.
-pub const MAX_DEPTH: usize = 32;
-
-/// Most field selections one operation may plan (after fragment expansion): bounds the
-/// work a single request can ask for.
-pub const MAX_PLANNED_FIELDS: usize = 20_000;
-
-/// Most root fields one operation may have (MeshQL's aliased batches are 100 per request).
-pub const MAX_ROOT_FIELDS: usize = 1_000;
+/// `extensions.code` of a query refused for its shape (depth, fields, relationships).
+pub const TOO_COMPLEX: &str = "QUERY_TOO_COMPLEX";
 
 /// A value in the document: a constant or something that depends on variables.
 #[derive(Debug, Clone)]
@@ -209,6 +203,8 @@ pub struct RootBatch {
 pub struct PlanError {
     pub message: String,
     pub locations: Vec<(usize, usize)>,
+    /// `extensions.code`, for errors that have one.
+    pub code: Option<&'static str>,
 }
 
 impl PlanError {
@@ -216,7 +212,15 @@ impl PlanError {
         Self {
             message: message.into(),
             locations: Vec::new(),
+            code: None,
         }
+    }
+
+    fn too_complex(message: impl Into<String>) -> Vec<Self> {
+        vec![Self {
+            code: Some(TOO_COMPLEX),
+            ..Self::new(message)
+        }]
     }
 }
 
@@ -227,6 +231,7 @@ pub fn plan(
     index: usize,
     query: &str,
     operation_name: Option<&str>,
+    limits: &GraphqlLimits,
 ) -> Result<OperationPlan, Vec<PlanError>> {
     let graphlette = &catalog.graphlettes()[index];
     let schema = graphlette.schema.as_ref();
@@ -240,6 +245,7 @@ pub fn plan(
                     PlanError {
                         message: json.message.clone(),
                         locations: json.locations.iter().map(|l| (l.line, l.column)).collect(),
+                        code: None,
                     }
                 })
                 .collect::<Vec<_>>()
@@ -261,7 +267,9 @@ pub fn plan(
         catalog,
         schema,
         document: &document,
+        limits,
         planned: std::cell::Cell::new(0),
+        relationships: std::cell::Cell::new(0),
     };
     let roots = planner.plan_roots(index, operation)?;
     let batches = batches(&roots, graphlette, operation, &document);
@@ -346,14 +354,11 @@ struct Planner<'a> {
     /// The schema the document was validated against.
     schema: &'a Valid<Schema>,
     document: &'a Valid<ExecutableDocument>,
-    /// Field occurrences collected so far (see [`MAX_PLANNED_FIELDS`]).
+    limits: &'a GraphqlLimits,
+    /// Field occurrences collected so far (see [`GraphqlLimits::max_fields`]).
     planned: std::cell::Cell<usize>,
-}
-
-fn too_big() -> Vec<PlanError> {
-    vec![PlanError::new(format!(
-        "the query selects more than {MAX_PLANNED_FIELDS} fields once fragments are expanded"
-    ))]
+    /// Relationship fields planned so far (see [`GraphqlLimits::max_relationships`]).
+    relationships: std::cell::Cell<usize>,
 }
 
 /// Fields of a selection set grouped by response key (CollectFields), in order.
@@ -371,7 +376,7 @@ impl<'a> Planner<'a> {
         'a: 'd,
     {
         for selection in &set.selections {
-            if self.planned.get() > MAX_PLANNED_FIELDS {
+            if self.planned.get() > self.limits.max_fields.get() {
                 return;
             }
             match selection {
@@ -439,14 +444,13 @@ impl<'a> Planner<'a> {
             &mut collected,
             &mut HashSet::new(),
         );
-        if self.planned.get() > MAX_PLANNED_FIELDS {
-            return Err(too_big());
-        }
-        if collected.len() > MAX_ROOT_FIELDS {
-            return Err(vec![PlanError::new(format!(
-                "the query has {} root fields; at most {MAX_ROOT_FIELDS} are allowed",
-                collected.len()
-            ))]);
+        self.check_fields()?;
+        if collected.len() > self.limits.max_root_fields.get() {
+            return Err(PlanError::too_complex(format!(
+                "the query has {} root fields; at most {} are allowed",
+                collected.len(),
+                self.limits.max_root_fields
+            )));
         }
         let mut roots = Vec::with_capacity(collected.len());
         for (key, occurrences) in collected {
@@ -474,7 +478,7 @@ impl<'a> Planner<'a> {
                         let ty = field.definition.ty.inner_named_type();
                         let composite = self.is_composite(ty);
                         let selection = if composite {
-                            self.plan_selection(&occurrences, ty.as_str(), Some(index), 1)?
+                            self.plan_selection(&occurrences, ty.as_str(), Some(index), 1, 0)?
                         } else {
                             Arc::new(SelectionPlan::default())
                         };
@@ -498,6 +502,16 @@ impl<'a> Planner<'a> {
         Ok(roots)
     }
 
+    fn check_fields(&self) -> Result<(), Vec<PlanError>> {
+        if self.planned.get() > self.limits.max_fields.get() {
+            return Err(PlanError::too_complex(format!(
+                "the query selects more than {} fields once fragments are expanded",
+                self.limits.max_fields
+            )));
+        }
+        Ok(())
+    }
+
     fn is_composite(&self, ty: &Name) -> bool {
         self.schema
             .types
@@ -507,18 +521,21 @@ impl<'a> Planner<'a> {
 
     /// Plans the merged sub-selection of `occurrences` (fields with one response key).
     /// `exec` is the graphlette whose rows fill this selection (`None` inside an embedded
-    /// payload object, where no resolver applies).
+    /// payload object, where no resolver applies). `depth` counts fields above it,
+    /// `relationship_depth` the relationship fields among them.
     fn plan_selection(
         &self,
         occurrences: &[(&Node<Field>, Conditions)],
         type_name: &str,
         exec: Option<usize>,
         depth: usize,
+        relationship_depth: usize,
     ) -> Result<Arc<SelectionPlan>, Vec<PlanError>> {
-        if depth > MAX_DEPTH {
-            return Err(vec![PlanError::new(format!(
-                "the query is nested deeper than {MAX_DEPTH} levels"
-            ))]);
+        if depth >= self.limits.max_depth.get() {
+            return Err(PlanError::too_complex(format!(
+                "the query is nested deeper than {} levels",
+                self.limits.max_depth
+            )));
         }
         let mut collected = Vec::new();
         for (field, conds) in occurrences {
@@ -530,9 +547,7 @@ impl<'a> Planner<'a> {
                 &mut HashSet::new(),
             );
         }
-        if self.planned.get() > MAX_PLANNED_FIELDS {
-            return Err(too_big());
-        }
+        self.check_fields()?;
         let exec_graphlette = exec.map(|i| &self.catalog.graphlettes()[i]);
         let mut fields = Vec::with_capacity(collected.len());
         let mut resolvers = Vec::new();
@@ -549,6 +564,19 @@ impl<'a> Planner<'a> {
             let kind = if name == "__typename" {
                 FieldKind::Typename(type_name.to_owned())
             } else if let Some(r) = resolver {
+                self.relationships.set(self.relationships.get() + 1);
+                if self.relationships.get() > self.limits.max_relationships.get() {
+                    return Err(PlanError::too_complex(format!(
+                        "the query selects more than {} relationship fields",
+                        self.limits.max_relationships
+                    )));
+                }
+                if relationship_depth >= self.limits.max_relationship_depth.get() {
+                    return Err(PlanError::too_complex(format!(
+                        "the query nests relationships deeper than {} levels ({type_name}.{name})",
+                        self.limits.max_relationship_depth
+                    )));
+                }
                 let target = match &r.target {
                     meshql_config::ResolverTarget::InProcess { graph_path } => {
                         let (t_index, target) = self
@@ -559,7 +587,13 @@ impl<'a> Planner<'a> {
                             .query_index(&r.query)
                             .expect("resolver queries are checked at start-up");
                         let selection = if self.is_composite(inner) {
-                            self.plan_selection(&occ, inner.as_str(), Some(t_index), depth + 1)?
+                            self.plan_selection(
+                                &occ,
+                                inner.as_str(),
+                                Some(t_index),
+                                depth + 1,
+                                relationship_depth + 1,
+                            )?
                         } else {
                             Arc::new(SelectionPlan::default())
                         };
@@ -580,7 +614,13 @@ impl<'a> Planner<'a> {
                 });
                 FieldKind::Resolver(resolvers.len() - 1)
             } else if self.is_composite(inner) {
-                FieldKind::Embedded(self.plan_selection(&occ, inner.as_str(), None, depth + 1)?)
+                FieldKind::Embedded(self.plan_selection(
+                    &occ,
+                    inner.as_str(),
+                    None,
+                    depth + 1,
+                    relationship_depth,
+                )?)
             } else {
                 FieldKind::Leaf(leaf_kind(inner.as_str()))
             };

@@ -6,9 +6,10 @@
 use crate::catalog::{Catalog, Graphlette};
 use crate::execute;
 use crate::fetch::{Fetchers, Http, InProcess};
-use crate::output::request_errors;
+use crate::output::{request_errors, RequestError, TIMEOUT};
 use crate::plan::{self, OperationPlan, PlanError};
 use crate::request::{GraphqlRequest, RequestContext};
+use meshql_config::GraphqlLimits;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub struct Registry {
     /// One per graphlette, same index.
     plans: Vec<PlanCache>,
     fetchers: Fetchers,
+    limits: GraphqlLimits,
 }
 
 impl Registry {
@@ -74,7 +76,18 @@ impl Registry {
             by_path,
             plans,
             fetchers,
+            limits: GraphqlLimits::default(),
         })
+    }
+
+    /// What one request may cost (the defaults of [`GraphqlLimits`] otherwise).
+    pub fn with_limits(mut self, limits: GraphqlLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> &GraphqlLimits {
+        &self.limits
     }
 
     pub fn graphlettes(&self) -> &[Graphlette] {
@@ -92,7 +105,7 @@ impl Registry {
         if let Some(p) = cache.read().get(&key) {
             return p.clone();
         }
-        let planned = plan::plan(self, index, query, operation)
+        let planned = plan::plan(self, index, query, operation, &self.limits)
             .map(Arc::new)
             .map_err(Arc::new);
         if planned.is_err() || query.len() > PLAN_CACHE_MAX_QUERY {
@@ -115,27 +128,42 @@ impl Registry {
         ctx: &RequestContext,
     ) -> Vec<u8> {
         let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
-            return request_errors(&[("Must provide query string.".to_owned(), Vec::new())]);
+            return request_errors(&[RequestError::new("Must provide query string.")]);
         };
         let plan = match self.plan(index, query, request.operation_name.as_deref()) {
             Ok(p) => p,
             Err(errors) => {
                 let list: Vec<_> = errors
                     .iter()
-                    .map(|e| (e.message.clone(), e.locations.clone()))
+                    .map(|e| RequestError {
+                        message: e.message.clone(),
+                        locations: e.locations.clone(),
+                        code: e.code,
+                    })
                     .collect();
                 return request_errors(&list);
             }
         };
-        execute::execute(
+        let timeout = Duration::from_millis(self.limits.timeout_ms.get());
+        let run = execute::execute(
             &self.graphlettes,
             &self.fetchers,
             index,
             &plan,
             request.variables.as_ref(),
             ctx,
-        )
-        .await
+            &self.limits,
+        );
+        match tokio::time::timeout(timeout, run).await {
+            Ok(body) => body,
+            Err(_) => request_errors(&[RequestError::coded(
+                format!(
+                    "the query did not finish within {} ms",
+                    self.limits.timeout_ms
+                ),
+                TIMEOUT,
+            )]),
+        }
     }
 }
 

@@ -608,3 +608,159 @@ async fn limit_must_be_positive_and_ids_may_be_integers() {
         .await;
     assert_eq!(r, json!({"data": {"getById": {"name": "Numbered"}}}));
 }
+
+/// The code of the first error of a response refused as a whole (no data).
+fn refused_with(r: &Value) -> &str {
+    assert!(
+        r.get("data").is_none_or(Value::is_null),
+        "a refused request has no data: {r}"
+    );
+    r["errors"][0]["extensions"]["code"].as_str().unwrap_or("")
+}
+
+fn limits(f: impl FnOnce(&mut meshql_config::GraphqlLimits)) -> meshql_config::GraphqlLimits {
+    let mut l = meshql_config::GraphqlLimits::default();
+    f(&mut l);
+    l
+}
+
+fn n(v: usize) -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(v).unwrap()
+}
+
+async fn limited_world(l: meshql_config::GraphqlLimits) -> World {
+    let w = farm_world().await;
+    World {
+        registry: w.registry.with_limits(l),
+        ..w
+    }
+}
+
+#[tokio::test]
+async fn relationship_cycles_stop_at_the_relationship_depth() {
+    let w = limited_world(limits(|l| l.max_relationship_depth = n(4))).await;
+    // farm → coops → hens → coop: three relationship levels, allowed
+    let ok = w
+        .query(
+            "/farm/graph",
+            r#"{ getById(id: "F1") { coops { hens { coop { name } } } } }"#,
+        )
+        .await;
+    assert!(ok.get("errors").is_none(), "{ok}");
+    // the cycle hens { coop { hens ... } } five levels deep: refused before anything is read
+    let reads = w.reads();
+    let r = w
+        .query(
+            "/coop/graph",
+            r#"{ getById(id: "C1") { hens { coop { hens { coop { hens { name } } } } } } }"#,
+        )
+        .await;
+    assert_eq!(refused_with(&r), "QUERY_TOO_COMPLEX", "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("relationships deeper than 4"),
+        "{r}"
+    );
+    assert_eq!(w.reads(), reads, "nothing was read");
+}
+
+#[tokio::test]
+async fn aliased_relationships_are_counted() {
+    let w = limited_world(limits(|l| l.max_relationships = n(10))).await;
+    let q: String = std::iter::once(r#"{ getAll { "#.to_owned())
+        .chain((0..6).map(|i| format!(" c{i}: coops {{ hens {{ name }} }}")))
+        .chain(std::iter::once(" } }".to_owned()))
+        .collect();
+    let r = w.query("/farm/graph", &q).await;
+    assert_eq!(refused_with(&r), "QUERY_TOO_COMPLEX", "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than 10 relationship fields"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn depth_and_field_limits_are_configurable() {
+    let w = limited_world(limits(|l| {
+        l.max_depth = n(3);
+        l.max_fields = n(5);
+    }))
+    .await;
+    let ok = w
+        .query("/farm/graph", r#"{ getById(id: "F1") { coops { name } } }"#)
+        .await;
+    assert!(ok.get("errors").is_none(), "{ok}");
+    let deep = w
+        .query(
+            "/farm/graph",
+            r#"{ getById(id: "F1") { coops { hens { name } } } }"#,
+        )
+        .await;
+    assert_eq!(refused_with(&deep), "QUERY_TOO_COMPLEX", "{deep}");
+    let wide = w
+        .query(
+            "/farm/graph",
+            r#"{ getById(id: "F1") { a: name b: name c: name d: name e: name f: name } }"#,
+        )
+        .await;
+    assert_eq!(refused_with(&wide), "QUERY_TOO_COMPLEX", "{wide}");
+}
+
+#[tokio::test]
+async fn a_vector_query_over_the_object_budget_is_refused_not_cut_short() {
+    let w = limited_world(limits(|l| l.max_objects = n(1))).await;
+    let ok = w
+        .query("/farm/graph", "{ getAll(limit: 1) { name } }")
+        .await;
+    assert_eq!(ok["data"]["getAll"].as_array().unwrap().len(), 1, "{ok}");
+    // two farms match
+    let r = w.query("/farm/graph", "{ getAll { name } }").await;
+    assert_eq!(refused_with(&r), "RESPONSE_TOO_LARGE", "{r}");
+    // relationships count too: one farm, two coops
+    let r = w
+        .query("/farm/graph", r#"{ getById(id: "F1") { coops { name } } }"#)
+        .await;
+    assert_eq!(refused_with(&r), "RESPONSE_TOO_LARGE", "{r}");
+}
+
+#[tokio::test]
+async fn objects_written_count_once_per_parent() {
+    // every hen links back to its coop, which lists its hens: 3 documents fetched per
+    // level, but written once per parent; the writer stops at the budget
+    let w = limited_world(limits(|l| l.max_objects = n(12))).await;
+    let small = w
+        .query(
+            "/coop/graph",
+            r#"{ getById(id: "C1") { hens { coop { name } } } }"#,
+        )
+        .await;
+    assert!(small.get("errors").is_none(), "{small}");
+    let r = w
+        .query(
+            "/coop/graph",
+            r#"{ getById(id: "C1") { hens { coop { hens { coop { hens { coop { hens { name } } } } } } } } }"#,
+        )
+        .await;
+    assert_eq!(refused_with(&r), "RESPONSE_TOO_LARGE", "{r}");
+}
+
+#[tokio::test]
+async fn the_response_size_is_capped() {
+    let w = limited_world(limits(|l| l.max_response_bytes = n(60))).await;
+    let ok = w
+        .query("/farm/graph", r#"{ getById(id: "F1") { name } }"#)
+        .await;
+    assert!(ok.get("errors").is_none(), "{ok}");
+    let r = w
+        .query(
+            "/farm/graph",
+            "{ getAll { id name zone coops { id name } } }",
+        )
+        .await;
+    assert_eq!(refused_with(&r), "RESPONSE_TOO_LARGE", "{r}");
+}

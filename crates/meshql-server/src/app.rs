@@ -230,7 +230,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         graphlettes,
         Duration::from_millis(config.http_client.connect_timeout_ms),
         Duration::from_millis(config.http_client.request_timeout_ms),
-    )?);
+    )?
+    .with_limits(config.graphql));
 
     let mut router = Router::new();
     for entity in &config.entities {

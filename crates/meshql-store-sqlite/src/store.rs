@@ -28,6 +28,9 @@ pub struct SqliteStore {
 }
 
 /// Statement texts that do not depend on templates.
+/// Whole-table reads allowed more rows than this run on the blocking pool.
+const SCAN_ROWS: usize = 1_000;
+
 struct TableSql {
     read_latest: String,
     read_at: String,
@@ -484,7 +487,9 @@ impl StoreReader for SqliteStore {
                 .collect()
         };
         let whole_table = matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty());
-        if whole_table && limit.is_none() {
+        // a read of the whole table that may return many rows (GraphQL caps a vector query
+        // at its object budget, 100,001 by default) goes to the blocking pool
+        if whole_table && limit.is_none_or(|l| l > SCAN_ROWS) {
             self.scan(run).await
         } else {
             self.db.read(|conn| {
