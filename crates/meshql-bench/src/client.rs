@@ -1,5 +1,6 @@
 //! The HTTP side of a virtual user: one keep-alive HTTP/1.1 connection per user (as k6 and
-//! wrk do), requests timed from the first byte written to the last byte read. The connection
+//! wrk do), requests timed to the last byte read from when they were due (open model, see
+//! [`Session::due_at`]) or from just before their first byte is written. The connection
 //! itself is [`crate::http1`].
 
 use crate::http1::{Connection, Http1Error};
@@ -87,6 +88,8 @@ pub struct Session {
     target: Target,
     conn: Option<Connection>,
     pub recorder: Recorder,
+    /// When the next recorded request was due (open model): its latency counts from then.
+    due: Option<Instant>,
 }
 
 impl Session {
@@ -95,7 +98,23 @@ impl Session {
             target,
             conn: None,
             recorder: Recorder::default(),
+            due: None,
         }
+    }
+
+    /// The next recorded request was due at `due` (the open model's schedule): its latency
+    /// is counted from then, not from when it was sent, so time the request spent waiting to
+    /// be sent (a late generator, a busy worker) is charged to the request instead of hidden.
+    /// Later requests of the same iteration are timed from their send, as they are only due
+    /// once the one before them answered.
+    pub fn due_at(&mut self, due: Instant) {
+        self.due = Some(due);
+    }
+
+    /// When the request about to be sent started counting.
+    fn start_clock(&mut self) -> Instant {
+        let now = Instant::now();
+        self.due.take().map_or(now, |due| due.min(now))
     }
 
     /// Opens the connection ahead of the first request (pre-allocated open-model workers).
@@ -174,8 +193,9 @@ impl Session {
         Err(Http1Error::Closed.into())
     }
 
-    /// Sends one request and records it under `kind`, timed from the first byte written to
-    /// the last byte read; `None` when no response came back (recorded as an HTTP error). A
+    /// Sends one request and records it under `kind`, timed from when it was due (see
+    /// [`Session::due_at`]; otherwise from just before its first byte is written) to the last
+    /// byte read; `None` when no response came back (recorded as an HTTP error). A
     /// status ≥ 400 is recorded as an HTTP error but returned.
     pub async fn call(
         &mut self,
@@ -196,7 +216,7 @@ impl Session {
         headers: &[(&str, &str)],
         body: Option<Bytes>,
     ) -> Option<Reply> {
-        let started = Instant::now();
+        let started = self.start_clock();
         let result = self.send_with(method, path, headers, body).await;
         let latency = started.elapsed();
         match result {
@@ -220,7 +240,7 @@ impl Session {
     /// response is a 2xx without `errors`.
     pub async fn graphql(&mut self, kind: &'static str, path: &str, query: &str) -> Option<Value> {
         let body = graphql_body(query);
-        let started = Instant::now();
+        let started = self.start_clock();
         let result = self.send(Method::POST, path, Some(body)).await;
         let latency = started.elapsed();
         let (outcome, data) = match result {

@@ -361,6 +361,7 @@ pub async fn run_open(
                 .lock()
                 .expect("lag lock")
                 .record(late.min(LAG_MAX_MICROS));
+            vu.session.due_at(due);
             workload.iteration(&mut vu, due).await;
             vu.report(&live);
             live.iterations.fetch_add(1, Ordering::Relaxed);

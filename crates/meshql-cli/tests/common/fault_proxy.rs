@@ -3,7 +3,9 @@
 //! failure or a server crash would). Runs on the test's tokio runtime.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -14,6 +16,8 @@ pub struct FaultProxy {
     paused: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
+    /// Bytes meshql sent towards the server since the last pause (held while paused).
+    sent_while_paused: Arc<AtomicU64>,
 }
 
 impl FaultProxy {
@@ -23,13 +27,18 @@ impl FaultProxy {
         let addr = listener.local_addr().expect("local addr");
         let (paused, _) = watch::channel(false);
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let (tx, conns) = (paused.clone(), connections.clone());
+        let sent_while_paused = Arc::new(AtomicU64::new(0));
+        let (tx, conns, sent) = (
+            paused.clone(),
+            connections.clone(),
+            sent_while_paused.clone(),
+        );
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(upstream).await else {
                     continue; // the client sees its connection closed
                 };
-                let task = tokio::spawn(forward(client, server, tx.subscribe()));
+                let task = tokio::spawn(forward(client, server, tx.subscribe(), sent.clone()));
                 conns.lock().unwrap().push(task.abort_handle());
             }
         })
@@ -39,6 +48,7 @@ impl FaultProxy {
             paused,
             connections,
             accept,
+            sent_while_paused,
         }
     }
 
@@ -49,7 +59,21 @@ impl FaultProxy {
 
     /// Holds every byte in either direction until [`resume`](Self::resume).
     pub fn pause(&self) {
+        self.sent_while_paused.store(0, Ordering::SeqCst);
         self.paused.send_replace(true);
+    }
+
+    /// Waits until meshql has sent bytes towards the server since the pause (a request is
+    /// on the wire and holds its connection); panics after `limit`.
+    pub async fn until_request_held(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.sent_while_paused.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no request reached the paused proxy within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     pub fn resume(&self) {
@@ -72,30 +96,40 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn forward(client: TcpStream, server: TcpStream, paused: watch::Receiver<bool>) {
+async fn forward(
+    client: TcpStream,
+    server: TcpStream,
+    paused: watch::Receiver<bool>,
+    sent_while_paused: Arc<AtomicU64>,
+) {
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
     // either direction ending ends the connection
     tokio::select! {
-        _ = pump(cr, sw, paused.clone()) => {}
-        _ = pump(sr, cw, paused) => {}
+        _ = pump(cr, sw, paused.clone(), Some(sent_while_paused)) => {}
+        _ = pump(sr, cw, paused, None) => {}
     }
 }
 
+/// Copies `from` to `to`; while paused it reads one buffer ahead (counted in `held`) and
+/// holds it until the pause ends.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut paused: watch::Receiver<bool>,
+    held: Option<Arc<AtomicU64>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        if paused.wait_for(|p| !*p).await.is_err() {
-            return;
-        }
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        if *paused.borrow() {
+            if let Some(held) = &held {
+                held.fetch_add(n as u64, Ordering::SeqCst);
+            }
+        }
         if paused.wait_for(|p| !*p).await.is_err() {
             return;
         }
