@@ -11,6 +11,9 @@ pub struct ValidatorError(pub String);
 /// A compiled schema.
 pub struct PayloadValidator {
     validator: jsonschema::Validator,
+    /// The schema, for the integer range check (JSON Schema's `integer` is any number
+    /// without a fraction, 1e300 included).
+    schema: Value,
 }
 
 impl std::fmt::Debug for PayloadValidator {
@@ -35,26 +38,87 @@ impl PayloadValidator {
             .with_format("uuid", is_uuid)
             .build(schema)
             .map_err(|e| ValidatorError(e.to_string()))?;
-        Ok(Self { validator })
+        Ok(Self {
+            validator,
+            schema: schema.clone(),
+        })
     }
 
     /// Every violation as `{"path": "/field", "message": "..."}` (at most 20).
     pub fn violations(&self, instance: &Value) -> Vec<Value> {
+        let mut found = Vec::new();
+        integers_in_range(&self.schema, instance, &mut String::new(), &mut found);
         // the common case first: `is_valid` stops at the first failure and builds no errors
-        if self.validator.is_valid(instance) {
+        if found.is_empty() && self.validator.is_valid(instance) {
             return Vec::new();
         }
-        self.validator
-            .iter_errors(instance)
-            .take(20)
-            .map(|e| {
-                let path = e.instance_path().to_string();
-                json!({
-                    "path": if path.is_empty() { "/".to_owned() } else { path },
-                    "message": e.to_string(),
-                })
+        let schema_errors = self.validator.iter_errors(instance).map(|e| {
+            let path = e.instance_path().to_string();
+            json!({
+                "path": if path.is_empty() { "/".to_owned() } else { path },
+                "message": e.to_string(),
             })
-            .collect()
+        });
+        found.extend(schema_errors);
+        found.truncate(20);
+        found
+    }
+}
+
+/// Whether `schema` declares `type: integer` (alone or among others).
+fn declares_integer(schema: &Value) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(types)) => types.iter().any(|t| t == "integer"),
+        _ => false,
+    }
+}
+
+/// Violations for numbers where the schema (through `properties` and `items`) declares an
+/// integer but the value does not fit in 64 bits: JSON Schema accepts any number without a
+/// fraction as an integer, so `18446744073709551616` (parsed as a float) would be stored as
+/// 1.8446744073709552e19 and then break every typed read of the document.
+fn integers_in_range(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<Value>) {
+    match value {
+        Value::Number(n) if declares_integer(schema) && !(n.is_i64() || n.is_u64()) => {
+            if n.as_f64().is_some_and(|f| f.fract() == 0.0) {
+                out.push(json!({
+                    "path": if path.is_empty() { "/".to_owned() } else { path.clone() },
+                    "message": format!(
+                        "{n} is out of range for an integer (from {} to {})",
+                        i64::MIN,
+                        u64::MAX
+                    ),
+                }));
+            }
+        }
+        Value::Object(map) => {
+            let Some(Value::Object(properties)) = schema.get("properties") else {
+                return;
+            };
+            for (key, sub) in properties {
+                if let Some(v) = map.get(key) {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                    integers_in_range(sub, v, path, out);
+                    path.truncate(len);
+                }
+            }
+        }
+        Value::Array(items) => {
+            let Some(sub) = schema.get("items").filter(|s| s.is_object()) else {
+                return;
+            };
+            for (i, v) in items.iter().enumerate() {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                integers_in_range(sub, v, path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -103,7 +167,50 @@ mod tests {
             "missing required field named: {text}"
         );
         assert!(text.contains("colour"), "unexpected field named: {text}");
+        let huge: Value = serde_json::from_str(
+            r#"{"name": "x", "coop_id": "7f0c2c1e-2f4b-4bb8-9d77-3b0e6f7c6a11", "eggs": 18446744073709551616}"#,
+        )
+        .unwrap();
+        let errs = v.violations(&huge);
+        assert_eq!(errs[0]["path"], "/eggs", "{errs:?}");
+        assert!(
+            errs[0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("out of range for an integer"),
+            "{errs:?}"
+        );
         let bad_time = json!({"name": "x", "coop_id": "7f0c2c1e-2f4b-4bb8-9d77-3b0e6f7c6a11", "seen": "yesterday"});
         assert_eq!(v.violations(&bad_time).len(), 1);
+    }
+}
+
+#[cfg(test)]
+mod integer_range_tests {
+    use super::*;
+
+    #[test]
+    fn integers_beyond_64_bits_are_refused_at_any_depth() {
+        let v = PayloadValidator::new(&json!({
+            "type": "object",
+            "properties": {
+                "counts": {"type": "array", "items": {"type": ["integer", "null"]}},
+                "inner": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "ratio": {"type": "number"}
+            }
+        }))
+        .unwrap();
+        let parse = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        let ok = parse(
+            r#"{"counts": [1, -9223372036854775808, 18446744073709551615, null], "inner": {"n": 3}, "ratio": 1e300}"#,
+        );
+        assert!(v.violations(&ok).is_empty(), "{:?}", v.violations(&ok));
+        let bad = parse(r#"{"counts": [1, 18446744073709551616], "inner": {"n": -1e19}}"#);
+        let paths: Vec<String> = v
+            .violations(&bad)
+            .iter()
+            .map(|e| e["path"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(paths, vec!["/counts/1", "/inner/n"]);
     }
 }

@@ -36,6 +36,12 @@ pub const TOO_LARGE: &str = "RESPONSE_TOO_LARGE";
 /// `extensions.code` of a request that ran out of time.
 pub const TIMEOUT: &str = "TIMEOUT";
 
+/// The largest magnitude served as `Int`: 2^53 − 1, the integers every JSON client reads
+/// exactly. GraphQL's `Int` is 32 bits; meshql serves it wider on purpose, because MeshQL
+/// schemas declare epoch-millisecond timestamps as `Int` (see docs/SECURITY.md). A larger
+/// stored value is a field error, never a rounded number.
+const MAX_SAFE_INT: i64 = (1 << 53) - 1;
+
 /// Field errors kept per response; the rest are counted in one last error.
 const MAX_ERRORS: usize = 100;
 
@@ -515,12 +521,14 @@ impl<'v> Writer<'v> {
                 push_json_str(&mut self.buf, &n.to_string())
             }
             (LeafKind::String, Value::Bool(b)) => push_json_str(&mut self.buf, &b.to_string()),
-            (LeafKind::Int, Value::Number(n)) if n.is_i64() || n.is_u64() => {
+            (LeafKind::Int, Value::Number(n))
+                if n.as_i64().is_some_and(|i| i.abs() <= MAX_SAFE_INT) =>
+            {
                 self.buf.extend_from_slice(n.to_string().as_bytes())
             }
             (LeafKind::Int, Value::Number(n))
                 if n.as_f64()
-                    .is_some_and(|f| f.fract() == 0.0 && f.abs() < 9.0e15) =>
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() <= MAX_SAFE_INT as f64) =>
             {
                 self.buf
                     .extend_from_slice((n.as_f64().unwrap_or(0.0) as i64).to_string().as_bytes())
@@ -543,7 +551,14 @@ impl<'v> Writer<'v> {
                     LeafKind::Id => "ID",
                     _ => "String",
                 };
-                self.error(format!("{kind_name} cannot represent value {v} ({what})"));
+                let why = if kind == LeafKind::Int && v.is_number() {
+                    format!(
+                        "Int cannot represent value {v} ({what}): meshql serves Int from -{MAX_SAFE_INT} to {MAX_SAFE_INT}"
+                    )
+                } else {
+                    format!("{kind_name} cannot represent value {v} ({what})")
+                };
+                self.error(why);
                 return Err(Bubble);
             }
         }

@@ -764,3 +764,49 @@ async fn the_response_size_is_capped() {
         .await;
     assert_eq!(refused_with(&r), "RESPONSE_TOO_LARGE", "{r}");
 }
+
+#[tokio::test]
+async fn int_is_served_up_to_two_to_the_53_and_refused_beyond() {
+    let w = farm_world().await;
+    w.put(
+        "hen",
+        "H8",
+        json!({"name": "wide", "eggs": 4_294_967_296_000i64, "coop_id": "C2"}),
+        T0,
+    )
+    .await;
+    w.put(
+        "hen",
+        "H9",
+        json!({"name": "edge", "eggs": 9_007_199_254_740_991i64, "coop_id": "C2"}),
+        T0,
+    )
+    .await;
+    w.put(
+        "hen",
+        "H10",
+        json!({"name": "over", "eggs": 9_007_199_254_740_993i64, "coop_id": "C2"}),
+        T0,
+    )
+    .await;
+    let r = w
+        .query(
+            "/hen/graph",
+            r#"{ a: getById(id: "H8") { eggs } b: getById(id: "H9") { eggs } c: getById(id: "H10") { name eggs } }"#,
+        )
+        .await;
+    assert_eq!(r["data"]["a"]["eggs"], json!(4_294_967_296_000i64), "{r}");
+    assert_eq!(
+        r["data"]["b"]["eggs"],
+        json!(9_007_199_254_740_991i64),
+        "{r}"
+    );
+    assert_eq!(r["data"]["c"]["eggs"], Value::Null, "{r}");
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("9007199254740993"),
+        "{r}"
+    );
+}
