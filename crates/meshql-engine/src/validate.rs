@@ -80,17 +80,19 @@ fn declares_integer(schema: &Value) -> bool {
 /// 1.8446744073709552e19 and then break every typed read of the document.
 fn integers_in_range(schema: &Value, value: &Value, path: &mut String, out: &mut Vec<Value>) {
     match value {
-        Value::Number(n) if declares_integer(schema) && !(n.is_i64() || n.is_u64()) => {
-            if n.as_f64().is_some_and(|f| f.fract() == 0.0) {
-                out.push(json!({
-                    "path": if path.is_empty() { "/".to_owned() } else { path.clone() },
-                    "message": format!(
-                        "{n} is out of range for an integer (from {} to {})",
-                        i64::MIN,
-                        u64::MAX
-                    ),
-                }));
-            }
+        Value::Number(n)
+            if declares_integer(schema)
+                && !(n.is_i64() || n.is_u64())
+                && n.as_f64().is_some_and(|f| f.fract() == 0.0) =>
+        {
+            out.push(json!({
+                "path": if path.is_empty() { "/".to_owned() } else { path.clone() },
+                "message": format!(
+                    "{n} is out of range for an integer (from {} to {})",
+                    i64::MIN,
+                    u64::MAX
+                ),
+            }));
         }
         Value::Object(map) => {
             let Some(Value::Object(properties)) = schema.get("properties") else {
