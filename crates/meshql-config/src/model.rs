@@ -26,6 +26,11 @@ pub struct ServiceConfig {
     /// Largest accepted request body, in bytes (larger bodies get 413).
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
+    /// The HTTP listener's connection limits: timeouts for headers, idle keep-alive
+    /// connections and request bodies, the number of connections served at once, the listen
+    /// backlog, and how long a shutdown waits for requests in progress.
+    #[serde(default)]
+    pub server: ServerConfig,
     /// How callers are identified.
     #[serde(default)]
     pub auth: AuthConfig,
@@ -65,6 +70,43 @@ fn default_cors() -> String {
 }
 fn default_body_limit() -> usize {
     1024 * 1024
+}
+
+/// `[server]`: connection limits of the HTTP listener. Every setting is optional.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// A request's line and headers must have arrived this many milliseconds after its first
+    /// byte, or the connection is closed (default 10000).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub header_read_timeout_ms: Option<Spanned<u64>>,
+    /// A keep-alive connection with no request in progress and no byte of the next one is
+    /// closed after this many milliseconds (default 60000).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub keep_alive_timeout_ms: Option<Spanned<u64>>,
+    /// A request body must have arrived this many milliseconds after the server starts
+    /// waiting for it; otherwise the answer is 408 and the connection is closed
+    /// (default 30000).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub body_read_timeout_ms: Option<Spanned<u64>>,
+    /// Connections served at once; further ones wait in the listen backlog until one closes
+    /// (default: 10000, or the open-file limit less 256 when that is lower).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub max_connections: Option<Spanned<u64>>,
+    /// Length of the listen queue of connections not yet accepted (default 4096; Linux caps
+    /// it at `net.core.somaxconn`).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub listen_backlog: Option<Spanned<u64>>,
+    /// On SIGTERM or SIGINT, requests in progress get this many milliseconds to finish
+    /// before their connections are cut (default 10000; 0 cuts them at once).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub shutdown_timeout_ms: Option<Spanned<u64>>,
 }
 
 /// Caller identification.

@@ -52,6 +52,8 @@ pub struct ResolvedConfig {
     pub data_dir: PathBuf,
     pub cors_origin: String,
     pub body_limit_bytes: usize,
+    /// `[server]`: connection limits of the HTTP listener.
+    pub server: ServerSpec,
     pub auth: AuthSpec,
     pub http_client: HttpClientConfig,
     pub graphql: crate::model::GraphqlLimits,
@@ -549,6 +551,7 @@ impl Resolver {
             }
         }
 
+        let server = self.resolve_server(&model.server);
         let relays = self.resolve_relays(&model.changes, &entities);
         let auth = self.resolve_auth(&model.auth);
         let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
@@ -568,6 +571,7 @@ impl Resolver {
             data_dir,
             cors_origin: model.cors_origin,
             body_limit_bytes: model.body_limit_bytes,
+            server,
             auth,
             http_client: model.http_client,
             graphql: model.graphql,
@@ -1039,6 +1043,8 @@ mod auth;
 pub use auth::AuthSpec;
 mod relays;
 pub use relays::{default_topic_prefix, kafka_topic, RelaySinkSpec, RelaySpec};
+mod server;
+pub use server::ServerSpec;
 
 #[cfg(test)]
 mod tests;

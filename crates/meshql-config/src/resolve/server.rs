@@ -1,0 +1,206 @@
+//! `[server]`: the HTTP listener's connection limits, checked, with their defaults filled in.
+
+use super::Resolver;
+use crate::model::ServerConfig;
+use std::time::Duration;
+use toml::Spanned;
+
+/// The longest timeout accepted (a day): beyond it a limit protects nothing.
+const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+/// The most connections accepted as `max_connections`.
+pub const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// Connection limits of the HTTP listener (`[server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    /// From a request's first byte to the end of its headers.
+    pub header_read_timeout: Duration,
+    /// An idle keep-alive connection: no request in progress, no byte of the next one.
+    pub keep_alive_timeout: Duration,
+    /// For a request body, from when the server first waits for it.
+    pub body_read_timeout: Duration,
+    /// Connections served at once; `None`: derived from the open-file limit at start.
+    pub max_connections: Option<usize>,
+    pub listen_backlog: u32,
+    /// How long requests in progress may still run after SIGTERM/SIGINT.
+    pub shutdown_timeout: Duration,
+}
+
+impl ServerSpec {
+    pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+    pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+    /// The default `max_connections` when the open-file limit allows it.
+    pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+    pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
+    pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+}
+
+impl Default for ServerSpec {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Self::DEFAULT_HEADER_READ_TIMEOUT,
+            keep_alive_timeout: Self::DEFAULT_KEEP_ALIVE_TIMEOUT,
+            body_read_timeout: Self::DEFAULT_BODY_READ_TIMEOUT,
+            max_connections: None,
+            listen_backlog: Self::DEFAULT_LISTEN_BACKLOG,
+            shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+        }
+    }
+}
+
+impl Resolver {
+    /// A setting in `low..=high`, reported at its line otherwise.
+    fn server_setting(
+        &mut self,
+        at: &Option<Spanned<u64>>,
+        key: &str,
+        low: u64,
+        high: u64,
+        why_low: &str,
+    ) -> Option<u64> {
+        let at = at.as_ref()?;
+        let v = *at.get_ref();
+        if v < low {
+            self.error(Some(at), format!("server.{key}"), why_low.to_owned());
+            return None;
+        }
+        if v > high {
+            self.error(Some(at), format!("server.{key}"), format!("at most {high}"));
+            return None;
+        }
+        Some(v)
+    }
+
+    /// `[server]`, with defaults for what it leaves out (errors are reported and the defaults
+    /// kept).
+    pub(super) fn resolve_server(&mut self, s: &ServerConfig) -> ServerSpec {
+        let mut spec = ServerSpec::default();
+        let positive = "must be at least 1 (a timeout of 0 would close every connection)";
+        for (at, key, target) in [
+            (
+                &s.header_read_timeout_ms,
+                "header_read_timeout_ms",
+                &mut spec.header_read_timeout,
+            ),
+            (
+                &s.keep_alive_timeout_ms,
+                "keep_alive_timeout_ms",
+                &mut spec.keep_alive_timeout,
+            ),
+            (
+                &s.body_read_timeout_ms,
+                "body_read_timeout_ms",
+                &mut spec.body_read_timeout,
+            ),
+        ] {
+            if let Some(ms) = self.server_setting(at, key, 1, MAX_TIMEOUT_MS, positive) {
+                *target = Duration::from_millis(ms);
+            }
+        }
+        if let Some(ms) = self.server_setting(
+            &s.shutdown_timeout_ms,
+            "shutdown_timeout_ms",
+            0,
+            MAX_TIMEOUT_MS,
+            "",
+        ) {
+            spec.shutdown_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = self.server_setting(
+            &s.max_connections,
+            "max_connections",
+            1,
+            MAX_CONNECTIONS as u64,
+            "must be at least 1",
+        ) {
+            spec.max_connections = Some(n as usize);
+        }
+        if let Some(n) = self.server_setting(
+            &s.listen_backlog,
+            "listen_backlog",
+            1,
+            65_535,
+            "must be at least 1",
+        ) {
+            spec.listen_backlog = n as u32;
+        }
+        spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::load_with_env;
+    use crate::{ConfigErrors, ResolvedConfig};
+
+    const ENTITY: &str = "[[entity]]\nname = \"thing\"\n[entity.rest]\n";
+
+    fn load(server: &str) -> Result<ResolvedConfig, ConfigErrors> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("meshql.toml");
+        std::fs::write(&f, format!("port = 1\n{server}\n{ENTITY}")).unwrap();
+        load_with_env(&f, |_| None)
+    }
+
+    #[test]
+    fn defaults_without_a_server_section() {
+        let c = load("").expect("valid");
+        assert_eq!(c.server, ServerSpec::default());
+        assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
+        assert_eq!(c.server.keep_alive_timeout, Duration::from_secs(60));
+        assert_eq!(c.server.body_read_timeout, Duration::from_secs(30));
+        assert_eq!(c.server.max_connections, None);
+        assert_eq!(c.server.listen_backlog, 4096);
+        assert_eq!(c.server.shutdown_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn every_setting_is_read() {
+        let c = load(
+            "[server]\nheader_read_timeout_ms = 1000\nkeep_alive_timeout_ms = 2000\n\
+             body_read_timeout_ms = 3000\nmax_connections = 20\nlisten_backlog = 64\n\
+             shutdown_timeout_ms = 0\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            c.server,
+            ServerSpec {
+                header_read_timeout: Duration::from_secs(1),
+                keep_alive_timeout: Duration::from_secs(2),
+                body_read_timeout: Duration::from_secs(3),
+                max_connections: Some(20),
+                listen_backlog: 64,
+                shutdown_timeout: Duration::ZERO,
+            }
+        );
+    }
+
+    #[test]
+    fn out_of_range_settings_name_the_line_and_field() {
+        for (setting, field, message) in [
+            ("header_read_timeout_ms = 0", "server.header_read_timeout_ms", "at least 1"),
+            ("keep_alive_timeout_ms = 0", "server.keep_alive_timeout_ms", "at least 1"),
+            ("body_read_timeout_ms = 0", "server.body_read_timeout_ms", "at least 1"),
+            ("shutdown_timeout_ms = 86400001", "server.shutdown_timeout_ms", "at most 86400000"),
+            ("max_connections = 0", "server.max_connections", "at least 1"),
+            ("max_connections = 1000001", "server.max_connections", "at most 1000000"),
+            ("listen_backlog = 70000", "server.listen_backlog", "at most 65535"),
+        ] {
+            let errors = load(&format!("[server]\n{setting}\n")).expect_err(setting).0;
+            assert_eq!(errors.len(), 1, "{setting}: {errors:?}");
+            let e = &errors[0];
+            assert_eq!(e.field, field, "{setting}");
+            assert_eq!(e.line, Some(3), "{setting}");
+            assert!(e.message.contains(message), "{setting}: {}", e.message);
+            assert!(e.file.ends_with("meshql.toml"));
+        }
+        let e = load("[server]\nheader_timeout = 5\n").expect_err("unknown key").0;
+        assert_eq!(e[0].line, Some(3), "{e:?}");
+        assert!(e[0].message.contains("unknown field"), "{e:?}");
+        let e = load("[server]\nmax_connections = -1\n").expect_err("negative").0;
+        assert_eq!(e[0].line, Some(3), "{e:?}");
+        assert_eq!(e[0].field, "server.max_connections", "{e:?}");
+    }
+}
