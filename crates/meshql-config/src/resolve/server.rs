@@ -180,15 +180,45 @@ mod tests {
     #[test]
     fn out_of_range_settings_name_the_line_and_field() {
         for (setting, field, message) in [
-            ("header_read_timeout_ms = 0", "server.header_read_timeout_ms", "at least 1"),
-            ("keep_alive_timeout_ms = 0", "server.keep_alive_timeout_ms", "at least 1"),
-            ("body_read_timeout_ms = 0", "server.body_read_timeout_ms", "at least 1"),
-            ("shutdown_timeout_ms = 86400001", "server.shutdown_timeout_ms", "at most 86400000"),
-            ("max_connections = 0", "server.max_connections", "at least 1"),
-            ("max_connections = 1000001", "server.max_connections", "at most 1000000"),
-            ("listen_backlog = 70000", "server.listen_backlog", "at most 65535"),
+            (
+                "header_read_timeout_ms = 0",
+                "server.header_read_timeout_ms",
+                "at least 1",
+            ),
+            (
+                "keep_alive_timeout_ms = 0",
+                "server.keep_alive_timeout_ms",
+                "at least 1",
+            ),
+            (
+                "body_read_timeout_ms = 0",
+                "server.body_read_timeout_ms",
+                "at least 1",
+            ),
+            (
+                "shutdown_timeout_ms = 86400001",
+                "server.shutdown_timeout_ms",
+                "at most 86400000",
+            ),
+            (
+                "max_connections = 0",
+                "server.max_connections",
+                "at least 1",
+            ),
+            (
+                "max_connections = 1000001",
+                "server.max_connections",
+                "at most 1000000",
+            ),
+            (
+                "listen_backlog = 70000",
+                "server.listen_backlog",
+                "at most 65535",
+            ),
         ] {
-            let errors = load(&format!("[server]\n{setting}\n")).expect_err(setting).0;
+            let errors = load(&format!("[server]\n{setting}\n"))
+                .expect_err(setting)
+                .0;
             assert_eq!(errors.len(), 1, "{setting}: {errors:?}");
             let e = &errors[0];
             assert_eq!(e.field, field, "{setting}");
@@ -196,10 +226,14 @@ mod tests {
             assert!(e.message.contains(message), "{setting}: {}", e.message);
             assert!(e.file.ends_with("meshql.toml"));
         }
-        let e = load("[server]\nheader_timeout = 5\n").expect_err("unknown key").0;
+        let e = load("[server]\nheader_timeout = 5\n")
+            .expect_err("unknown key")
+            .0;
         assert_eq!(e[0].line, Some(3), "{e:?}");
         assert!(e[0].message.contains("unknown field"), "{e:?}");
-        let e = load("[server]\nmax_connections = -1\n").expect_err("negative").0;
+        let e = load("[server]\nmax_connections = -1\n")
+            .expect_err("negative")
+            .0;
         assert_eq!(e[0].line, Some(3), "{e:?}");
         assert_eq!(e[0].field, "server.max_connections", "{e:?}");
     }
