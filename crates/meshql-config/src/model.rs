@@ -26,6 +26,12 @@ pub struct ServiceConfig {
     /// Largest accepted request body, in bytes (larger bodies get 413).
     #[serde(default = "default_body_limit")]
     pub body_limit_bytes: usize,
+    /// Request bodies must declare a JSON media type (`application/json` or
+    /// `application/*+json`); others get 415, so that a cross-site form or `text/plain`
+    /// request (sent by browsers without a CORS preflight) cannot write. `false` accepts any
+    /// Content-Type, for clients that send none.
+    #[serde(default = "default_true")]
+    pub require_json_content_type: bool,
     /// The HTTP listener's connection limits: timeouts for headers, idle keep-alive
     /// connections and request bodies, the number of connections served at once, the listen
     /// backlog, and how long a shutdown waits for requests in progress.

@@ -52,6 +52,7 @@ pub struct ResolvedConfig {
     pub data_dir: PathBuf,
     pub cors_origin: String,
     pub body_limit_bytes: usize,
+    pub require_json_content_type: bool,
     /// `[server]`: connection limits of the HTTP listener.
     pub server: ServerSpec,
     pub auth: AuthSpec,
@@ -274,6 +275,23 @@ impl Resolver {
 
     fn resolve(mut self, model: ServiceConfig) -> Result<ResolvedConfig, ConfigErrors> {
         let data_dir = self.path_of(&model.data_dir);
+        if data_dir.exists() && !data_dir.is_dir() {
+            let line = self
+                .text
+                .lines()
+                .position(|l| l.trim_start().starts_with("data_dir"))
+                .map(|i| i + 1);
+            let file = self.file.clone();
+            self.error_in(
+                &file,
+                line,
+                "data_dir".into(),
+                format!(
+                    "`{}` is a file; data_dir must be a directory (created when missing)",
+                    data_dir.display()
+                ),
+            );
+        }
         if model.entities.is_empty() {
             self.error::<()>(None, "entity", "the config declares no [[entity]]");
         }
@@ -419,6 +437,13 @@ impl Resolver {
                 );
             }
 
+            if entity.rest.is_none() && entity.graphql.is_none() {
+                self.error(
+                    Some(&entity.name),
+                    field.clone(),
+                    format!("entity \"{name}\" serves nothing: give it [entity.rest], [entity.graphql] or both"),
+                );
+            }
             let rest = entity.rest.as_ref().map(|rest| {
                 let path = rest
                     .path
@@ -571,6 +596,7 @@ impl Resolver {
             data_dir,
             cors_origin: model.cors_origin,
             body_limit_bytes: model.body_limit_bytes,
+            require_json_content_type: model.require_json_content_type,
             server,
             auth,
             http_client: model.http_client,
@@ -750,6 +776,44 @@ impl Resolver {
         })
     }
 
+    /// A resolver's `key` must name a field of the parent: its GraphQL type's or its JSON
+    /// Schema's (an error when the schema lists its properties; a warning when the entity
+    /// has no schema to tell).
+    fn check_resolver_key(
+        &mut self,
+        r: &crate::model::ResolverConfig,
+        owner: &ResolvedEntity,
+        field: &str,
+    ) {
+        let key = r.key.as_str();
+        if key == "id" {
+            return;
+        }
+        let in_sdl = owner.graph.as_ref().is_some_and(|g| {
+            g.schema
+                .get_object(g.entity_type.as_str())
+                .is_some_and(|t| t.fields.contains_key(key))
+        });
+        let properties = owner
+            .rest
+            .as_ref()
+            .and_then(|rest| rest.schema.as_ref())
+            .and_then(|schema| schema.get("properties"))
+            .and_then(serde_json::Value::as_object);
+        if in_sdl || properties.is_some_and(|p| p.contains_key(key)) {
+            return;
+        }
+        let message = format!(
+            "key `{key}` is not a field of \"{}\" (neither its GraphQL type nor its JSON Schema has it): every parent would send no key and the relationship would always be empty",
+            owner.name
+        );
+        if properties.is_some() {
+            self.error(Some(&r.name), format!("{field}.key"), message);
+        } else {
+            self.warn(&r.name, format!("{field}.key"), message);
+        }
+    }
+
     fn resolve_resolver(
         &mut self,
         r: &crate::model::ResolverConfig,
@@ -779,6 +843,7 @@ impl Resolver {
             return None;
         };
         let vector = field_def.ty.is_list();
+        self.check_resolver_key(r, owner, field);
         let target = match (&r.graph, &r.url) {
             (Some(path), None) => {
                 let Some(target) = entities.iter().find(|e| {

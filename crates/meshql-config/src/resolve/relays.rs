@@ -350,7 +350,8 @@ mod tests {
     use crate::resolve::{load_with_env, ResolvedConfig};
     use crate::{ConfigError, ConfigErrors};
 
-    const ENTITIES: &str = "[storage.default]\ntype = \"memory\"\n\n[[entity]]\nname = \"hen\"\n\n[[entity]]\nname = \"coop\"\ntable = \"coops\"\n";
+    // nine lines, as the line numbers of the tests below expect
+    const ENTITIES: &str = "entity = [\n  { name = \"hen\", rest = {} },\n  { name = \"coop\", table = \"coops\", rest = {} },\n]\n\n\n\n[storage.default]\ntype = \"memory\"\n";
 
     fn load(toml: &str) -> Result<ResolvedConfig, ConfigErrors> {
         let dir = tempfile::tempdir().unwrap();

@@ -589,3 +589,35 @@ fn jwt_settings_without_jwt_are_ignored_with_a_warning() {
         ("auth.secret", line)
     );
 }
+
+#[test]
+fn a_data_dir_that_is_a_file_is_rejected_with_its_line() {
+    let f = Fixture::new();
+    fs::write(f.dir.path().join("afile"), "x").unwrap();
+    let e = one_error(f.load(&format!("port = 1\ndata_dir = \"afile\"\n{GOOD}")));
+    assert_eq!(e.field, "data_dir");
+    assert_eq!(e.line, Some(2));
+    assert!(e.message.contains("is a file"), "{e}");
+}
+
+#[test]
+fn an_entity_serving_nothing_is_rejected() {
+    let f = Fixture::new();
+    let e = one_error(f.load(&format!("{GOOD}\n[[entity]]\nname = \"ghost\"\n")));
+    assert!(e.message.contains("serves nothing"), "{e}");
+    assert!(e.field.contains("ghost"), "{e}");
+}
+
+#[test]
+fn a_resolver_key_must_name_a_field_of_the_parent() {
+    let f = Fixture::new();
+    // `name` is in the SDL and the JSON Schema: fine
+    let ok = GOOD.replace("key = \"id\"", "key = \"name\"");
+    f.load(&ok).expect("a key that is a field");
+    // a field neither has: an error naming the resolver's line and the key
+    let bad = GOOD.replace("key = \"id\"", "key = \"nope\"");
+    let e = one_error(f.load(&bad));
+    assert_eq!(e.field, "entity[0] \"thing\".graphql.resolvers[0].key");
+    assert_eq!(e.line, Some(15));
+    assert!(e.message.contains("`nope`"), "{e}");
+}
