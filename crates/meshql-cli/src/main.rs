@@ -179,7 +179,7 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
     }
     let app = meshql_server::build(&config).await?;
     let address = format!("{}:{}", config.host, config.port);
-    let listener = tokio::net::TcpListener::bind(&address)
+    let listener = meshql_server::bind(&address, config.server.listen_backlog)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
     let local = listener.local_addr()?;
@@ -191,6 +191,12 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
         config.data_dir.display(),
         started.elapsed().as_millis()
     );
-    meshql_server::serve(app, listener, meshql_server::shutdown_signal()).await?;
+    meshql_server::serve(
+        app,
+        listener,
+        &config.server,
+        meshql_server::shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }

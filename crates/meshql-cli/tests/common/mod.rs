@@ -272,6 +272,38 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Sends `SIG<name>` (e.g. `"TERM"`) to the server and returns at once.
+    pub fn signal(&self, name: &str) {
+        let pid = self.pid();
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{name} {pid} failed");
+    }
+
+    /// Waits up to `timeout` for the process to end by itself: its exit status, or `None`
+    /// while it still runs.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().expect("running");
+        loop {
+            if let Some(status) = child.try_wait().expect("wait for meshql") {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
 /// SIGTERM, wait up to [`SHUTDOWN_TIMEOUT`], then kill. `None` if it had to be killed.
 fn terminate(child: &mut Child) -> Option<ExitStatus> {
     if let Ok(Some(status)) = child.try_wait() {

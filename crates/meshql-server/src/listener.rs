@@ -1,0 +1,326 @@
+//! The HTTP listener: a socket with a long listen backlog, the accept loop with its limit on
+//! connections, each connection served by hyper's HTTP/1.1 with the timeouts of
+//! [`crate::connection`], and a bounded graceful shutdown.
+
+use crate::connection::{ConnState, Service, Watched};
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use meshql_config::resolve::ServerSpec;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// Binds `address` (`host:port`, the first of its addresses that binds) with SO_REUSEADDR and
+/// a listen queue of `backlog` connections (the kernel may cap it, on Linux at
+/// `net.core.somaxconn`).
+pub async fn bind(address: &str, backlog: u32) -> io::Result<TcpListener> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host(address).await? {
+        match bind_one(addr, backlog) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{address} resolves to no address"),
+        )
+    }))
+}
+
+fn bind_one(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // as std and tokio do on Unix: a restarted server need not wait out TIME_WAIT
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
+/// Files the process keeps open besides its connections (storage, log segments, outgoing
+/// connections), subtracted from the open-file limit for the default `max_connections`.
+const RESERVED_FILES: usize = 256;
+
+/// `server.max_connections` when the config leaves it out: 10,000, or the open-file limit
+/// less [`RESERVED_FILES`] when that is lower (at least 64).
+pub fn default_max_connections() -> usize {
+    match open_file_limit() {
+        Some(limit) => {
+            ServerSpec::DEFAULT_MAX_CONNECTIONS.min(limit.saturating_sub(RESERVED_FILES).max(64))
+        }
+        None => ServerSpec::DEFAULT_MAX_CONNECTIONS,
+    }
+}
+
+/// The soft limit on open files, when there is one.
+fn open_file_limit() -> Option<usize> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit only writes the struct it is given.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0
+            && limit.rlim_cur != libc::RLIM_INFINITY
+        {
+            return Some(usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX));
+        }
+        None
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+const SERVING: u8 = 0;
+/// Shutting down: no new requests; requests in progress may finish.
+const DRAINING: u8 = 1;
+/// The shutdown deadline passed: every connection left is closed.
+const CUTTING: u8 = 2;
+
+/// What the accept loop and every connection task share.
+struct Shared {
+    router: Router,
+    http1: http1::Builder,
+    header_timeout: Duration,
+    idle_timeout: Duration,
+    body_timeout: Duration,
+    stage: AtomicU8,
+    /// Open connections by id (to wake and count them at shutdown).
+    conns: Mutex<HashMap<u64, Arc<ConnState>>>,
+}
+
+impl Shared {
+    /// Moves every connection to `stage`; returns how many are open and how many of them
+    /// have a request in progress.
+    fn enter(&self, stage: u8) -> (usize, usize) {
+        self.stage.store(stage, Ordering::Release);
+        let conns = self.conns.lock();
+        let mut busy = 0;
+        for c in conns.values() {
+            if c.in_flight.load(Ordering::Relaxed) > 0 {
+                busy += 1;
+            }
+            c.waker.wake();
+        }
+        (conns.len(), busy)
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then stops accepting, closes
+/// idle and half-read connections at once, lets requests in progress finish for up to
+/// `spec.shutdown_timeout`, and closes what is left.
+pub(crate) async fn run(
+    router: Router,
+    listener: TcpListener,
+    spec: &ServerSpec,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max = spec
+        .max_connections
+        .unwrap_or_else(default_max_connections)
+        .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    let mut http1 = http1::Builder::new();
+    // the timeouts are the socket's (see `Watched`): hyper's own header timer would also
+    // close idle keep-alive connections at the header timeout
+    http1.header_read_timeout(None);
+    let shared = Arc::new(Shared {
+        router,
+        http1,
+        header_timeout: spec.header_read_timeout,
+        idle_timeout: spec.keep_alive_timeout,
+        body_timeout: spec.body_read_timeout,
+        stage: AtomicU8::new(SERVING),
+        conns: Mutex::new(HashMap::new()),
+    });
+    let permits = Arc::new(Semaphore::new(max));
+    let mut shutdown = pin!(shutdown);
+    let mut next_id: u64 = 0;
+    let mut full_warned: Option<Instant> = None;
+    let mut accept_error_logged: Option<Instant> = None;
+    loop {
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                if full_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    tracing::warn!(
+                        "{max} connections open (server.max_connections): new connections wait \
+                         in the listen backlog until one closes"
+                    );
+                    full_warned = Some(Instant::now());
+                }
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+                    _ = &mut shutdown => break,
+                }
+            }
+        };
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(accepted) => accepted,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // out of file descriptors, most likely: wait for some to close
+                    if accept_error_logged.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                        tracing::error!("cannot accept connections: {e}");
+                        accept_error_logged = Some(Instant::now());
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                        _ = &mut shutdown => break,
+                    }
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        // a change stream writes small events one after the other; with Nagle's algorithm
+        // each waited for the client's delayed ACK (up to 40 ms) before the next left
+        let _ = tcp.set_nodelay(true);
+        next_id += 1;
+        tokio::spawn(connection(shared.clone(), tcp, peer, next_id, permit));
+    }
+    // new connections are refused from here on
+    drop(listener);
+
+    let started = Instant::now();
+    let (open, busy) = shared.enter(DRAINING);
+    if open > 0 {
+        tracing::info!(
+            "stopped accepting; {open} connections open: {} idle or not done sending a \
+             request closed now, {busy} with a request in progress get up to {} ms to finish",
+            open - busy,
+            spec.shutdown_timeout.as_millis()
+        );
+    }
+    let everyone = max as u32;
+    if tokio::time::timeout(spec.shutdown_timeout, permits.acquire_many(everyone))
+        .await
+        .is_ok()
+    {
+        if open > 0 {
+            tracing::info!(
+                "all connections closed after {} ms",
+                started.elapsed().as_millis()
+            );
+        }
+        return;
+    }
+    let (open, busy) = shared.enter(CUTTING);
+    tracing::warn!(
+        "shutdown deadline of {} ms passed: closing the {open} connections left ({busy} with \
+         a request still in progress)",
+        spec.shutdown_timeout.as_millis()
+    );
+    // every connection task ends at its next poll; a request handler blocked in a thread
+    // is not waited for
+    let _ = tokio::time::timeout(Duration::from_secs(2), permits.acquire_many(everyone)).await;
+}
+
+/// Errors of one incoming connection (not of the listener).
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Removes a connection from [`Shared::conns`] when its task ends.
+struct Registered {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.shared.conns.lock().remove(&self.id);
+    }
+}
+
+enum Event {
+    Done(Result<(), hyper::Error>),
+    Stage(u8),
+}
+
+async fn connection(
+    shared: Arc<Shared>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    id: u64,
+    _permit: OwnedSemaphorePermit,
+) {
+    let state = Arc::new(ConnState::new(peer));
+    shared.conns.lock().insert(id, state.clone());
+    let _registered = Registered {
+        shared: shared.clone(),
+        id,
+    };
+    let io = TokioIo::new(Watched::new(
+        tcp,
+        state.clone(),
+        shared.header_timeout,
+        shared.idle_timeout,
+    ));
+    let service = Service {
+        router: shared.router.clone(),
+        state: state.clone(),
+        body_timeout: shared.body_timeout,
+    };
+    let mut conn = pin!(shared.http1.serve_connection(io, service));
+    let mut seen = SERVING;
+    loop {
+        let event = poll_fn(|cx| {
+            if let Poll::Ready(r) = conn.as_mut().poll(cx) {
+                return Poll::Ready(Event::Done(r));
+            }
+            let stage = shared.stage.load(Ordering::Acquire);
+            if stage != seen {
+                return Poll::Ready(Event::Stage(stage));
+            }
+            state.waker.register(cx.waker());
+            // a stage set between the load and the registration
+            let stage = shared.stage.load(Ordering::Acquire);
+            if stage != seen {
+                return Poll::Ready(Event::Stage(stage));
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Done(Ok(())) => break,
+            Event::Done(Err(e)) => {
+                tracing::debug!(%peer, "connection closed: {e}");
+                break;
+            }
+            Event::Stage(stage) => {
+                seen = stage;
+                if stage == CUTTING {
+                    state.cut.store(true, Ordering::Relaxed);
+                    break;
+                }
+                // DRAINING: no further request on this connection. hyper closes it at once
+                // when idle, or once the response in progress is sent; a connection in the
+                // middle of a request's headers reads end-of-stream (see `Watched`)
+                state.closing.store(true, Ordering::Relaxed);
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
