@@ -317,7 +317,13 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             get(assets::serve_asset),
         )
         .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(Cors { origin }, cors));
+        .layer(axum::middleware::from_fn_with_state(
+            Cors {
+                origin,
+                require_json: config.require_json_content_type,
+            },
+            cors,
+        ));
 
     Ok(App {
         router,
