@@ -452,6 +452,8 @@ async fn a_failure_two_hops_away_is_a_field_error_not_a_silent_null() {
         message.starts_with("Remote GraphQL error:") && message.contains("unreachable"),
         "{r}"
     );
+    // and keeps the code it had two hops away
+    assert_eq!(e["extensions"]["code"], "UNAVAILABLE", "{r}");
 }
 
 #[tokio::test]

@@ -31,6 +31,42 @@ struct RemoteError {
     message: String,
     #[serde(default)]
     path: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    extensions: Option<RemoteExtensions>,
+}
+
+#[derive(Deserialize)]
+struct RemoteExtensions {
+    #[serde(default)]
+    code: Option<String>,
+}
+
+/// `extensions.code` for an error a remote graphlette answered: its own code when it is one
+/// meshql uses (the remote is usually meshql too), else `REMOTE_ERROR`.
+fn remote_code(code: Option<&str>) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "UNAVAILABLE",
+        "CONFLICT",
+        "BAD_REQUEST",
+        "NOT_FOUND",
+        "INTERNAL_SERVER_ERROR",
+        "UNAUTHENTICATED",
+        "FORBIDDEN",
+        crate::plan::TOO_COMPLEX,
+        crate::output::TOO_LARGE,
+        crate::output::TIMEOUT,
+    ];
+    code.and_then(|c| KNOWN.iter().find(|k| **k == c).copied())
+        .unwrap_or("REMOTE_ERROR")
+}
+
+/// `extensions.code` for a remote graphlette that answered an HTTP error status.
+fn status_code(status: reqwest::StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => ErrorKind::Unauthenticated.code(),
+        403 => "FORBIDDEN",
+        _ => ErrorKind::Unavailable.code(),
+    }
 }
 
 /// Keys per aliased request (MeshQL batches at most 100 per request too); larger levels are
@@ -151,7 +187,11 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
         Err(e) => return all_failed(format!("remote graphlette {url} failed: {e}")),
     };
     if !status.is_success() {
-        return all_failed(format!("remote graphlette {url} answered HTTP {status}"));
+        let error = FieldError::new(
+            format!("remote graphlette {url} answered HTTP {status}"),
+            Some(status_code(status)),
+        );
+        return keys.iter().map(|_| Link::Error(error.clone())).collect();
     }
     let parsed: RemoteResponse = match serde_json::from_slice(&bytes) {
         Ok(p) => p,
@@ -161,21 +201,27 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
     // with an error fails with its first one even if data came along (CONTRACT §3.5): a
     // service two hops away failing must not turn into a silent null.
     let errors = parsed.errors.unwrap_or_default();
-    let error_for = |alias: &str| -> Option<Arc<str>> {
+    let error_for = |alias: &str| -> Option<FieldError> {
         errors
             .iter()
             .find(|e| match e.path.as_deref() {
                 Some([first, ..]) => first.as_str() == Some(alias),
                 _ => true,
             })
-            .map(|e| Arc::<str>::from(format!("Remote GraphQL error: {}", e.message)))
+            .map(|e| {
+                let code = e.extensions.as_ref().and_then(|x| x.code.as_deref());
+                FieldError::new(
+                    format!("Remote GraphQL error: {}", e.message),
+                    Some(remote_code(code)),
+                )
+            })
     };
     let mut data = parsed.data.unwrap_or_default();
     (0..keys.len())
         .map(|i| {
             let alias = format!("item_{i}");
-            if let Some(msg) = error_for(&alias) {
-                return Link::Error(FieldError::new(msg, None));
+            if let Some(error) = error_for(&alias) {
+                return Link::Error(error);
             }
             match data.remove(&alias) {
                 Some(raw) if raw.get() != "null" => {
@@ -197,6 +243,20 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remote_codes_are_kept_when_meshql_knows_them() {
+        assert_eq!(remote_code(Some("UNAVAILABLE")), "UNAVAILABLE");
+        assert_eq!(remote_code(Some("QUERY_TOO_COMPLEX")), "QUERY_TOO_COMPLEX");
+        assert_eq!(remote_code(Some("SOMETHING_ELSE")), "REMOTE_ERROR");
+        assert_eq!(remote_code(None), "REMOTE_ERROR");
+        assert_eq!(
+            status_code(reqwest::StatusCode::UNAUTHORIZED),
+            "UNAUTHENTICATED"
+        );
+        assert_eq!(status_code(reqwest::StatusCode::FORBIDDEN), "FORBIDDEN");
+        assert_eq!(status_code(reqwest::StatusCode::BAD_GATEWAY), "UNAVAILABLE");
+    }
 
     #[test]
     fn batch_query_aliases_every_key() {
