@@ -86,6 +86,12 @@ impl EntityService {
     /// `correlation_id` the caller's (a fresh one is made when it has none usable). Fails when
     /// the authorizer refuses the credentials (a forged or expired token, a missing one where
     /// required).
+    /// Who is asking, for a read (GraphQL, `/_changes`): the credentials alone, without the
+    /// correlation id a write session carries.
+    pub fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, meshql_core::AuthError> {
+        self.authorizer.credentials(authorization)
+    }
+
     pub fn session(
         &self,
         authorization: Option<&str>,
@@ -236,6 +242,22 @@ impl EntityService {
             .list(&ReadContext::new(&session.filter(), at))
             .await?)
     }
+
+    /// One page of the list in id order: the documents after `after`, at most `limit`, as
+    /// of `at` (see [`meshql_core::StoreReader::list_page`]). Pages read with one `at` form
+    /// one snapshot.
+    pub async fn list_page(
+        &self,
+        filter: &TokenFilter,
+        after: Option<&str>,
+        limit: usize,
+        at: Option<Millis>,
+    ) -> Result<Vec<Envelope>, EngineError> {
+        Ok(self
+            .reader
+            .list_page(after, limit, &ReadContext::new(filter, at))
+            .await?)
+    }
 }
 
 #[cfg(test)]
@@ -248,7 +270,7 @@ mod tests {
     struct NamedCallers;
 
     impl Authorizer for NamedCallers {
-        fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, AuthError> {
+        fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, meshql_core::AuthError> {
             match authorization.map(|h| h.strip_prefix("Bearer").unwrap_or(h).trim()) {
                 None => Ok(Credentials::Tokens(vec![])),
                 Some("") => Err(AuthError::Signature),

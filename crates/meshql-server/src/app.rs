@@ -256,7 +256,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             let endpoint = Arc::new(GraphEndpoint {
                 registry: registry.clone(),
                 index,
-                authorizer: authorizer.clone(),
+                service: services[&entity.name].clone(),
                 page: Bytes::from(assets::graphiql_page(&g.path, &g.path)),
                 body_limit: config.body_limit_bytes,
             });

@@ -11,7 +11,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use meshql_core::{AuthError, Authorizer};
+use meshql_core::AuthError;
+use meshql_engine::EntityService;
 use meshql_graphql::{GraphqlRequest, Registry, RequestContext};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,7 +20,8 @@ use std::sync::Arc;
 pub struct GraphEndpoint {
     pub registry: Arc<Registry>,
     pub index: usize,
-    pub authorizer: Arc<dyn Authorizer>,
+    /// The entity's service: who may read is decided there, as for REST.
+    pub service: Arc<EntityService>,
     pub page: Bytes,
     pub body_limit: usize,
 }
@@ -70,7 +72,7 @@ impl GraphEndpoint {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let credentials = self.authorizer.credentials(authorization.as_deref())?;
+        let credentials = self.service.credentials(authorization.as_deref())?;
         Ok(RequestContext {
             filter: credentials.filter(),
             authorization,
