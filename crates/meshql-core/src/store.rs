@@ -201,6 +201,24 @@ pub trait StoreReader: Send + Sync + 'static {
     /// The visible version of every document.
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError>;
 
+    /// One page of [`StoreReader::list`] in id order: the visible version (latest at
+    /// `ctx.at`, not deleted, allowed by `ctx.filter`) of each document whose id sorts after
+    /// `after` (every document when `None`), at most `limit`, ordered by id — fewer only when
+    /// no more follow. `after` need not name a stored document. Read with one fixed
+    /// `ctx.at`, successive pages — each starting
+    /// after the last id of the one before — list every document of that moment exactly once,
+    /// whatever is written in between. Backends answer with a keyset query on their
+    /// `(id, created_at)` index, so a page costs O(limit) however large the table is.
+    ///
+    /// Ids compare as the backend's id column does: bytewise on SQLite, MySQL/MariaDB
+    /// (`utf8mb4_bin`), MongoDB and memory; the database's collation on PostgreSQL.
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError>;
+
     /// Every stored version of `id`, oldest first, tombstones included.
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError>;
 

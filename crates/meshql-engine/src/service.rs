@@ -82,16 +82,19 @@ impl EntityService {
         &self.writer
     }
 
+    /// Who is asking, for a read (GraphQL): the credentials alone, without the correlation
+    /// id a write session carries.
+    pub fn credentials(
+        &self,
+        authorization: Option<&str>,
+    ) -> Result<Credentials, meshql_core::AuthError> {
+        self.authorizer.credentials(authorization)
+    }
+
     /// The caller of a request: `authorization` is the `Authorization` header's value,
     /// `correlation_id` the caller's (a fresh one is made when it has none usable). Fails when
     /// the authorizer refuses the credentials (a forged or expired token, a missing one where
     /// required).
-    /// Who is asking, for a read (GraphQL, `/_changes`): the credentials alone, without the
-    /// correlation id a write session carries.
-    pub fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, meshql_core::AuthError> {
-        self.authorizer.credentials(authorization)
-    }
-
     pub fn session(
         &self,
         authorization: Option<&str>,
@@ -270,7 +273,7 @@ mod tests {
     struct NamedCallers;
 
     impl Authorizer for NamedCallers {
-        fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, meshql_core::AuthError> {
+        fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, AuthError> {
             match authorization.map(|h| h.strip_prefix("Bearer").unwrap_or(h).trim()) {
                 None => Ok(Credentials::Tokens(vec![])),
                 Some("") => Err(AuthError::Signature),

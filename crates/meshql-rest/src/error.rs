@@ -12,6 +12,11 @@ pub enum RestError {
     MalformedJson(String),
     #[error("Missing ids parameter")]
     MissingIds,
+    /// A query parameter with a value it cannot take: its name, and why.
+    #[error("invalid `{0}` parameter: {1}")]
+    BadParameter(&'static str, String),
+    #[error("invalid query string: {0}")]
+    Query(String),
     #[error("Resource not found or could not be deleted")]
     NotDeleted,
     #[error("request body is larger than {0} bytes")]
@@ -31,9 +36,11 @@ impl RestError {
 impl RestError {
     pub fn status(&self) -> StatusCode {
         match self {
-            RestError::MalformedJson(_) | RestError::MissingIds | RestError::Body(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            RestError::MalformedJson(_)
+            | RestError::MissingIds
+            | RestError::Body(_)
+            | RestError::BadParameter(..)
+            | RestError::Query(_) => StatusCode::BAD_REQUEST,
             RestError::NotDeleted => StatusCode::NOT_FOUND,
             RestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::MethodNotAllowed(..) => StatusCode::METHOD_NOT_ALLOWED,
@@ -57,6 +64,9 @@ impl IntoResponse for RestError {
             // a refused caller: the kind's code too, as GraphQL's extensions.code
             RestError::Engine(EngineError::Auth(e)) => {
                 json!({ "error": self.to_string(), "code": e.kind().code() })
+            }
+            RestError::BadParameter(name, _) => {
+                json!({ "error": self.to_string(), "parameter": name })
             }
             _ => json!({ "error": self.to_string() }),
         };

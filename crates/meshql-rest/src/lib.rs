@@ -3,7 +3,7 @@
 //! | route | behaviour |
 //! |---|---|
 //! | `POST P` | validate, store a new document: 201, payload + `id`, `Location` |
-//! | `GET P` | 200, array of the current payloads |
+//! | `GET P` | 200, array of the current payloads, streamed page by page; `?limit=N&after=id`: one page, `Link: rel="next"` |
 //! | `GET P/{id}` | 200 payload / 404 |
 //! | `PUT P/{id}` | validate, replace (new version): 200 / 404 |
 //! | `DELETE P/{id}` | tombstone: 200 (idempotent) / 404 for never-seen ids |
@@ -14,6 +14,7 @@
 //! Errors are JSON `{"error": ...}` with a precise status; a rejected write stores nothing.
 
 mod error;
+pub mod list;
 mod openapi;
 mod routes;
 

@@ -2,7 +2,7 @@
 
 use crate::error::RestError;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -27,7 +27,7 @@ pub struct Restlette {
 
 type Shared = State<Arc<Restlette>>;
 
-fn json_response(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
     let mut r = Response::new(body.into());
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -38,7 +38,7 @@ fn json_response(status: StatusCode, body: impl Into<axum::body::Body>) -> Respo
 }
 
 /// `[p1,p2,...]` from stored payload texts, without re-serialising them.
-fn array_of(envelopes: &[Envelope]) -> Vec<u8> {
+pub(crate) fn array_of(envelopes: &[Envelope]) -> Vec<u8> {
     let len = envelopes.iter().map(|e| e.payload.len() + 1).sum::<usize>() + 2;
     let mut out = Vec::with_capacity(len);
     out.push(b'[');
@@ -98,9 +98,16 @@ async fn create(
     Ok(resp)
 }
 
-async fn list(State(r): Shared, headers: HeaderMap) -> Result<Response, RestError> {
-    let envs = r.service.list(&r.session(&headers)?, None).await?;
-    Ok(json_response(StatusCode::OK, array_of(&envs)))
+/// `GET P`: every current document, streamed, or one page of them (see [`crate::list`]).
+async fn list(
+    State(r): Shared,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, RestError> {
+    let session = r.session(&headers)?;
+    let Query(pairs) = query.map_err(|e| RestError::Query(e.body_text()))?;
+    let query = crate::list::ListQuery::parse(&pairs)?;
+    crate::list::respond(&r.service, &r.path, session.filter(), query).await
 }
 
 async fn read(

@@ -84,6 +84,16 @@ impl StoreReader for Deferred {
         self.inner.list(ctx).await
     }
 
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner.list_page(after, limit, ctx).await
+    }
+
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
         self.gate()?;
         self.inner.versions(id).await

@@ -13,7 +13,7 @@ use meshql_core::{
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use parking_lot::RwLock;
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -27,8 +27,8 @@ struct Version {
 }
 
 struct Data {
-    /// Versions per id, oldest first.
-    docs: HashMap<String, Vec<Version>>,
+    /// Versions per id, oldest first; ordered by id for [`StoreReader::list_page`].
+    docs: BTreeMap<String, Vec<Version>>,
     /// Ids in creation order.
     order: Vec<String>,
     /// Every version in commit order: the change feed (cursor = `(epoch, index + 1)`).
@@ -41,7 +41,7 @@ struct Data {
 impl Default for Data {
     fn default() -> Self {
         Self {
-            docs: HashMap::new(),
+            docs: BTreeMap::new(),
             order: Vec::new(),
             feed: Vec::new(),
             epoch: now_millis().max(1) as u64,
@@ -235,6 +235,25 @@ impl StoreReader for MemoryStore {
             .order
             .iter()
             .filter_map(|id| data.visible(id, filter, at).map(|v| envelope(id, v)))
+            .collect())
+    }
+
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        use std::ops::Bound;
+        let (filter, at) = (ctx.filter, ctx.at);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let data = self.data.read();
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(data
+            .docs
+            .range::<str, _>((from, Bound::Unbounded))
+            .filter_map(|(id, _)| data.visible(id, filter, at).map(|v| envelope(id, v)))
+            .take(limit)
             .collect())
     }
 

@@ -1093,6 +1093,52 @@ impl StoreReader for MongoStore {
             .collect()
     }
 
+    /// Walks the unique `(id, created_at desc)` index from `after`: the first version of each
+    /// id at or before `at` is its visible one (whatever `latest` flags say), and the cursor is
+    /// dropped as soon as the page is full.
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let _permit = self.db.checkout().await?;
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        let mut f = Document::new();
+        if let Some(after) = after {
+            f.insert("id", doc! {"$gt": after});
+        }
+        if let Some(at) = ctx.at {
+            f.insert("created_at", doc! {"$lte": DateTime::from_millis(at)});
+        }
+        let mut cursor = self
+            .coll
+            .find(f)
+            .sort(doc! {"id": 1, "created_at": -1})
+            .batch_size(u32::try_from(limit.saturating_add(16)).unwrap_or(u32::MAX))
+            .await
+            .map_err(error)?;
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut last: Option<String> = None;
+        while out.len() < limit {
+            let Some(d) = cursor.try_next().await.map_err(error)? else {
+                break;
+            };
+            let id = d.get_str("id").unwrap_or_default();
+            if last.as_deref() == Some(id) {
+                continue; // an older version of the id just taken
+            }
+            last = Some(id.to_owned());
+            if let Some(e) = visible(envelope(&d)?, ctx.filter) {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
         let _permit = self.db.checkout().await?;
         self.reads.fetch_add(1, Ordering::Relaxed);

@@ -45,6 +45,8 @@ struct TableSql {
     read_many_latest: String,
     read_many_at: String,
     list: [String; 4],
+    /// [`StoreReader::list_page`], by [`page_index`].
+    page: [String; 8],
     current: String,
     clear_latest: String,
     insert: String,
@@ -84,6 +86,7 @@ impl TableSql {
                 format!("SELECT {COLUMNS} FROM {t} t WHERE {now}{TOKENS}{ORDER}"),
                 format!("SELECT {COLUMNS} FROM {t} t WHERE {at}{TOKENS}{ORDER}"),
             ],
+            page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
             current: format!(
                 "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
                  FROM {t} WHERE id = ? AND latest = 1 FOR UPDATE"
@@ -108,6 +111,29 @@ impl TableSql {
             ),
         }
     }
+}
+
+/// Index into [`TableSql::page`] of a page read at a time, for some tokens, after an id.
+fn page_index(at: bool, tokens: bool, after: bool) -> usize {
+    (at as usize) << 2 | (tokens as usize) << 1 | after as usize
+}
+
+/// A keyset page in id order: the `(latest, id)` key without a time, the `(id, created_at)`
+/// key with one (each row's newest version at or before the time). Parameters in order:
+/// `at`, `after`, tokens, limit — those that apply.
+fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
+    let mut sql = format!(
+        "SELECT {COLUMNS} FROM {t} t WHERE {}",
+        sql::visibility("", at).replace("{T}", t)
+    );
+    if after {
+        sql.push_str(" AND t.id > ?");
+    }
+    if tokens {
+        sql.push_str(TOKENS);
+    }
+    sql.push_str(" ORDER BY t.id LIMIT ?");
+    sql
 }
 
 fn envelope(row: mysql_async::Row) -> Result<Envelope, StoreError> {
@@ -493,6 +519,25 @@ impl StoreReader for MysqlStore {
             Params::Positional(params)
         };
         self.envelopes(&self.sql.list[i], params).await
+    }
+
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let tokens = tokens_json(ctx.filter);
+        let text = &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
+        let mut params: Vec<Value> = Vec::with_capacity(4);
+        params.extend(ctx.at.map(Value::from));
+        params.extend(after.map(Value::from));
+        params.extend(tokens.map(Value::from));
+        params.push(Value::from(u64::try_from(limit).unwrap_or(u64::MAX)));
+        self.envelopes(text, Params::Positional(params)).await
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {

@@ -41,6 +41,8 @@ struct TableSql {
     read_many_latest: String,
     read_many_at: String,
     list: [String; 4],
+    /// [`StoreReader::list_page`], by [`page_index`].
+    page: [String; 8],
     current: String,
     clear_latest: String,
     insert: String,
@@ -86,6 +88,7 @@ impl TableSql {
                 ),
                 format!("SELECT {COLUMNS} FROM {t} t WHERE {}{}{ORDER}", at(1), tokens(2)),
             ],
+            page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
             current: format!(
                 "SELECT _id, payload::text, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
                  FROM {t} WHERE id = $1 AND latest"
@@ -113,6 +116,43 @@ impl TableSql {
             ),
         }
     }
+}
+
+/// Index into [`TableSql::page`] of a page read at a time, for some tokens, after an id.
+fn page_index(at: bool, tokens: bool, after: bool) -> usize {
+    (at as usize) << 2 | (tokens as usize) << 1 | after as usize
+}
+
+/// A keyset page in id order: the latest versions' partial index on `id` without a time,
+/// the `(id, created_at)` key with one (each row's newest version at or before the time).
+/// Parameters in order: `at`, `after`, tokens, limit — those that apply.
+fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        format!("${n}")
+    };
+    let mut sql = format!("SELECT {COLUMNS} FROM {t} t WHERE ");
+    if at {
+        let at = next();
+        sql.push_str(&format!(
+            "NOT t.deleted AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
+             WHERE v.id = t.id AND v.created_at <= {at})"
+        ));
+    } else {
+        sql.push_str("t.latest AND NOT t.deleted");
+    }
+    if after {
+        sql.push_str(&format!(" AND t.id > {}", next()));
+    }
+    if tokens {
+        sql.push_str(&format!(
+            " AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && {}::text[])",
+            next()
+        ));
+    }
+    sql.push_str(&format!(" ORDER BY t.id LIMIT {}", next()));
+    sql
 }
 
 fn envelope(row: &tokio_postgres::Row) -> Envelope {
@@ -420,6 +460,32 @@ impl StoreReader for PostgresStore {
             (None, Some(t)) => self.query_envelopes(&self.sql.list[2], &[&t]).await,
             (Some(at), Some(t)) => self.query_envelopes(&self.sql.list[3], &[&at, &t]).await,
         }
+    }
+
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let tokens = filter_tokens(ctx.filter);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(4);
+        if let Some(at) = &ctx.at {
+            params.push(at);
+        }
+        if let Some(after) = &after {
+            params.push(after);
+        }
+        if let Some(t) = &tokens {
+            params.push(t);
+        }
+        params.push(&limit);
+        let text = &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
+        self.query_envelopes(text, &params).await
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {

@@ -40,6 +40,8 @@ struct TableSql {
     list_at: String,
     list_latest_tokens: String,
     list_at_tokens: String,
+    /// [`StoreReader::list_page`], by [`page_index`].
+    page: [String; 8],
     current: String,
     clear_latest: String,
     insert: String,
@@ -92,6 +94,7 @@ impl TableSql {
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {} {ORDER}",
                 tokens.replace("{n}", "2")
             ),
+            page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
             current: format!(
                 "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
                  FROM {t} WHERE id = ?1 AND latest = 1"
@@ -113,6 +116,44 @@ impl TableSql {
             ),
         }
     }
+}
+
+/// Index into [`TableSql::page`] of a page read at a time, for some tokens, after an id.
+fn page_index(at: bool, tokens: bool, after: bool) -> usize {
+    (at as usize) << 2 | (tokens as usize) << 1 | after as usize
+}
+
+/// A keyset page in id order: the latest version's partial index on `id` without a time,
+/// the `(id, created_at)` key with one (each row's newest version at or before `?at`).
+/// Parameters in order: `at`, `after`, tokens, limit — those that apply.
+fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
+    let mut n = 0;
+    let mut next = || {
+        n += 1;
+        format!("?{n}")
+    };
+    let mut sql = format!("SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE ");
+    if at {
+        let at = next();
+        sql.push_str(&format!(
+            "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
+             WHERE v.id = t.id AND v.created_at <= {at})"
+        ));
+    } else {
+        sql.push_str("t.latest = 1 AND t.deleted = 0");
+    }
+    if after {
+        sql.push_str(&format!(" AND t.id > {}", next()));
+    }
+    if tokens {
+        sql.push_str(&format!(
+            " AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM \
+             json_each(t.authorized_tokens) a WHERE a.value IN (SELECT value FROM json_each({}))))",
+            next()
+        ));
+    }
+    sql.push_str(&format!(" ORDER BY t.id LIMIT {}", next()));
+    sql
 }
 
 fn envelope_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Envelope, String)> {
@@ -445,6 +486,33 @@ impl StoreReader for SqliteStore {
         };
         self.scan(move |conn| query_envelopes(conn, &text, &params))
             .await
+    }
+
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let tokens = tokens_json(ctx.filter);
+        let text =
+            self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())].clone();
+        let mut params = Vec::with_capacity(4);
+        params.extend(ctx.at.map(SqlValue::Integer));
+        params.extend(after.map(|a| SqlValue::Text(a.to_owned())));
+        params.extend(tokens.map(SqlValue::Text));
+        params.push(SqlValue::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+        // a page no larger than a point lookup's worth of rows runs inline, as `find` does
+        if limit <= SCAN_ROWS {
+            self.db
+                .read(|conn| self.read_envelopes(conn, &text, &params))
+        } else {
+            self.scan(move |conn| query_envelopes(conn, &text, &params))
+                .await
+        }
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
