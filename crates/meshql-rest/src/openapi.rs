@@ -1,5 +1,6 @@
 //! The OpenAPI 3 document of a restlette.
 
+use crate::list;
 use serde_json::{json, Value};
 
 /// OpenAPI 3.0 schemas do not accept `$schema`/`$id`; everything else of draft-07 that
@@ -20,6 +21,8 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
     let one =
         json!({"description": "the document", "content": {"application/json": {"schema": state}}});
     let many = json!({"description": "documents", "content": {"application/json": {"schema": {"type": "array", "items": state}}}});
+    let page = json!({"description": "documents", "content": {"application/json": {"schema": {"type": "array", "items": state}}},
+        "headers": {"Link": {"description": "`<P?limit=N&after=ID>; rel=\"next\"` when another page follows a requested page", "schema": {"type": "string"}}}});
     let body = json!({"required": true, "content": {"application/json": {"schema": state}}});
     let id_param =
         json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
@@ -29,7 +32,17 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
         path.to_owned(),
         json!({
             "get": {"operationId": "list", "summary": format!("List current {entity} documents"),
-                    "security": security, "responses": {"200": many}},
+                    "description": format!("Without parameters: every current document, in id order, streamed as it is read (one snapshot, as of the request). With `limit` and/or `after`: one page of them; when more follow, a `Link` header (rel=\"next\") gives the next page's URL. A page holds at most {} documents.", list::MAX_LIMIT),
+                    "security": security,
+                    "parameters": [
+                        {"name": "limit", "in": "query", "required": false,
+                         "description": format!("documents in the page (default {} when `after` is given)", list::PAGE_ROWS),
+                         "schema": {"type": "integer", "minimum": 1, "maximum": list::MAX_LIMIT}},
+                        {"name": "after", "in": "query", "required": false,
+                         "description": "the page starts after this id (the last id of the previous page)",
+                         "schema": {"type": "string", "minLength": 1, "maxLength": list::MAX_AFTER}}
+                    ],
+                    "responses": {"200": page, "400": error}},
             "post": {"operationId": "create", "summary": format!("Create a {entity} document"),
                      "security": security, "requestBody": body,
                      "responses": {"201": one, "400": error, "413": error}}
@@ -136,6 +149,17 @@ mod tests {
         assert!(doc["components"]["schemas"]["State"]
             .get("$schema")
             .is_none());
+        let list = &doc["paths"]["/hen/api"]["get"];
+        let params: Vec<&str> = list["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(params, ["limit", "after"]);
+        assert_eq!(list["parameters"][0]["schema"]["maximum"], 10_000);
+        assert!(list["responses"]["200"]["headers"]["Link"].is_object());
+        assert!(list["responses"]["400"].is_object());
     }
 
     fn doc() -> Vec<u8> {
