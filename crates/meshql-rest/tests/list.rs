@@ -20,7 +20,14 @@ use tower::ServiceExt;
 async fn store_with(n: usize) -> DynStore {
     let store: DynStore = Arc::new(MemoryStore::new());
     let docs = (0..n)
-        .map(|i| NewDocument::new(json!({"name": format!("farm-{i}"), "n": i}).as_object().unwrap().clone()))
+        .map(|i| {
+            NewDocument::new(
+                json!({"name": format!("farm-{i}"), "n": i})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            )
+        })
         .collect();
     store
         .create_many(docs, &WriteContext::SYSTEM)
@@ -93,7 +100,10 @@ async fn a_small_list_is_one_body_and_a_large_one_is_streamed_whole() {
     assert_eq!(a.headers["content-length"], body.len().to_string().as_str());
     assert_eq!(body, expected(&small).await);
     assert_eq!(
-        get(&app(store_with(0).await, None), "/farm/api").await.body.unwrap(),
+        get(&app(store_with(0).await, None), "/farm/api")
+            .await
+            .body
+            .unwrap(),
         b"[]"
     );
 
@@ -232,7 +242,11 @@ async fn a_storage_error_mid_stream_cuts_the_body_short() {
     let failing = Arc::new(FailsAfterFirstPage(store.clone()));
     let app = app(store, Some(failing));
     let a = get(&app, "/farm/api").await;
-    assert_eq!(a.status, StatusCode::OK, "the status left with the first page");
+    assert_eq!(
+        a.status,
+        StatusCode::OK,
+        "the status left with the first page"
+    );
     assert!(a.body.is_err(), "the body ends in an error, not in `]`");
     // before anything was sent, an error is an ordinary error response
     let a = get(&app, "/farm/api?after=x").await;
