@@ -109,10 +109,13 @@ impl TableSql {
                 "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 ORDER BY t.created_at"
             ),
             // the single writer assigns row ids in commit order, and a reader's snapshot holds
-            // whole transactions: the row id is the feed cursor, with no horizon to wait for
+            // whole transactions: the row id is the feed cursor, with no horizon to wait for.
+            // No bound LIMIT: SQLite re-prepares a statement whose LIMIT value changed the plan
+            // (it showed as sqlite3Reprepare in profiles); the caller stops reading instead,
+            // which a scan in row-id order allows at no cost
             changes: format!(
                 "SELECT {ENVELOPE_COLUMNS}, t._id, t.seq IS NULL, t.correlation_id FROM {t} t \
-                 WHERE t._id > ?1 ORDER BY t._id LIMIT ?2"
+                 WHERE t._id > ?1 ORDER BY t._id"
             ),
         }
     }
@@ -791,14 +794,13 @@ impl ChangeFeed for SqliteStore {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         let text = &self.sql.changes;
         let after = i64::try_from(after.1).unwrap_or(i64::MAX);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         // inline, like point reads: a page of the newest rows by primary key takes
         // microseconds, less than a hand-off to the blocking pool; and not counted as a read
         // (reads count what requests cost)
         self.db.read(|conn| {
             let mut stmt = conn.prepare_cached(text).map_err(query_error)?;
             let rows = stmt
-                .query_map(params![after, limit], |r| {
+                .query_map(params![after], |r| {
                     Ok((
                         envelope_from_row(r)?,
                         r.get::<_, i64>(5)?,
@@ -807,17 +809,18 @@ impl ChangeFeed for SqliteStore {
                     ))
                 })
                 .map_err(query_error)?;
-            rows.map(|row| {
-                let (env, rowid, first, correlation_id) = row.map_err(query_error)?;
-                let env = decode_tokens(env)?;
-                Ok(StoreChange::of_version(
-                    Cursor::seq(rowid as u64),
-                    env,
-                    first,
-                    correlation_id,
-                ))
-            })
-            .collect()
+            rows.take(limit)
+                .map(|row| {
+                    let (env, rowid, first, correlation_id) = row.map_err(query_error)?;
+                    let env = decode_tokens(env)?;
+                    Ok(StoreChange::of_version(
+                        Cursor::seq(rowid as u64),
+                        env,
+                        first,
+                        correlation_id,
+                    ))
+                })
+                .collect()
         })
     }
 
@@ -902,5 +905,51 @@ impl Store for SqliteStore {
 
     async fn shutdown(&self) {
         self.db.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod feed_statement_tests {
+    use super::*;
+    use crate::SqliteOptions;
+    use meshql_core::{NewDocument, StoreWriter, WriteContext};
+
+    /// The feed's statement is prepared once per connection: reading it after other cursors
+    /// and with other page sizes must not make SQLite prepare it again (a bound LIMIT did,
+    /// on every read).
+    #[tokio::test]
+    async fn reading_the_feed_never_reprepares_its_statement() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
+        let store = SqliteStore::new(db.clone(), "hen");
+        store.prepare(&[]).await.unwrap();
+        for i in 0..30 {
+            let mut payload = serde_json::Map::new();
+            payload.insert("n".into(), i.into());
+            store
+                .create(NewDocument::new(payload), &WriteContext::SYSTEM)
+                .await
+                .unwrap();
+        }
+        let text = store.sql.changes.clone();
+        let reprepared = db
+            .read(move |conn| {
+                for (after, limit) in [(0, 5), (3, 512), (10, 1), (20, 100), (0, 30)] {
+                    let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
+                    let n = stmt
+                        .query_map(params![after], |r| r.get::<_, i64>(5))
+                        .map_err(query_error)?
+                        .take(limit)
+                        .count();
+                    assert!(n > 0);
+                }
+                let stmt = conn.prepare_cached(&text).map_err(query_error)?;
+                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .unwrap();
+        assert_eq!(reprepared, 0);
+        // and the store's own reads honour the limit
+        let page = store.changes(Cursor::seq(0), 7).await.unwrap();
+        assert_eq!(page.len(), 7);
     }
 }
