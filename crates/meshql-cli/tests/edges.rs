@@ -76,7 +76,10 @@ async fn bodies_that_are_not_json_are_refused_and_nothing_is_written() {
     assert_eq!(c.list("/farm/api").await.len(), 0, "nothing was written");
 
     // JSON media types are accepted, parameters and +json included
-    for content_type in ["application/json; charset=utf-8", "application/merge-patch+json"] {
+    for content_type in [
+        "application/json; charset=utf-8",
+        "application/merge-patch+json",
+    ] {
         c.request(
             "POST",
             "/farm/api",
@@ -112,7 +115,9 @@ async fn every_error_has_a_json_body() {
     let server = Server::start(dir.path(), &[]);
     let c = server.client();
     // a method the route does not take: 405 with its Allow header, and JSON
-    let r = c.request("POST", "/health", Some(b"{}".to_vec()), &[]).await;
+    let r = c
+        .request("POST", "/health", Some(b"{}".to_vec()), &[])
+        .await;
     r.expect_status(405);
     assert!(r.json()["error"].is_string(), "{}", r.text);
     // invalid UTF-8 in a path parameter
