@@ -237,7 +237,7 @@ pub fn plan(
     let schema = graphlette.schema.as_ref();
     let document = ExecutableDocument::parse_and_validate(schema, query, "query.graphql").map_err(
         |with_errors| {
-            with_errors
+            let errors: Vec<PlanError> = with_errors
                 .errors
                 .iter()
                 .map(|d| {
@@ -248,7 +248,16 @@ pub fn plan(
                         code: None,
                     }
                 })
-                .collect::<Vec<_>>()
+                .collect();
+            // the parser goes on after a syntax error and reports what follows from it (an
+            // unclosed `(` is also an unexpected end): like graphql-js, answer the first one
+            match errors
+                .iter()
+                .position(|e| e.message.starts_with("syntax error"))
+            {
+                Some(first) => vec![errors[first].clone()],
+                None => errors,
+            }
         },
     )?;
     let operation = document.operations.get(operation_name).map_err(|_| {

@@ -810,3 +810,21 @@ async fn int_is_served_up_to_two_to_the_53_and_refused_beyond() {
         "{r}"
     );
 }
+
+#[tokio::test]
+async fn a_syntax_error_is_reported_once() {
+    let w = farm_world().await;
+    let r = w
+        .query("/farm/graph", r#"{ getById(id: "x" { name }"#)
+        .await;
+    let errors = r["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{r}");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("syntax error"),
+        "{r}"
+    );
+    assert!(r.get("data").is_none(), "{r}");
+}
