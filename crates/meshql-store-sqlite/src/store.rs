@@ -128,7 +128,9 @@ fn page_index(at: bool, tokens: bool, after: bool) -> usize {
 
 /// A keyset page in id order: the latest version's partial index on `id` without a time,
 /// the `(id, created_at)` key with one (each row's newest version at or before `?at`).
-/// Parameters in order: `at`, `after`, tokens, limit — those that apply.
+/// Parameters in order: `at`, `after`, tokens — those that apply. No bound LIMIT (a LIMIT
+/// whose value changed makes SQLite prepare the statement again, see `changes`): the index
+/// walk is in id order, so the reader stops after the page at no cost.
 fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
     let mut n = 0;
     let mut next = || {
@@ -136,17 +138,20 @@ fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
         format!("?{n}")
     };
     let mut sql = format!("SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE ");
+    // `(?at + 0)` and `(?after || '')` below: the same values, but not bare parameters,
+    // which SQLite's STAT4 planner reads at prepare time once `PRAGMA optimize` has analysed
+    // the table — and then prepares the statement again whenever they change (every page)
     if at {
         let at = next();
         sql.push_str(&format!(
             "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
-             WHERE v.id = t.id AND v.created_at <= {at})"
+             WHERE v.id = t.id AND v.created_at <= ({at} + 0))"
         ));
     } else {
         sql.push_str("t.latest = 1 AND t.deleted = 0");
     }
     if after {
-        sql.push_str(&format!(" AND t.id > {}", next()));
+        sql.push_str(&format!(" AND t.id > ({} || '')", next()));
     }
     if tokens {
         sql.push_str(&format!(
@@ -155,7 +160,7 @@ fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
             next()
         ));
     }
-    sql.push_str(&format!(" ORDER BY t.id LIMIT {}", next()));
+    sql.push_str(" ORDER BY t.id");
     sql
 }
 
@@ -507,14 +512,23 @@ impl StoreReader for SqliteStore {
         params.extend(ctx.at.map(SqlValue::Integer));
         params.extend(after.map(|a| SqlValue::Text(a.to_owned())));
         params.extend(tokens.map(SqlValue::Text));
-        params.push(SqlValue::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+        let run = move |conn: &Connection| -> Result<Vec<Envelope>, StoreError> {
+            let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(params.iter()), envelope_from_row)
+                .map_err(query_error)?;
+            rows.take(limit)
+                .map(|r| decode_tokens(r.map_err(query_error)?))
+                .collect()
+        };
         // a page no larger than a point lookup's worth of rows runs inline, as `find` does
         if limit <= SCAN_ROWS {
-            self.db
-                .read(|conn| self.read_envelopes(conn, &text, &params))
+            self.db.read(|conn| {
+                self.count_read();
+                run(conn)
+            })
         } else {
-            self.scan(move |conn| query_envelopes(conn, &text, &params))
-                .await
+            self.scan(run).await
         }
     }
 
@@ -951,5 +965,94 @@ mod feed_statement_tests {
         // and the store's own reads honour the limit
         let page = store.changes(Cursor::seq(0), 7).await.unwrap();
         assert_eq!(page.len(), 7);
+    }
+}
+
+#[cfg(test)]
+mod page_statement_tests {
+    use super::*;
+    use crate::SqliteOptions;
+    use meshql_core::{StoreReader, StoreWriter};
+
+    /// Every variant of the page statement walks an index in id order (no sort of the whole
+    /// table before the first row), and paging with other times, ids and page sizes — also
+    /// after `ANALYZE` has gathered statistics the planner could bind values against — never
+    /// makes SQLite prepare it again.
+    #[tokio::test]
+    async fn pages_walk_an_index_and_never_reprepare() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
+        let store = SqliteStore::new(db.clone(), "hen");
+        store.prepare(&[]).await.unwrap();
+        let docs = (0..300)
+            .map(|i| {
+                let mut payload = serde_json::Map::new();
+                payload.insert("n".into(), i.into());
+                NewDocument::new(payload)
+            })
+            .collect();
+        store
+            .create_many(docs, &WriteContext::SYSTEM)
+            .await
+            .unwrap();
+        Connection::open(dir.path().join("t.db"))
+            .unwrap()
+            .execute_batch("ANALYZE")
+            .unwrap();
+        for (i, text) in store.sql.page.iter().enumerate() {
+            let plan: Vec<String> = db
+                .read(|conn| {
+                    let mut stmt = conn
+                        .prepare(&format!("EXPLAIN QUERY PLAN {text}"))
+                        .map_err(query_error)?;
+                    let rows = stmt
+                        .query_map(
+                            rusqlite::params_from_iter(
+                                (0..text.matches('?').count()).map(|_| SqlValue::Null),
+                            ),
+                            |r| r.get::<_, String>(3),
+                        )
+                        .map_err(query_error)?;
+                    rows.map(|r| r.map_err(query_error)).collect()
+                })
+                .unwrap();
+            assert!(
+                plan.iter().all(|step| !step.contains("TEMP B-TREE")),
+                "variant {i} sorts: {plan:?}"
+            );
+            assert!(plan[0].contains("USING INDEX"), "variant {i}: {plan:?}");
+            if i & 1 != 0 {
+                assert!(plan[0].contains("(id>?)"), "variant {i} seeks: {plan:?}");
+            }
+        }
+        let alice = TokenFilter::AnyOf(vec!["alice".into()]);
+        let mut after: Option<String> = None;
+        for (n, limit) in [(0, 7), (1, 100), (2, 3), (3, 50), (4, 1), (5, 200)] {
+            for filter in [&TokenFilter::All, &alice] {
+                for at in [None, Some(now_millis() + n)] {
+                    let page = store
+                        .list_page(after.as_deref(), limit, &ReadContext::new(filter, at))
+                        .await
+                        .unwrap();
+                    assert!(page.len() <= limit);
+                    if let (TokenFilter::All, None) = (filter, at) {
+                        after = page.last().map(|e| e.id.clone()).or(after);
+                    }
+                }
+            }
+        }
+        let texts = store.sql.page.clone();
+        let reprepared: Vec<i32> = db
+            .read(move |conn| {
+                texts
+                    .iter()
+                    .map(|t| {
+                        let stmt = conn.prepare_cached(t).map_err(query_error)?;
+                        Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+                    })
+                    .collect()
+            })
+            .unwrap();
+        assert_eq!(reprepared, vec![0; 8]);
     }
 }
