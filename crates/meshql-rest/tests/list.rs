@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use meshql_core::{
-    BatchSearch, DynReader, DynStore, Envelope, KeyedRows, NewDocument, NoAuth, ReadContext, Row,
-    Search, StoreError, StoreReader, WriteContext,
+    AuthError, Authorizer, BatchSearch, Credentials, DynReader, DynStore, Envelope, KeyedRows,
+    NewDocument, NoAuth, ReadContext, Row, Search, StoreError, StoreReader, WriteContext,
 };
 use meshql_engine::EntityService;
 use meshql_rest::{router, Restlette};
@@ -251,4 +251,64 @@ async fn a_storage_error_mid_stream_cuts_the_body_short() {
     // before anything was sent, an error is an ordinary error response
     let a = get(&app, "/farm/api?after=x").await;
     assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// `Bearer <name>` is the caller `name`.
+struct Named;
+
+impl Authorizer for Named {
+    fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, AuthError> {
+        Ok(
+            match authorization.and_then(|h| h.strip_prefix("Bearer ")) {
+                Some(name) => Credentials::Tokens(vec![name.to_owned()]),
+                None => Credentials::Unrestricted,
+            },
+        )
+    }
+}
+
+#[tokio::test]
+async fn every_page_of_a_streamed_list_is_filtered_by_the_callers_tokens() {
+    let store: DynStore = Arc::new(MemoryStore::new());
+    for (owner, n) in [("alice", 1_500), ("bob", 1_500)] {
+        let docs = (0..n)
+            .map(|i| NewDocument::new(json!({"owner": owner, "n": i}).as_object().unwrap().clone()))
+            .collect();
+        store
+            .create_many(
+                docs,
+                &WriteContext::SYSTEM.with_tokens(vec![owner.to_owned()]),
+            )
+            .await
+            .unwrap();
+    }
+    let service = EntityService::new("farm", store, None, vec![], Arc::new(Named));
+    let app = router(Arc::new(Restlette {
+        path: "/farm/api".into(),
+        service: Arc::new(service),
+        openapi: Default::default(),
+        docs_page: None,
+        body_limit: 1 << 20,
+    }));
+    for (who, uri) in [("alice", "/farm/api"), ("bob", "/farm/api?limit=2000")] {
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::get(uri)
+                    .header("authorization", format!("Bearer {who}"))
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let items: Vec<Value> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(items.len(), 1_500, "{who}");
+        assert!(items.iter().all(|v| v["owner"] == who), "{who}");
+    }
+    let everyone = get(&app, "/farm/api").await;
+    let items: Vec<Value> = serde_json::from_slice(&everyone.body.unwrap()).unwrap();
+    assert_eq!(items.len(), 3_000, "unrestricted: everything");
 }
