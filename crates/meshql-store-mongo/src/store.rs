@@ -175,7 +175,30 @@ pub struct MongoStore {
     reads: AtomicU64,
     /// Queries of the change feed (not counted in `reads`, which count what requests cost).
     feed_reads: AtomicU64,
+    /// Cursors of list pages read at a fixed time, kept for the page after (see
+    /// [`Parked`]).
+    parked: std::sync::Mutex<Vec<Parked>>,
 }
+
+/// The cursor of a [`StoreReader::list_page`] read at a fixed time, parked after a full
+/// page so that the page after it (`after` = the page's last id, same time and tokens)
+/// continues it instead of querying again. The continuation is what a new query would
+/// return — versions at or before a past time do not change — so this only saves work; but
+/// that work is large where the server cannot seek by id: FerretDB v1 pushes neither `$gt` on
+/// strings nor sorts down to PostgreSQL, so there each new page query reads and sorts the
+/// whole collection, and a streamed list of N documents would cost N² / page.
+struct Parked {
+    filter: TokenFilter,
+    at: Millis,
+    /// The last id returned: the `after` of the page that may continue this cursor.
+    after: String,
+    cursor: mongodb::Cursor<Document>,
+    since: std::time::Instant,
+}
+
+/// Parked cursors kept at most (the oldest is dropped), and for at most how long.
+const PARKED_MAX: usize = 32;
+const PARKED_FOR: Duration = Duration::from_secs(30);
 
 /// What writes share. Once a write holds the locks of its ids it runs in a task of its own
 /// ([`detached`]) to the end: stored (and in the feed), or failed and undone, even should its
@@ -455,7 +478,42 @@ impl MongoStore {
             w,
             reads: AtomicU64::new(0),
             feed_reads: AtomicU64::new(0),
+            parked: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The parked cursor continuing a page of `ctx` after `after`, if any; expired ones are
+    /// dropped on the way.
+    fn unpark(
+        &self,
+        after: Option<&str>,
+        ctx: &ReadContext<'_>,
+    ) -> Option<mongodb::Cursor<Document>> {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        parked.retain(|p| p.since.elapsed() < PARKED_FOR);
+        let (after, at) = (after?, ctx.at?);
+        let i = parked
+            .iter()
+            .position(|p| p.at == at && p.after == after && p.filter == *ctx.filter)?;
+        Some(parked.swap_remove(i).cursor)
+    }
+
+    fn park(&self, cursor: mongodb::Cursor<Document>, after: String, ctx: &ReadContext<'_>) {
+        let Some(at) = ctx.at else { return };
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        if parked.len() >= PARKED_MAX {
+            let oldest = (0..parked.len()).min_by_key(|&i| parked[i].since);
+            if let Some(i) = oldest {
+                parked.swap_remove(i);
+            }
+        }
+        parked.push(Parked {
+            filter: ctx.filter.clone(),
+            at,
+            after,
+            cursor,
+            since: std::time::Instant::now(),
+        });
     }
 }
 
@@ -1094,8 +1152,8 @@ impl StoreReader for MongoStore {
     }
 
     /// Walks the unique `(id, created_at desc)` index from `after`: the first version of each
-    /// id at or before `at` is its visible one (whatever `latest` flags say), and the cursor is
-    /// dropped as soon as the page is full.
+    /// id at or before `at` is its visible one (whatever `latest` flags say). A page read at a
+    /// fixed time parks its cursor when full, for the next page to continue ([`Parked`]).
     async fn list_page(
         &self,
         after: Option<&str>,
@@ -1107,25 +1165,30 @@ impl StoreReader for MongoStore {
         }
         let _permit = self.db.checkout().await?;
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let mut f = Document::new();
-        if let Some(after) = after {
-            f.insert("id", doc! {"$gt": after});
-        }
-        if let Some(at) = ctx.at {
-            f.insert("created_at", doc! {"$lte": DateTime::from_millis(at)});
-        }
-        let mut cursor = self
-            .coll
-            .find(f)
-            .sort(doc! {"id": 1, "created_at": -1})
-            .batch_size(u32::try_from(limit.saturating_add(16)).unwrap_or(u32::MAX))
-            .await
-            .map_err(error)?;
-        let mut out = Vec::with_capacity(limit.min(1024));
-        let mut last: Option<String> = None;
+        let mut cursor = match self.unpark(after, ctx) {
+            Some(c) => c,
+            None => {
+                let mut f = Document::new();
+                if let Some(after) = after {
+                    f.insert("id", doc! {"$gt": after});
+                }
+                if let Some(at) = ctx.at {
+                    f.insert("created_at", doc! {"$lte": DateTime::from_millis(at)});
+                }
+                self.coll
+                    .find(f)
+                    .sort(doc! {"id": 1, "created_at": -1})
+                    .batch_size(u32::try_from(limit.saturating_add(16)).unwrap_or(u32::MAX))
+                    .await
+                    .map_err(error)?
+            }
+        };
+        let mut out: Vec<Envelope> = Vec::with_capacity(limit.min(1024));
+        // the id whose newest version was taken; a parked cursor stopped right after it
+        let mut last: Option<String> = after.map(str::to_owned);
         while out.len() < limit {
             let Some(d) = cursor.try_next().await.map_err(error)? else {
-                break;
+                return Ok(out);
             };
             let id = d.get_str("id").unwrap_or_default();
             if last.as_deref() == Some(id) {
@@ -1135,6 +1198,9 @@ impl StoreReader for MongoStore {
             if let Some(e) = visible(envelope(&d)?, ctx.filter) {
                 out.push(e);
             }
+        }
+        if let Some(e) = out.last() {
+            self.park(cursor, e.id.clone(), ctx);
         }
         Ok(out)
     }
