@@ -126,39 +126,43 @@ fn page_index(at: bool, tokens: bool, after: bool) -> usize {
     (at as usize) << 2 | (tokens as usize) << 1 | after as usize
 }
 
-/// A keyset page in id order: the latest version's partial index on `id` without a time,
-/// the `(id, created_at)` key with one (each row's newest version at or before `?at`).
-/// Parameters in order: `at`, `after`, tokens — those that apply. No bound LIMIT (a LIMIT
-/// whose value changed makes SQLite prepare the statement again, see `changes`): the index
-/// walk is in id order, so the reader stops after the page at no cost.
+/// A keyset page in id order, walking the latest versions' partial index on `id`.
+///
+/// With a time (`?at`), a document's visible version is its newest at or before it. Rather
+/// than finding that per row (a correlated `MAX(created_at)` per version, 4-6x the cost of
+/// the walk), the statement returns each latest version that is visible — older than `?at`,
+/// not deleted, allowed by the tokens — and every latest version written *after* `?at`, which
+/// the reader replaces by the version before (`read_at`): what was written since the time
+/// asked, usually nothing. Parameters in order: `at`, `after`, tokens — those that apply.
+///
+/// No bound LIMIT (a LIMIT whose value changed makes SQLite prepare the statement again, see
+/// `changes`): the index walk is in id order, so the reader stops after the page at no cost.
+/// `(?at + 0)` and `(?after || '')`: the same values, but not bare parameters, which SQLite's
+/// STAT4 planner reads at prepare time once `PRAGMA optimize` has analysed the table — and
+/// then prepares the statement again whenever they change (every page).
 fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
     let mut n = 0;
     let mut next = || {
         n += 1;
         format!("?{n}")
     };
-    let mut sql = format!("SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE ");
-    // `(?at + 0)` and `(?after || '')` below: the same values, but not bare parameters,
-    // which SQLite's STAT4 planner reads at prepare time once `PRAGMA optimize` has analysed
-    // the table — and then prepares the statement again whenever they change (every page)
-    if at {
-        let at = next();
-        sql.push_str(&format!(
-            "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
-             WHERE v.id = t.id AND v.created_at <= ({at} + 0))"
-        ));
-    } else {
-        sql.push_str("t.latest = 1 AND t.deleted = 0");
+    let at = at.then(&mut next);
+    let after = after.then(&mut next);
+    let tokens = tokens.then(&mut next);
+    let mut sql = format!("SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1");
+    if let Some(after) = after {
+        sql.push_str(&format!(" AND t.id > ({after} || '')"));
     }
-    if after {
-        sql.push_str(&format!(" AND t.id > ({} || '')", next()));
-    }
-    if tokens {
-        sql.push_str(&format!(
+    let mut visible = "t.deleted = 0".to_owned();
+    if let Some(tokens) = tokens {
+        visible.push_str(&format!(
             " AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM \
-             json_each(t.authorized_tokens) a WHERE a.value IN (SELECT value FROM json_each({}))))",
-            next()
+             json_each(t.authorized_tokens) a WHERE a.value IN (SELECT value FROM json_each({tokens}))))"
         ));
+    }
+    match at {
+        Some(at) => sql.push_str(&format!(" AND (t.created_at > ({at} + 0) OR ({visible}))")),
+        None => sql.push_str(&format!(" AND {visible}")),
     }
     sql.push_str(" ORDER BY t.id");
     sql
@@ -508,18 +512,48 @@ impl StoreReader for SqliteStore {
         let tokens = tokens_json(ctx.filter);
         let text =
             self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())].clone();
-        let mut params = Vec::with_capacity(4);
+        let mut params = Vec::with_capacity(3);
         params.extend(ctx.at.map(SqlValue::Integer));
         params.extend(after.map(|a| SqlValue::Text(a.to_owned())));
         params.extend(tokens.map(SqlValue::Text));
+        let (at, filter, sql) = (ctx.at, ctx.filter.clone(), self.sql.clone());
         let run = move |conn: &Connection| -> Result<Vec<Envelope>, StoreError> {
             let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(params.iter()), envelope_from_row)
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(params.iter()))
                 .map_err(query_error)?;
-            rows.take(limit)
-                .map(|r| decode_tokens(r.map_err(query_error)?))
-                .collect()
+            let mut out = Vec::with_capacity(limit.min(SCAN_ROWS));
+            let mut before = None;
+            while out.len() < limit {
+                let Some(row) = rows.next().map_err(query_error)? else {
+                    break;
+                };
+                let env = decode_tokens(envelope_from_row(row).map_err(query_error)?)?;
+                match at {
+                    // written after the time asked: the version before, if it was visible
+                    Some(at) if env.created_at > at => {
+                        let read_at = match &mut before {
+                            Some(s) => s,
+                            None => before
+                                .insert(conn.prepare_cached(&sql.read_at).map_err(query_error)?),
+                        };
+                        let older = read_at
+                            .query_row(params![env.id, at], envelope_from_row)
+                            .optional()
+                            .map_err(query_error)?;
+                        if let Some(older) = older {
+                            let older = decode_tokens(older)?;
+                            if !older.deleted
+                                && meshql_core::auth::is_visible(&filter, &older.authorized_tokens)
+                            {
+                                out.push(older);
+                            }
+                        }
+                    }
+                    _ => out.push(env),
+                }
+            }
+            Ok(out)
         };
         // a page no larger than a point lookup's worth of rows runs inline, as `find` does
         if limit <= SCAN_ROWS {
