@@ -191,6 +191,7 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
         config.data_dir.display(),
         started.elapsed().as_millis()
     );
+    tokio::spawn(return_freed_memory());
     meshql_server::serve(
         app,
         listener,
@@ -199,4 +200,18 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
     )
     .await?;
     Ok(())
+}
+
+/// mimalloc hands memory freed in bulk (say, by thousands of connections closing) back to the
+/// OS only when a later allocation or collection finds the purge delay (1 s) passed; an idle
+/// server may never get there and keeps its peak resident set. A collection every second
+/// purges what is due, for every thread (the arenas are shared); it costs microseconds.
+async fn return_freed_memory() {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // SAFETY: mi_collect only releases memory the allocator itself holds free
+        unsafe { libmimalloc_sys::mi_collect(false) };
+    }
 }

@@ -476,3 +476,41 @@ fn a_second_signal_exits_at_once() {
         .unwrap_or_else(|| panic!("no exit after a second signal; log:\n{}", server.log()));
     assert_eq!(status.code(), Some(130), "{status}; log:\n{}", server.log());
 }
+
+#[test]
+fn memory_held_by_connections_is_returned_after_they_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&config(dir.path(), ""), &[]);
+    let pid = server.pid();
+    // warm up: the first connections allocate what every later one reuses
+    for _ in 0..20 {
+        assert_eq!(get_health(&mut connect(&server)), 200);
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = rss_kb(pid);
+    let mut conns: Vec<TcpStream> = (0..500).map(|_| connect(&server)).collect();
+    for c in &mut conns {
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+    }
+    for c in &mut conns {
+        assert_eq!(read_response(c, Duration::from_secs(10)).0, 200);
+    }
+    let open = rss_kb(pid);
+    drop(conns);
+    let grown = open.saturating_sub(before);
+    let start = Instant::now();
+    let mut after = rss_kb(pid);
+    while after > before + grown / 2 && start.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(250));
+        after = rss_kb(pid);
+    }
+    eprintln!(
+        "RSS: {before} kB before, {open} kB with 500 keep-alive connections, {after} kB {:?} after they closed",
+        start.elapsed()
+    );
+    assert!(
+        after <= before + grown / 2,
+        "RSS {after} kB 15 s after the connections closed: less than half of the {grown} kB they took was returned"
+    );
+}

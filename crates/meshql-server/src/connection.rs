@@ -140,8 +140,14 @@ impl Watched {
     /// A read has to wait: is it past the phase's deadline?
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let deadline = match self.phase {
-            // the soonest this connection can be idle for a whole timeout
-            Phase::Busy => Instant::now() + self.idle_timeout,
+            Phase::Busy => {
+                // a timer armed and not fired is soon enough (and holds this task's waker)
+                if self.sleep.as_ref().is_some_and(|s| !s.is_elapsed()) {
+                    return Poll::Pending;
+                }
+                // the soonest this connection can have been idle for a whole timeout
+                Instant::now() + self.idle_timeout
+            }
             Phase::Idle => *self.since.get_or_insert_with(Instant::now) + self.idle_timeout,
             Phase::Head => *self.since.get_or_insert_with(Instant::now) + self.header_timeout,
         };
