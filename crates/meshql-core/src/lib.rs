@@ -22,9 +22,9 @@ pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, Wr
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};
 pub use store::{
-    in_request_order, BatchRows, BatchSearch, ChangeFeed, Document, DynReader, DynStore, DynWriter,
-    KeyedRows, Nested, NestedRow, Placement, ReadContext, Relation, RemoveOutcome, Search, Store,
-    StoreReader, StoreStats, StoreWriter, TokenFilter,
+    in_request_order, page_as_of, BatchRows, BatchSearch, ChangeFeed, Document, DynReader,
+    DynStore, DynWriter, KeyedRows, Nested, NestedRow, Placement, ReadContext, Relation,
+    RemoveOutcome, Search, Store, StoreReader, StoreStats, StoreWriter, TokenFilter,
 };
 pub use template::{ArgValue, BoundArgs, FieldPath, QueryTemplate, TemplateError};
 pub use time::{now_millis, Millis};

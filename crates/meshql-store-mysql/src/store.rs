@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
-    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
-    StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
+    in_request_order, now_millis, page_as_of, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows,
+    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
+    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use mysql_async::prelude::Queryable;
@@ -118,19 +118,23 @@ fn page_index(at: bool, tokens: bool, after: bool) -> usize {
     (at as usize) << 2 | (tokens as usize) << 1 | after as usize
 }
 
-/// A keyset page in id order: the `(latest, id)` key without a time, the `(id, created_at)`
-/// key with one (each row's newest version at or before the time). Parameters in order:
-/// `at`, `after`, tokens, limit — those that apply.
+/// A keyset page in id order on the `(latest, id)` key. With a time, it also returns the
+/// latest versions written after it, which the reader replaces by their version at that time
+/// ([`page_as_of`]) instead of finding each row's version with a correlated
+/// `MAX(created_at)`. Parameters in order: `at`, tokens, `after`, limit — those that apply.
 fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
-    let mut sql = format!(
-        "SELECT {COLUMNS} FROM {t} t WHERE {}",
-        sql::visibility("", at).replace("{T}", t)
-    );
-    if after {
-        sql.push_str(" AND t.id > ?");
+    let mut sql = format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest = 1");
+    if at {
+        sql.push_str(" AND (t.created_at > ? OR (t.deleted = 0");
+    } else {
+        sql.push_str(" AND (t.deleted = 0");
     }
     if tokens {
         sql.push_str(TOKENS);
+    }
+    sql.push_str(if at { "))" } else { ")" });
+    if after {
+        sql.push_str(" AND t.id > ?");
     }
     sql.push_str(" ORDER BY t.id LIMIT ?");
     sql
@@ -527,17 +531,51 @@ impl StoreReader for MysqlStore {
         limit: usize,
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
         let tokens = tokens_json(ctx.filter);
-        let text = &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
-        let mut params: Vec<Value> = Vec::with_capacity(4);
-        params.extend(ctx.at.map(Value::from));
-        params.extend(after.map(Value::from));
-        params.extend(tokens.map(Value::from));
-        params.push(Value::from(u64::try_from(limit).unwrap_or(u64::MAX)));
-        self.envelopes(text, Params::Positional(params)).await
+        let mut after = after.map(str::to_owned);
+        let mut out: Vec<Envelope> = Vec::new();
+        // more than once only when documents written since `at` turned out hidden then
+        while out.len() < limit {
+            let want = limit - out.len();
+            // in the statement's order: at, tokens, after, limit
+            let mut params: Vec<Value> = Vec::with_capacity(4);
+            params.extend(ctx.at.map(Value::from));
+            params.extend(tokens.clone().map(Value::from));
+            params.extend(after.clone().map(Value::from));
+            params.push(Value::from(u64::try_from(want).unwrap_or(u64::MAX)));
+            let text =
+                &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
+            let rows = self.envelopes(text, Params::Positional(params)).await?;
+            let full = rows.len() == want;
+            let last = rows.last().map(|e| e.id.clone());
+            match ctx.at {
+                None => out.extend(rows),
+                Some(at) => {
+                    let since: Vec<&str> = rows
+                        .iter()
+                        .filter(|e| e.created_at > at)
+                        .map(|e| e.id.as_str())
+                        .collect();
+                    let older = if since.is_empty() {
+                        Vec::new()
+                    } else {
+                        let keys = serde_json::to_string(&since)
+                            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                        self.envelopes(
+                            &self.sql.read_many_at,
+                            Params::Positional(vec![keys.into(), at.into()]),
+                        )
+                        .await?
+                    };
+                    out.extend(page_as_of(rows, at, older, ctx.filter));
+                }
+            }
+            if !full {
+                break;
+            }
+            after = last;
+        }
+        Ok(out)
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {

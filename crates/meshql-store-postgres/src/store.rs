@@ -7,9 +7,9 @@ use deadpool_postgres::GenericClient;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
-    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
-    StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
+    in_request_order, now_millis, page_as_of, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows,
+    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
+    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -123,33 +123,33 @@ fn page_index(at: bool, tokens: bool, after: bool) -> usize {
     (at as usize) << 2 | (tokens as usize) << 1 | after as usize
 }
 
-/// A keyset page in id order: the latest versions' partial index on `id` without a time,
-/// the `(id, created_at)` key with one (each row's newest version at or before the time).
-/// Parameters in order: `at`, `after`, tokens, limit — those that apply.
+/// A keyset page in id order on the latest versions' partial index on `id`. With a time
+/// (`$at`), it also returns the latest versions written after it, which the reader replaces by
+/// their version at that time ([`page_as_of`]): a correlated `MAX(created_at)` per row made the
+/// planner scan and sort the whole table for every page. Parameters in order: `at`, `after`,
+/// tokens, limit — those that apply.
 fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
     let mut n = 0;
     let mut next = || {
         n += 1;
         format!("${n}")
     };
-    let mut sql = format!("SELECT {COLUMNS} FROM {t} t WHERE ");
-    if at {
-        let at = next();
-        sql.push_str(&format!(
-            "NOT t.deleted AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
-             WHERE v.id = t.id AND v.created_at <= {at})"
-        ));
-    } else {
-        sql.push_str("t.latest AND NOT t.deleted");
+    let at = at.then(&mut next);
+    let after = after.then(&mut next);
+    let tokens = tokens.then(&mut next);
+    let mut sql = format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest");
+    if let Some(after) = after {
+        sql.push_str(&format!(" AND t.id > {after}"));
     }
-    if after {
-        sql.push_str(&format!(" AND t.id > {}", next()));
-    }
-    if tokens {
-        sql.push_str(&format!(
-            " AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && {}::text[])",
-            next()
+    let mut visible = "NOT t.deleted".to_owned();
+    if let Some(tokens) = tokens {
+        visible.push_str(&format!(
+            " AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && {tokens}::text[])"
         ));
+    }
+    match at {
+        Some(at) => sql.push_str(&format!(" AND (t.created_at > {at} OR ({visible}))")),
+        None => sql.push_str(&format!(" AND {visible}")),
     }
     sql.push_str(&format!(" ORDER BY t.id LIMIT {}", next()));
     sql
@@ -468,24 +468,51 @@ impl StoreReader for PostgresStore {
         limit: usize,
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Envelope>, StoreError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
         let tokens = filter_tokens(ctx.filter);
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(4);
-        if let Some(at) = &ctx.at {
-            params.push(at);
+        let mut after = after.map(str::to_owned);
+        let mut out: Vec<Envelope> = Vec::new();
+        // more than once only when documents written since `at` turned out hidden then
+        while out.len() < limit {
+            let want = i64::try_from(limit - out.len()).unwrap_or(i64::MAX);
+            let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(4);
+            if let Some(at) = &ctx.at {
+                params.push(at);
+            }
+            if let Some(after) = &after {
+                params.push(after);
+            }
+            if let Some(t) = &tokens {
+                params.push(t);
+            }
+            params.push(&want);
+            let text =
+                &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
+            let rows = self.query_envelopes(text, &params).await?;
+            let full = rows.len() as i64 == want;
+            let last = rows.last().map(|e| e.id.clone());
+            match ctx.at {
+                None => out.extend(rows),
+                Some(at) => {
+                    let since: Vec<&str> = rows
+                        .iter()
+                        .filter(|e| e.created_at > at)
+                        .map(|e| e.id.as_str())
+                        .collect();
+                    let older = if since.is_empty() {
+                        Vec::new()
+                    } else {
+                        self.query_envelopes(&self.sql.read_many_at, &[&since, &at])
+                            .await?
+                    };
+                    out.extend(page_as_of(rows, at, older, ctx.filter));
+                }
+            }
+            if !full {
+                break;
+            }
+            after = last;
         }
-        if let Some(after) = &after {
-            params.push(after);
-        }
-        if let Some(t) = &tokens {
-            params.push(t);
-        }
-        params.push(&limit);
-        let text = &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
-        self.query_envelopes(text, &params).await
+        Ok(out)
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
