@@ -1,14 +1,15 @@
 //! `GET P`: the current documents of an entity — all of them, streamed page by page, or one
 //! page of them when the client asks with `limit` / `after`.
 //!
-//! What the MeshQL contract forces (CONTRACT §2.1, §2.3.2): a plain `GET P` answers 200 with a
+//! What the MeshQL contract forces (CONTRACT §2.1, §2.3 item 2): a plain `GET P` answers 200 with a
 //! JSON array of *every* current payload (with its `id`). MeshQL clients count it and poll it
 //! until it grows, so nothing may be cut by default. What we chose:
 //!
 //! * **Whole list, streamed.** The list is read in keyset pages ordered by id
 //!   ([`meshql_core::StoreReader::list_page`]), all read as of the time the request began (one
 //!   snapshot, whatever is written while it streams), and written out as each page is read:
-//!   memory per request is about two pages, whatever the table holds. A list that fits in
+//!   memory per request is about two pages (the first of 1,000 documents, then about
+//!   [`PAGE_BYTES`] of payload each), whatever the table holds. A list that fits in
 //!   the first page ([`PAGE_ROWS`]) is answered in one piece, as before (`Content-Length`, no
 //!   chunking). Once the first chunk has left, the status (200) cannot change: a storage error
 //!   after that ends the body early — the client sees a truncated array, i.e. invalid JSON,
@@ -32,12 +33,14 @@ use meshql_engine::EntityService;
 use std::sync::Arc;
 
 /// Documents in the first page of a list (a list shorter than this is one response body),
-/// in every page of a streamed list at most, and in a requested page without `limit`.
+/// and in a requested page without `limit`.
 pub const PAGE_ROWS: usize = 1_000;
-/// Payload bytes a streamed page aims at after the first: pages of large documents hold
-/// fewer of them (never fewer than [`MIN_PAGE_ROWS`]).
+/// Payload bytes a streamed page aims at after the first, from the sizes seen so far: pages
+/// of small documents hold more of them (fewer queries; at most [`MAX_PAGE_ROWS`]), pages of
+/// large ones fewer (at least [`MIN_PAGE_ROWS`]).
 pub const PAGE_BYTES: usize = 1 << 20;
 const MIN_PAGE_ROWS: usize = 16;
+const MAX_PAGE_ROWS: usize = 10_000;
 /// The largest `limit` a client may ask for.
 pub const MAX_LIMIT: usize = 10_000;
 /// The longest `after` accepted (longer than any stored id).
@@ -268,7 +271,7 @@ fn chunk(open: u8, rows: &[Envelope], last: bool) -> Bytes {
 fn next_limit(rows: &[Envelope]) -> usize {
     let bytes: usize = rows.iter().map(|e| e.payload.len()).sum();
     let average = (bytes / rows.len().max(1)).max(1);
-    (PAGE_BYTES / average).clamp(MIN_PAGE_ROWS, PAGE_ROWS)
+    (PAGE_BYTES / average).clamp(MIN_PAGE_ROWS, MAX_PAGE_ROWS)
 }
 
 #[cfg(test)]
@@ -349,11 +352,13 @@ mod tests {
     #[test]
     fn pages_of_large_documents_hold_fewer() {
         let small = vec![env("a", &"x".repeat(300)); 10];
-        assert_eq!(next_limit(&small), PAGE_ROWS);
+        assert_eq!(next_limit(&small), 3_495);
+        let tiny = vec![env("a", "{}"); 10];
+        assert_eq!(next_limit(&tiny), MAX_PAGE_ROWS);
         let large = vec![env("a", &"x".repeat(64 * 1024)); 10];
         assert_eq!(next_limit(&large), MIN_PAGE_ROWS);
         let mid = vec![env("a", &"x".repeat(10 * 1024)); 10];
         assert_eq!(next_limit(&mid), 102);
-        assert_eq!(next_limit(&[]), PAGE_ROWS);
+        assert_eq!(next_limit(&[]), MAX_PAGE_ROWS);
     }
 }
