@@ -64,8 +64,17 @@ fn wait_closed(
 
 /// Reads one HTTP/1.1 response with a `content-length` body: (status, head, body).
 fn read_response(stream: &mut TcpStream, bound: Duration) -> (u16, String, String) {
+    read_buffered(stream, &mut Vec::new(), bound)
+}
+
+/// [`read_response`] starting with the bytes in `data` (what an earlier read brought beyond
+/// its response), leaving in it what this read brings beyond this response.
+fn read_buffered(
+    stream: &mut TcpStream,
+    data: &mut Vec<u8>,
+    bound: Duration,
+) -> (u16, String, String) {
     stream.set_read_timeout(Some(bound)).expect("read timeout");
-    let mut data = Vec::new();
     let mut buf = [0u8; 4096];
     let head_end = loop {
         if let Some(i) = data.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -75,7 +84,7 @@ fn read_response(stream: &mut TcpStream, bound: Duration) -> (u16, String, Strin
         assert!(
             n > 0,
             "connection closed before a response: {:?}",
-            String::from_utf8_lossy(&data)
+            String::from_utf8_lossy(data)
         );
         data.extend_from_slice(&buf[..n]);
     };
@@ -96,6 +105,7 @@ fn read_response(stream: &mut TcpStream, bound: Duration) -> (u16, String, Strin
         data.extend_from_slice(&buf[..n]);
     }
     let body = String::from_utf8_lossy(&data[head_end..head_end + length]).to_string();
+    data.drain(..head_end + length);
     (status, head, body)
 }
 
@@ -156,8 +166,9 @@ fn slowloris_headers_are_cut_at_the_header_timeout() {
     wait_closed(&mut silent, Duration::from_secs(10), &mut got, |_| {})
         .expect("a silent connection must be closed within 10 s");
 
-    // and the server serves the next client normally
+    // and the server serves the next client normally, and counts what it closed
     assert_eq!(get_health(&mut connect(&server)), 200);
+    assert!(timed_out(&server, "header") >= 2);
 }
 
 #[test]
@@ -173,8 +184,11 @@ fn idle_keep_alive_connections_are_closed() {
     // pipelined requests are answered in order
     c.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
-    assert_eq!(read_response(&mut c, Duration::from_secs(10)).0, 200);
-    assert_eq!(read_response(&mut c, Duration::from_secs(10)).0, 404);
+    // (one read may bring both answers)
+    let mut pending = Vec::new();
+    let bound = Duration::from_secs(10);
+    assert_eq!(read_buffered(&mut c, &mut pending, bound).0, 200);
+    assert_eq!(read_buffered(&mut c, &mut pending, bound).0, 404);
     let mut got = Vec::new();
     let idle = wait_closed(&mut c, Duration::from_secs(10), &mut got, |_| {})
         .expect("an idle keep-alive connection must be closed within 10 s (timeout 1 s)");
@@ -183,6 +197,7 @@ fn idle_keep_alive_connections_are_closed() {
         "closed after {idle:?}, before the timeout"
     );
     assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+    assert_eq!(timed_out(&server, "idle"), 1);
 }
 
 #[test]
@@ -513,4 +528,86 @@ fn memory_held_by_connections_is_returned_after_they_close() {
         after <= before + grown / 2,
         "RSS {after} kB 15 s after the connections closed: less than half of the {grown} kB they took was returned"
     );
+}
+
+/// `meshql_http_connections_timed_out_total{reason="<reason>"}` from `/metrics`.
+fn timed_out(server: &Server, reason: &str) -> u64 {
+    let mut c = connect(server);
+    c.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let (status, _, body) = read_response(&mut c, Duration::from_secs(10));
+    assert_eq!(status, 200);
+    let prefix = format!("meshql_http_connections_timed_out_total{{reason=\"{reason}\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {prefix} in /metrics:\n{body}"))
+        .parse()
+        .expect("a count")
+}
+
+#[test]
+fn a_client_that_stops_reading_a_response_is_closed_after_the_write_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("meshql.toml");
+    std::fs::write(
+        &file,
+        "port = 1\nbody_limit_bytes = 4194304\n\n[server]\nwrite_timeout_ms = 1000\n\n\
+         [[entity]]\nname = \"note\"\n\n[entity.rest]\npath = \"/note/api\"\n",
+    )
+    .unwrap();
+    let server = Server::start(&file, &[]);
+    // a 10 MB list: more than the kernel buffers of a client that never reads
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = server.client();
+    let text = "x".repeat(20_000);
+    for _ in 0..5 {
+        let notes: Vec<_> = (0..100)
+            .map(|_| serde_json::json!({ "title": text }))
+            .collect();
+        rt.block_on(c.post_json("/note/api/bulk", &serde_json::json!(notes)))
+            .expect_status(201);
+    }
+    assert_eq!(timed_out(&server, "write"), 0);
+    let mut reader = connect(&server);
+    reader
+        .write_all(b"GET /note/api HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let start = Instant::now();
+    while timed_out(&server, "write") == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the stalled response was not given up within 20 s (write timeout 1 s)"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // what the kernel had buffered can still be read, then the connection ends
+    let mut got = Vec::new();
+    wait_closed(&mut reader, Duration::from_secs(10), &mut got, |_| {})
+        .expect("closed after the write timeout");
+    assert!(got.len() < 10 * 20_000 * 50, "{} bytes arrived", got.len());
+    assert_eq!(get_health(&mut connect(&server)), 200);
+}
+
+#[test]
+fn oversized_request_headers_get_431() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&config(dir.path(), SHORT), &[]);
+    let mut c = connect(&server);
+    let big = format!(
+        "GET /health HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(100 * 1024)
+    );
+    let _ = c.write_all(big.as_bytes());
+    let mut got = Vec::new();
+    wait_closed(&mut c, Duration::from_secs(10), &mut got, |_| {}).expect("closed");
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 431"), "{text:?}");
+    // 64 kB of headers are fine
+    let mut c = connect(&server);
+    let fine = format!(
+        "GET /health HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(60 * 1024)
+    );
+    c.write_all(fine.as_bytes()).unwrap();
+    assert_eq!(read_response(&mut c, Duration::from_secs(10)).0, 200);
 }

@@ -98,6 +98,11 @@ pub struct ServerConfig {
     #[serde(default)]
     #[schemars(with = "Option<u64>")]
     pub body_read_timeout_ms: Option<Spanned<u64>>,
+    /// A response the client stops reading: once a write has made no progress for this many
+    /// milliseconds the connection is closed (default 60000).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub write_timeout_ms: Option<Spanned<u64>>,
     /// Connections served at once; further ones wait in the listen backlog until one closes
     /// (default: 10000, or the open-file limit less 256 when that is lower).
     #[serde(default)]

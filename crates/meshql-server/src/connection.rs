@@ -29,6 +29,68 @@ use tokio::time::{Instant, Sleep};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The timeouts of a connection (`[server]`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) header: Duration,
+    pub(crate) idle: Duration,
+    pub(crate) body: Duration,
+    pub(crate) write: Duration,
+}
+
+/// Connection counters of this process, for `/metrics`.
+#[derive(Default)]
+pub(crate) struct Stats {
+    pub(crate) open: AtomicU64,
+    pub(crate) accepted: AtomicU64,
+    pub(crate) max: AtomicU64,
+    /// Times the accept loop waited because `max_connections` were open.
+    pub(crate) accept_waits: AtomicU64,
+    pub(crate) header_timeouts: AtomicU64,
+    pub(crate) idle_timeouts: AtomicU64,
+    pub(crate) body_timeouts: AtomicU64,
+    pub(crate) write_timeouts: AtomicU64,
+}
+
+pub(crate) static STATS: Stats = Stats {
+    open: AtomicU64::new(0),
+    accepted: AtomicU64::new(0),
+    max: AtomicU64::new(0),
+    accept_waits: AtomicU64::new(0),
+    header_timeouts: AtomicU64::new(0),
+    idle_timeouts: AtomicU64::new(0),
+    body_timeouts: AtomicU64::new(0),
+    write_timeouts: AtomicU64::new(0),
+};
+
+/// Appends the connection counters to a Prometheus text exposition.
+pub(crate) fn write_metrics(out: &mut String) {
+    use std::fmt::Write;
+    let get = |c: &AtomicU64| c.load(Relaxed);
+    let s = &STATS;
+    for (name, kind, help, value) in [
+        ("meshql_http_connections_open", "gauge", "HTTP connections open now.", get(&s.open)),
+        ("meshql_http_connections_max", "gauge", "server.max_connections: connections served at once.", get(&s.max)),
+        ("meshql_http_connections_accepted_total", "counter", "HTTP connections accepted.", get(&s.accepted)),
+        ("meshql_http_accept_waits_total", "counter", "Times a new connection had to wait in the listen backlog because max_connections were open.", get(&s.accept_waits)),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+    }
+    let name = "meshql_http_connections_timed_out_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} HTTP connections closed (or requests answered 408) by a [server] timeout.\n# TYPE {name} counter"
+    );
+    for (reason, value) in [
+        ("header", get(&s.header_timeouts)),
+        ("idle", get(&s.idle_timeouts)),
+        ("body", get(&s.body_timeouts)),
+        ("write", get(&s.write_timeouts)),
+    ] {
+        let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {value}");
+    }
+}
+
 /// What the socket, the service and the request bodies of one connection share.
 pub(crate) struct ConnState {
     pub(crate) peer: SocketAddr,
@@ -96,32 +158,58 @@ pub(crate) struct Watched {
     state: Arc<ConnState>,
     header_timeout: Duration,
     idle_timeout: Duration,
+    write_timeout: Duration,
     phase: Phase,
     /// `state.completed` when the phase was last worked out.
     seen_completed: u64,
     /// When the current phase's wait began (for `Head`, the first read that had to wait).
     since: Option<Instant>,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// When the write that is waiting for the client began to wait.
+    write_since: Option<Instant>,
+    /// The write timer, made the first time a write has to wait.
+    write_sleep: Option<Pin<Box<Sleep>>>,
 }
 
 impl Watched {
-    pub(crate) fn new(
-        tcp: TcpStream,
-        state: Arc<ConnState>,
-        header_timeout: Duration,
-        idle_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(tcp: TcpStream, state: Arc<ConnState>, limits: &Limits) -> Self {
         Self {
             tcp,
             state,
-            header_timeout,
-            idle_timeout,
+            header_timeout: limits.header,
+            idle_timeout: limits.idle,
+            write_timeout: limits.write,
             // a new connection must send its first request within the header timeout
             phase: Phase::Head,
             seen_completed: 0,
             since: None,
             sleep: None,
+            write_since: None,
+            write_sleep: None,
         }
+    }
+
+    /// A write has to wait for the client to read: has it waited too long?
+    fn poll_write_deadline<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let deadline = *self.write_since.get_or_insert_with(Instant::now) + self.write_timeout;
+        let sleep = match &mut self.write_sleep {
+            Some(s) => {
+                if s.deadline() != deadline {
+                    s.as_mut().reset(deadline);
+                }
+                s
+            }
+            None => self
+                .write_sleep
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        ready!(sleep.as_mut().poll(cx));
+        STATS.write_timeouts.fetch_add(1, Relaxed);
+        tracing::debug!(peer = %self.state.peer, "the client read nothing of a response for {} ms: connection closed", self.write_timeout.as_millis());
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the client stopped reading",
+        )))
     }
 
     fn sync_phase(&mut self) {
@@ -172,11 +260,13 @@ impl Watched {
         }
         match self.phase {
             Phase::Idle => {
+                STATS.idle_timeouts.fetch_add(1, Relaxed);
                 tracing::debug!(peer = %self.state.peer, "idle keep-alive connection closed after {} ms", self.idle_timeout.as_millis());
                 // end of stream: hyper closes an idle connection without complaint
                 Poll::Ready(Ok(()))
             }
             _ => {
+                STATS.header_timeouts.fetch_add(1, Relaxed);
                 tracing::debug!(peer = %self.state.peer, "no complete request headers within {} ms: connection closed", self.header_timeout.as_millis());
                 Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
@@ -222,7 +312,14 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write(cx, buf)
+        let this = self.get_mut();
+        match Pin::new(&mut this.tcp).poll_write(cx, buf) {
+            Poll::Pending => this.poll_write_deadline(cx),
+            done => {
+                this.write_since = None;
+                done
+            }
+        }
     }
 
     #[inline]
@@ -231,7 +328,14 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().tcp).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        match Pin::new(&mut this.tcp).poll_write_vectored(cx, bufs) {
+            Poll::Pending => this.poll_write_deadline(cx),
+            done => {
+                this.write_since = None;
+                done
+            }
+        }
     }
 
     #[inline]
@@ -444,6 +548,7 @@ impl http_body::Body for RequestBody {
                 ready!(sleep.as_mut().poll(cx));
                 this.timed_out = true;
                 this.state.body_timed_out.store(true, Relaxed);
+                STATS.body_timeouts.fetch_add(1, Relaxed);
                 tracing::debug!(peer = %this.state.peer, "request body not received within {} ms", timeout.as_millis());
                 Poll::Ready(Some(Err(BodyTimeout(timeout).into())))
             }

@@ -2,7 +2,7 @@
 //! connections, each connection served by hyper's HTTP/1.1 with the timeouts of
 //! [`crate::connection`], and a bounded graceful shutdown.
 
-use crate::connection::{ConnState, Service, Watched};
+use crate::connection::{ConnState, Limits, Service, Watched, STATS};
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -88,6 +88,10 @@ fn open_file_limit() -> Option<usize> {
     None
 }
 
+/// The largest request line and headers, and hyper's read and write buffer limit per
+/// connection (its default buffer limit is about 400 KiB, with no limit of its own on headers).
+const MAX_BUF_BYTES: usize = 64 * 1024;
+
 const SERVING: u8 = 0;
 /// Shutting down: no new requests; requests in progress may finish.
 const DRAINING: u8 = 1;
@@ -98,9 +102,7 @@ const CUTTING: u8 = 2;
 struct Shared {
     router: Router,
     http1: http1::Builder,
-    header_timeout: Duration,
-    idle_timeout: Duration,
-    body_timeout: Duration,
+    limits: Limits,
     stage: AtomicU8,
     /// Open connections by id (to wake and count them at shutdown).
     conns: Mutex<HashMap<u64, Arc<ConnState>>>,
@@ -140,16 +142,24 @@ pub(crate) async fn run(
     // the timeouts are the socket's (see `Watched`): hyper's own header timer would also
     // close idle keep-alive connections at the header timeout
     http1.header_read_timeout(None);
+    // a request's line and headers: 431 beyond this; and a connection buffers at most this
+    // much of what it reads or writes
+    http1.max_header_size(MAX_BUF_BYTES);
+    http1.max_buf_size(MAX_BUF_BYTES);
     let shared = Arc::new(Shared {
         router,
         http1,
-        header_timeout: spec.header_read_timeout,
-        idle_timeout: spec.keep_alive_timeout,
-        body_timeout: spec.body_read_timeout,
+        limits: Limits {
+            header: spec.header_read_timeout,
+            idle: spec.keep_alive_timeout,
+            body: spec.body_read_timeout,
+            write: spec.write_timeout,
+        },
         stage: AtomicU8::new(SERVING),
         conns: Mutex::new(HashMap::new()),
     });
     let permits = Arc::new(Semaphore::new(max));
+    STATS.max.store(max as u64, Ordering::Relaxed);
     let mut shutdown = pin!(shutdown);
     let mut next_id: u64 = 0;
     let mut full_warned: Option<Instant> = None;
@@ -158,6 +168,7 @@ pub(crate) async fn run(
         let permit = match permits.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
+                STATS.accept_waits.fetch_add(1, Ordering::Relaxed);
                 if full_warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                     tracing::warn!(
                         "{max} connections open (server.max_connections): new connections wait \
@@ -193,6 +204,7 @@ pub(crate) async fn run(
         // each waited for the client's delayed ACK (up to 40 ms) before the next left
         let _ = tcp.set_nodelay(true);
         next_id += 1;
+        STATS.accepted.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(connection(shared.clone(), tcp, peer, next_id, permit));
     }
     // new connections are refused from here on
@@ -251,6 +263,7 @@ struct Registered {
 impl Drop for Registered {
     fn drop(&mut self) {
         self.shared.conns.lock().remove(&self.id);
+        STATS.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -268,20 +281,16 @@ async fn connection(
 ) {
     let state = Arc::new(ConnState::new(peer));
     shared.conns.lock().insert(id, state.clone());
+    STATS.open.fetch_add(1, Ordering::Relaxed);
     let _registered = Registered {
         shared: shared.clone(),
         id,
     };
-    let io = TokioIo::new(Watched::new(
-        tcp,
-        state.clone(),
-        shared.header_timeout,
-        shared.idle_timeout,
-    ));
+    let io = TokioIo::new(Watched::new(tcp, state.clone(), &shared.limits));
     let service = Service {
         router: shared.router.clone(),
         state: state.clone(),
-        body_timeout: shared.body_timeout,
+        body_timeout: shared.limits.body,
     };
     let mut conn = pin!(shared.http1.serve_connection(io, service));
     let mut seen = SERVING;

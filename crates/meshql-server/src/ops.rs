@@ -99,6 +99,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
         write_feed_metrics(&mut out, hub);
     }
     write_relay_metrics(&mut out, &ops.relays.stats());
+    crate::connection::write_metrics(&mut out);
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
 }
 

@@ -19,6 +19,8 @@ pub struct ServerSpec {
     pub keep_alive_timeout: Duration,
     /// For a request body, from when the server first waits for it.
     pub body_read_timeout: Duration,
+    /// A write to the client that makes no progress (the client stopped reading).
+    pub write_timeout: Duration,
     /// Connections served at once; `None`: derived from the open-file limit at start.
     pub max_connections: Option<usize>,
     pub listen_backlog: u32,
@@ -30,6 +32,7 @@ impl ServerSpec {
     pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(60);
     pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+    pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
     /// The default `max_connections` when the open-file limit allows it.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
     pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
@@ -42,6 +45,7 @@ impl Default for ServerSpec {
             header_read_timeout: Self::DEFAULT_HEADER_READ_TIMEOUT,
             keep_alive_timeout: Self::DEFAULT_KEEP_ALIVE_TIMEOUT,
             body_read_timeout: Self::DEFAULT_BODY_READ_TIMEOUT,
+            write_timeout: Self::DEFAULT_WRITE_TIMEOUT,
             max_connections: None,
             listen_backlog: Self::DEFAULT_LISTEN_BACKLOG,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
@@ -92,6 +96,11 @@ impl Resolver {
                 &s.body_read_timeout_ms,
                 "body_read_timeout_ms",
                 &mut spec.body_read_timeout,
+            ),
+            (
+                &s.write_timeout_ms,
+                "write_timeout_ms",
+                &mut spec.write_timeout,
             ),
         ] {
             if let Some(ms) = self.server_setting(at, key, 1, MAX_TIMEOUT_MS, positive) {
@@ -151,6 +160,7 @@ mod tests {
         assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
         assert_eq!(c.server.keep_alive_timeout, Duration::from_secs(60));
         assert_eq!(c.server.body_read_timeout, Duration::from_secs(30));
+        assert_eq!(c.server.write_timeout, Duration::from_secs(60));
         assert_eq!(c.server.max_connections, None);
         assert_eq!(c.server.listen_backlog, 4096);
         assert_eq!(c.server.shutdown_timeout, Duration::from_secs(10));
@@ -160,7 +170,7 @@ mod tests {
     fn every_setting_is_read() {
         let c = load(
             "[server]\nheader_read_timeout_ms = 1000\nkeep_alive_timeout_ms = 2000\n\
-             body_read_timeout_ms = 3000\nmax_connections = 20\nlisten_backlog = 64\n\
+             body_read_timeout_ms = 3000\nwrite_timeout_ms = 4000\nmax_connections = 20\nlisten_backlog = 64\n\
              shutdown_timeout_ms = 0\n",
         )
         .expect("valid");
@@ -170,6 +180,7 @@ mod tests {
                 header_read_timeout: Duration::from_secs(1),
                 keep_alive_timeout: Duration::from_secs(2),
                 body_read_timeout: Duration::from_secs(3),
+                write_timeout: Duration::from_secs(4),
                 max_connections: Some(20),
                 listen_backlog: 64,
                 shutdown_timeout: Duration::ZERO,
@@ -193,6 +204,11 @@ mod tests {
             (
                 "body_read_timeout_ms = 0",
                 "server.body_read_timeout_ms",
+                "at least 1",
+            ),
+            (
+                "write_timeout_ms = 0",
+                "server.write_timeout_ms",
                 "at least 1",
             ),
             (
