@@ -226,12 +226,14 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             graphlettes.push(Graphlette::new(&entity.name, g, reader));
         }
     }
-    let registry = Arc::new(Registry::new(
-        graphlettes,
-        Duration::from_millis(config.http_client.connect_timeout_ms),
-        Duration::from_millis(config.http_client.request_timeout_ms),
-    )?
-    .with_limits(config.graphql));
+    let registry = Arc::new(
+        Registry::new(
+            graphlettes,
+            Duration::from_millis(config.http_client.connect_timeout_ms),
+            Duration::from_millis(config.http_client.request_timeout_ms),
+        )?
+        .with_limits(config.graphql),
+    );
 
     let mut router = Router::new();
     for entity in &config.entities {
