@@ -138,6 +138,16 @@ pub(crate) async fn run(
         .max_connections
         .unwrap_or_else(default_max_connections)
         .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+    if let (Some(_), Some(files)) = (spec.max_connections, open_file_limit()) {
+        if max.saturating_add(RESERVED_FILES) > files {
+            tracing::warn!(
+                "server.max_connections = {max} but the open-file limit is {files}: accepting \
+                 fails (and is retried) once about {} connections are open; raise the limit \
+                 (ulimit -n, LimitNOFILE=) or lower max_connections",
+                files.saturating_sub(RESERVED_FILES)
+            );
+        }
+    }
     let mut http1 = http1::Builder::new();
     // the timeouts are the socket's (see `Watched`): hyper's own header timer would also
     // close idle keep-alive connections at the header timeout
