@@ -174,7 +174,13 @@ fn slowloris_headers_are_cut_at_the_header_timeout() {
 #[test]
 fn idle_keep_alive_connections_are_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(&config(dir.path(), SHORT), &[]);
+    let server = Server::start(
+        &config(
+            dir.path(),
+            "header_read_timeout_ms = 2000\nkeep_alive_timeout_ms = 2000",
+        ),
+        &[],
+    );
     let mut c = connect(&server);
     // keep-alive works: three requests on one connection, with pauses shorter than the timeout
     for _ in 0..3 {
@@ -190,10 +196,10 @@ fn idle_keep_alive_connections_are_closed() {
     assert_eq!(read_buffered(&mut c, &mut pending, bound).0, 200);
     assert_eq!(read_buffered(&mut c, &mut pending, bound).0, 404);
     let mut got = Vec::new();
-    let idle = wait_closed(&mut c, Duration::from_secs(10), &mut got, |_| {})
-        .expect("an idle keep-alive connection must be closed within 10 s (timeout 1 s)");
+    let idle = wait_closed(&mut c, Duration::from_secs(20), &mut got, |_| {})
+        .expect("an idle keep-alive connection must be closed within 20 s (timeout 2 s)");
     assert!(
-        idle >= Duration::from_millis(500),
+        idle >= Duration::from_millis(1000),
         "closed after {idle:?}, before the timeout"
     );
     assert!(got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
@@ -374,18 +380,31 @@ fn sigterm_closes_idle_and_half_sent_connections_at_once_and_exits_0() {
     assert_eq!(r.json()["title"], "before");
 }
 
-/// Sends the head of a POST and half its body: a request in progress on the server.
+/// Sends the head of a POST and half its body: a request in progress on the server. The
+/// head asks for `100 Continue`, which the server sends once the handler reads the body.
 fn half_a_post(server: &Server, body: &str) -> TcpStream {
     let mut c = connect(server);
     let head = format!(
-        "POST /note/api HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /note/api HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
         body.len()
     );
     c.write_all(head.as_bytes()).unwrap();
+    let (status, _, _) = read_response(&mut c, Duration::from_secs(10));
+    assert_eq!(status, 100, "the handler did not start reading the body");
     c.write_all(&body.as_bytes()[..body.len() / 2]).unwrap();
-    // the handler is waiting for the rest of the body
-    std::thread::sleep(Duration::from_millis(300));
     c
+}
+
+/// Waits until the server refuses new connections (it stopped accepting).
+fn wait_refused(port: u16) {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "new connections still accepted 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -402,15 +421,12 @@ fn sigterm_lets_a_request_in_progress_finish_and_keeps_its_write() {
     let mut c = half_a_post(&server, body);
 
     server.signal("TERM");
-    std::thread::sleep(Duration::from_millis(500));
-    // still running: the request is in progress; no new connection is accepted
+    // no new connection is accepted; the process still runs: a request is in progress
+    wait_refused(port);
+    std::thread::sleep(Duration::from_millis(300));
     assert!(
         server.wait_exit(Duration::ZERO).is_none(),
         "exited with a request in progress"
-    );
-    assert!(
-        TcpStream::connect(("127.0.0.1", port)).is_err(),
-        "a new connection was accepted after SIGTERM"
     );
 
     c.write_all(&body.as_bytes()[body.len() / 2..]).unwrap();
@@ -480,14 +496,14 @@ fn a_second_signal_exits_at_once() {
     );
     let _c = half_a_post(&server, r#"{"title": "held"}"#);
     server.signal("TERM");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_refused(server.port());
     assert!(
         server.wait_exit(Duration::ZERO).is_none(),
         "exited with a request in progress"
     );
     server.signal("INT");
     let status = server
-        .wait_exit(Duration::from_secs(5))
+        .wait_exit(Duration::from_secs(10))
         .unwrap_or_else(|| panic!("no exit after a second signal; log:\n{}", server.log()));
     assert_eq!(status.code(), Some(130), "{status}; log:\n{}", server.log());
 }
