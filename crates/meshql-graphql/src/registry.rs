@@ -62,6 +62,9 @@ impl Registry {
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
             .pool_max_idle_per_host(64)
+            // below the 60 s after which a meshql server closes an idle connection, so that a
+            // pooled connection is not reused just as the other side closes it
+            .pool_idle_timeout(Duration::from_secs(50))
             .tcp_nodelay(true)
             .build()
             .map_err(|e| RegistryError::HttpClient(e.to_string()))?;
