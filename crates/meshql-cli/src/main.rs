@@ -76,7 +76,7 @@ fn main() -> ExitCode {
         Command::ConfigSchema => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&meshql_config::config_json_schema())
+                serde_json::to_string_pretty(&meshql_server::backends::config_json_schema())
                     .expect("JSON serialises")
             );
             ExitCode::SUCCESS

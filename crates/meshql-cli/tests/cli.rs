@@ -231,4 +231,13 @@ fn config_schema_is_json_describing_entities() {
     assert!(text(&out.stdout).contains("entity"));
     assert!(schema["properties"]["entity"].is_object(), "{schema}");
     assert!(schema["properties"]["body_limit_bytes"].is_object());
+    // one alternative per registered storage backend, with its own fields
+    let kinds: Vec<&str> = schema["$defs"]["StorageConfig"]["oneOf"]
+        .as_array()
+        .expect("storage alternatives")
+        .iter()
+        .map(|b| b["properties"]["type"]["const"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["sqlite", "memory", "postgres", "mysql", "mongo"]);
+    assert!(schema["$defs"]["StorageConfig"]["oneOf"][2]["properties"]["pool_size"].is_object());
 }

@@ -27,7 +27,49 @@ pub use resolve::{
 /// The well-known config file name looked up inside a directory argument.
 pub const CONFIG_FILE_NAME: &str = "meshql.toml";
 
-/// The JSON Schema of the config format (for editors and `meshql config-schema`).
-pub fn config_json_schema() -> serde_json::Value {
-    serde_json::to_value(schemars::schema_for!(model::ServiceConfig)).expect("schemas serialise")
+/// The JSON Schema of the config format (for editors and `meshql config-schema`), with one
+/// alternative per storage backend: its `type` and the JSON Schema of its other fields (see
+/// `meshql_core::BackendRegistry::schemas`).
+pub fn config_json_schema(storage: &[(&str, serde_json::Value)]) -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(model::ServiceConfig))
+        .expect("schemas serialise");
+    let mut alternatives = Vec::new();
+    for (kind, backend) in storage {
+        let mut block = serde_json::Map::new();
+        if let Some(description) = backend.get("description") {
+            block.insert("description".into(), description.clone());
+        }
+        block.insert("type".into(), "object".into());
+        let mut properties = serde_json::Map::new();
+        properties.insert("type".into(), serde_json::json!({ "const": kind }));
+        if let Some(serde_json::Value::Object(p)) = backend.get("properties") {
+            properties.extend(p.clone());
+        }
+        block.insert("properties".into(), properties.into());
+        let mut required = vec![serde_json::Value::from("type")];
+        if let Some(serde_json::Value::Array(r)) = backend.get("required") {
+            required.extend(r.iter().cloned());
+        }
+        block.insert("required".into(), required.into());
+        block.insert("additionalProperties".into(), false.into());
+        alternatives.push(serde_json::Value::Object(block));
+        // definitions the backend's schema refers to (`#/$defs/...`) move to the root
+        if let (Some(serde_json::Value::Object(defs)), Some(root)) =
+            (backend.get("$defs"), schema.get_mut("$defs"))
+        {
+            if let Some(root) = root.as_object_mut() {
+                root.extend(defs.clone());
+            }
+        }
+    }
+    if let Some(defs) = schema.get_mut("$defs").and_then(|d| d.as_object_mut()) {
+        defs.insert(
+            "StorageConfig".into(),
+            serde_json::json!({
+                "description": "A storage block: `type` selects the backend, the other fields are that backend's.",
+                "oneOf": alternatives
+            }),
+        );
+    }
+    schema
 }

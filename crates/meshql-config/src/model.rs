@@ -550,86 +550,63 @@ fn default_graphql_timeout() -> NonZeroU64 {
     NonZeroU64::new(30_000).expect("not zero")
 }
 
-/// A storage backend, selected by `type`.
-#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
-pub enum StorageConfig {
-    /// Embedded SQLite: one file, one table per entity.
-    Sqlite {
-        /// File name, relative to `data_dir` (or absolute).
-        file: String,
-        /// `PRAGMA synchronous=FULL` (fsync every commit) instead of NORMAL.
-        #[serde(default)]
-        synchronous_full: bool,
-    },
-    /// In-process memory: nothing survives a restart (tests and demos). Templates must be
-    /// JSON filters.
-    Memory,
-    /// PostgreSQL: one table per entity, JSONB payloads.
-    Postgres {
-        /// `postgres://user:password@host:port/database`
-        url: String,
-        /// A read replica for reads (GraphQL, REST GETs); the primary when absent.
-        #[serde(default)]
-        read_url: Option<String>,
-        /// Connections per pool.
-        #[serde(default = "default_pool_size")]
-        pool_size: usize,
-        /// How long a request waits for a free connection before answering 503.
-        #[serde(default = "default_pool_wait_ms")]
-        pool_wait_ms: u64,
-        /// Server-side statement timeout.
-        #[serde(default = "default_statement_timeout_ms")]
-        statement_timeout_ms: u64,
-        /// Answer a GraphQL query and its relationships into entities of this database with
-        /// one SQL statement instead of one per level.
-        #[serde(default = "default_true")]
-        nested_sql: bool,
-    },
-    /// MongoDB: one collection per entity, one document per version. URI options
-    /// (`replicaSet`, `readPreference`, `maxPoolSize`, ...) are honoured.
-    Mongo {
-        /// `mongodb://host:port/?replicaSet=rs0`
-        uri: String,
-        /// Database name.
-        db: String,
-        /// Operations in flight at once (and the driver's `maxPoolSize`); the URI's
-        /// `maxPoolSize` when absent, else 16.
-        #[serde(default)]
-        pool_size: Option<usize>,
-        /// How long a request waits for a free connection before answering 503.
-        #[serde(default = "default_pool_wait_ms")]
-        pool_wait_ms: u64,
-    },
-    /// MySQL or MariaDB: one table per entity, JSON payloads.
-    Mysql {
-        /// `mysql://user:password@host:port/database`
-        url: String,
-        /// Connections in the pool.
-        #[serde(default = "default_pool_size")]
-        pool_size: usize,
-        /// How long a request waits for a free connection before answering 503.
-        #[serde(default = "default_pool_wait_ms")]
-        pool_wait_ms: u64,
-        /// Answer a GraphQL query and its relationships into entities of this database with
-        /// one SQL statement instead of one per level. Off by default: on MariaDB over
-        /// loopback it measured slower than a batched lookup per level.
-        #[serde(default)]
-        nested_sql: bool,
-    },
+/// A storage block: `type` selects the backend; its other fields belong to that backend,
+/// which checks them when the server starts or `meshql check` runs (the config crate knows
+/// no backend; see `meshql_core::BackendRegistry`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageConfig {
+    /// The `type` field.
+    pub kind: String,
+    /// Every other field, as JSON.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Where each field starts in the config text (byte offsets; `type` included).
+    pub offsets: BTreeMap<String, usize>,
 }
 
-fn default_true() -> bool {
-    true
+impl<'de> Deserialize<'de> for StorageConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut table = BTreeMap::<String, Spanned<toml::Value>>::deserialize(deserializer)?;
+        let offsets = table
+            .iter()
+            .map(|(k, v)| (k.clone(), v.span().start))
+            .collect();
+        let kind = match table.remove("type").map(Spanned::into_inner) {
+            Some(toml::Value::String(kind)) => kind,
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "`type` must be a string naming a storage backend, not {}",
+                    other.type_str()
+                )))
+            }
+            None => return Err(D::Error::missing_field("type")),
+        };
+        let settings = table
+            .into_iter()
+            .map(|(k, v)| serde_json::to_value(v.into_inner()).map(|v| (k, v)))
+            .collect::<Result<_, _>>()
+            .map_err(D::Error::custom)?;
+        Ok(Self {
+            kind,
+            settings,
+            offsets,
+        })
+    }
 }
-fn default_pool_size() -> usize {
-    16
-}
-fn default_pool_wait_ms() -> u64 {
-    5_000
-}
-fn default_statement_timeout_ms() -> u64 {
-    30_000
+
+impl JsonSchema for StorageConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StorageConfig".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A storage block: `type` selects the backend, the other fields are that backend's.",
+            "type": "object",
+            "properties": { "type": { "type": "string" } },
+            "required": ["type"]
+        })
+    }
 }
 
 /// One entity: its storage, REST API and GraphQL API.
@@ -744,4 +721,8 @@ pub struct ResolverConfig {
 
 fn default_key() -> String {
     "id".into()
+}
+
+fn default_true() -> bool {
+    true
 }

@@ -3,7 +3,7 @@
 
 use crate::error::{line_of, ConfigError, ConfigErrors};
 use crate::expand::expand;
-use crate::model::{HttpClientConfig, QueryConfig, ServiceConfig, StorageConfig};
+use crate::model::{HttpClientConfig, QueryConfig, ServiceConfig};
 use apollo_compiler::schema::ExtendedType;
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Schema};
@@ -13,34 +13,37 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use toml::Spanned;
 
-/// A storage backend with its paths made absolute.
+/// A storage block as written: its backend's `type` and other fields, unchecked here (the
+/// backend registry checks them; see `meshql_core::BackendRegistry`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum StorageSpec {
-    Sqlite {
-        path: PathBuf,
-        synchronous_full: bool,
-    },
-    Memory,
-    Postgres {
-        url: String,
-        read_url: Option<String>,
-        pool_size: usize,
-        pool_wait_ms: u64,
-        statement_timeout_ms: u64,
-        nested_sql: bool,
-    },
-    Mysql {
-        url: String,
-        pool_size: usize,
-        pool_wait_ms: u64,
-        nested_sql: bool,
-    },
-    Mongo {
-        uri: String,
-        db: String,
-        pool_size: Option<usize>,
-        pool_wait_ms: u64,
-    },
+pub struct StorageSpec {
+    pub kind: String,
+    pub settings: serde_json::Value,
+    /// The block's line in the config file (`None` for the implicit `default`).
+    pub line: Option<usize>,
+    /// The line of each field (`type` included).
+    pub field_lines: BTreeMap<String, usize>,
+}
+
+impl StorageSpec {
+    /// The storage of entities that name none and no `[storage.default]`: SQLite `meshql.db`.
+    pub fn default_sqlite() -> Self {
+        Self {
+            kind: "sqlite".into(),
+            settings: serde_json::json!({ "file": "meshql.db" }),
+            line: None,
+            field_lines: BTreeMap::new(),
+        }
+    }
+
+    /// The line of a field (`pool_size`, or a path into it such as `hosts[0]`), else the
+    /// block's.
+    pub fn line_of(&self, field: Option<&str>) -> Option<usize> {
+        field
+            .map(|f| f.split(['.', '[']).next().unwrap_or(f))
+            .and_then(|f| self.field_lines.get(f).copied())
+            .or(self.line)
+    }
 }
 
 /// A config that passed every check.
@@ -78,21 +81,9 @@ pub struct ChangesSpec {
 }
 
 impl ResolvedConfig {
-    /// Re-roots relative SQLite files under another data directory (`--data-dir`).
+    /// Moves the data directory (`--data-dir`): relative files of storage blocks and the
+    /// change log resolve under the new one.
     pub fn set_data_dir(&mut self, data_dir: PathBuf) {
-        for spec in self.storages.values_mut() {
-            match spec {
-                StorageSpec::Sqlite { path, .. } => {
-                    if let Ok(rel) = path.strip_prefix(&self.data_dir) {
-                        *path = data_dir.join(rel);
-                    }
-                }
-                StorageSpec::Memory
-                | StorageSpec::Postgres { .. }
-                | StorageSpec::Mysql { .. }
-                | StorageSpec::Mongo { .. } => {}
-            }
-        }
         if let Ok(rel) = self.changes.dir.strip_prefix(&self.data_dir) {
             self.changes.dir = data_dir.join(rel);
         }
@@ -298,73 +289,19 @@ impl Resolver {
 
         // storage
         let mut storages: BTreeMap<String, StorageSpec> = BTreeMap::new();
-        for (name, spec) in &model.storage {
-            let resolved = match spec.get_ref() {
-                StorageConfig::Sqlite {
-                    file,
-                    synchronous_full,
-                } => StorageSpec::Sqlite {
-                    path: if Path::new(file).is_absolute() {
-                        PathBuf::from(file)
-                    } else {
-                        data_dir.join(file)
-                    },
-                    synchronous_full: *synchronous_full,
-                },
-                StorageConfig::Memory => StorageSpec::Memory,
-                StorageConfig::Postgres {
-                    url,
-                    read_url,
-                    pool_size,
-                    pool_wait_ms,
-                    statement_timeout_ms,
-                    nested_sql,
-                } => StorageSpec::Postgres {
-                    url: url.clone(),
-                    read_url: read_url.clone(),
-                    pool_size: *pool_size,
-                    pool_wait_ms: *pool_wait_ms,
-                    statement_timeout_ms: *statement_timeout_ms,
-                    nested_sql: *nested_sql,
-                },
-                StorageConfig::Mongo {
-                    uri,
-                    db,
-                    pool_size,
-                    pool_wait_ms,
-                } => StorageSpec::Mongo {
-                    uri: uri.clone(),
-                    db: db.clone(),
-                    pool_size: *pool_size,
-                    pool_wait_ms: *pool_wait_ms,
-                },
-                StorageConfig::Mysql {
-                    url,
-                    pool_size,
-                    pool_wait_ms,
-                    nested_sql,
-                } => StorageSpec::Mysql {
-                    url: url.clone(),
-                    pool_size: *pool_size,
-                    pool_wait_ms: *pool_wait_ms,
-                    nested_sql: *nested_sql,
-                },
+        for (name, block) in &model.storage {
+            let spec = StorageSpec {
+                kind: block.get_ref().kind.clone(),
+                settings: serde_json::Value::Object(block.get_ref().settings.clone()),
+                line: Some(line_of(&self.text, block.span().start)),
+                field_lines: block
+                    .get_ref()
+                    .offsets
+                    .iter()
+                    .map(|(k, offset)| (k.clone(), line_of(&self.text, *offset)))
+                    .collect(),
             };
-            let pool_size = match &resolved {
-                StorageSpec::Postgres { pool_size, .. } | StorageSpec::Mysql { pool_size, .. } => {
-                    Some(*pool_size)
-                }
-                StorageSpec::Mongo { pool_size, .. } => *pool_size,
-                _ => None,
-            };
-            if pool_size == Some(0) {
-                self.error(
-                    Some(spec),
-                    format!("storage.{name}.pool_size"),
-                    "must be at least 1 (the connections a request can wait for)",
-                );
-            }
-            storages.insert(name.clone(), resolved);
+            storages.insert(name.clone(), spec);
         }
 
         // entities, first pass: names, storage, paths, files
@@ -401,10 +338,7 @@ impl Resolver {
                     used_storage.insert(storage_name.clone(), spec.clone());
                 }
                 None if entity.storage.is_none() => {
-                    let spec = StorageSpec::Sqlite {
-                        path: data_dir.join("meshql.db"),
-                        synchronous_full: false,
-                    };
+                    let spec = StorageSpec::default_sqlite();
                     storages.insert(storage_name.clone(), spec.clone());
                     used_storage.insert(storage_name.clone(), spec);
                 }

@@ -20,3 +20,151 @@ pub trait Database: Send + Sync + 'static {
 
 /// A shared, dynamically dispatched database.
 pub type DynDatabase = Arc<dyn Database>;
+
+/// A kind of storage, as a `[storage.<name>]` block's `type` names it. Each backend crate
+/// implements this once and the server registers it once (`meshql-server`'s `backends.rs`);
+/// the config crate keeps a block's other fields opaque and hands them here, so a backend
+/// owns its settings: their parsing, defaults, checks and JSON Schema.
+pub trait StorageBackend: Send + Sync + 'static {
+    /// The `type` value that selects this backend (`sqlite`, `postgres`…).
+    fn kind(&self) -> &'static str;
+
+    /// The JSON Schema of a block's fields other than `type` (for `meshql config-schema`).
+    fn schema(&self) -> serde_json::Value;
+
+    /// Checks a block's fields and returns what opens it. Nothing is opened or connected.
+    fn configure(
+        &self,
+        settings: &serde_json::Value,
+        context: &BackendContext<'_>,
+    ) -> Result<Box<dyn StorageTarget>, SettingError>;
+}
+
+/// What a backend may need besides a block's own fields.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendContext<'a> {
+    /// The block's name (`default` for entities that name none).
+    pub block: &'a str,
+    /// The service's `data_dir`, already absolute: relative file names resolve under it.
+    pub data_dir: &'a std::path::Path,
+}
+
+/// A checked storage block, ready to open.
+#[async_trait]
+pub trait StorageTarget: std::fmt::Debug + Send + Sync {
+    /// What the block points at. Blocks with one target share one database (one SQLite
+    /// writer, one connection pool) and, at start-up, one reachability check.
+    fn target(&self) -> String;
+
+    /// Whether query templates may be SQL fragments (`sql = "…"`); JSON filters always work.
+    fn sql_templates(&self) -> bool {
+        true
+    }
+
+    /// Opens the database (connection pools may connect lazily).
+    async fn open(&self) -> Result<DynDatabase, crate::StoreError>;
+}
+
+/// A storage block that does not check out: the field (relative to the block; `None` for
+/// the block as a whole) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl SettingError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SettingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "{field}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// Reads a block's fields into a backend's settings struct, naming the field a type error
+/// is about (serde's own message does not).
+pub fn parse_settings<C: serde::de::DeserializeOwned>(
+    settings: &serde_json::Value,
+) -> Result<C, SettingError> {
+    serde_path_to_error::deserialize(settings).map_err(|e| {
+        let path = e.path().to_string();
+        SettingError {
+            field: (path != ".").then_some(path),
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+/// The storage backends a binary knows, by `type`.
+#[derive(Default, Clone)]
+pub struct BackendRegistry {
+    backends: Vec<Arc<dyn StorageBackend>>,
+}
+
+impl BackendRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a backend; a later registration of the same kind replaces the earlier one.
+    pub fn register(mut self, backend: impl StorageBackend) -> Self {
+        self.backends.retain(|b| b.kind() != backend.kind());
+        self.backends.push(Arc::new(backend));
+        self
+    }
+
+    pub fn get(&self, kind: &str) -> Option<&dyn StorageBackend> {
+        self.backends
+            .iter()
+            .find(|b| b.kind() == kind)
+            .map(|b| b.as_ref())
+    }
+
+    /// The registered kinds, in registration order.
+    pub fn kinds(&self) -> Vec<&'static str> {
+        self.backends.iter().map(|b| b.kind()).collect()
+    }
+
+    /// Checks a block of the given kind; an unknown kind is an error on `type`.
+    pub fn configure(
+        &self,
+        kind: &str,
+        settings: &serde_json::Value,
+        context: &BackendContext<'_>,
+    ) -> Result<Box<dyn StorageTarget>, SettingError> {
+        match self.get(kind) {
+            Some(backend) => backend.configure(settings, context),
+            None => Err(SettingError::new(
+                "type",
+                format!(
+                    "unknown storage type `{kind}` (this build has: {})",
+                    self.kinds().join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// Each kind with the JSON Schema of its fields.
+    pub fn schemas(&self) -> Vec<(&'static str, serde_json::Value)> {
+        self.backends
+            .iter()
+            .map(|b| (b.kind(), b.schema()))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for BackendRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.kinds()).finish()
+    }
+}

@@ -17,7 +17,10 @@ pub mod template;
 pub mod time;
 
 pub use auth::{AuthError, Authorizer, Credentials, NoAuth};
-pub use backend::{Database, DynDatabase};
+pub use backend::{
+    parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, SettingError,
+    StorageBackend, StorageTarget,
+};
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};

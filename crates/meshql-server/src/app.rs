@@ -125,18 +125,18 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // targets found unreachable at start-up: their other entities skip the attempt (each
     // would wait out the driver's timeout again) and start deferred straight away
     let mut unreachable: HashMap<String, StoreError> = HashMap::new();
+    let targets = backends::configure(config)
+        .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
     for entity in &config.entities {
-        let spec = &config.storages[&entity.storage];
-        let server = backends::target(&entity.storage, spec);
+        let target = &targets[&entity.storage];
+        let server = target.target();
         let db = match databases.get(&server) {
             Some(db) => db.clone(),
             None => {
-                let db = backends::open(spec)
-                    .await
-                    .map_err(|source| BuildError::Storage {
-                        entity: entity.name.clone(),
-                        source,
-                    })?;
+                let db = target.open().await.map_err(|source| BuildError::Storage {
+                    entity: entity.name.clone(),
+                    source,
+                })?;
                 databases.insert(server.clone(), db.clone());
                 db
             }

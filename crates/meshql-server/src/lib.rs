@@ -4,7 +4,7 @@
 
 mod app;
 mod assets;
-mod backends;
+pub mod backends;
 mod changes_routes;
 mod connection;
 mod cors;

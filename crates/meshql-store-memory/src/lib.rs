@@ -2,6 +2,9 @@
 //! Nothing survives the process. Same semantics as every backend (the conformance suite runs
 //! against it); query templates must be Mongo-style filters (SQL fragments need a SQL store).
 
+mod settings;
+pub use settings::{MemoryBackend, MemorySettings};
+
 use async_trait::async_trait;
 use meshql_core::auth::is_visible;
 use meshql_core::template::TemplateKind;

@@ -37,7 +37,9 @@
 //! answers 503 after a bounded wait.
 
 pub mod feed;
+mod settings;
 mod store;
 
 pub use feed::DEFAULT_FEED_GRACE;
+pub use settings::{MongoBackend, MongoSettings};
 pub use store::{MongoDatabase, MongoOptions, MongoStore};

@@ -14,8 +14,10 @@
 //! (docs/BENCHMARKS.md), so it is kept for databases whose round trips cost more.
 
 mod db;
+mod settings;
 mod sql;
 mod store;
 
 pub use db::{MysqlDatabase, MysqlOptions};
+pub use settings::{MysqlBackend, MysqlSettings};
 pub use store::MysqlStore;

@@ -27,8 +27,10 @@
 //! one per level.
 
 mod db;
+mod settings;
 mod sql;
 mod store;
 
 pub use db::{PostgresDatabase, PostgresOptions};
+pub use settings::{PostgresBackend, PostgresSettings};
 pub use store::PostgresStore;

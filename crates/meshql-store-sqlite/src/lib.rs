@@ -23,8 +23,10 @@
 //! `MAX(created_at) <= at` per id instead.
 
 mod db;
+mod settings;
 mod sql;
 mod store;
 
 pub use db::{SqliteDatabase, SqliteOptions};
+pub use settings::{SqliteBackend, SqliteSettings};
 pub use store::SqliteStore;

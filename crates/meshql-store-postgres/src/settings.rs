@@ -1,0 +1,101 @@
+//! `[storage.<name>] type = "postgres"`: the block's fields and their registration.
+
+use crate::{PostgresDatabase, PostgresOptions};
+use async_trait::async_trait;
+use meshql_core::{
+    parse_settings, BackendContext, DynDatabase, SettingError, StorageBackend, StorageTarget,
+    StoreError,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// PostgreSQL: one table per entity, JSONB payloads.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSettings {
+    /// `postgres://user:password@host:port/database`
+    pub url: String,
+    /// A read replica for reads (GraphQL, REST GETs); the primary when absent.
+    #[serde(default)]
+    pub read_url: Option<String>,
+    /// Connections per pool.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// How long a request waits for a free connection before answering 503.
+    #[serde(default = "default_pool_wait_ms")]
+    pub pool_wait_ms: u64,
+    /// Server-side statement timeout.
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+    /// Answer a GraphQL query and its relationships into entities of this database with one
+    /// SQL statement instead of one per level.
+    #[serde(default = "default_true")]
+    pub nested_sql: bool,
+}
+
+fn default_pool_size() -> usize {
+    16
+}
+fn default_pool_wait_ms() -> u64 {
+    5_000
+}
+fn default_statement_timeout_ms() -> u64 {
+    30_000
+}
+fn default_true() -> bool {
+    true
+}
+
+/// Registers PostgreSQL with a backend registry.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PostgresBackend;
+
+impl StorageBackend for PostgresBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn schema(&self) -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(PostgresSettings)).expect("schemas serialise")
+    }
+
+    fn configure(
+        &self,
+        settings: &serde_json::Value,
+        _context: &BackendContext<'_>,
+    ) -> Result<Box<dyn StorageTarget>, SettingError> {
+        let s: PostgresSettings = parse_settings(settings)?;
+        if s.pool_size == 0 {
+            return Err(SettingError::new(
+                "pool_size",
+                "must be at least 1 (the connections a request can wait for)",
+            ));
+        }
+        let mut options = PostgresOptions::new(s.url);
+        options.read_url = s.read_url;
+        options.pool_size = s.pool_size;
+        options.pool_wait = Duration::from_millis(s.pool_wait_ms);
+        options.statement_timeout = Duration::from_millis(s.statement_timeout_ms);
+        options.nested_sql = s.nested_sql;
+        Ok(Box::new(PostgresTarget(options)))
+    }
+}
+
+#[derive(Debug)]
+struct PostgresTarget(PostgresOptions);
+
+#[async_trait]
+impl StorageTarget for PostgresTarget {
+    fn target(&self) -> String {
+        format!(
+            "postgres:{} {}",
+            self.0.url,
+            self.0.read_url.as_deref().unwrap_or("")
+        )
+    }
+
+    async fn open(&self) -> Result<DynDatabase, StoreError> {
+        Ok(PostgresDatabase::connect(&self.0)?)
+    }
+}
