@@ -20,11 +20,13 @@
 pub mod feed;
 pub mod hub;
 pub mod record;
+pub mod registry;
 pub mod relay;
 
 pub use feed::{FeedFilter, FeedSource, Page};
 pub use hub::{EntityFeedStats, Hub, HubError, HubOptions};
 pub use record::{change_id, encode};
+pub use registry::{RelayBackend, RelayContext, RelayEntity, RelayRegistry, RelayTarget};
 pub use relay::{
     confirmed, relay_group, Confirmation, Relay, RelayChange, RelayError, RelayOptions, RelayStats,
     Sink, SinkError,

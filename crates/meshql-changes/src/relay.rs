@@ -663,11 +663,14 @@ mod tests {
         assert_eq!(log.committed("relay-r1").unwrap(), Some(25));
     }
 
+    /// Settles one batch's confirmation.
+    type Settle = tokio::sync::oneshot::Sender<Result<(), SinkError>>;
+
     /// Confirms a batch only when the test says so; records every enqueue.
     #[derive(Default)]
     struct Held {
         enqueued: Mutex<Vec<Vec<u64>>>,
-        confirm: Mutex<Vec<Option<tokio::sync::oneshot::Sender<Result<(), SinkError>>>>>,
+        confirm: Mutex<Vec<Option<Settle>>>,
     }
 
     impl Held {

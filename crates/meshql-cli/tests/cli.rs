@@ -107,6 +107,68 @@ fn check_names_an_unknown_storage_type() {
     assert_rejected(dir.path(), line, &["storage.actors.type", "`cassandra`"]);
 }
 
+/// The egg-economy example with a NATS relay whose `field = value` line is `bad`.
+fn with_a_relay(bad: &str, line: &mut usize) -> tempfile::TempDir {
+    example_copy("egg-economy", |t| {
+        let relay = format!(
+            "\n[[changes.relay]]\nname = \"eggs\"\ntype = \"nats\"\nurl = \"nats://127.0.0.1:4222\"\n{bad}\n"
+        );
+        let t = replace_first(
+            &t,
+            "enabled = ${MESHQL_CHANGES:-true}\n",
+            &format!("enabled = ${{MESHQL_CHANGES:-true}}\n{relay}"),
+        );
+        *line = line_containing(&t, bad);
+        t
+    })
+}
+
+#[test]
+fn check_names_a_relay_field_of_its_type() {
+    let mut line = 0;
+    let dir = with_a_relay("stream = \"A.B\"", &mut line);
+    assert_rejected(
+        dir.path(),
+        line,
+        &[
+            "changes.relay[0] \"eggs\".stream",
+            "not a JetStream stream name",
+        ],
+    );
+    // a field of the other type says so
+    let dir = with_a_relay("topic_naming = \"debezium\"", &mut line);
+    assert_rejected(
+        dir.path(),
+        line,
+        &[
+            "changes.relay[0] \"eggs\".topic_naming",
+            "applies to `type = \"kafka\"` relays only",
+        ],
+    );
+}
+
+#[test]
+fn check_names_an_unknown_relay_type() {
+    let mut line = 0;
+    let dir = example_copy("egg-economy", |t| {
+        let t = replace_first(
+            &t,
+            "enabled = ${MESHQL_CHANGES:-true}\n",
+            "enabled = ${MESHQL_CHANGES:-true}\n\n[[changes.relay]]\nname = \"eggs\"\ntype = \"redis\"\n",
+        );
+        line = line_containing(&t, "redis");
+        t
+    });
+    assert_rejected(
+        dir.path(),
+        line,
+        &[
+            "changes.relay[0] \"eggs\".type",
+            "unknown relay type `redis` (this build has: kafka, nats)",
+        ],
+    );
+}
+
 #[test]
 fn check_names_a_missing_sdl_file() {
     let dir = example_copy("egg-economy", |t| t);
@@ -222,6 +284,34 @@ fn serve_refuses_a_broken_config() {
 }
 
 #[test]
+fn serve_refuses_a_relay_with_a_bad_field() {
+    let mut line = 0;
+    let dir = with_a_relay("duplicate_window_secs = 0", &mut line);
+    let data = dir.path().join("never-created");
+    let port = free_port().to_string();
+    let out = run_meshql(
+        &[
+            "serve",
+            dir.path().to_str().unwrap(),
+            "--port",
+            &port,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--log-level",
+            "warn",
+        ],
+        TIMEOUT,
+    );
+    assert!(!out.status.success(), "serve exited with {}", out.status);
+    let stderr = text(&out.stderr);
+    let at = format!(
+        "{}:{line}: changes.relay[0] \"eggs\".duplicate_window_secs: must be at least 1",
+        dir.path().join("meshql.toml").display()
+    );
+    assert!(stderr.contains(&at), "expected {at:?} in:\n{stderr}");
+}
+
+#[test]
 fn config_schema_is_json_describing_entities() {
     let out = run_meshql(&["config-schema"], TIMEOUT);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
@@ -240,4 +330,23 @@ fn config_schema_is_json_describing_entities() {
         .collect();
     assert_eq!(kinds, ["sqlite", "memory", "postgres", "mysql", "mongo"]);
     assert!(schema["$defs"]["StorageConfig"]["oneOf"][2]["properties"]["pool_size"].is_object());
+    // one alternative per registered relay type: the fields every relay has, then its own
+    let relays = schema["$defs"]["RelayConfig"]["oneOf"]
+        .as_array()
+        .expect("relay alternatives");
+    let kinds: Vec<&str> = relays
+        .iter()
+        .map(|r| r["properties"]["type"]["const"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["kafka", "nats"]);
+    for r in relays {
+        assert!(r["properties"]["name"].is_object(), "{r}");
+        assert!(r["properties"]["batch"].is_object(), "{r}");
+    }
+    assert!(relays[0]["properties"]["brokers"]["description"].is_string());
+    assert!(relays[1]["properties"]["stream"]["description"].is_string());
+    assert!(
+        schema["$defs"]["TopicNaming"].is_object(),
+        "the definitions a relay's fields refer to are kept"
+    );
 }

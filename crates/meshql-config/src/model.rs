@@ -283,145 +283,111 @@ impl Default for ChangesConfig {
     }
 }
 
-/// A relay of the change feed (`[[changes.relay]]`), selected by `type`. Every message
-/// carries the change's `change_id` (`entity:id:created_at`), the same on every delivery:
-/// consumers de-duplicate on it to be exactly once.
-///
-/// `kafka` (librdkafka: idempotent producer, `acks=all`): one topic per entity, created by
-/// the broker on first use (`auto.create.topics.enable`); message key = the document id;
-/// headers `change_id`, `op`, `position`, `correlation_id`.
-///
-/// `nats` (JetStream): subject `<subject_prefix>.<entity>`, header
-/// `Nats-Msg-Id: <change_id>` (JetStream drops a redelivery within the stream's duplicate
-/// window); every publish is acknowledged by the stream before the position is committed.
+/// A relay of the change feed (`[[changes.relay]]`): `type` selects the relay; `name`,
+/// `batch` and `retry_backoff_max_ms` are every relay's ([`RelayFields`]); its other fields
+/// belong to its type, which checks them when the server starts or `meshql check` runs (the
+/// config crate knows no relay; see `meshql_changes::RelayRegistry`). Every message carries
+/// the change's `change_id` (`entity:id:created_at`), the same on every delivery: consumers
+/// de-duplicate on it to be exactly once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayConfig {
+    pub name: Spanned<String>,
+    /// The `type` field.
+    pub kind: Spanned<String>,
+    pub batch: Option<Spanned<usize>>,
+    pub retry_backoff_max_ms: Option<Spanned<u64>>,
+    /// Every field of the relay's type, as JSON.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Where each field starts in the config text (byte offsets; every field included).
+    pub offsets: BTreeMap<String, usize>,
+}
+
+/// The fields every relay has besides `type` (the JSON Schema of [`RelayConfig`]'s own
+/// fields; `meshql config-schema` adds those of each relay type).
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct RelayConfig {
+pub struct RelayFields {
     /// Unique among the relays: letters, digits, `.`, `_`, `-`. The relay's consumer group
     /// in the change log is `relay-<name>`.
-    #[schemars(with = "String")]
-    pub name: Spanned<String>,
-    /// `kafka` or `nats`.
-    #[serde(rename = "type")]
-    #[schemars(with = "RelayKind")]
-    pub kind: Spanned<RelayKind>,
-    /// kafka: bootstrap servers, `host:port[,host:port...]` (required).
-    #[serde(default)]
-    #[schemars(with = "Option<String>")]
-    pub brokers: Option<Spanned<String>>,
-    /// kafka: prefix of topic names. `topic_naming = "entity"`: topics are
-    /// `<topic_prefix><entity>` (default `meshql.`). `topic_naming = "debezium"`: it is
-    /// Debezium's `topic.prefix` and topics are `<topic_prefix>.<db>.<collection>` (default
-    /// `meshql`).
-    #[serde(default)]
-    #[schemars(with = "Option<String>")]
-    pub topic_prefix: Option<Spanned<String>>,
-    /// kafka: how topics are named (default `entity`).
-    #[serde(default)]
-    #[schemars(with = "Option<TopicNaming>")]
-    pub topic_naming: Option<Spanned<TopicNaming>>,
-    /// kafka: the database name in Debezium-style topic names and in the Debezium
-    /// envelope's `source.db` (default `meshql`; MeshQL's examples use `<prefix>_<env>`,
-    /// e.g. `events_development`).
-    #[serde(default)]
-    #[schemars(with = "Option<String>")]
-    pub db: Option<Spanned<String>>,
-    /// kafka: the message value, `meshql` (default: the change as `/_changes` serves it) or
-    /// `debezium` (a Debezium MongoDB-connector change event, as MeshQL's CDC processors
-    /// read it).
-    #[serde(default)]
-    #[schemars(with = "Option<KafkaFormat>")]
-    pub format: Option<Spanned<KafkaFormat>>,
-    /// kafka: extra librdkafka producer settings, e.g. `"linger.ms" = 20` or
-    /// `"security.protocol" = "ssl"`; they override meshql's (`enable.idempotence = true`,
-    /// `acks = all`, `compression.type = lz4`, `linger.ms = 5`, `message.timeout.ms = 30000`).
-    #[serde(default)]
-    #[schemars(with = "Option<BTreeMap<String, OptionValue>>")]
-    pub options: Option<Spanned<BTreeMap<String, OptionValue>>>,
-    /// nats: server URL, e.g. `nats://127.0.0.1:4222` (several separated by commas;
-    /// required).
-    #[serde(default)]
-    #[schemars(with = "Option<String>")]
-    pub url: Option<Spanned<String>>,
-    /// nats: subjects are `<subject_prefix>.<entity>` (default `meshql.changes`).
-    #[serde(default)]
-    #[schemars(with = "Option<String>")]
-    pub subject_prefix: Option<Spanned<String>>,
-    /// nats: the JetStream stream, created when missing with file storage and subjects
-    /// `<subject_prefix>.>` (default `MESHQL_CHANGES`).
-    #[serde(default)]
-    #[schemars(with = "Option<String>")]
-    pub stream: Option<Spanned<String>>,
-    /// nats: the duplicate window of a stream the relay creates (default 120).
-    #[serde(default)]
-    #[schemars(with = "Option<u64>")]
-    pub duplicate_window_secs: Option<Spanned<u64>>,
+    pub name: String,
     /// Changes sent per batch at most; the position is committed after each (default 500).
     #[serde(default)]
-    #[schemars(with = "Option<usize>")]
-    pub batch: Option<Spanned<usize>>,
+    pub batch: Option<usize>,
     /// Longest wait between retries while the broker fails; the wait doubles from 100 ms up
     /// to this (default 10000).
     #[serde(default)]
-    #[schemars(with = "Option<u64>")]
-    pub retry_backoff_max_ms: Option<Spanned<u64>>,
+    pub retry_backoff_max_ms: Option<u64>,
 }
 
-/// See [`RelayConfig::kind`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum RelayKind {
-    Kafka,
-    Nats,
-}
+impl<'de> Deserialize<'de> for RelayConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
 
-impl RelayKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RelayKind::Kafka => "kafka",
-            RelayKind::Nats => "nats",
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = RelayConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a relay's fields")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<RelayConfig, A::Error> {
+                use serde::de::Error;
+                let (mut name, mut kind, mut batch, mut retry_backoff_max_ms) =
+                    (None, None, None, None);
+                let mut settings = serde_json::Map::new();
+                let mut offsets = BTreeMap::new();
+                // the fields every relay has are typed here, so that a type error names
+                // their own line; the others are kept for the relay's type
+                while let Some(key) = map.next_key::<String>()? {
+                    let start = match key.as_str() {
+                        "name" => name.insert(map.next_value::<Spanned<String>>()?).span(),
+                        "type" => kind.insert(map.next_value::<Spanned<String>>()?).span(),
+                        "batch" => batch.insert(map.next_value::<Spanned<usize>>()?).span(),
+                        "retry_backoff_max_ms" => retry_backoff_max_ms
+                            .insert(map.next_value::<Spanned<u64>>()?)
+                            .span(),
+                        _ => {
+                            let value = map.next_value::<Spanned<toml::Value>>()?;
+                            let span = value.span();
+                            let value = serde_json::to_value(value.into_inner())
+                                .map_err(A::Error::custom)?;
+                            settings.insert(key.clone(), value);
+                            span
+                        }
+                    }
+                    .start;
+                    offsets.insert(key, start);
+                }
+                Ok(RelayConfig {
+                    name: name.ok_or_else(|| A::Error::missing_field("name"))?,
+                    kind: kind.ok_or_else(|| A::Error::missing_field("type"))?,
+                    batch,
+                    retry_backoff_max_ms,
+                    settings,
+                    offsets,
+                })
+            }
         }
+
+        deserializer.deserialize_map(Fields)
     }
 }
 
-/// See `topic_prefix`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum TopicNaming {
-    /// `<topic_prefix><entity>`
-    #[default]
-    Entity,
-    /// `<topic_prefix>.<db>.<collection>` (the entity's `table`), as Debezium names topics.
-    Debezium,
-}
+impl JsonSchema for RelayConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RelayConfig".into()
+    }
 
-/// See `format`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum KafkaFormat {
-    #[default]
-    Meshql,
-    Debezium,
-}
-
-/// A librdkafka setting's value, written as TOML text, number or boolean.
-#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
-#[serde(untagged)]
-pub enum OptionValue {
-    Bool(bool),
-    Integer(i64),
-    Float(f64),
-    Text(String),
-}
-
-impl std::fmt::Display for OptionValue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OptionValue::Bool(b) => write!(f, "{b}"),
-            OptionValue::Integer(i) => write!(f, "{i}"),
-            OptionValue::Float(x) => write!(f, "{x}"),
-            OptionValue::Text(t) => f.write_str(t),
-        }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A relay of the change feed: `type` selects the relay, `name`, `batch` and `retry_backoff_max_ms` are every relay's, the other fields are that relay's. Every message carries the change's `change_id` (`entity:id:created_at`), the same on every delivery: consumers de-duplicate on it to be exactly once.",
+            "type": "object",
+            "properties": { "type": { "type": "string" }, "name": { "type": "string" } },
+            "required": ["name", "type"]
+        })
     }
 }
 

@@ -39,11 +39,16 @@ impl StorageSpec {
     /// The line of a field (`pool_size`, or a path into it such as `hosts[0]`), else the
     /// block's.
     pub fn line_of(&self, field: Option<&str>) -> Option<usize> {
-        field
-            .map(|f| f.split(['.', '[']).next().unwrap_or(f))
-            .and_then(|f| self.field_lines.get(f).copied())
-            .or(self.line)
+        field_line(&self.field_lines, field).or(self.line)
     }
+}
+
+/// The line of a field (`pool_size`, or a path into it such as `hosts[0]` or
+/// `options.linger.ms`) in a block's `field_lines`.
+fn field_line(field_lines: &BTreeMap<String, usize>, field: Option<&str>) -> Option<usize> {
+    field
+        .map(|f| f.split(['.', '[']).next().unwrap_or(f))
+        .and_then(|f| field_lines.get(f).copied())
 }
 
 /// A config that passed every check.
@@ -76,7 +81,8 @@ pub struct ResolvedConfig {
 pub struct ChangesSpec {
     pub dir: PathBuf,
     pub config: crate::model::ChangesConfig,
-    /// `[[changes.relay]]`, checked, with their defaults filled in.
+    /// `[[changes.relay]]`, their common fields checked and defaulted (the relay registry
+    /// checks the others).
     pub relays: Vec<RelaySpec>,
 }
 
@@ -511,7 +517,7 @@ impl Resolver {
         }
 
         let server = self.resolve_server(&model.server);
-        let relays = self.resolve_relays(&model.changes, &entities);
+        let relays = self.resolve_relays(&model.changes);
         let auth = self.resolve_auth(&model.auth);
         let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
             return Err(ConfigErrors(self.errors));
@@ -1041,7 +1047,7 @@ fn widen_at_arguments(schema: &mut Schema) {
 mod auth;
 pub use auth::AuthSpec;
 mod relays;
-pub use relays::{default_topic_prefix, kafka_topic, RelaySinkSpec, RelaySpec};
+pub use relays::RelaySpec;
 mod server;
 pub use server::ServerSpec;
 

@@ -15,6 +15,10 @@
 //! relay sends that batch and every later one again, so a topic can hold a change more than once (after a failed batch, or a
 //! crash before the relay committed): consumers de-duplicate on the `change_id` header.
 //!
+//! [`KafkaBackend`] registers the relay with the server's relay registry: it owns the fields
+//! of a `[[changes.relay]] type = "kafka"` entry ([`KafkaSettings`]: defaults, checks, JSON
+//! Schema) and builds the sink from them.
+//!
 //! librdkafka is compiled from the source bundled with `rdkafka-sys` (its `cmake-build`
 //! feature: cmake and a C compiler, no system librdkafka), so the version is the one the
 //! bindings were written for; Debian 12's `librdkafka-dev` (2.0) is older than the bindings
@@ -22,7 +26,6 @@
 
 use async_trait::async_trait;
 use meshql_changes::{Confirmation, RelayChange, Sink, SinkError};
-pub use meshql_config::model::{KafkaFormat as Format, TopicNaming};
 use meshql_core::ChangeOp;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -33,6 +36,12 @@ use serde_json::value::RawValue;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 use thiserror::Error;
+
+mod settings;
+pub use settings::{
+    default_topic_prefix, kafka_topic, KafkaBackend, KafkaFormat, KafkaFormat as Format,
+    KafkaSettings, OptionValue, TopicNaming,
+};
 
 /// What a Kafka relay needs.
 #[derive(Debug, Clone)]
@@ -141,7 +150,7 @@ fn topic_of(config: &KafkaSinkConfig, entity: &str) -> String {
         .get(entity)
         .map(String::as_str)
         .unwrap_or(entity);
-    meshql_config::resolve::kafka_topic(
+    kafka_topic(
         config.topic_naming,
         &config.topic_prefix,
         &config.db,

@@ -15,6 +15,10 @@
 //!
 //! The client connects in the background and reconnects forever, so a server that is down
 //! when the service starts, or goes down later, only makes sends fail until it is back.
+//!
+//! [`NatsBackend`] registers the relay with the server's relay registry: it owns the fields
+//! of a `[[changes.relay]] type = "nats"` entry ([`NatsSettings`]: defaults, checks, JSON
+//! Schema) and builds the sink from them.
 
 use async_nats::header::NATS_MESSAGE_ID;
 use async_nats::jetstream::{self, stream};
@@ -25,6 +29,9 @@ use meshql_changes::{confirmed, Confirmation, RelayChange, Sink, SinkError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use thiserror::Error;
+
+mod settings;
+pub use settings::{NatsBackend, NatsSettings};
 
 /// What a NATS relay needs.
 #[derive(Debug, Clone)]

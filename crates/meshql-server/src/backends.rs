@@ -57,7 +57,8 @@ pub fn configure(
     }
 }
 
-/// The config's JSON Schema with every registered backend's storage block.
+/// The config's JSON Schema with every registered backend's storage block and every
+/// registered relay type's `[[changes.relay]]` entry.
 pub fn config_json_schema() -> serde_json::Value {
-    meshql_config::config_json_schema(&registry().schemas())
+    meshql_config::config_json_schema(&registry().schemas(), &crate::relays::registry().schemas())
 }

@@ -1,5 +1,9 @@
 //! The relay registry: the one place that maps a `[[changes.relay]]` `type` to the crate
-//! that implements it, builds the sinks and starts a [`Relay`] per entry on the hub's log.
+//! that implements it ([`registry`], one line per relay), checks each entry's fields, builds
+//! the sinks and starts a [`Relay`] per entry on the hub's log. A relay crate owns its
+//! entry's fields (parsing, defaults, checks, JSON Schema) and its sink
+//! ([`meshql_changes::RelayBackend`]); the config crate checks only the fields every relay
+//! has. A new relay is its crate and one line in [`registry`].
 //!
 //! A relay never fails a write and never makes the service unready: a broker that is down
 //! only makes its relay fall behind (`meshql_relay_lag` in `/metrics`, a warning in the log)
@@ -7,12 +11,63 @@
 //! starting.
 
 use crate::app::BuildError;
-use meshql_changes::{Hub, Relay, RelayOptions, RelayStats, Sink};
-use meshql_config::{RelaySinkSpec, RelaySpec, ResolvedConfig};
-use meshql_relay_kafka::{KafkaSink, KafkaSinkConfig};
-use meshql_relay_nats::{NatsSink, NatsSinkConfig};
-use std::sync::Arc;
+use meshql_changes::{
+    Hub, Relay, RelayContext, RelayEntity, RelayOptions, RelayRegistry, RelayStats, RelayTarget,
+};
+use meshql_config::{ConfigError, RelaySpec, ResolvedConfig};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+/// Every relay this binary runs, by `type`.
+pub fn registry() -> &'static RelayRegistry {
+    static REGISTRY: OnceLock<RelayRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        RelayRegistry::new()
+            .register(meshql_relay_kafka::KafkaBackend)
+            .register(meshql_relay_nats::NatsBackend)
+    })
+}
+
+/// Each relay of a config with what builds its sink, in config order.
+pub type RelayTargets<'a> = Vec<(&'a RelaySpec, Box<dyn RelayTarget>)>;
+
+/// Checks every relay's fields with its type and returns what builds each sink; or every
+/// problem, naming the file, the field's line and the field.
+pub fn configure(config: &ResolvedConfig) -> Result<RelayTargets<'_>, Vec<ConfigError>> {
+    let entities: Vec<RelayEntity<'_>> = config
+        .entities
+        .iter()
+        .map(|e| RelayEntity {
+            name: &e.name,
+            table: &e.table,
+        })
+        .collect();
+    let mut targets = Vec::new();
+    let mut problems = Vec::new();
+    for spec in &config.changes.relays {
+        let context = RelayContext {
+            name: &spec.name,
+            entities: &entities,
+        };
+        match registry().configure(&spec.kind, &spec.settings, &context) {
+            Ok(target) => targets.push((spec, target)),
+            Err(e) => problems.push(ConfigError {
+                file: config.file.clone(),
+                line: spec.line_of(e.field.as_deref()),
+                field: match e.field {
+                    Some(field) => format!("{}.{field}", spec.path),
+                    None => spec.path.clone(),
+                },
+                message: e.message,
+            }),
+        }
+    }
+    if problems.is_empty() {
+        Ok(targets)
+    } else {
+        Err(problems)
+    }
+}
 
 /// The running relays of a service (none when it has no `[[changes.relay]]`).
 #[derive(Default)]
@@ -39,61 +94,20 @@ fn failed(config: &ResolvedConfig, relay: &str, message: impl std::fmt::Display)
     }
 }
 
-/// The sink of one relay.
-async fn sink(config: &ResolvedConfig, spec: &RelaySpec) -> Result<Arc<dyn Sink>, BuildError> {
-    Ok(match &spec.sink {
-        RelaySinkSpec::Kafka {
-            brokers,
-            topic_prefix,
-            topic_naming,
-            db,
-            format,
-            options,
-        } => Arc::new(
-            KafkaSink::new(KafkaSinkConfig {
-                name: spec.name.clone(),
-                brokers: brokers.clone(),
-                topic_naming: *topic_naming,
-                topic_prefix: topic_prefix.clone(),
-                db: db.clone(),
-                format: *format,
-                tables: config
-                    .entities
-                    .iter()
-                    .map(|e| (e.name.clone(), e.table.clone()))
-                    .collect(),
-                options: options.clone(),
-            })
-            .map_err(|e| failed(config, &spec.name, e))?,
-        ),
-        RelaySinkSpec::Nats {
-            url,
-            subject_prefix,
-            stream,
-            duplicate_window_secs,
-        } => {
-            let mut c = NatsSinkConfig::new(&spec.name, url);
-            c.subject_prefix = subject_prefix.clone();
-            c.stream = stream.clone();
-            c.duplicate_window = Duration::from_secs(*duplicate_window_secs);
-            Arc::new(
-                NatsSink::connect(c)
-                    .await
-                    .map_err(|e| failed(config, &spec.name, e))?,
-            )
-        }
-    })
-}
-
 /// Builds and starts every configured relay on the hub's log (none without a hub: the
 /// config requires the change feed for relays).
 pub async fn start(config: &ResolvedConfig, hub: Option<&Hub>) -> Result<Arc<Relays>, BuildError> {
     let Some(hub) = hub else {
         return Ok(Arc::default());
     };
+    let targets = configure(config)
+        .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
     let mut relays = Vec::new();
-    for spec in &config.changes.relays {
-        let sink = sink(config, spec).await?;
+    for (spec, target) in targets {
+        let sink = target
+            .sink()
+            .await
+            .map_err(|e| failed(config, &spec.name, e))?;
         let options = RelayOptions {
             batch: spec.batch,
             backoff_max: Duration::from_millis(spec.retry_backoff_max_ms),

@@ -262,7 +262,17 @@ fn config_json_schema_describes_entities() {
         "properties": { "file": { "type": "string" } },
         "required": ["file"]
     });
-    let s = crate::config_json_schema(&[("sqlite", sqlite)]);
+    let nats = serde_json::json!({
+        "description": "NATS",
+        "type": "object",
+        "properties": {
+            "url": { "type": "string" },
+            "mode": { "$ref": "#/$defs/Mode" }
+        },
+        "required": ["url"],
+        "$defs": { "Mode": { "enum": ["a", "b"] } }
+    });
+    let s = crate::config_json_schema(&[("sqlite", sqlite)], &[("nats", nats)]);
     let text = s.to_string();
     assert!(text.contains("entity"));
     let storage = &s["$defs"]["StorageConfig"]["oneOf"][0];
@@ -271,6 +281,37 @@ fn config_json_schema_describes_entities() {
         "{storage}"
     );
     assert_eq!(storage["required"], serde_json::json!(["type", "file"]));
+    // a relay: its type, the fields every relay has, then its own
+    let relay = &s["$defs"]["RelayConfig"]["oneOf"][0];
+    assert_eq!(relay["description"], "NATS");
+    let fields: Vec<&String> = relay["properties"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        fields,
+        [
+            "type",
+            "name",
+            "batch",
+            "retry_backoff_max_ms",
+            "url",
+            "mode"
+        ]
+    );
+    assert_eq!(relay["properties"]["type"]["const"], "nats");
+    assert!(relay["properties"]["batch"]["description"]
+        .as_str()
+        .unwrap()
+        .contains("per batch"));
+    assert_eq!(
+        relay["required"],
+        serde_json::json!(["type", "name", "url"])
+    );
+    assert_eq!(relay["additionalProperties"], false);
+    assert_eq!(s["$defs"]["Mode"]["enum"][0], "a");
+    assert_eq!(
+        s["properties"]["changes"]["$ref"], "#/$defs/ChangesConfig",
+        "{}",
+        s["properties"]["changes"]
+    );
 }
 
 #[test]
