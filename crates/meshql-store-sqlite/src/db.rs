@@ -1,5 +1,6 @@
 //! One SQLite file: the group-committing writer thread and the pool of read connections.
 
+use crate::checkpoint::{self, CheckpointPolicy, Nudger, Signal};
 use meshql_core::StoreError;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags};
@@ -18,10 +19,13 @@ pub struct SqliteOptions {
     /// `PRAGMA synchronous`: NORMAL (default; durable against process crashes, in WAL mode a
     /// power loss may drop the last commits) or FULL.
     pub synchronous_full: bool,
-    /// How long a reader waits on a locked database before failing.
+    /// How long a reader waits on a locked database before failing (the writer and the
+    /// checkpointer have busy handlers of their own, see checkpoint.rs).
     pub busy_timeout_ms: u32,
     /// Prepared statements cached per connection.
     pub statement_cache: usize,
+    /// When WAL checkpoints run.
+    pub checkpoints: CheckpointPolicy,
 }
 
 impl Default for SqliteOptions {
@@ -30,6 +34,7 @@ impl Default for SqliteOptions {
             synchronous_full: false,
             busy_timeout_ms: 5_000,
             statement_cache: 256,
+            checkpoints: CheckpointPolicy::default(),
         }
     }
 }
@@ -70,7 +75,7 @@ pub struct SqliteDatabase {
     sender: Mutex<Option<mpsc::Sender<Command>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Stop signal and thread of the checkpointer.
-    checkpointer: Mutex<Option<(mpsc::Sender<()>, JoinHandle<()>)>>,
+    checkpointer: Mutex<Option<(mpsc::Sender<Signal>, JoinHandle<()>)>>,
     readers: Mutex<Vec<Connection>>,
     commits: AtomicU64,
 }
@@ -115,16 +120,17 @@ impl SqliteDatabase {
             },
         )
         .map_err(query_error)?;
-        conn.busy_timeout(std::time::Duration::from_millis(
-            options.busy_timeout_ms as u64,
-        ))
-        .map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(options.statement_cache);
         // checkpoints run on the checkpointer thread, not inside a commit (see below)
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(query_error)?;
-        conn.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)
+        // the WAL file is not cut back when the log restarts (see checkpoint.rs)
+        conn.pragma_update(None, "journal_size_limit", -1)
             .map_err(query_error)?;
+        conn.busy_handler(Some(checkpoint::writer_busy))
+            .map_err(query_error)?;
+        let (checkpoint_tx, checkpoint_rx) = mpsc::channel();
+        let nudger = Nudger::install(&conn, options.checkpoints, checkpoint_tx.clone());
 
         let (tx, rx) = mpsc::channel::<Command>();
         let name = format!(
@@ -145,7 +151,7 @@ impl SqliteDatabase {
         let weak = std::sync::Arc::downgrade(&db);
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(move || writer_loop(conn, rx, weak))
+            .spawn(move || writer_loop(conn, rx, weak, nudger))
             .map_err(unavailable)?;
         *db.writer.lock() = Some(handle);
         let checkpoint_conn = Connection::open_with_flags(
@@ -153,17 +159,12 @@ impl SqliteDatabase {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
-        checkpoint_conn
-            .busy_timeout(std::time::Duration::from_millis(
-                db.options.busy_timeout_ms as u64,
-            ))
-            .map_err(query_error)?;
-        let (stop_tx, stop_rx) = mpsc::channel();
+        let policy = db.options.checkpoints;
         let handle = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpointer_loop(checkpoint_conn, stop_rx))
+            .spawn(move || checkpoint::run(checkpoint_conn, policy, checkpoint_rx))
             .map_err(unavailable)?;
-        *db.checkpointer.lock() = Some((stop_tx, handle));
+        *db.checkpointer.lock() = Some((checkpoint_tx, handle));
         Ok(db)
     }
 
@@ -285,48 +286,21 @@ impl SqliteDatabase {
             let _ = handle.join();
         }
         if let Some((stop, handle)) = self.checkpointer.lock().take() {
-            let _ = stop.send(());
+            let _ = stop.send(Signal::Stop);
             let _ = handle.join();
         }
         self.readers.lock().clear();
     }
 }
 
-/// How often the checkpointer copies committed WAL frames into the database file.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-/// WAL length (in frames, i.e. pages) beyond which the checkpointer waits for readers so that
-/// the log can restart from its beginning: 4096 frames = 16 MiB of 4 KiB pages.
-const WAL_RESTART_FRAMES: i64 = 4096;
-/// What the WAL file is truncated to when it restarts (`journal_size_limit`).
-pub(crate) const WAL_KEEP_BYTES: i64 = 16 << 20;
-
-/// Moves WAL checkpoints off the commit path. With SQLite's automatic checkpoints, the commit
-/// that crosses 1000 WAL pages copies them into the database file and syncs it while every
-/// writer waits; here a `PASSIVE` checkpoint runs every 100 ms on its own connection and
-/// thread, concurrently with commits (it copies what no reader still needs and never blocks
-/// the writer). Under a steady stream of reads and writes the log never gets a moment to
-/// restart by itself, so once it holds more than 16 MiB of frames the checkpointer runs a
-/// `RESTART` checkpoint, which briefly holds writers back until readers have moved to the
-/// newest snapshot; the WAL then starts over (and its file is cut back to 16 MiB).
-fn checkpointer_loop(conn: Connection, stop: mpsc::Receiver<()>) {
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
-        let passive = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
-        let result = match passive {
-            Ok(frames) if frames > WAL_RESTART_FRAMES => conn
-                .query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(()))
-                .map(|_| ()),
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "sqlite checkpoint deferred");
-        }
-    }
-}
-
 /// The writer: take one command (blocking), then everything already queued, and commit the
 /// lot in one transaction.
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Weak<SqliteDatabase>) {
+fn writer_loop(
+    conn: Connection,
+    rx: mpsc::Receiver<Command>,
+    db: std::sync::Weak<SqliteDatabase>,
+    mut checkpoints: Nudger,
+) {
     let mut batch: Vec<(JobFn, Isolation)> = Vec::with_capacity(MAX_GROUP);
     let mut stop: Option<oneshot::Sender<()>> = None;
     while stop.is_none() {
@@ -350,6 +324,7 @@ fn writer_loop(conn: Connection, rx: mpsc::Receiver<Command>, db: std::sync::Wea
         }
         if !batch.is_empty() {
             commit_group(&conn, &mut batch);
+            checkpoints.after_commit();
             if let Some(db) = db.upgrade() {
                 db.commits.fetch_add(1, Ordering::Relaxed);
             }
@@ -467,18 +442,87 @@ mod tests {
         }
         // commits land in the WAL; only a checkpoint grows the database file itself, and the
         // writer no longer runs any (wal_autocheckpoint = 0)
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::fs::metadata(&file).unwrap().len() < before + 1_500_000 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no checkpoint within 5 s"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        grows_past(&file, before + 1_500_000).await;
         db.shutdown().await;
         // a clean shutdown leaves an empty WAL
         let wal = std::fs::metadata(dir.path().join("c.db-wal")).map_or(0, |m| m.len());
         assert_eq!(wal, 0);
+    }
+
+    /// Waits until `file` is at least `len` bytes long (a checkpoint copied pages into it).
+    async fn grows_past(file: &Path, len: u64) {
+        // a bound only so that a lost checkpoint fails instead of hanging
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::metadata(file).unwrap().len() < len {
+            assert!(std::time::Instant::now() < deadline, "no checkpoint");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn insert_kib(db: &SqliteDatabase, kib: usize) {
+        db.write(move |c| {
+            for _ in 0..kib {
+                c.execute("INSERT INTO t VALUES (zeroblob(1000))", [])
+                    .map_err(query_error)?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_asks_for_a_checkpoint_once_the_wal_grew_by_the_policy_pages() {
+        // the timer never fires here: only the writer's nudges can start a checkpoint
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("n.db");
+        let options = SqliteOptions {
+            checkpoints: CheckpointPolicy {
+                pages: 64,
+                interval: std::time::Duration::from_secs(3600),
+                restart_pages: 1 << 20,
+            },
+            ..SqliteOptions::default()
+        };
+        let db = SqliteDatabase::open(&file, options).unwrap();
+        db.write(|c| {
+            c.execute_batch("CREATE TABLE t (b BLOB)")
+                .map_err(query_error)
+        })
+        .await
+        .unwrap();
+        let before = std::fs::metadata(&file).unwrap().len();
+        // 40 commits of ~100 KiB: ~1,000 pages, so ~15 nudges
+        for _ in 0..40 {
+            insert_kib(&db, 100).await;
+        }
+        grows_past(&file, before + 2_000_000).await;
+        db.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_quiet_database_is_checkpointed_by_the_timer() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("q.db");
+        let options = SqliteOptions {
+            checkpoints: CheckpointPolicy {
+                pages: 1 << 20,
+                interval: std::time::Duration::from_millis(50),
+                restart_pages: 1 << 20,
+            },
+            ..SqliteOptions::default()
+        };
+        let db = SqliteDatabase::open(&file, options).unwrap();
+        db.write(|c| {
+            c.execute_batch("CREATE TABLE t (b BLOB)")
+                .map_err(query_error)
+        })
+        .await
+        .unwrap();
+        let before = std::fs::metadata(&file).unwrap().len();
+        insert_kib(&db, 50).await;
+        grows_past(&file, before + 40_000).await;
+        db.shutdown().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

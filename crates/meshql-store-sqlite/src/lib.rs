@@ -22,11 +22,13 @@
 //! `latest` turns "now" reads into an indexed lookup; reads at an explicit time pick
 //! `MAX(created_at) <= at` per id instead.
 
+mod checkpoint;
 mod db;
 mod settings;
 mod sql;
 mod store;
 
+pub use checkpoint::CheckpointPolicy;
 pub use db::{SqliteDatabase, SqliteOptions};
 pub use settings::{SqliteBackend, SqliteSettings};
 pub use store::SqliteStore;

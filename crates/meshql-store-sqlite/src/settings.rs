@@ -19,6 +19,14 @@ pub struct SqliteSettings {
     /// `PRAGMA synchronous=FULL` (fsync every commit) instead of NORMAL.
     #[serde(default)]
     pub synchronous_full: bool,
+    /// WAL pages (4 KiB each) written between two checkpoints. Smaller: shorter pauses of
+    /// the writer while a checkpoint syncs the log, more of them; see docs/BENCHMARKS.md.
+    #[serde(default = "default_checkpoint_pages")]
+    pub checkpoint_pages: u32,
+}
+
+fn default_checkpoint_pages() -> u32 {
+    crate::CheckpointPolicy::default().pages
 }
 
 /// Registers SQLite with a backend registry.
@@ -43,6 +51,9 @@ impl StorageBackend for SqliteBackend {
         if settings.file.is_empty() {
             return Err(SettingError::new("file", "must name a file"));
         }
+        if settings.checkpoint_pages == 0 {
+            return Err(SettingError::new("checkpoint_pages", "must be at least 1"));
+        }
         let file = PathBuf::from(&settings.file);
         let path = if file.is_absolute() {
             file
@@ -53,6 +64,10 @@ impl StorageBackend for SqliteBackend {
             path,
             options: SqliteOptions {
                 synchronous_full: settings.synchronous_full,
+                checkpoints: crate::CheckpointPolicy {
+                    pages: settings.checkpoint_pages,
+                    ..Default::default()
+                },
                 ..SqliteOptions::default()
             },
         }))
