@@ -891,3 +891,47 @@ async fn concurrent_clients_see_their_writes() {
         assert_eq!(f["owner"], format!("put-{suffix}"), "PUT not visible: {f}");
     }
 }
+
+/// `meshql_http_request_duration_seconds{route,method,status}` from `/metrics`: the count of
+/// one series (0 when absent).
+fn request_count(metrics: &str, route: &str, method: &str, status: u16) -> u64 {
+    let prefix = format!(
+        "meshql_http_request_duration_seconds_count{{route=\"{route}\",method=\"{method}\",status=\"{status}\"}} "
+    );
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().expect("a count"))
+}
+
+#[tokio::test]
+async fn metrics_time_requests_per_route_pattern_method_and_status() {
+    let s = start();
+    let c = s.client();
+    let id = create(&c, "/farm/api", &farm("timed")).await;
+    for _ in 0..3 {
+        c.get(&format!("/farm/api/{id}")).await.expect_status(200);
+    }
+    c.get("/farm/api/no-such-id").await.expect_status(404);
+    let r = c
+        .post_json(
+            "/farm/graph",
+            &json!({"query": format!("{{ getById(id: \"{id}\") {{ name }} }}")}),
+        )
+        .await;
+    r.expect_status(200);
+    let metrics = c.get("/metrics").await.text;
+    // the pattern, never the id: one series for every document
+    let by_id = "/farm/api/{id}";
+    assert_eq!(request_count(&metrics, by_id, "GET", 200), 3, "{metrics}");
+    assert_eq!(request_count(&metrics, by_id, "GET", 404), 1);
+    assert_eq!(request_count(&metrics, "/farm/api", "POST", 201), 1);
+    assert_eq!(request_count(&metrics, "/farm/graph", "POST", 200), 1);
+    assert!(!metrics.contains(&id), "an id leaked into a label");
+    // buckets are cumulative and end at +Inf with the count
+    let inf = format!(
+        "meshql_http_request_duration_seconds_bucket{{route=\"{by_id}\",method=\"GET\",status=\"200\",le=\"+Inf\"}} 3"
+    );
+    assert!(metrics.contains(&inf), "{metrics}");
+    assert!(metrics.contains("# TYPE meshql_http_request_duration_seconds histogram"));
+}

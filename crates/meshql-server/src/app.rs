@@ -299,11 +299,13 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             storages.push((entity.storage.clone(), store_of(&entity.name)));
         }
     }
+    let requests = Arc::new(crate::request_metrics::RequestMetrics::default());
     let ops = Arc::new(Ops {
         stores: stores.clone(),
         storages,
         hub: hub.clone(),
         relays: relays.clone(),
+        requests: requests.clone(),
     });
     let ops_router = Router::new()
         .route("/health", get(ops::health))
@@ -318,6 +320,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             &format!("{}/{{file}}", assets::PREFIX),
             get(assets::serve_asset),
         )
+        // every matched route, timed under its pattern (`route_layer`: MatchedPath is known)
+        .route_layer(axum::middleware::from_fn_with_state(
+            requests,
+            crate::request_metrics::measure,
+        ))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             Cors {

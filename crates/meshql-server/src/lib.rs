@@ -14,6 +14,7 @@ mod listener;
 mod ops;
 mod preflight;
 mod relays;
+mod request_metrics;
 
 pub use app::{build, App, BuildError};
 pub use preflight::preflight;

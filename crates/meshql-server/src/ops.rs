@@ -1,5 +1,6 @@
 //! Operational endpoints: `/health` (the process answers), `/ready` (every store answers),
-//! `/metrics` (Prometheus text: storage counters per entity).
+//! `/metrics` (Prometheus text: storage counters per entity, the change feed and relays,
+//! connections, and request latency per route).
 
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -18,6 +19,8 @@ pub struct Ops {
     /// Relays of the change feed (their state is in `/metrics`, never in `/ready`: a broker
     /// that is down does not make the service unready).
     pub relays: Arc<crate::relays::Relays>,
+    /// Latency per route, method and status.
+    pub requests: Arc<crate::request_metrics::RequestMetrics>,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
@@ -100,6 +103,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     }
     write_relay_metrics(&mut out, &ops.relays.stats());
     crate::connection::write_metrics(&mut out);
+    ops.requests.write(&mut out);
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
 }
 
