@@ -112,7 +112,8 @@ fn reference(
         if bytes[j] == b'\n' {
             break;
         }
-        if s[j..].starts_with("${") {
+        // bytes, not `s[j..]`: `j` steps through multi-byte characters one byte at a time
+        if bytes[j..].starts_with(b"${") {
             depth += 1;
             j += 2;
             continue;
@@ -168,6 +169,13 @@ mod tests {
             "B" => Some("bee".into()),
             _ => None,
         }
+    }
+
+    #[test]
+    fn unterminated_reference_before_multibyte_text_is_an_error() {
+        // found by tests/props.rs: this panicked on a char boundary
+        assert!(expand("${\u{a38}", env).is_err());
+        assert!(expand("x = \"${\u{80}\"", env).is_err());
     }
 
     #[test]

@@ -636,7 +636,10 @@ impl Resolver {
         field: &str,
     ) {
         for d in errors.iter() {
-            let line = d.line_column_range().map(|r| r.start.line);
+            let line = sdl_line(
+                d.sources,
+                apollo_compiler::diagnostic::ToCliReport::location(d.error),
+            );
             self.error_in(file, line, field.to_owned(), d.error.to_string());
         }
     }
@@ -954,10 +957,7 @@ fn compare_projection(
         match to.fields.get(name) {
             None => warnings.push(ConfigError {
                 file: g.sdl_file.clone(),
-                line: field
-                    .location()
-                    .and_then(|l| l.line_column(&g.schema.sources))
-                    .map(|lc| lc.line),
+                line: sdl_line(&g.schema.sources, field.location()),
                 field: format!("{p}.{name}"),
                 message: format!(
                     "`{t}` in {} has no field `{name}`: selecting it through `{via}` fails",
@@ -1042,6 +1042,18 @@ fn widen_at_arguments(schema: &mut Schema) {
             }
         }
     }
+}
+
+/// The 1-based line of a place in an SDL file, counting `\n` as every other config error
+/// does (apollo-compiler's own line numbers also break at `\r`, vertical tab, form feed and
+/// U+0085/2028/2029, which would name lines past the end of the file as editors count them).
+fn sdl_line(
+    sources: &apollo_compiler::parser::SourceMap,
+    at: Option<apollo_compiler::parser::SourceSpan>,
+) -> Option<usize> {
+    let at = at?;
+    let text = sources.get(&at.file_id())?.source_text();
+    Some(line_of(text, at.offset()))
 }
 
 mod auth;
