@@ -44,9 +44,22 @@ enum Command {
         /// Worker threads (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
-        /// error, warn, info, debug or trace (or a tracing filter).
-        #[arg(long, default_value = "info", env = "MESHQL_LOG")]
+        /// error, warn, info, debug or trace (or a tracing filter); the last one given wins.
+        #[arg(
+            long,
+            default_value = "info",
+            env = "MESHQL_LOG",
+            overrides_with = "log_level"
+        )]
         log_level: String,
+        /// `text` (for people) or `json` (one JSON object per line, for log shippers).
+        #[arg(
+            long,
+            default_value = "text",
+            env = "MESHQL_LOG_FORMAT",
+            overrides_with = "log_format"
+        )]
+        log_format: LogFormat,
     },
     /// Validate a config and every file it names; exit non-zero on any error.
     Check {
@@ -122,9 +135,10 @@ fn main() -> ExitCode {
             data_dir,
             workers,
             log_level,
+            log_format,
         } => {
             let started = Instant::now();
-            init_tracing(&log_level);
+            init_tracing(&log_level, log_format);
             let mut resolved = match meshql_config::load(&config) {
                 Ok(c) => c,
                 Err(errors) => {
@@ -164,13 +178,25 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(level: &str) {
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_tracing(level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.init(),
+        // one object per line: time, level, message, fields, and the spans it happened in
+        // (`request` with method and route at debug level)
+        LogFormat::Json => builder.json().with_current_span(true).init(),
+    }
 }
 
 async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyhow::Result<()> {

@@ -935,3 +935,48 @@ async fn metrics_time_requests_per_route_pattern_method_and_status() {
     assert!(metrics.contains(&inf), "{metrics}");
     assert!(metrics.contains("# TYPE meshql_http_request_duration_seconds histogram"));
 }
+
+#[tokio::test]
+async fn json_logs_carry_the_request_span() {
+    let s = Server::start(
+        &egg_economy(),
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "info,meshql_server=debug",
+        ],
+    );
+    let c = s.client();
+    c.get("/farm/api/no-such-id").await.expect_status(404);
+    // the line is written when the response is; poll the log rather than assume
+    let mut answered = None;
+    for _ in 0..200 {
+        answered = s
+            .log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["fields"]["message"] == "answered" && v["fields"]["status"] == 404);
+        if answered.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let line = answered.unwrap_or_else(|| panic!("no JSON `answered` line:\n{}", s.log()));
+    assert_eq!(line["level"], "DEBUG");
+    assert_eq!(line["span"]["name"], "request");
+    assert_eq!(line["span"]["route"], "/farm/api/{id}");
+    assert_eq!(line["span"]["method"], "GET");
+    // every line is JSON, the start-up line included
+    let log = s.log();
+    let started = log
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["level"] == "INFO")
+        .unwrap_or_else(|| panic!("no JSON INFO line:\n{log}"));
+    assert!(started["fields"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("serving"));
+}
