@@ -202,7 +202,7 @@ fn check(dir: &Dir, text: &[u8]) -> Result<(), TestCaseError> {
     let file = dir.path().join("meshql.toml");
     std::fs::write(&file, text).unwrap();
     // the loader is given the directory (as `meshql serve DIR` does) or the file
-    let target = if text.len() % 2 == 0 {
+    let target = if text.len() & 1 == 0 {
         dir.path().to_owned()
     } else {
         file.clone()
