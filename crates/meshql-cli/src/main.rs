@@ -210,9 +210,14 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
         .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}"))?;
     let local = listener.local_addr()?;
     tracing::info!(
-        "meshql serving {} entities from {} on http://{} (data in {}), ready in {} ms",
+        "meshql serving {} entities from {} on {}://{} (data in {}), ready in {} ms",
         config.entities.len(),
         config.file.display(),
+        if config.server.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        },
         local,
         config.data_dir.display(),
         started.elapsed().as_millis()

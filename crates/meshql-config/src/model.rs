@@ -118,6 +118,28 @@ pub struct ServerConfig {
     #[serde(default)]
     #[schemars(with = "Option<u64>")]
     pub shutdown_timeout_ms: Option<Spanned<u64>>,
+    /// `[server.tls]`: serve HTTPS instead of HTTP.
+    #[serde(default)]
+    #[schemars(with = "Option<TlsConfig>")]
+    pub tls: Option<Spanned<TlsConfig>>,
+}
+
+/// `[server.tls]`: HTTPS (TLS 1.2 and 1.3, ALPN `http/1.1`). Both files are re-read when
+/// their modification time changes (checked every few seconds); a pair that does not load
+/// is logged and the previous one kept.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the certificate chain, the server's certificate first (relative to the
+    /// config file). Required.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub cert: Option<Spanned<String>>,
+    /// PEM file with the private key (PKCS#8, PKCS#1 or SEC1; relative to the config file).
+    /// Required.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub key: Option<Spanned<String>>,
 }
 
 /// Caller identification.

@@ -1061,7 +1061,7 @@ pub use auth::AuthSpec;
 mod relays;
 pub use relays::RelaySpec;
 mod server;
-pub use server::ServerSpec;
+pub use server::{read_cert_chain, read_private_key, ServerSpec, TlsSpec};
 
 #[cfg(test)]
 mod tests;

@@ -50,6 +50,8 @@ pub(crate) struct Stats {
     pub(crate) idle_timeouts: AtomicU64,
     pub(crate) body_timeouts: AtomicU64,
     pub(crate) write_timeouts: AtomicU64,
+    /// TLS handshakes that failed (not counting those cut by the header timeout).
+    pub(crate) tls_handshake_failures: AtomicU64,
 }
 
 pub(crate) static STATS: Stats = Stats {
@@ -61,6 +63,7 @@ pub(crate) static STATS: Stats = Stats {
     idle_timeouts: AtomicU64::new(0),
     body_timeouts: AtomicU64::new(0),
     write_timeouts: AtomicU64::new(0),
+    tls_handshake_failures: AtomicU64::new(0),
 };
 
 /// Appends the connection counters to a Prometheus text exposition.
@@ -73,6 +76,7 @@ pub(crate) fn write_metrics(out: &mut String) {
         ("meshql_http_connections_max", "gauge", "server.max_connections: connections served at once.", get(&s.max)),
         ("meshql_http_connections_accepted_total", "counter", "HTTP connections accepted.", get(&s.accepted)),
         ("meshql_http_accept_waits_total", "counter", "Times a new connection had to wait in the listen backlog because max_connections were open.", get(&s.accept_waits)),
+        ("meshql_http_tls_handshake_failures_total", "counter", "TLS handshakes that failed ([server.tls]; those cut by the header timeout count as timeouts).", get(&s.tls_handshake_failures)),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
     }

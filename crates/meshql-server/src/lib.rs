@@ -15,6 +15,7 @@ mod ops;
 mod preflight;
 mod relays;
 mod request_metrics;
+pub mod tls;
 
 pub use app::{build, App, BuildError};
 pub use preflight::preflight;
@@ -35,13 +36,22 @@ pub async fn serve(
     server: &ServerSpec,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // `[server.tls]`: the pair was checked with the config; here it must also load
+    // (the key matching the certificate)
+    let tls = match &server.tls {
+        Some(spec) => Some(
+            tls::Tls::new(spec)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?,
+        ),
+        None => None,
+    };
     let closing = app.closing.clone();
     let shutdown = async move {
         shutdown.await;
         // long-lived responses (change streams, long polls) end, so the drain can finish
         closing.send_replace(true);
     };
-    listener::run(app.router.clone(), listener, server, shutdown).await;
+    listener::run(app.router.clone(), listener, server, tls, shutdown).await;
     app.shutdown().await;
     Ok(())
 }

@@ -1,8 +1,11 @@
 //! The HTTP listener: a socket with a long listen backlog, the accept loop with its limit on
 //! connections, each connection served by hyper's HTTP/1.1 with the timeouts of
-//! [`crate::connection`], and a bounded graceful shutdown.
+//! [`crate::connection`], and a bounded graceful shutdown. With `[server.tls]` each
+//! connection's task first runs the TLS handshake over the same timed socket (so the header
+//! timeout bounds the handshake and the first request's headers together).
 
 use crate::connection::{ConnState, Limits, Service, Watched, STATS};
+use crate::tls::Tls;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
@@ -17,6 +20,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -104,6 +108,8 @@ struct Shared {
     http1: http1::Builder,
     limits: Limits,
     stage: AtomicU8,
+    /// `[server.tls]`: the handshake every connection starts with.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     /// Open connections by id (to wake and count them at shutdown).
     conns: Mutex<HashMap<u64, Arc<ConnState>>>,
 }
@@ -132,8 +138,12 @@ pub(crate) async fn run(
     router: Router,
     listener: TcpListener,
     spec: &ServerSpec,
+    tls: Option<Tls>,
     shutdown: impl Future<Output = ()>,
 ) {
+    if let Some(tls) = &tls {
+        tls.watch();
+    }
     let max = spec
         .max_connections
         .unwrap_or_else(default_max_connections)
@@ -166,6 +176,7 @@ pub(crate) async fn run(
             write: spec.write_timeout,
         },
         stage: AtomicU8::new(SERVING),
+        tls: tls.map(|t| t.acceptor),
         conns: Mutex::new(HashMap::new()),
     });
     let permits = Arc::new(Semaphore::new(max));
@@ -296,7 +307,45 @@ async fn connection(
         shared: shared.clone(),
         id,
     };
-    let io = TokioIo::new(Watched::new(tcp, state.clone(), &shared.limits));
+    let watched = Watched::new(tcp, state.clone(), &shared.limits);
+    let Some(acceptor) = &shared.tls else {
+        return serve(&shared, &state, peer, watched).await;
+    };
+    let mut handshake = pin!(acceptor.accept(watched));
+    // the handshake is bounded by the header timeout (`Watched`); a shutdown ends it at once
+    let tls = poll_fn(|cx| {
+        if let Poll::Ready(r) = handshake.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        if shared.stage.load(Ordering::Acquire) != SERVING {
+            return Poll::Ready(None);
+        }
+        state.waker.register(cx.waker());
+        if shared.stage.load(Ordering::Acquire) != SERVING {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await;
+    match tls {
+        Some(Ok(stream)) => serve(&shared, &state, peer, stream).await,
+        // a header timeout is counted (and logged) as such by `Watched`
+        Some(Err(e)) if e.kind() != io::ErrorKind::TimedOut => {
+            STATS.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(%peer, "TLS handshake failed: {e}");
+        }
+        // timed out, or shutting down before the handshake was done
+        Some(Err(_)) | None => {}
+    }
+}
+
+/// Serves HTTP/1.1 on a connection's (plain or TLS) stream until it closes or the shutdown
+/// closes it.
+async fn serve<I>(shared: &Arc<Shared>, state: &Arc<ConnState>, peer: SocketAddr, io: I)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let io = TokioIo::new(io);
     let service = Service {
         router: shared.router.clone(),
         state: state.clone(),

@@ -17,6 +17,12 @@ pub fn preflight(config: &ResolvedConfig) -> Vec<String> {
             config.cors_origin
         ));
     }
+    if let Some(tls) = &config.server.tls {
+        // the files are PEM (checked with the config); the key must match the certificate
+        if let Err(e) = crate::tls::load_pair(tls) {
+            problems.push(format!("{}: server.tls: {e}", config.file.display()));
+        }
+    }
     let targets = match crate::backends::configure(config) {
         Ok(targets) => targets,
         Err(errors) => {

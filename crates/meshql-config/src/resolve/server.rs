@@ -1,7 +1,10 @@
 //! `[server]`: the HTTP listener's connection limits, checked, with their defaults filled in.
 
 use super::Resolver;
-use crate::model::ServerConfig;
+use crate::model::{ServerConfig, TlsConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::PathBuf;
 use std::time::Duration;
 use toml::Spanned;
 
@@ -26,6 +29,45 @@ pub struct ServerSpec {
     pub listen_backlog: u32,
     /// How long requests in progress may still run after SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
+    /// `[server.tls]`: HTTPS with this certificate and key.
+    pub tls: Option<TlsSpec>,
+}
+
+/// `[server.tls]`: the certificate chain and private key files, resolved against the config
+/// file's directory. Both held a PEM certificate / private key when the config was checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSpec {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The certificate chain of a PEM file: every `CERTIFICATE` section, in order (other
+/// sections are skipped); an error when there is none or the PEM is malformed.
+pub fn read_cert_chain(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let chain = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: invalid PEM: {e}", path.display()))?;
+    if chain.is_empty() {
+        return Err(format!(
+            "{}: no PEM CERTIFICATE section (expected the certificate chain)",
+            path.display()
+        ));
+    }
+    Ok(chain)
+}
+
+/// The private key of a PEM file (the first `PRIVATE KEY`, `RSA PRIVATE KEY` or `EC PRIVATE
+/// KEY` section); an error when there is none or the PEM is malformed.
+pub fn read_private_key(path: &std::path::Path) -> Result<PrivateKeyDer<'static>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+        rustls_pki_types::pem::Error::NoItemsFound => format!(
+            "{}: no PEM PRIVATE KEY section (expected a PKCS#8, PKCS#1 or SEC1 private key)",
+            path.display()
+        ),
+        e => format!("{}: invalid PEM: {e}", path.display()),
+    })
 }
 
 impl ServerSpec {
@@ -49,6 +91,7 @@ impl Default for ServerSpec {
             max_connections: None,
             listen_backlog: Self::DEFAULT_LISTEN_BACKLOG,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -134,7 +177,45 @@ impl Resolver {
         ) {
             spec.listen_backlog = n as u32;
         }
+        if let Some(tls) = &s.tls {
+            spec.tls = self.resolve_tls(tls);
+        }
         spec
+    }
+
+    /// `[server.tls]`: both files present and holding a PEM certificate chain / private key.
+    fn resolve_tls(&mut self, tls: &Spanned<TlsConfig>) -> Option<TlsSpec> {
+        let t = tls.get_ref();
+        let mut file = |at: &Option<Spanned<String>>, key: &str, what: &str| {
+            let Some(at) = at else {
+                self.error(
+                    Some(tls),
+                    format!("server.tls.{key}"),
+                    format!("required in [server.tls]: the PEM file with the {what}"),
+                );
+                return None;
+            };
+            Some((at.clone(), self.path_of(at.get_ref())))
+        };
+        let cert = file(&t.cert, "cert", "certificate chain");
+        let key = file(&t.key, "key", "private key");
+        let mut ok = cert.is_some() && key.is_some();
+        if let Some((at, path)) = &cert {
+            if let Err(e) = read_cert_chain(path) {
+                self.error(Some(at), "server.tls.cert", e);
+                ok = false;
+            }
+        }
+        if let Some((at, path)) = &key {
+            if let Err(e) = read_private_key(path) {
+                self.error(Some(at), "server.tls.key", e);
+                ok = false;
+            }
+        }
+        match (cert, key) {
+            (Some((_, cert)), Some((_, key))) if ok => Some(TlsSpec { cert, key }),
+            _ => None,
+        }
     }
 }
 
@@ -184,6 +265,7 @@ mod tests {
                 max_connections: Some(20),
                 listen_backlog: 64,
                 shutdown_timeout: Duration::ZERO,
+                tls: None,
             }
         );
     }
@@ -252,5 +334,86 @@ mod tests {
             .0;
         assert_eq!(e[0].line, Some(3), "{e:?}");
         assert_eq!(e[0].field, "server.max_connections", "{e:?}");
+    }
+
+    /// A config with `[server.tls]` (`tls` is the table's body) next to the given files.
+    fn load_tls(tls: &str, files: &[(&str, &str)]) -> Result<ResolvedConfig, ConfigErrors> {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let f = dir.path().join("meshql.toml");
+        std::fs::write(&f, format!("port = 1\n[server.tls]\n{tls}\n{ENTITY}")).unwrap();
+        load_with_env(&f, |_| None)
+    }
+
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nAAECAw==\n-----END CERTIFICATE-----\n";
+    const KEY: &str = "-----BEGIN PRIVATE KEY-----\nAAECAw==\n-----END PRIVATE KEY-----\n";
+
+    #[test]
+    fn tls_files_resolve_against_the_config_directory() {
+        let c = load_tls(
+            "cert = \"cert.pem\"\nkey = \"key.pem\"",
+            &[("cert.pem", CERT), ("key.pem", KEY)],
+        )
+        .expect("valid");
+        let tls = c.server.tls.expect("tls");
+        assert!(tls.cert.ends_with("cert.pem"));
+        assert!(tls.key.ends_with("key.pem"));
+        assert_eq!(c.server.header_read_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn tls_errors_name_the_line_and_field() {
+        // key missing: reported at the table
+        let e = load_tls("cert = \"cert.pem\"", &[("cert.pem", CERT)])
+            .expect_err("no key")
+            .0;
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(e[0].field, "server.tls.key");
+        assert!(e[0].message.contains("required"), "{e:?}");
+        assert!(e[0].line.is_some(), "{e:?}");
+        // a file that is not there
+        let e = load_tls(
+            "cert = \"cert.pem\"\nkey = \"nope.pem\"",
+            &[("cert.pem", CERT)],
+        )
+        .expect_err("missing file")
+        .0;
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!(
+            (e[0].field.as_str(), e[0].line),
+            ("server.tls.key", Some(4))
+        );
+        assert!(e[0].message.contains("cannot read"), "{e:?}");
+        // garbage: no PEM section at all, a malformed one, a key where the cert should be
+        for (cert, key, field, message) in [
+            ("hello", KEY, "server.tls.cert", "no PEM CERTIFICATE"),
+            (CERT, "garbage\n", "server.tls.key", "no PEM PRIVATE KEY"),
+            (
+                CERT,
+                "-----BEGIN PRIVATE KEY-----\n!!!\n-----END PRIVATE KEY-----\n",
+                "server.tls.key",
+                "invalid PEM",
+            ),
+            (KEY, KEY, "server.tls.cert", "no PEM CERTIFICATE"),
+            (CERT, CERT, "server.tls.key", "no PEM PRIVATE KEY"),
+        ] {
+            let e = load_tls(
+                "cert = \"cert.pem\"\nkey = \"key.pem\"",
+                &[("cert.pem", cert), ("key.pem", key)],
+            )
+            .expect_err(message)
+            .0;
+            assert_eq!(e.len(), 1, "{e:?}");
+            assert_eq!(e[0].field, field, "{e:?}");
+            let line = if field.ends_with("cert") { 3 } else { 4 };
+            assert_eq!(e[0].line, Some(line), "{e:?}");
+            assert!(e[0].message.contains(message), "{message}: {e:?}");
+        }
+        let e = load_tls("cert = \"c\"\nkey = \"k\"\nca = \"x\"", &[])
+            .expect_err("unknown field")
+            .0;
+        assert!(e[0].message.contains("unknown field"), "{e:?}");
     }
 }
