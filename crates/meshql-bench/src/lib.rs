@@ -11,6 +11,7 @@ pub mod gate;
 pub mod http1;
 pub mod load;
 pub mod monitor;
+pub mod precise;
 pub mod report;
 pub mod scenarios;
 pub mod server;
@@ -59,6 +60,9 @@ pub struct Options {
     pub step_secs: u64,
     /// Rounds of the throughput scenario (medians reported).
     pub rounds: usize,
+    /// Seconds of each point of the throughput scenario's latency-vs-load curves (open
+    /// model at fractions of each path's measured saturation); 0 measures no curve.
+    pub curve_secs: f64,
     /// Base URL of an external ceiling server (default: the built-in one).
     pub ceiling: Option<String>,
     /// Kafka bootstrap servers for the `changes` scenario's relay runs (skipped without).
@@ -85,6 +89,7 @@ impl Options {
             sweep_p95_ms: 2.0,
             step_secs: 30,
             rounds: 1,
+            curve_secs: 2.0,
             ceiling: None,
             kafka: None,
             bounds: Bounds::default(),
@@ -162,9 +167,9 @@ pub async fn run(opts: Options) -> Result<Report, BenchError> {
     };
     for scenario in selected {
         let (status, ctx) = run_one(scenario.as_ref(), &opts, remote.clone()).await;
-        let (runs, notes, url) = match ctx {
-            Some(c) => (c.runs, c.notes, c.target.base.clone()),
-            None => (vec![], vec![], String::new()),
+        let (runs, notes, curves, url) = match ctx {
+            Some(c) => (c.runs, c.notes, c.curves, c.target.base.clone()),
+            None => (vec![], vec![], vec![], String::new()),
         };
         let status = match status {
             Status::Passed if runs.iter().any(|r| r.thresholds.iter().any(|t| !t.passed)) => {
@@ -185,6 +190,7 @@ pub async fn run(opts: Options) -> Result<Report, BenchError> {
             url,
             runs,
             notes,
+            curves,
         });
     }
     Ok(report)
@@ -236,6 +242,7 @@ async fn run_one(
         scenario: scenario.name(),
         runs: Vec::new(),
         notes: Vec::new(),
+        curves: Vec::new(),
     };
     let status = match scenario.run(&mut ctx).await {
         Ok(()) => Status::Passed,
@@ -248,6 +255,7 @@ async fn run_one(
     if let Status::GateFailed { .. } = status {
         // a scenario gates before it measures; never report numbers next to a failed gate
         ctx.runs.clear();
+        ctx.curves.clear();
     }
     ctx.server = None; // stops the local server
     (status, Some(ctx))

@@ -92,8 +92,8 @@ impl KindStats {
         let h = &self.histogram;
         let count = h.len();
         let ms = |micros: u64| micros as f64 / 1000.0;
-        let (avg, min, med, p90, p95, p99, max) = if count == 0 {
-            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        let (avg, min, med, p90, p95, p99, p999, max) = if count == 0 {
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         } else {
             (
                 h.mean() / 1000.0,
@@ -102,6 +102,7 @@ impl KindStats {
                 ms(h.value_at_quantile(0.90)),
                 ms(h.value_at_quantile(0.95)),
                 ms(h.value_at_quantile(0.99)),
+                ms(h.value_at_quantile(0.999)),
                 ms(h.max()),
             )
         };
@@ -120,6 +121,7 @@ impl KindStats {
             p90_ms: p90,
             p95_ms: p95,
             p99_ms: p99,
+            p999_ms: p999,
             max_ms: max,
             http_errors: self.http_errors,
             graphql_errors: self.graphql_errors,
@@ -191,6 +193,9 @@ pub struct KindSummary {
     pub p90_ms: f64,
     pub p95_ms: f64,
     pub p99_ms: f64,
+    /// p99.9; absent from reports written before it existed (read back as 0).
+    #[serde(default)]
+    pub p999_ms: f64,
     pub max_ms: f64,
     /// Responses with HTTP status ≥ 400 and requests that got no response.
     pub http_errors: u64,
@@ -254,6 +259,48 @@ mod tests {
         s.record(ms(40), Outcome::Ok);
         let sum = s.summarise("k", Duration::from_secs(1));
         assert!(sum.p99_ms > 39.0, "p99 moves to the tail: {}", sum.p99_ms);
+    }
+
+    #[test]
+    fn p999_lands_on_the_thousandth_slowest() {
+        // 1..=10,000 µs: p99.9 is 9,990 µs, p99 9,900 µs, max 10,000 µs
+        let mut s = KindStats::default();
+        for v in 1..=10_000 {
+            s.record(Duration::from_micros(v), Outcome::Ok);
+        }
+        let sum = s.summarise("k", Duration::from_secs(1));
+        assert!(close(sum.p99_ms, 9.9), "{}", sum.p99_ms);
+        assert!(close(sum.p999_ms, 9.99), "{}", sum.p999_ms);
+        assert!(close(sum.max_ms, 10.0), "{}", sum.max_ms);
+        // 999 fast and 1 slow per thousand: p99 stays fast, p99.9 sits on the fast side's
+        // boundary, one more slow one moves it to the tail
+        let mut s = KindStats::default();
+        for _ in 0..9_990 {
+            s.record(Duration::from_micros(200), Outcome::Ok);
+        }
+        for _ in 0..10 {
+            s.record(ms(40), Outcome::Ok);
+        }
+        let sum = s.summarise("k", Duration::from_secs(1));
+        assert!(close(sum.p99_ms, 0.2), "{}", sum.p99_ms);
+        assert!(close(sum.p999_ms, 0.2), "{}", sum.p999_ms);
+        s.record(ms(40), Outcome::Ok);
+        let sum = s.summarise("k", Duration::from_secs(1));
+        assert!(close(sum.p99_ms, 0.2), "{}", sum.p99_ms);
+        assert!(
+            sum.p999_ms > 39.0,
+            "p99.9 moves to the tail: {}",
+            sum.p999_ms
+        );
+    }
+
+    #[test]
+    fn summaries_without_p999_still_load() {
+        let mut v =
+            serde_json::to_value(KindStats::default().summarise("k", Duration::ZERO)).unwrap();
+        v.as_object_mut().unwrap().remove("p999_ms");
+        let back: KindSummary = serde_json::from_value(v).unwrap();
+        assert_eq!(back.p999_ms, 0.0);
     }
 
     #[test]

@@ -64,6 +64,24 @@ async fn open_model_issues_every_due_iteration() {
     assert_eq!(out.schedule_lag.len(), out.iterations);
 }
 
+#[tokio::test(flavor = "current_thread")]
+async fn open_model_at_a_high_rate_accounts_for_every_due_iteration() {
+    // 20,000/s: iterations closer together than the generator's shortest wake-up gap are
+    // sent in small groups; each one is still sent or counted dropped, and timed
+    let (target, hits) = serve(Duration::ZERO).await;
+    let model = OpenModel {
+        rate: 20_000.0,
+        duration: Duration::from_millis(250),
+        pre_allocated: 10,
+        max_workers: 200,
+    };
+    let out = run_open(&target, Arc::new(Get), &model, Arc::new(Live::default())).await;
+    assert_eq!(out.iterations + out.dropped, 5_000);
+    assert_eq!(hits.load(Ordering::Relaxed), out.iterations);
+    assert_eq!(out.recorder.total_requests(), out.iterations);
+    assert_eq!(out.schedule_lag.len(), out.iterations);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_model_drops_what_no_worker_can_take() {
     // a 100 ms server and at most 2 workers can serve 20/s; 100/s are offered

@@ -66,6 +66,11 @@ pub struct BenchRun {
     /// Rounds of the throughput scenario (ratios reported as medians).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Seconds of each point of the throughput scenario's latency-vs-load curves (open model
+    /// at 10, 25, 50, 75 and 90 % of each hot path's measured throughput: 20 points); 0 = no
+    /// curves.
+    #[arg(long, default_value_t = 2.0)]
+    curve_secs: f64,
     /// Base URL of an external ceiling server (default: a built-in one on its own thread).
     #[arg(long)]
     ceiling: Option<String>,
@@ -205,6 +210,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.sweep_p95_ms = args.sweep_p95_ms;
     opts.step_secs = args.step_secs;
     opts.rounds = args.rounds;
+    opts.curve_secs = args.curve_secs.max(0.0);
     opts.kafka = args.kafka;
     opts.ceiling = args.ceiling;
     opts.bounds = Bounds {

@@ -34,6 +34,8 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
             "2",
             "--sweep-p95-ms",
             "50",
+            "--curve-secs",
+            "0.5",
             // never on speed: `changes` offers 10,000 POSTs/s, which queue up in a debug build
             "--max-p95-ms",
             "600000",
@@ -118,6 +120,46 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
     for r in &t["runs"].as_array().unwrap()[1..] {
         assert!(r["metrics"]["of_ceiling"].as_f64().unwrap() > 0.0);
     }
+    // a latency-vs-load curve per hot path: five open-model rates below the saturation the
+    // same run measured, every due request sent or counted dropped, each sent one recorded
+    let curves = t["curves"].as_array().unwrap();
+    let kinds: Vec<&str> = curves.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "rest_get_by_id",
+            "graphql_get_by_id",
+            "graphql_depth3",
+            "rest_post"
+        ]
+    );
+    for c in curves {
+        let kind = c["kind"].as_str().unwrap();
+        let saturation = c["saturation_rps"].as_f64().unwrap();
+        let points = c["points"].as_array().unwrap();
+        let fractions: Vec<f64> = points
+            .iter()
+            .map(|p| p["fraction"].as_f64().unwrap())
+            .collect();
+        assert_eq!(fractions, [0.10, 0.25, 0.50, 0.75, 0.90], "{kind}");
+        for p in points {
+            let offered = p["offered_rps"].as_f64().unwrap();
+            assert!(offered >= 1.0 && offered <= saturation, "{kind}: {p}");
+            let due = (offered * 0.5).ceil() as u64;
+            let (sent, dropped) = (
+                p["iterations"].as_u64().unwrap(),
+                p["dropped"].as_u64().unwrap(),
+            );
+            assert_eq!(sent + dropped, due, "{kind}: {p}");
+            let latency = &p["latency"];
+            assert_eq!(latency["kind"], kind);
+            assert_eq!(latency["count"].as_u64().unwrap(), sent, "{kind}: {p}");
+            assert_eq!(latency["graphql_errors"], 0, "{kind}: {p}");
+            for key in ["med_ms", "p99_ms", "p999_ms", "max_ms"] {
+                assert!(latency[key].is_f64(), "{kind}: {key} in {p}");
+            }
+        }
+    }
     // batching holds under load: one storage read per level
     let depth3 = &t["runs"][3];
     assert_eq!(
@@ -169,6 +211,22 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
     );
     assert!(charts.iter().all(|c| c.ends_with(".svg")));
     assert!(md.contains("![throughput-of-ceiling](charts/throughput-of-ceiling.svg)"));
+    assert!(md.contains("| p99 | p99.9 | max |"), "{md}");
+    assert!(
+        md.contains("### Latency vs offered load: graphql_depth3"),
+        "{md}"
+    );
+    assert!(stdout.contains("latency vs offered load"), "{stdout}");
+    assert!(html.contains("rest_post — latency against offered load"));
+    for path in [
+        "rest-get-by-id",
+        "graphql-get-by-id",
+        "graphql-depth3",
+        "rest-post",
+    ] {
+        let file = format!("throughput-curve-{path}.svg");
+        assert!(charts.contains(&file), "{charts:?}");
+    }
     assert!(
         html.contains("throughput against offered load")
             || by_name("products")["runs"].as_array().unwrap().len() < 2
@@ -193,6 +251,10 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
     );
     assert!(
         table.contains("1.00x") && !table.contains("not compared"),
+        "{table}"
+    );
+    assert!(
+        table.contains("throughput / curve rest_post / 90%") && table.contains("A p99.9"),
         "{table}"
     );
 

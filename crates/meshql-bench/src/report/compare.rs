@@ -1,7 +1,9 @@
 //! `meshql bench compare A.json B.json`: the runs both reports share, side by side, with
-//! B/A ratios of throughput and of median and p95 latency.
+//! B/A ratios of throughput and of median and p95 latency, then of the tail (p99, p99.9, max);
+//! latency-vs-load curve points are matched by their fraction of each report's own saturation.
 
-use super::Report;
+use super::{Report, ScenarioReport};
+use crate::stats::KindSummary;
 use std::fmt::Write;
 
 fn ratio(a: f64, b: f64) -> String {
@@ -12,8 +14,67 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-/// A table of every (scenario, run, kind) present in both reports; lines only in one report
-/// are listed after it.
+/// One line of the comparison: a kind of a run, or a point of a curve, in both reports.
+struct Pair<'a> {
+    name: String,
+    a: &'a KindSummary,
+    b: &'a KindSummary,
+}
+
+/// The points of every curve both scenarios hold, matched by fraction of saturation.
+fn curve_pairs<'a>(
+    sa: &'a ScenarioReport,
+    sb: &'a ScenarioReport,
+    missing: &mut Vec<String>,
+) -> Vec<Pair<'a>> {
+    let mut out = Vec::new();
+    for ca in &sa.curves {
+        let Some(cb) = sb.curves.iter().find(|c| c.kind == ca.kind) else {
+            missing.push(format!("{} / curve {} (only in A)", sa.name, ca.kind));
+            continue;
+        };
+        for pa in &ca.points {
+            let pb = cb
+                .points
+                .iter()
+                .find(|p| (p.fraction - pa.fraction).abs() < 1e-9);
+            if let Some(pb) = pb {
+                out.push(Pair {
+                    name: format!(
+                        "{} / curve {} / {:.0}%",
+                        sa.name,
+                        ca.kind,
+                        pa.fraction * 100.0
+                    ),
+                    a: &pa.latency,
+                    b: &pb.latency,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn main_line(out: &mut String, p: &Pair) {
+    let (ka, kb) = (p.a, p.b);
+    let _ = writeln!(
+        out,
+        "{:<44} {:>11.1} {:>11.1} {:>7}  {:>8.2} {:>8.2} {:>7}  {:>8.2} {:>8.2} {:>7}",
+        p.name,
+        ka.rps,
+        kb.rps,
+        ratio(ka.rps, kb.rps),
+        ka.med_ms,
+        kb.med_ms,
+        ratio(ka.med_ms, kb.med_ms),
+        ka.p95_ms,
+        kb.p95_ms,
+        ratio(ka.p95_ms, kb.p95_ms)
+    );
+}
+
+/// A table of every (scenario, run, kind) and curve point present in both reports; lines only
+/// in one report are listed after it.
 pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -36,6 +97,7 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
     );
     let _ = writeln!(out, "{header}");
     let mut missing = Vec::new();
+    let mut tail = Vec::new();
     for sa in &a.scenarios {
         let Some(sb) = b.scenarios.iter().find(|s| s.name == sa.name) else {
             missing.push(format!("{} (only in A)", sa.name));
@@ -53,21 +115,13 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
                     rb.kinds.iter().find(|k| k.kind == ka.kind)
                 };
                 let Some(kb) = kb else { continue };
-                let name = format!("{} / {} / {}", sa.name, ra.label, ka.kind);
-                let _ = writeln!(
-                    out,
-                    "{:<44} {:>11.1} {:>11.1} {:>7}  {:>8.2} {:>8.2} {:>7}  {:>8.2} {:>8.2} {:>7}",
-                    name,
-                    ka.rps,
-                    kb.rps,
-                    ratio(ka.rps, kb.rps),
-                    ka.med_ms,
-                    kb.med_ms,
-                    ratio(ka.med_ms, kb.med_ms),
-                    ka.p95_ms,
-                    kb.p95_ms,
-                    ratio(ka.p95_ms, kb.p95_ms)
-                );
+                let p = Pair {
+                    name: format!("{} / {} / {}", sa.name, ra.label, ka.kind),
+                    a: ka,
+                    b: kb,
+                };
+                main_line(&mut out, &p);
+                tail.push(p);
             }
             for (key, va) in &ra.metrics {
                 if let Some(vb) = rb.metrics.get(key) {
@@ -81,6 +135,43 @@ pub fn compare(a: &Report, b: &Report, a_name: &str, b_name: &str) -> String {
                     );
                 }
             }
+        }
+        for p in curve_pairs(sa, sb, &mut missing) {
+            main_line(&mut out, &p);
+            tail.push(p);
+        }
+    }
+    if !tail.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<44} {:>8} {:>8} {:>7}  {:>8} {:>8} {:>7}  {:>8} {:>8} {:>7}",
+            "tail latency (ms)",
+            "A p99",
+            "B p99",
+            "B/A",
+            "A p99.9",
+            "B p99.9",
+            "B/A",
+            "A max",
+            "B max",
+            "B/A"
+        );
+        for p in &tail {
+            let (ka, kb) = (p.a, p.b);
+            let _ = writeln!(
+                out,
+                "{:<44} {:>8.2} {:>8.2} {:>7}  {:>8.2} {:>8.2} {:>7}  {:>8.2} {:>8.2} {:>7}",
+                p.name,
+                ka.p99_ms,
+                kb.p99_ms,
+                ratio(ka.p99_ms, kb.p99_ms),
+                ka.p999_ms,
+                kb.p999_ms,
+                ratio(ka.p999_ms, kb.p999_ms),
+                ka.max_ms,
+                kb.max_ms,
+                ratio(ka.max_ms, kb.max_ms)
+            );
         }
     }
     for sb in &b.scenarios {

@@ -1,10 +1,10 @@
 //! The report as one self-contained HTML page: the tables plus inline SVG charts (latency
 //! percentiles per request kind, throughput and users over time, throughput and p95 against
-//! offered load, fraction of the ceiling, write → change-feed latency) and each run's metrics. No
-//! scripts, no external assets.
+//! offered load, fraction of the ceiling, write → change-feed latency, each path's latency
+//! against offered load) and each run's metrics. No scripts, no external assets.
 
-use super::text::{metrics_line, thousands};
-use super::{Report, RunReport, ScenarioReport};
+use super::text::{curve_row, curve_title, metrics_line, thousands, CURVE_HEADERS};
+use super::{Curve, Report, RunReport, ScenarioReport};
 use std::fmt::Write;
 
 const COLORS: [&str; 6] = [
@@ -366,6 +366,35 @@ fn scenario_charts(s: &ScenarioReport) -> Vec<(&'static str, String)> {
     out
 }
 
+/// The latency-vs-load chart of one path: p50, p99 and p99.9 against the offered rate.
+fn curve_chart(c: &Curve) -> String {
+    let series = |f: fn(&super::CurvePoint) -> f64| -> Vec<(f64, f64)> {
+        c.points.iter().map(|p| (p.offered_rps, f(p))).collect()
+    };
+    line_chart(
+        &format!(
+            "{} — latency against offered load (open model, from due time)",
+            c.kind
+        ),
+        "offered requests/s",
+        "milliseconds",
+        &[
+            ("p50", series(|p| p.latency.med_ms)),
+            ("p99", series(|p| p.latency.p99_ms)),
+            ("p99.9", series(|p| p.latency.p999_ms)),
+        ],
+    )
+}
+
+/// Charts of a scenario's curves, each named `curve-<kind>`.
+fn curve_charts(s: &ScenarioReport) -> Vec<(String, String)> {
+    s.curves
+        .iter()
+        .filter(|c| !c.points.is_empty())
+        .map(|c| (format!("curve-{}", slug(&c.kind)), curve_chart(c)))
+        .collect()
+}
+
 /// Turns a label into a file-name-safe slug.
 fn slug(text: &str) -> String {
     let mut out = String::new();
@@ -407,6 +436,13 @@ pub fn charts(report: &Report) -> Vec<Chart> {
                     svg,
                 });
             }
+        }
+        for (name, svg) in curve_charts(s) {
+            out.push(Chart {
+                scenario: s.name.clone(),
+                file: format!("{}-{name}.svg", slug(&s.name)),
+                svg,
+            });
         }
     }
     out
@@ -451,7 +487,7 @@ pub fn html(report: &Report) -> String {
                 esc(&run.label),
                 esc(&run.model)
             );
-            out.push_str("<table><tr><th>kind</th><th>count</th><th>req/s</th><th>avg</th><th>min</th><th>med</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>http err</th><th>gql err</th><th>checks</th></tr>");
+            out.push_str("<table><tr><th>kind</th><th>count</th><th>req/s</th><th>avg</th><th>min</th><th>med</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th><th>http err</th><th>gql err</th><th>checks</th></tr>");
             for k in run
                 .kinds
                 .iter()
@@ -459,9 +495,9 @@ pub fn html(report: &Report) -> String {
             {
                 let _ = write!(
                     out,
-                    "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}/{}</td></tr>",
+                    "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{:.2}</td><td>{}</td><td>{}</td><td>{}/{}</td></tr>",
                     esc(&k.kind), thousands(k.count), k.rps, k.avg_ms, k.min_ms, k.med_ms, k.p90_ms,
-                    k.p95_ms, k.p99_ms, k.max_ms, k.http_errors, k.graphql_errors, k.checks_passed,
+                    k.p95_ms, k.p99_ms, k.p999_ms, k.max_ms, k.http_errors, k.graphql_errors, k.checks_passed,
                     k.checks_passed + k.checks_failed
                 );
             }
@@ -478,6 +514,28 @@ pub fn html(report: &Report) -> String {
             }
             for (_, svg) in run_charts(run) {
                 out.push_str(&svg);
+            }
+        }
+        for c in &s.curves {
+            let _ = write!(
+                out,
+                "<h3>Latency vs offered load: {}</h3><p>open model, constant arrival rates at fractions of the saturation; latencies in ms from each request's due time</p><table><tr>",
+                esc(&curve_title(c))
+            );
+            for h in CURVE_HEADERS {
+                let _ = write!(out, "<th>{}</th>", esc(h));
+            }
+            out.push_str("</tr>");
+            for p in &c.points {
+                out.push_str("<tr>");
+                for cell in curve_row(p) {
+                    let _ = write!(out, "<td>{}</td>", esc(&cell));
+                }
+                out.push_str("</tr>");
+            }
+            out.push_str("</table>");
+            if !c.points.is_empty() {
+                out.push_str(&curve_chart(c));
             }
         }
         for n in &s.notes {

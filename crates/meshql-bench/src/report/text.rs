@@ -1,15 +1,15 @@
 //! The report as a terminal table (in the seeds' style) and as Markdown.
 
-use super::{Report, RunReport, ScenarioReport};
+use super::{Curve, CurvePoint, Report, RunReport, ScenarioReport};
 use crate::stats::KindSummary;
 use std::fmt::Write;
 
-const HEADERS: [&str; 14] = [
-    "kind", "count", "req/s", "avg", "min", "med", "p90", "p95", "p99", "max", "http err",
+const HEADERS: [&str; 15] = [
+    "kind", "count", "req/s", "avg", "min", "med", "p90", "p95", "p99", "p99.9", "max", "http err",
     "gql err", "err %", "checks",
 ];
 
-fn row(k: &KindSummary) -> [String; 14] {
+fn row(k: &KindSummary) -> [String; 15] {
     let ms = |v: f64| format!("{v:.2}");
     [
         k.kind.clone(),
@@ -21,6 +21,7 @@ fn row(k: &KindSummary) -> [String; 14] {
         ms(k.p90_ms),
         ms(k.p95_ms),
         ms(k.p99_ms),
+        ms(k.p999_ms),
         ms(k.max_ms),
         k.http_errors.to_string(),
         k.graphql_errors.to_string(),
@@ -31,6 +32,103 @@ fn row(k: &KindSummary) -> [String; 14] {
             format!("{}/{}", k.checks_passed, k.checks_passed + k.checks_failed)
         },
     ]
+}
+
+/// Columns of a latency-vs-load table (latencies in ms, from each request's due time).
+pub(super) const CURVE_HEADERS: [&str; 12] = [
+    "load",
+    "offered/s",
+    "achieved/s",
+    "p50",
+    "p90",
+    "p99",
+    "p99.9",
+    "max",
+    "errors",
+    "dropped",
+    "lag p99",
+    "server cores",
+];
+
+pub(super) fn curve_row(p: &CurvePoint) -> [String; 12] {
+    let ms = |v: f64| format!("{v:.2}");
+    let k = &p.latency;
+    [
+        format!("{:.0}%", p.fraction * 100.0),
+        thousands(p.offered_rps.round() as u64),
+        thousands(k.rps.round() as u64),
+        ms(k.med_ms),
+        ms(k.p90_ms),
+        ms(k.p99_ms),
+        ms(k.p999_ms),
+        ms(k.max_ms),
+        thousands(k.http_errors + k.graphql_errors),
+        thousands(p.dropped),
+        ms(p.schedule_lag_p99_ms),
+        p.server
+            .as_ref()
+            .map_or_else(|| "-".into(), |s| format!("{:.2}", s.cpu_cores)),
+    ]
+}
+
+/// `rest_get_by_id — saturation 80,123 req/s` above a curve's table.
+pub(super) fn curve_title(c: &Curve) -> String {
+    format!(
+        "{} — saturation {} req/s (closed loop, above)",
+        c.kind,
+        thousands(c.saturation_rps.round() as u64)
+    )
+}
+
+/// The curves of a scenario as one compact table, a path per block of rows.
+fn terminal_curves(out: &mut String, curves: &[Curve]) {
+    if curves.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n-- latency vs offered load (open model; ms from each request's due time)"
+    );
+    let mut headers = vec!["path".to_string()];
+    headers.extend(CURVE_HEADERS.map(String::from));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for c in curves {
+        for (i, p) in c.points.iter().enumerate() {
+            let mut r = vec![if i == 0 {
+                c.kind.clone()
+            } else {
+                String::new()
+            }];
+            r.extend(curve_row(p));
+            rows.push(r);
+        }
+    }
+    let mut widths: Vec<usize> = headers.iter().map(String::len).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut l = String::from("   ");
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                let _ = write!(l, "{c:<w$}");
+            } else {
+                let _ = write!(l, "  {c:>w$}");
+            }
+        }
+        l
+    };
+    let _ = writeln!(out, "{}", line(&headers));
+    for r in &rows {
+        let _ = writeln!(out, "{}", line(r));
+    }
+    for c in curves {
+        if c.points.is_empty() {
+            let _ = writeln!(out, "   {}: no points (nothing measured)", c.kind);
+        }
+    }
 }
 
 /// 12345 → "12,345".
@@ -126,7 +224,7 @@ fn terminal_scenario(out: &mut String, s: &ScenarioReport) {
     let _ = writeln!(out, "   target {} · {}", s.url, s.status.label());
     for run in &s.runs {
         let _ = writeln!(out, "\n-- {}: {}", run.label, run_line(run));
-        let mut rows: Vec<[String; 14]> = run.kinds.iter().map(row).collect();
+        let mut rows: Vec<[String; 15]> = run.kinds.iter().map(row).collect();
         if run.kinds.len() > 1 {
             rows.push(row(&run.overall));
         }
@@ -156,6 +254,7 @@ fn terminal_scenario(out: &mut String, s: &ScenarioReport) {
         }
         let _ = writeln!(out, "   thresholds: {}", thresholds_line(run));
     }
+    terminal_curves(out, &s.curves);
     for n in &s.notes {
         let _ = writeln!(out, "   note: {n}");
     }
@@ -199,6 +298,19 @@ pub fn markdown(report: &Report) -> String {
                 let _ = writeln!(out, "\n{ml}");
             }
             let _ = writeln!(out, "\nThresholds: {}\n", thresholds_line(run));
+        }
+        for c in &s.curves {
+            let _ = writeln!(
+                out,
+                "### Latency vs offered load: {}\n\nOpen model, constant arrival rates at fractions of the saturation; latencies in ms from each request's due time.\n",
+                curve_title(c)
+            );
+            let _ = writeln!(out, "| {} |", CURVE_HEADERS.join(" | "));
+            let _ = writeln!(out, "|---{}|", "|---:".repeat(CURVE_HEADERS.len() - 1));
+            for p in &c.points {
+                let _ = writeln!(out, "| {} |", curve_row(p).join(" | "));
+            }
+            let _ = writeln!(out);
         }
         for n in &s.notes {
             let _ = writeln!(out, "- {n}");

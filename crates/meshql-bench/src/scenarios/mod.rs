@@ -14,7 +14,7 @@ use crate::client::{Session, Target};
 use crate::gate::ScenarioError;
 use crate::load::{run_closed, run_open, ClosedModel, OpenModel, RunOutcome, Workload};
 use crate::monitor::{Live, Monitor};
-use crate::report::{Bounds, RunReport};
+use crate::report::{Bounds, Curve, RunReport};
 use crate::server::LocalServer;
 use crate::Options;
 use async_trait::async_trait;
@@ -105,6 +105,7 @@ pub struct Ctx {
     pub(crate) scenario: &'static str,
     pub(crate) runs: Vec<RunReport>,
     pub(crate) notes: Vec<String>,
+    pub(crate) curves: Vec<Curve>,
 }
 
 impl Ctx {
@@ -193,7 +194,19 @@ impl Ctx {
         workload: Arc<dyn Workload>,
         model: &OpenModel,
     ) -> RunReport {
-        self.measure(
+        let run = self.open_unlisted(label, workload, model).await;
+        self.runs.push(run.clone());
+        run
+    }
+
+    /// [`Ctx::open`] without adding the run to the scenario's runs (points of a [`Curve`]).
+    pub async fn open_unlisted(
+        &mut self,
+        label: &str,
+        workload: Arc<dyn Workload>,
+        model: &OpenModel,
+    ) -> RunReport {
+        self.measure_unlisted(
             label,
             model.describe(),
             model.duration,
@@ -204,6 +217,10 @@ impl Ctx {
             },
         )
         .await
+    }
+
+    pub fn add_curve(&mut self, curve: Curve) {
+        self.curves.push(curve);
     }
 
     /// Measures against another base URL (the ceiling server); nothing server-side is sampled.
@@ -223,6 +240,25 @@ impl Ctx {
     }
 
     async fn measure<F, Fut>(
+        &mut self,
+        label: &str,
+        model: String,
+        planned: Duration,
+        offered: Option<f64>,
+        go: F,
+    ) -> RunReport
+    where
+        F: FnOnce(Target, Arc<Live>) -> Fut,
+        Fut: std::future::Future<Output = RunOutcome>,
+    {
+        let run = self
+            .measure_unlisted(label, model, planned, offered, go)
+            .await;
+        self.runs.push(run.clone());
+        run
+    }
+
+    async fn measure_unlisted<F, Fut>(
         &mut self,
         label: &str,
         model: String,
@@ -267,6 +303,7 @@ impl Ctx {
                 "schedule_lag_p99_ms".into(),
                 lag.value_at_quantile(0.99) as f64 / 1000.0,
             );
+            metrics.insert("schedule_lag_max_ms".into(), lag.max() as f64 / 1000.0);
         }
         let bounds: Bounds = self.opts.bounds;
         let run = RunReport {
@@ -299,7 +336,6 @@ impl Ctx {
                 }
             );
         }
-        self.runs.push(run.clone());
         run
     }
 }

@@ -4,6 +4,12 @@
 //! GraphQL depth 3 (1 farm → 3 coops → 15 hens) and REST POST, each with `--vus` closed-loop
 //! users and no think time. These are issue 3's speed targets.
 //!
+//! Then, unless `--curve-secs 0`, a latency-vs-load curve per hot path (issue 14): the open
+//! model at 10, 25, 50, 75 and 90 % of the throughput the same run just measured for that path
+//! (the median over `--rounds`), each rate for `--curve-secs` seconds, latency counted from each
+//! request's due time. Saturation numbers alone judge the tail where the server is flat out;
+//! the curve shows it at equal load.
+//!
 //! Responses are checked by status and by a byte search for GraphQL `errors` only: parsing
 //! every body would spend the cores the server is being measured on.
 
@@ -11,13 +17,14 @@ use super::egg_economy::seed_farmyard;
 use super::{Ctx, Example, Scenario};
 use crate::client::{graphql_body, Target};
 use crate::gate::{self, ensure, len_at, GateResult, ScenarioError};
-use crate::load::{Vu, Workload};
+use crate::load::{OpenModel, Vu, Workload};
+use crate::report::{Curve, CurvePoint, RunReport};
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
 use serde_json::json;
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub struct Throughput;
 
@@ -73,6 +80,58 @@ fn ceiling_url(ctx: &Ctx) -> Result<String, ScenarioError> {
         .get_or_init(|| crate::server::start_ceiling().map_err(|e| e.to_string()))
         .clone()
         .map_err(|e| ScenarioError::Setup(format!("cannot start the ceiling server: {e}")))
+}
+
+/// Fractions of a path's saturation throughput its latency-vs-load curve offers.
+const CURVE_FRACTIONS: [f64; 5] = [0.10, 0.25, 0.50, 0.75, 0.90];
+
+/// `(fraction, offered rate)` of every point of a curve below a saturation of `saturation`
+/// req/s: rates rounded to whole requests per second, at least 1/s; no points when the path
+/// was not measured (nothing answered).
+fn curve_rates(saturation: f64) -> Vec<(f64, f64)> {
+    if !saturation.is_finite() || saturation < 1.0 {
+        return Vec::new();
+    }
+    CURVE_FRACTIONS
+        .iter()
+        .map(|f| (*f, (saturation * f).round().max(1.0)))
+        .collect()
+}
+
+/// One point of a curve: `rate` requests/s for `secs` seconds, `vus` connections opened
+/// beforehand (as many as the saturation runs use), more opened when those are all busy —
+/// up to ten milliseconds' worth of arrivals, at least 4 × `vus` — before requests are
+/// dropped.
+fn curve_model(rate: f64, secs: f64, vus: usize) -> OpenModel {
+    let pre = vus.max(1);
+    OpenModel {
+        rate,
+        duration: Duration::from_secs_f64(secs),
+        pre_allocated: pre,
+        max_workers: ((rate * 0.010) as usize).clamp(pre * 4, 1000.max(pre * 4)),
+    }
+}
+
+/// A curve point from the open-model run that measured it.
+fn curve_point(kind: &str, fraction: f64, run: &RunReport) -> CurvePoint {
+    let latency = run
+        .kinds
+        .iter()
+        .find(|k| k.kind == kind)
+        .unwrap_or(&run.overall)
+        .clone();
+    let metric = |key: &str| run.metrics.get(key).copied().unwrap_or(0.0);
+    CurvePoint {
+        fraction,
+        offered_rps: run.offered_rps.unwrap_or(0.0),
+        duration_s: run.duration_s,
+        iterations: run.iterations,
+        dropped: run.dropped,
+        schedule_lag_p99_ms: metric("schedule_lag_p99_ms"),
+        schedule_lag_max_ms: metric("schedule_lag_max_ms"),
+        latency,
+        server: run.server.clone(),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -160,6 +219,7 @@ impl Scenario for Throughput {
         let model = ctx.constant(8);
         let rounds = ctx.opts.rounds.max(1);
         let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); TARGETS.len()];
+        let mut saturations: Vec<Vec<f64>> = vec![Vec::new(); TARGETS.len()];
         let mut ceilings = Vec::new();
         for round in 1..=rounds {
             let suffix = if rounds > 1 {
@@ -192,6 +252,7 @@ impl Scenario for Throughput {
                     0.0
                 };
                 ratios[i].push(ratio);
+                saturations[i].push(run.overall.rps);
                 if let Some(last) = ctx.runs.last_mut() {
                     last.metrics.insert("of_ceiling".into(), ratio);
                 }
@@ -206,6 +267,29 @@ impl Scenario for Throughput {
             ctx.note(format!(
                 "{kind}: {r:.3} of ceiling (target ≥ {target}) {}",
                 if r >= *target { "met" } else { "NOT met" }
+            ));
+        }
+        let secs = ctx.opts.curve_secs;
+        if secs.is_finite() && secs > 0.0 {
+            for (i, w) in paths.iter().enumerate() {
+                let kind = TARGETS[i].0;
+                let saturation = median(saturations[i].clone());
+                let mut points = Vec::new();
+                for (fraction, rate) in curve_rates(saturation) {
+                    let label = format!("{kind} at {:.0}%", fraction * 100.0);
+                    let model = curve_model(rate, secs, ctx.opts.vus);
+                    let run = ctx.open_unlisted(&label, w.clone(), &model).await;
+                    points.push(curve_point(kind, fraction, &run));
+                }
+                ctx.add_curve(Curve {
+                    kind: kind.to_string(),
+                    saturation_rps: saturation,
+                    points,
+                });
+            }
+            ctx.note(format!(
+                "latency vs load: open model at {} % of each path's saturation above, {secs} s per rate, latency from each request's due time",
+                CURVE_FRACTIONS.map(|f| format!("{:.0}", f * 100.0)).join(", ")
             ));
         }
         Ok(())
@@ -223,5 +307,32 @@ mod tests {
         assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(contains(br#"{"errors":[]}"#, b"\"errors\""));
         assert!(!contains(br#"{"data":{}}"#, b"\"errors\""));
+    }
+
+    #[test]
+    fn curve_rates_are_fractions_of_the_measured_saturation() {
+        let rates = curve_rates(80_123.0);
+        let offered: Vec<f64> = rates.iter().map(|r| r.1).collect();
+        assert_eq!(offered, [8_012.0, 20_031.0, 40_062.0, 60_092.0, 72_111.0]);
+        let fractions: Vec<f64> = rates.iter().map(|r| r.0).collect();
+        assert_eq!(fractions, CURVE_FRACTIONS);
+        // a slow path still gets a point per fraction, never a rate of zero
+        let slow: Vec<f64> = curve_rates(3.0).iter().map(|r| r.1).collect();
+        assert_eq!(slow, [1.0, 1.0, 2.0, 2.0, 3.0]);
+        // nothing measured, nothing offered
+        assert!(curve_rates(0.0).is_empty());
+        assert!(curve_rates(f64::NAN).is_empty());
+    }
+
+    #[test]
+    fn curve_points_keep_the_saturation_runs_connections() {
+        let m = curve_model(72_000.0, 2.0, 10);
+        assert_eq!((m.pre_allocated, m.max_workers), (10, 720));
+        assert_eq!(m.iterations(), 144_000);
+        let m = curve_model(800.0, 0.5, 10);
+        assert_eq!((m.pre_allocated, m.max_workers), (10, 40));
+        assert_eq!(m.iterations(), 400);
+        let m = curve_model(1e9, 1.0, 10);
+        assert_eq!(m.max_workers, 1000);
     }
 }
