@@ -235,31 +235,34 @@ pub fn plan(
 ) -> Result<OperationPlan, Vec<PlanError>> {
     let graphlette = &catalog.graphlettes()[index];
     let schema = graphlette.schema.as_ref();
-    let document = ExecutableDocument::parse_and_validate(schema, query, "query.graphql").map_err(
-        |with_errors| {
-            let errors: Vec<PlanError> = with_errors
-                .errors
-                .iter()
-                .map(|d| {
-                    let json = d.to_json();
-                    PlanError {
-                        message: json.message.clone(),
-                        locations: json.locations.iter().map(|l| (l.line, l.column)).collect(),
-                        code: None,
-                    }
-                })
-                .collect();
-            // the parser goes on after a syntax error and reports what follows from it (an
-            // unclosed `(` is also an unexpected end): like graphql-js, answer the first one
-            match errors
-                .iter()
-                .position(|e| e.message.starts_with("syntax error"))
-            {
-                Some(first) => vec![errors[first].clone()],
-                None => errors,
-            }
-        },
-    )?;
+    let to_plan_errors = |diagnostics: &apollo_compiler::validation::DiagnosticList| {
+        let errors: Vec<PlanError> = diagnostics
+            .iter()
+            .map(|d| {
+                let json = d.to_json();
+                PlanError {
+                    message: json.message.clone(),
+                    locations: json.locations.iter().map(|l| (l.line, l.column)).collect(),
+                    code: None,
+                }
+            })
+            .collect();
+        // the parser goes on after a syntax error and reports what follows from it (an
+        // unclosed `(` is also an unexpected end): like graphql-js, answer the first one
+        match errors
+            .iter()
+            .position(|e| e.message.starts_with("syntax error"))
+        {
+            Some(first) => vec![errors[first].clone()],
+            None => errors,
+        }
+    };
+    let mut ast =
+        ast::Document::parse(query, "query.graphql").map_err(|e| to_plan_errors(&e.errors))?;
+    widen_at_variables(&mut ast, schema);
+    let document = ast
+        .to_executable_validate(schema)
+        .map_err(|e| to_plan_errors(&e.errors))?;
     let operation = document.operations.get(operation_name).map_err(|_| {
         vec![PlanError::new(match operation_name {
             Some(n) => format!("Unknown operation named \"{n}\"."),
@@ -888,4 +891,67 @@ pub fn included(include: &[Conditions], variables: &serde_json::Map<String, Valu
                 .iter()
                 .all(|(want, expr)| expr.eval(variables).as_bool() == Some(*want))
         })
+}
+
+/// MeshQL schemas declare `at: Int` (epoch milliseconds), which the config loader widens to
+/// `Float` because such values do not fit GraphQL's 32-bit `Int`; a query written for MeshQL
+/// then declares its variable `$at: Int`, which GraphQL's validation refuses for a `Float`
+/// argument. A variable declared `Int` (or `Int!`) and used as a root field's `at` where the
+/// schema has `Float` is read as `Float` (every `Int` value is a valid `Float`).
+fn widen_at_variables(document: &mut ast::Document, schema: &Schema) {
+    let Some(query_type) = schema.root_operation(OperationType::Query) else {
+        return;
+    };
+    let Some(root) = schema.get_object(query_type.as_str()) else {
+        return;
+    };
+    let float = Name::new_unchecked("Float");
+    let int = Name::new_unchecked("Int");
+    for definition in &mut document.definitions {
+        let ast::Definition::OperationDefinition(operation) = definition else {
+            continue;
+        };
+        if operation.operation_type != OperationType::Query {
+            continue;
+        }
+        let mut widened: Vec<Name> = Vec::new();
+        let mut stack: Vec<&ast::Selection> = operation.selection_set.iter().collect();
+        while let Some(selection) = stack.pop() {
+            match selection {
+                ast::Selection::Field(field) => {
+                    let Some(definition) = root.fields.get(&field.name) else {
+                        continue;
+                    };
+                    let at_is_float = definition
+                        .arguments
+                        .iter()
+                        .any(|a| a.name == "at" && *a.ty.inner_named_type() == float);
+                    for argument in &field.arguments {
+                        if let (true, true, ast::Value::Variable(variable)) =
+                            (at_is_float, argument.name == "at", argument.value.as_ref())
+                        {
+                            widened.push(variable.clone());
+                        }
+                    }
+                }
+                ast::Selection::InlineFragment(fragment) => {
+                    stack.extend(fragment.selection_set.iter());
+                }
+                ast::Selection::FragmentSpread(_) => {}
+            }
+        }
+        if widened.is_empty() {
+            continue;
+        }
+        let operation = operation.make_mut();
+        for variable in &mut operation.variables {
+            let is_int = !variable.ty.is_list() && *variable.ty.inner_named_type() == int;
+            if is_int && widened.contains(&variable.name) {
+                let variable = variable.make_mut();
+                let non_null = variable.ty.is_non_null();
+                let ty = ast::Type::Named(float.clone());
+                variable.ty = Node::new(if non_null { ty.non_null() } else { ty });
+            }
+        }
+    }
 }

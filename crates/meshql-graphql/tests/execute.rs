@@ -329,6 +329,38 @@ async fn at_is_propagated_to_every_level() {
 }
 
 #[tokio::test]
+async fn an_at_variable_declared_int_works_where_the_sdl_says_at_int() {
+    // MeshQL clients write `query($at: Int)` against `at: Int` schemas (issue 12)
+    let w = farm_world().await;
+    let q = r#"query Old($at: Int!) { getById(id: "C1", at: $at) { name } }"#;
+    assert_eq!(
+        w.query_with("/coop/graph", q, Some(json!({"at": T0 + 500})))
+            .await,
+        json!({"data": {"getById": {"name": "red"}}})
+    );
+    let q = r#"query Old($at: Int) { getByFarm(id: "F1", at: $at) { name } }"#;
+    let r = w
+        .query_with("/coop/graph", q, Some(json!({"at": T0 - 1})))
+        .await;
+    assert_eq!(r, json!({"data": {"getByFarm": []}}));
+    // where the schema says Float, an Int variable is read as Float too
+    let q = r#"query($at: Int) { getById(id: "F1", at: $at) { name } }"#;
+    let r = w
+        .query_with("/farm/graph", q, Some(json!({"at": T0 - 1})))
+        .await;
+    assert_eq!(r, json!({"data": {"getById": null}}));
+    // an Int variable elsewhere is untouched: `limit` stays Int, and a String `at` variable
+    // is still refused
+    let q = r#"query($n: Int, $at: String) { getAll(limit: $n, at: $at) { name } }"#;
+    let r = w
+        .query_with("/farm/graph", q, Some(json!({"n": 1, "at": "x"})))
+        .await;
+    assert!(r["data"].is_null(), "{r}");
+    let message = r["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("$at"), "{message}");
+}
+
+#[tokio::test]
 async fn one_storage_query_per_level_whatever_the_fan_out() {
     let w = World::new().await;
     for f in 0..5 {
