@@ -54,10 +54,19 @@ pub trait RelayTarget: std::fmt::Debug + Send + Sync {
     async fn sink(&self) -> Result<Arc<dyn Sink>, Box<dyn std::error::Error + Send + Sync>>;
 }
 
+impl meshql_core::registry::Kind for dyn RelayBackend {
+    fn kind(&self) -> &'static str {
+        RelayBackend::kind(self)
+    }
+    fn schema(&self) -> serde_json::Value {
+        RelayBackend::schema(self)
+    }
+}
+
 /// The relays a binary knows, by `type`.
-#[derive(Default, Clone)]
+#[derive(Default, Clone, Debug)]
 pub struct RelayRegistry {
-    backends: Vec<Arc<dyn RelayBackend>>,
+    backends: meshql_core::registry::Registry<dyn RelayBackend>,
 }
 
 impl RelayRegistry {
@@ -67,21 +76,17 @@ impl RelayRegistry {
 
     /// Adds a relay kind; a later registration of the same kind replaces the earlier one.
     pub fn register(mut self, backend: impl RelayBackend) -> Self {
-        self.backends.retain(|b| b.kind() != backend.kind());
-        self.backends.push(Arc::new(backend));
+        self.backends.insert(Arc::new(backend));
         self
     }
 
     pub fn get(&self, kind: &str) -> Option<&dyn RelayBackend> {
-        self.backends
-            .iter()
-            .find(|b| b.kind() == kind)
-            .map(|b| b.as_ref())
+        self.backends.get(kind)
     }
 
     /// The registered kinds, in registration order.
     pub fn kinds(&self) -> Vec<&'static str> {
-        self.backends.iter().map(|b| b.kind()).collect()
+        self.backends.kinds()
     }
 
     /// Checks an entry of the given kind; an unknown kind is an error on `type`, and a field
@@ -93,13 +98,7 @@ impl RelayRegistry {
         context: &RelayContext<'_>,
     ) -> Result<Box<dyn RelayTarget>, SettingError> {
         let Some(backend) = self.get(kind) else {
-            return Err(SettingError::new(
-                "type",
-                format!(
-                    "unknown relay type `{kind}` (this build has: {})",
-                    self.kinds().join(", ")
-                ),
-            ));
+            return Err(self.backends.unknown("relay", kind));
         };
         backend
             .configure(settings, context)
@@ -132,16 +131,7 @@ impl RelayRegistry {
 
     /// Each kind with the JSON Schema of its own fields.
     pub fn schemas(&self) -> Vec<(&'static str, serde_json::Value)> {
-        self.backends
-            .iter()
-            .map(|b| (b.kind(), b.schema()))
-            .collect()
-    }
-}
-
-impl std::fmt::Debug for RelayRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.kinds()).finish()
+        self.backends.schemas()
     }
 }
 

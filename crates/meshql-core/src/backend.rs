@@ -105,10 +105,19 @@ pub fn parse_settings<C: serde::de::DeserializeOwned>(
     })
 }
 
+impl crate::registry::Kind for dyn StorageBackend {
+    fn kind(&self) -> &'static str {
+        StorageBackend::kind(self)
+    }
+    fn schema(&self) -> serde_json::Value {
+        StorageBackend::schema(self)
+    }
+}
+
 /// The storage backends a binary knows, by `type`.
-#[derive(Default, Clone)]
+#[derive(Default, Clone, Debug)]
 pub struct BackendRegistry {
-    backends: Vec<Arc<dyn StorageBackend>>,
+    backends: crate::registry::Registry<dyn StorageBackend>,
 }
 
 impl BackendRegistry {
@@ -118,21 +127,17 @@ impl BackendRegistry {
 
     /// Adds a backend; a later registration of the same kind replaces the earlier one.
     pub fn register(mut self, backend: impl StorageBackend) -> Self {
-        self.backends.retain(|b| b.kind() != backend.kind());
-        self.backends.push(Arc::new(backend));
+        self.backends.insert(Arc::new(backend));
         self
     }
 
     pub fn get(&self, kind: &str) -> Option<&dyn StorageBackend> {
-        self.backends
-            .iter()
-            .find(|b| b.kind() == kind)
-            .map(|b| b.as_ref())
+        self.backends.get(kind)
     }
 
     /// The registered kinds, in registration order.
     pub fn kinds(&self) -> Vec<&'static str> {
-        self.backends.iter().map(|b| b.kind()).collect()
+        self.backends.kinds()
     }
 
     /// Checks a block of the given kind; an unknown kind is an error on `type`.
@@ -144,27 +149,12 @@ impl BackendRegistry {
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
         match self.get(kind) {
             Some(backend) => backend.configure(settings, context),
-            None => Err(SettingError::new(
-                "type",
-                format!(
-                    "unknown storage type `{kind}` (this build has: {})",
-                    self.kinds().join(", ")
-                ),
-            )),
+            None => Err(self.backends.unknown("storage", kind)),
         }
     }
 
     /// Each kind with the JSON Schema of its fields.
     pub fn schemas(&self) -> Vec<(&'static str, serde_json::Value)> {
-        self.backends
-            .iter()
-            .map(|b| (b.kind(), b.schema()))
-            .collect()
-    }
-}
-
-impl std::fmt::Debug for BackendRegistry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.kinds()).finish()
+        self.backends.schemas()
     }
 }

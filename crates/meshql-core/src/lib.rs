@@ -12,6 +12,7 @@ pub mod error;
 pub mod fault;
 pub mod memo;
 pub mod nested;
+pub mod registry;
 pub mod store;
 pub mod template;
 pub mod time;
