@@ -12,39 +12,8 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
-const FARM_SDL: &str = r#"
-scalar Date
-type Query {
-  getById(id: ID, at: Float): Farm
-  getAll(at: Float, limit: Int): [Farm]
-  getByZone(zone: String, at: Float): [Farm]
-}
-type Farm { id: ID name: String! zone: String coops: [Coop] details: Details }
-type Details { acres: Int tags: [String] }
-type Coop { id: ID name: String! hens: [Hen!] }
-type Hen { id: ID name: String! eggs: Int coop: Coop }
-"#;
-
-const COOP_SDL: &str = r#"
-type Query {
-  getById(id: ID, at: Int): Coop
-  getByFarm(id: ID, at: Int): [Coop]
-}
-type Coop { id: ID name: String! farm_id: ID farm: Farm hens: [Hen!] }
-type Farm { id: ID name: String! }
-type Hen { id: ID name: String! eggs: Int coop: Coop }
-"#;
-
-const HEN_SDL: &str = r#"
-type Query {
-  getById(id: ID, at: Float): Hen
-  getByCoop(id: ID, at: Float): [Hen]
-  getAll(at: Float): [Hen]
-}
-type Hen { id: ID name: String! eggs: Int coop_id: ID coop: Coop }
-type Coop { id: ID name: String! farm: Farm hens: [Hen!] }
-type Farm { id: ID name: String! }
-"#;
+mod common;
+use common::{COOP_SDL, FARM_SDL, HEN_SDL};
 
 const CONFIG: &str = r#"
 [[entity]]

@@ -422,13 +422,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("c.db");
         let db = SqliteDatabase::open(&file, SqliteOptions::default()).unwrap();
-        db.write(|c| {
-            c.execute_batch("CREATE TABLE t (b BLOB)")
-                .map_err(query_error)
-        })
-        .await
-        .unwrap();
-        let before = std::fs::metadata(&file).unwrap().len();
+        let before = blob_table(&db, &file).await;
         for _ in 0..20 {
             db.write(|c| {
                 for _ in 0..100 {
@@ -447,6 +441,17 @@ mod tests {
         // a clean shutdown leaves an empty WAL
         let wal = std::fs::metadata(dir.path().join("c.db-wal")).map_or(0, |m| m.len());
         assert_eq!(wal, 0);
+    }
+
+    /// Creates the table `t (b BLOB)` the checkpoint tests fill; returns the file's length.
+    async fn blob_table(db: &SqliteDatabase, file: &Path) -> u64 {
+        db.write(|c| {
+            c.execute_batch("CREATE TABLE t (b BLOB)")
+                .map_err(query_error)
+        })
+        .await
+        .unwrap();
+        std::fs::metadata(file).unwrap().len()
     }
 
     /// Waits until `file` is at least `len` bytes long (a checkpoint copied pages into it).
@@ -485,13 +490,7 @@ mod tests {
             ..SqliteOptions::default()
         };
         let db = SqliteDatabase::open(&file, options).unwrap();
-        db.write(|c| {
-            c.execute_batch("CREATE TABLE t (b BLOB)")
-                .map_err(query_error)
-        })
-        .await
-        .unwrap();
-        let before = std::fs::metadata(&file).unwrap().len();
+        let before = blob_table(&db, &file).await;
         // 40 commits of ~100 KiB: ~1,000 pages, so ~15 nudges
         for _ in 0..40 {
             insert_kib(&db, 100).await;
@@ -513,13 +512,7 @@ mod tests {
             ..SqliteOptions::default()
         };
         let db = SqliteDatabase::open(&file, options).unwrap();
-        db.write(|c| {
-            c.execute_batch("CREATE TABLE t (b BLOB)")
-                .map_err(query_error)
-        })
-        .await
-        .unwrap();
-        let before = std::fs::metadata(&file).unwrap().len();
+        let before = blob_table(&db, &file).await;
         insert_kib(&db, 50).await;
         grows_past(&file, before + 40_000).await;
         db.shutdown().await;
