@@ -12,11 +12,15 @@
 //! * `exp` (required by default) and `nbf`, with a leeway; `iss` and `aud` when configured;
 //!   `sub` present, a non-empty string.
 //!
+//! Roles for permissions come from a claim (`auth.roles_claim`, [`JwtAuthorizer::with_roles_claim`])
+//! or from the Casbin policy; [`permissions`] turns them into grants per entity.
+//!
 //! Anything else is an [`AuthError`] (401). `trusted_gateway = true` keeps MeshQL's model —
 //! tokens decoded, never verified, because a gateway in front verified them — and is named so
 //! that nobody runs it by accident.
 
 mod keys;
+pub mod permissions;
 mod settings;
 mod verify;
 
@@ -29,7 +33,7 @@ pub use settings::{
 };
 
 use base64::Engine;
-use meshql_core::{AuthError, Authorizer, Credentials};
+use meshql_core::{AuthError, Authorizer, Caller, Credentials, Principal};
 use std::collections::HashMap;
 use std::sync::Arc;
 use verify::Verifier;
@@ -40,6 +44,8 @@ pub struct JwtAuthorizer {
     required: bool,
     /// Casbin: the caller's tokens are its subject's roles; `None`: the subject itself.
     roles: Option<HashMap<String, Vec<String>>>,
+    /// `auth.roles_claim`, split at dots: where a token carries its roles.
+    roles_claim: Option<Vec<String>>,
 }
 
 enum Mode {
@@ -107,7 +113,31 @@ impl JwtAuthorizer {
             mode,
             required: settings.required,
             roles,
+            roles_claim: None,
         })
+    }
+
+    /// Reads callers' roles from the claim at the dotted `path` (e.g. `realm_access.roles`):
+    /// a string or an array of strings.
+    pub fn with_roles_claim(mut self, path: Option<&str>) -> Self {
+        self.roles_claim = path.map(|p| p.split('.').map(str::to_owned).collect());
+        self
+    }
+
+    /// The caller of a verified (or, trusted, decoded) subject with its claim roles.
+    fn caller_of(&self, subject: String, claim_roles: Vec<String>) -> Caller {
+        let roles = match &self.roles {
+            // Casbin: the policy's roles of the subject
+            Some(roles) => roles.get(&subject).cloned().unwrap_or_default(),
+            None => claim_roles,
+        };
+        Caller {
+            credentials: self.tokens_of(subject.clone()),
+            principal: Principal {
+                subject: Some(subject),
+                roles,
+            },
+        }
     }
 
     fn anonymous(&self) -> Result<Credentials, AuthError> {
@@ -127,6 +157,38 @@ impl JwtAuthorizer {
 }
 
 impl Authorizer for JwtAuthorizer {
+    fn caller(&self, authorization: Option<&str>) -> Result<Caller, AuthError> {
+        let Some(header) = authorization.map(str::trim).filter(|h| !h.is_empty()) else {
+            return self.anonymous().map(|credentials| Caller {
+                credentials,
+                principal: Principal::default(),
+            });
+        };
+        match &self.mode {
+            Mode::Trusted => match unverified_claims(header) {
+                Some((sub, claims)) => {
+                    let roles = match &self.roles_claim {
+                        Some(path) => permissions::roles_at(&claims, path),
+                        None => Vec::new(),
+                    };
+                    Ok(self.caller_of(sub, roles))
+                }
+                None => self.anonymous().map(|credentials| Caller {
+                    credentials,
+                    principal: Principal::default(),
+                }),
+            },
+            Mode::Verify(v) => {
+                let token = bearer_token(header).ok_or(AuthError::NotBearer)?;
+                if token.is_empty() {
+                    return Err(AuthError::Malformed("empty Bearer token".into()));
+                }
+                let (sub, roles) = v.verify_claims(token, self.roles_claim.as_deref())?;
+                Ok(self.caller_of(sub, roles))
+            }
+        }
+    }
+
     fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, AuthError> {
         let Some(header) = authorization.map(str::trim).filter(|h| !h.is_empty()) else {
             return self.anonymous();
@@ -142,7 +204,7 @@ impl Authorizer for JwtAuthorizer {
                 if token.is_empty() {
                     return Err(AuthError::Malformed("empty Bearer token".into()));
                 }
-                Ok(self.tokens_of(v.verify(token)?))
+                Ok(self.tokens_of(v.verify_claims(token, None)?.0))
             }
         }
     }
@@ -159,18 +221,27 @@ fn bearer_token(header: &str) -> Option<&str> {
 /// The `sub` claim of a `Bearer <jwt>` header value, read **without any verification**
 /// (`trusted_gateway = true` only).
 pub fn unverified_subject(authorization: &str) -> Option<String> {
+    unverified_claims(authorization).map(|(sub, _)| sub)
+}
+
+/// The `sub` and every claim of a `Bearer <jwt>` header value, read **without any
+/// verification** (`trusted_gateway = true` only).
+fn unverified_claims(
+    authorization: &str,
+) -> Option<(String, serde_json::Map<String, serde_json::Value>)> {
     let token = bearer_token(authorization)?;
     let mut parts = token.split('.');
     let (_header, claims, _sig) = (parts.next()?, parts.next()?, parts.next()?);
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(claims.trim_end_matches('='))
         .ok()?;
-    let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    value
+    let value: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes).ok()?;
+    let sub = value
         .get("sub")?
         .as_str()
         .filter(|s| !s.is_empty())
-        .map(str::to_owned)
+        .map(str::to_owned)?;
+    Some((sub, value))
 }
 
 #[cfg(test)]

@@ -135,8 +135,13 @@ impl Verifier {
         })
     }
 
-    /// The token's `sub`, if the token verifies.
-    pub fn verify(self: &Arc<Self>, token: &str) -> Result<String, AuthError> {
+    /// The token's `sub`, and the roles at `roles_claim` (a dotted path, split) when given,
+    /// if the token verifies.
+    pub fn verify_claims(
+        self: &Arc<Self>,
+        token: &str,
+        roles_claim: Option<&[String]>,
+    ) -> Result<(String, Vec<String>), AuthError> {
         let header = jsonwebtoken::decode_header(token).map_err(|e| header_error(token, e))?;
         let alg = header.alg;
         if !self.allowed.is_empty() && !self.allowed.contains(&alg) {
@@ -151,10 +156,24 @@ impl Verifier {
         }) {
             tried = true;
             let validation = self.validation(alg);
-            match jsonwebtoken::decode::<Claims>(token, &key.decoding, validation) {
-                Ok(data) => {
-                    return match data.claims.sub {
-                        Some(serde_json::Value::String(s)) if !s.is_empty() => Ok(s),
+            let decoded = match roles_claim {
+                // the whole claims object, for the roles inside it
+                Some(path) => jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+                    token,
+                    &key.decoding,
+                    validation,
+                )
+                .map(|data| {
+                    let roles = crate::permissions::roles_at(&data.claims, path);
+                    (data.claims.get("sub").cloned(), roles)
+                }),
+                None => jsonwebtoken::decode::<Claims>(token, &key.decoding, validation)
+                    .map(|data| (data.claims.sub, Vec::new())),
+            };
+            match decoded {
+                Ok((sub, roles)) => {
+                    return match sub {
+                        Some(serde_json::Value::String(s)) if !s.is_empty() => Ok((s, roles)),
                         _ => Err(AuthError::MissingClaim("sub".into())),
                     }
                 }

@@ -3,8 +3,9 @@
 
 use crate::record::{publish, Head};
 use meshql_core::auth::is_visible;
-use meshql_core::TokenFilter;
+use meshql_core::{Mask, TokenFilter};
 use meshql_log::{Log, LogError, LogReader, Record};
+use std::sync::Arc;
 
 /// A log to read: the writer's own handle in the serving process, or a [`LogReader`] in
 /// another process.
@@ -53,6 +54,8 @@ pub struct FeedFilter {
     pub entities: Option<Vec<String>>,
     /// The reader's tokens: a change is delivered when its document would be readable.
     pub tokens: TokenFilter,
+    /// Per entity, the fields the reader may read of a payload (entities not named: all).
+    pub masks: Vec<(String, Arc<Mask>)>,
 }
 
 impl Default for FeedFilter {
@@ -60,6 +63,7 @@ impl Default for FeedFilter {
         Self {
             entities: None,
             tokens: TokenFilter::All,
+            masks: Vec::new(),
         }
     }
 }
@@ -71,6 +75,25 @@ impl FeedFilter {
             .is_none_or(|es| es.contains(&head.entity))
             && is_visible(&self.tokens, &head.authorized_tokens)
     }
+
+    fn mask(&self, entity: &str) -> Option<&Mask> {
+        self.masks
+            .iter()
+            .find(|(e, _)| e == entity)
+            .map(|(_, m)| &**m)
+            .filter(|m| !m.is_all())
+    }
+}
+
+/// A published change (`{"position":…,"payload":{…},…}`) without the fields `mask` hides.
+fn masked(change: Vec<u8>, mask: &Mask) -> Vec<u8> {
+    let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&change) else {
+        return change;
+    };
+    if let Some(serde_json::Value::Object(payload)) = value.get_mut("payload") {
+        mask.apply(payload);
+    }
+    serde_json::to_vec(&value).unwrap_or(change)
 }
 
 /// One page of the feed.
@@ -133,6 +156,9 @@ pub fn read_page(
                 Ok(head) if filter.admits(&head) => {
                     let mut out = Vec::with_capacity(r.data.len() + 24);
                     publish(r.offset, &r.data, &mut out);
+                    if let Some(mask) = filter.mask(&head.entity) {
+                        out = masked(out, mask);
+                    }
                     page.changes.push((r.offset, out));
                     if page.changes.len() == limit {
                         break;

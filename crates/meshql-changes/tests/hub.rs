@@ -123,6 +123,7 @@ async fn writes_reach_the_log_once_across_a_restart() {
     let only_coops = FeedFilter {
         entities: Some(vec!["coop".into()]),
         tokens: TokenFilter::All,
+        masks: Vec::new(),
     };
     let page = read_page(&log, 0, 10, &only_coops).unwrap();
     assert_eq!(page.changes.len(), 2);
@@ -130,6 +131,7 @@ async fn writes_reach_the_log_once_across_a_restart() {
     let bob = FeedFilter {
         entities: None,
         tokens: TokenFilter::AnyOf(vec!["bob".into()]),
+        masks: Vec::new(),
     };
     let page = read_page(&log, 0, 10, &bob).unwrap();
     assert_eq!(page.changes.len(), 4, "alice's hen is hidden from bob");

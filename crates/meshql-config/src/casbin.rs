@@ -1,12 +1,16 @@
 //! What meshql reads of a Casbin model and policy (`auth.type = "casbin"`, MeshQL's
-//! `casbinParams`): the roles each user is given by the policy's `g, <user>, <role>` lines.
-//! As in MeshQL, a caller's credentials are the roles of its JWT subject (Casbin's
-//! `getRolesForUser`: direct roles only), matched against documents' authorized tokens; the
-//! `p` permission lines are not enforced, because MeshQL never asks the enforcer about them.
+//! `casbinParams`), checked line by line so that `meshql check` names the file and line of a
+//! problem:
+//!
+//! * the roles each user is given by the policy's `g, <user>, <role>` lines: as in MeshQL, a
+//!   caller's tokens are the roles of its JWT subject (Casbin's `getRolesForUser`: direct
+//!   roles only), matched against documents' authorized tokens;
+//! * the permission lines `p, <subject or role>, <entity>, <action>`, which the `casbin`
+//!   crate's enforcer decides with (meshql-auth's `CasbinPolicy`); here each is checked to
+//!   name an entity of the service and an action meshql asks about.
 //!
 //! Only RBAC models without domains (`g = _, _`) fit that use, so others are refused
-//! rather than half-applied. Hand-written: a Casbin engine (the `casbin` crate and its
-//! expression language) would be compiled in to answer one map lookup.
+//! rather than half-applied.
 
 use std::collections::BTreeMap;
 
@@ -69,6 +73,33 @@ pub(crate) fn check_model(text: &str) -> Result<(), Problem> {
     ))
 }
 
+/// A `p` line of a policy: its 1-based line and its fields after `p`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct PermissionLine {
+    pub line: usize,
+    pub fields: Vec<String>,
+}
+
+/// The `p` lines of a policy, in order.
+pub(crate) fn permission_lines(text: &str) -> Vec<PermissionLine> {
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, raw)| {
+            let fields = split(raw.trim());
+            (fields.first() == Some(&"p")).then(|| PermissionLine {
+                line: i + 1,
+                fields: fields[1..].iter().map(|f| f.to_string()).collect(),
+            })
+        })
+        .collect()
+}
+
+fn split(line: &str) -> Vec<&str> {
+    line.split(',')
+        .map(|f| f.trim().trim_matches('"').trim())
+        .collect()
+}
+
 /// The roles of every user in a policy (`g, <user>, <role>`), in the order given.
 pub(crate) fn roles(text: &str) -> Result<BTreeMap<String, Vec<String>>, Problem> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -77,12 +108,9 @@ pub(crate) fn roles(text: &str) -> Result<BTreeMap<String, Vec<String>>, Problem
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let fields: Vec<&str> = line
-            .split(',')
-            .map(|f| f.trim().trim_matches('"').trim())
-            .collect();
+        let fields = split(line);
         match fields[0] {
-            // permissions: not enforced (see the module docs)
+            // permissions: see [`permission_lines`]
             "p" => {}
             "g" if fields.len() == 3 && !fields[1].is_empty() && !fields[2].is_empty() => {
                 let roles = out.entry(fields[1].to_owned()).or_default();
@@ -146,5 +174,23 @@ mod tests {
         let e = roles("p, a, b, c\ng2, x, y\n").unwrap_err();
         assert_eq!(e.line, Some(2));
         assert!(e.message.contains("g2"), "{}", e.message);
+    }
+
+    #[test]
+    fn permission_lines_are_numbered() {
+        let p = permission_lines("# x\np, admin, farm, read\ng, a, b\np, \"v\", hen , delete\n");
+        assert_eq!(
+            p,
+            vec![
+                PermissionLine {
+                    line: 2,
+                    fields: vec!["admin".into(), "farm".into(), "read".into()]
+                },
+                PermissionLine {
+                    line: 4,
+                    fields: vec!["v".into(), "hen".into(), "delete".into()]
+                },
+            ]
+        );
     }
 }

@@ -158,6 +158,19 @@ pub struct AuthConfig {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub policy: Option<Spanned<String>>,
+    /// `jwt`: where a verified token carries the caller's roles, as a dotted path into its
+    /// claims (e.g. `roles`, `realm_access.roles`): an array of strings, or a string of
+    /// roles separated by spaces or commas. The roles select the `[entity.permissions.<role>]`
+    /// rows that apply to the caller.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub roles_claim: Option<Spanned<String>>,
+    /// `casbin`: enforce the policy's `p, <subject or role>, <entity>, <action>` lines
+    /// (actions read, create, update, delete): default true when the policy has `p` lines.
+    /// false keeps MeshQL's behaviour: roles become tokens, `p` lines are ignored.
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub enforce_policy: Option<Spanned<bool>>,
     /// `jwt`/`casbin`: a request without a token gets 401 (default: it is served, and sees
     /// only documents that carry no authorized tokens).
     #[serde(default)]
@@ -621,6 +634,34 @@ pub struct EntityConfig {
     /// The GraphQL API (omit for a write-only service).
     #[serde(default)]
     pub graphql: Option<GraphqlConfig>,
+    /// Who may do what with this entity, by role: `[entity.permissions.<role>]` with
+    /// `actions` and an optional field mask. Role `*` is every caller, `anonymous` a caller
+    /// without a token; other roles come from `auth.roles_claim` (or, with Casbin, the
+    /// policy's `g` lines). Without this table every caller may do everything.
+    #[serde(default)]
+    #[schemars(with = "Option<BTreeMap<String, PermissionConfig>>")]
+    pub permissions: Option<Spanned<BTreeMap<String, Spanned<PermissionConfig>>>>,
+}
+
+/// What one role may do with an entity.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionConfig {
+    /// Any of `read`, `create`, `update`, `delete` (not with `auth.type = "casbin"`, where
+    /// the policy's `p` lines decide).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub actions: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Fields this role may not read (removed from REST bodies and the change feed; null
+    /// with a `FORBIDDEN` error when selected in GraphQL).
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub hidden_fields: Option<Spanned<Vec<Spanned<String>>>>,
+    /// The only fields this role may read (`id` is always readable); not with
+    /// `hidden_fields`.
+    #[serde(default)]
+    #[schemars(with = "Option<Vec<String>>")]
+    pub fields: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// The REST API of an entity.

@@ -64,6 +64,8 @@ pub struct ResolvedConfig {
     /// `[server]`: connection limits of the HTTP listener.
     pub server: ServerSpec,
     pub auth: AuthSpec,
+    /// Who may do what with each entity (`PermissionsSpec::None`: everyone everything).
+    pub permissions: PermissionsSpec,
     pub http_client: HttpClientConfig,
     pub graphql: crate::model::GraphqlLimits,
     /// The change feed (`changes.dir` resolved under `data_dir`).
@@ -522,6 +524,10 @@ impl Resolver {
         let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
             return Err(ConfigErrors(self.errors));
         };
+        let permissions = self.resolve_permissions(&model, &entities, &auth);
+        if !self.errors.is_empty() {
+            return Err(ConfigErrors(self.errors));
+        }
         let mut warnings = self.warnings;
         warnings.extend(projection_warnings(&entities));
         let changes = ChangesSpec {
@@ -539,6 +545,7 @@ impl Resolver {
             require_json_content_type: model.require_json_content_type,
             server,
             auth,
+            permissions,
             http_client: model.http_client,
             graphql: model.graphql,
             changes,
@@ -1057,7 +1064,9 @@ fn sdl_line(
 }
 
 mod auth;
-pub use auth::AuthSpec;
+mod permissions;
+pub use auth::{AuthSpec, CasbinFiles};
+pub use permissions::PermissionsSpec;
 mod relays;
 pub use relays::RelaySpec;
 mod server;

@@ -114,12 +114,29 @@ impl AuthError {
     }
 }
 
+/// A caller as identified from its `Authorization` header: the credentials that filter rows,
+/// and who it is for permission decisions ([`crate::Policy`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub credentials: Credentials,
+    pub principal: crate::Principal,
+}
+
 /// Turns a request's `Authorization` header into credentials, or refuses it.
 ///
 /// Called once per request on the request's task, so implementations must not block: a JWT
 /// authorizer verifies against keys it holds in memory.
 pub trait Authorizer: Send + Sync + 'static {
     fn credentials(&self, authorization: Option<&str>) -> Result<Credentials, AuthError>;
+
+    /// The credentials and the principal (subject, roles). The default knows no subject and
+    /// no roles.
+    fn caller(&self, authorization: Option<&str>) -> Result<Caller, AuthError> {
+        Ok(Caller {
+            credentials: self.credentials(authorization)?,
+            principal: crate::Principal::default(),
+        })
+    }
 }
 
 /// Everyone sees everything (MeshQL's default for the egg-economy/k6 deployments).

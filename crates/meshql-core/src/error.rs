@@ -41,6 +41,9 @@ pub enum ErrorKind {
     /// The caller's credentials are missing (where required) or invalid: a forged, expired or
     /// otherwise unacceptable token.
     Unauthenticated,
+    /// The caller is known but may not do this (its roles or the policy do not allow the
+    /// action on the entity).
+    Forbidden,
 }
 
 impl ErrorKind {
@@ -53,6 +56,7 @@ impl ErrorKind {
             ErrorKind::NotFound => "NOT_FOUND",
             ErrorKind::Internal => "INTERNAL_SERVER_ERROR",
             ErrorKind::Unauthenticated => "UNAUTHENTICATED",
+            ErrorKind::Forbidden => "FORBIDDEN",
         }
     }
 
@@ -65,6 +69,7 @@ impl ErrorKind {
             ErrorKind::NotFound => 404,
             ErrorKind::Internal => 500,
             ErrorKind::Unauthenticated => 401,
+            ErrorKind::Forbidden => 403,
         }
     }
 }

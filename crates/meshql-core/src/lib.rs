@@ -1,9 +1,10 @@
 //! Core types of meshql: the storage envelope, time, the storage traits every backend
-//! implements, query templates, and authorization.
+//! implements, query templates, authorization and permissions.
 //!
 //! Nothing here knows about HTTP, GraphQL or any concrete backend: frontends depend on these
 //! traits, backends implement them.
 
+pub mod access;
 pub mod auth;
 pub mod backend;
 pub mod change;
@@ -17,7 +18,8 @@ pub mod store;
 pub mod template;
 pub mod time;
 
-pub use auth::{AuthError, Authorizer, Credentials, NoAuth};
+pub use access::{Action, Actions, AllowAll, Forbidden, Grant, Grants, Mask, Policy, Principal};
+pub use auth::{AuthError, Authorizer, Caller, Credentials, NoAuth};
 pub use backend::{
     parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, SettingError,
     StorageBackend, StorageTarget,

@@ -1,7 +1,7 @@
 //! What the engine answers when a request cannot be served, with a kind that frontends map to
 //! their protocol (HTTP status, GraphQL `extensions.code`) in one place each.
 
-use meshql_core::{AuthError, ErrorKind, StoreError};
+use meshql_core::{AuthError, ErrorKind, Forbidden, StoreError};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -25,6 +25,9 @@ pub enum EngineError {
     /// The caller's credentials were refused (a 401, or a 503 while keys are unavailable).
     #[error(transparent)]
     Auth(#[from] AuthError),
+    /// The caller may not do this to this entity (a 403).
+    #[error(transparent)]
+    Forbidden(#[from] Forbidden),
 }
 
 impl EngineError {
@@ -36,6 +39,7 @@ impl EngineError {
             EngineError::NotFound => ErrorKind::NotFound,
             EngineError::Store(e) => e.kind(),
             EngineError::Auth(e) => e.kind(),
+            EngineError::Forbidden(e) => e.kind(),
         }
     }
 }

@@ -17,5 +17,5 @@ mod service;
 mod validate;
 
 pub use error::EngineError;
-pub use service::{EntityService, Session};
+pub use service::{Access, EntityService, Session};
 pub use validate::{PayloadValidator, ValidatorError};

@@ -1,18 +1,26 @@
 //! [`EntityService`]: validate, authorize, write with a write context, read through a reader.
+//!
+//! Permissions: every operation first asks the session's [`Grants`] whether the caller may
+//! do it to this entity ([`EngineError::Forbidden`], a 403, when not), and every document
+//! read (or returned by a write) loses the fields the caller's read mask hides. A caller
+//! who may write but not read gets back only the `id` of what it wrote. Row filtering by
+//! authorized tokens applies on top, unchanged.
 
 use crate::error::EngineError;
 use crate::validate::PayloadValidator;
 use meshql_core::{
-    Authorizer, Credentials, DynReader, DynStore, Envelope, Millis, NewDocument, ReadContext,
-    RemoveOutcome, TokenFilter, WriteContext,
+    Action, AllowAll, Authorizer, Credentials, DynReader, DynStore, Envelope, Forbidden, Grants,
+    Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, TokenFilter, WriteContext,
 };
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
-/// Who is asking, and what their writes are tied to in the change feed.
+/// Who is asking, what they may do, and what their writes are tied to in the change feed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
     pub credentials: Credentials,
+    /// What the caller may do, per entity (from the service's [`Policy`]).
+    pub grants: Arc<Grants>,
     /// The caller's correlation id, or a fresh one.
     pub correlation_id: String,
 }
@@ -22,6 +30,22 @@ impl Session {
     pub fn filter(&self) -> TokenFilter {
         self.credentials.filter()
     }
+
+    /// A session that may do everything, with these credentials (tests, tools).
+    pub fn unrestricted(credentials: Credentials) -> Session {
+        Session {
+            credentials,
+            grants: Arc::new(Grants::unrestricted()),
+            correlation_id: uuid::Uuid::now_v7().to_string(),
+        }
+    }
+}
+
+/// A reader's identity without a correlation id (GraphQL, the change feed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub credentials: Credentials,
+    pub grants: Arc<Grants>,
 }
 
 /// One entity's service.
@@ -33,6 +57,9 @@ pub struct EntityService {
     /// Tokens stamped on every write (when empty: the writer's own).
     tokens: Vec<String>,
     authorizer: Arc<dyn Authorizer>,
+    policy: Arc<dyn Policy>,
+    /// The grants of every caller when the policy allows everything (no per-request work).
+    everything: Option<Arc<Grants>>,
 }
 
 impl std::fmt::Debug for EntityService {
@@ -58,7 +85,18 @@ impl EntityService {
             validator,
             tokens,
             authorizer,
+            policy: Arc::new(AllowAll::default()),
+            everything: Some(AllowAll::default().grants()),
         }
+    }
+
+    /// Decides what callers may do with `policy` (default: everything).
+    pub fn with_policy(mut self, policy: Arc<dyn Policy>) -> Self {
+        self.everything = policy
+            .allows_everything()
+            .then(|| Arc::new(Grants::unrestricted()));
+        self.policy = policy;
+        self
     }
 
     /// Serves reads from `reader` (a replica, a cache) instead of the writer's store.
@@ -91,6 +129,67 @@ impl EntityService {
         self.authorizer.credentials(authorization)
     }
 
+    /// Who is asking and what they may do, for reads (GraphQL, the change feed).
+    pub fn access(&self, authorization: Option<&str>) -> Result<Access, meshql_core::AuthError> {
+        if let Some(everything) = &self.everything {
+            return Ok(Access {
+                credentials: self.authorizer.credentials(authorization)?,
+                grants: everything.clone(),
+            });
+        }
+        let caller = self.authorizer.caller(authorization)?;
+        Ok(Access {
+            grants: self.policy.grants(&caller.principal),
+            credentials: caller.credentials,
+        })
+    }
+
+    /// [`EngineError::Forbidden`] unless `session` may do `action` to this entity.
+    pub fn check(&self, session: &Session, action: Action) -> Result<(), EngineError> {
+        if session.grants.allows(&self.name, action) {
+            Ok(())
+        } else {
+            Err(Forbidden {
+                entity: self.name.clone(),
+                action,
+            }
+            .into())
+        }
+    }
+
+    /// The fields `session` may read of this entity's documents: its read mask, or only the
+    /// `id` when it may not read them (what a write returns to a write-only caller).
+    pub fn read_mask(&self, session: &Session) -> Arc<Mask> {
+        let grant = session.grants.entity(&self.name);
+        if grant.allows(Action::Read) {
+            grant.mask.clone()
+        } else {
+            Arc::new(Mask::Only(Default::default()))
+        }
+    }
+
+    fn masked(&self, session: &Session, mut envelope: Envelope) -> Envelope {
+        let mask = self.read_mask(session);
+        if !mask.is_all() {
+            envelope.payload = mask.apply_text(std::mem::take(&mut envelope.payload));
+        }
+        envelope
+    }
+
+    fn masked_all(&self, session: &Session, envelopes: Vec<Envelope>) -> Vec<Envelope> {
+        let mask = self.read_mask(session);
+        if mask.is_all() {
+            return envelopes;
+        }
+        envelopes
+            .into_iter()
+            .map(|mut e| {
+                e.payload = mask.apply_text(std::mem::take(&mut e.payload));
+                e
+            })
+            .collect()
+    }
+
     /// The caller of a request: `authorization` is the `Authorization` header's value,
     /// `correlation_id` the caller's (a fresh one is made when it has none usable). Fails when
     /// the authorizer refuses the credentials (a forged or expired token, a missing one where
@@ -100,8 +199,10 @@ impl EntityService {
         authorization: Option<&str>,
         correlation_id: Option<&str>,
     ) -> Result<Session, EngineError> {
+        let access = self.access(authorization)?;
         Ok(Session {
-            credentials: self.authorizer.credentials(authorization)?,
+            credentials: access.credentials,
+            grants: access.grants,
             correlation_id: correlation_id
                 .map(str::trim)
                 .filter(|c| !c.is_empty() && c.len() <= 200)
@@ -149,11 +250,13 @@ impl EntityService {
     }
 
     pub async fn create(&self, session: &Session, value: Value) -> Result<Envelope, EngineError> {
+        self.check(session, Action::Create)?;
         let doc = self.validate(value)?;
-        Ok(self
+        let created = self
             .writer
             .create(NewDocument::new(doc), &self.write_context(session, true))
-            .await?)
+            .await?;
+        Ok(self.masked(session, created))
     }
 
     /// All or nothing: every item is validated first (all violations reported, per index),
@@ -163,6 +266,7 @@ impl EntityService {
         session: &Session,
         values: Vec<Value>,
     ) -> Result<Vec<Envelope>, EngineError> {
+        self.check(session, Action::Create)?;
         let mut docs = Vec::with_capacity(values.len());
         let mut problems = Vec::new();
         for (index, value) in values.into_iter().enumerate() {
@@ -180,10 +284,11 @@ impl EntityService {
         if !problems.is_empty() {
             return Err(EngineError::InvalidBatch(problems));
         }
-        Ok(self
+        let created = self
             .writer
             .create_many(docs, &self.write_context(session, true))
-            .await?)
+            .await?;
+        Ok(self.masked_all(session, created))
     }
 
     /// A new version of `id`; [`EngineError::NotFound`] when the caller sees no current one.
@@ -193,6 +298,8 @@ impl EntityService {
         id: &str,
         value: Value,
     ) -> Result<Envelope, EngineError> {
+        self.check(session, Action::Update)?;
+        let value = self.keep_hidden_fields(session, id, value).await?;
         let doc = self.validate(value)?;
         self.writer
             .update(
@@ -201,10 +308,42 @@ impl EntityService {
                 &self.write_context(session, false),
             )
             .await?
+            .map(|e| self.masked(session, e))
             .ok_or(EngineError::NotFound)
     }
 
+    /// An update replaces the whole document, but a caller cannot replace what it cannot
+    /// see: the fields its read mask hides are copied from the current version (when the
+    /// new payload does not name them), so a masked role's PUT never erases them.
+    async fn keep_hidden_fields(
+        &self,
+        session: &Session,
+        id: &str,
+        value: Value,
+    ) -> Result<Value, EngineError> {
+        let mask = self.read_mask(session);
+        let Value::Object(mut map) = value else {
+            return Ok(value);
+        };
+        if mask.is_all() {
+            return Ok(Value::Object(map));
+        }
+        let current = self
+            .writer
+            .read(id, &ReadContext::new(&session.filter(), None))
+            .await?;
+        if let Some(Ok(stored)) = current.map(|e| e.payload_map()) {
+            for (field, v) in stored {
+                if !mask.allows(&field) && !map.contains_key(&field) {
+                    map.insert(field, v);
+                }
+            }
+        }
+        Ok(Value::Object(map))
+    }
+
     pub async fn remove(&self, session: &Session, id: &str) -> Result<RemoveOutcome, EngineError> {
+        self.check(session, Action::Delete)?;
         Ok(self
             .writer
             .remove(id, &self.write_context(session, false))
@@ -217,10 +356,12 @@ impl EntityService {
         id: &str,
         at: Option<Millis>,
     ) -> Result<Option<Envelope>, EngineError> {
+        self.check(session, Action::Read)?;
         Ok(self
             .reader
             .read(id, &ReadContext::new(&session.filter(), at))
-            .await?)
+            .await?
+            .map(|e| self.masked(session, e)))
     }
 
     pub async fn read_many(
@@ -229,10 +370,12 @@ impl EntityService {
         ids: &[String],
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        Ok(self
+        self.check(session, Action::Read)?;
+        let found = self
             .reader
             .read_many(ids, &ReadContext::new(&session.filter(), at))
-            .await?)
+            .await?;
+        Ok(self.masked_all(session, found))
     }
 
     pub async fn list(
@@ -240,10 +383,12 @@ impl EntityService {
         session: &Session,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        Ok(self
+        self.check(session, Action::Read)?;
+        let found = self
             .reader
             .list(&ReadContext::new(&session.filter(), at))
-            .await?)
+            .await?;
+        Ok(self.masked_all(session, found))
     }
 
     /// One page of the list in id order: the documents after `after`, at most `limit`, as
@@ -251,15 +396,17 @@ impl EntityService {
     /// one snapshot.
     pub async fn list_page(
         &self,
-        filter: &TokenFilter,
+        session: &Session,
         after: Option<&str>,
         limit: usize,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        Ok(self
+        self.check(session, Action::Read)?;
+        let found = self
             .reader
-            .list_page(after, limit, &ReadContext::new(filter, at))
-            .await?)
+            .list_page(after, limit, &ReadContext::new(&session.filter(), at))
+            .await?;
+        Ok(self.masked_all(session, found))
     }
 }
 

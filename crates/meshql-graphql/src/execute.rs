@@ -9,10 +9,10 @@ use crate::fetch::{Batch, Fetched, Fetchers, RootRows};
 use crate::output::{request_errors, RequestError, Writer, TOO_LARGE};
 use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
 use crate::request::RequestContext;
-use crate::tree::{FieldError, Link, Node, RootResult};
+use crate::tree::{FieldError, Link, Node, RootResult, FORBIDDEN};
 use futures::future::{join_all, BoxFuture};
 use meshql_config::GraphqlLimits;
-use meshql_core::{ErrorKind, KeyedRows, Millis, NestedRow, ReadContext};
+use meshql_core::{Action, ErrorKind, KeyedRows, Mask, Millis, NestedRow, ReadContext};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,6 +27,9 @@ struct Exec<'a> {
     /// request answers [`TOO_LARGE`].
     fetched: AtomicUsize,
     max_objects: usize,
+    /// The caller may read everything: nested statements (one SQL query for a whole
+    /// relationship tree) are allowed, and no mask is looked up.
+    unrestricted: bool,
 }
 
 /// Executes `plan` against graphlette `index` with the request's `variables`; returns the
@@ -52,6 +55,7 @@ pub(crate) async fn execute(
         variables,
         fetched: AtomicUsize::new(0),
         max_objects: limits.max_objects.get(),
+        unrestricted: ctx.grants.is_unrestricted(),
     };
     let introspection = if plan.has_introspection {
         match introspect(graphlette, plan, &exec.variables) {
@@ -163,6 +167,28 @@ fn nested_count(rows: &[NestedRow]) -> usize {
 }
 
 impl<'a> Exec<'a> {
+    /// `FORBIDDEN` unless the caller may read graphlette `index`'s entity.
+    fn may_read(&self, index: usize) -> Result<(), FieldError> {
+        let entity = &self.graphlettes[index].entity;
+        if self.unrestricted || self.ctx.grants.allows(entity, Action::Read) {
+            Ok(())
+        } else {
+            Err(FieldError::new(
+                format!("not allowed to read {entity}"),
+                Some(FORBIDDEN),
+            ))
+        }
+    }
+
+    /// The read mask of graphlette `index`'s entity, when it hides anything.
+    fn mask_of(&self, index: usize) -> Option<&Arc<Mask>> {
+        if self.unrestricted {
+            return None;
+        }
+        let mask = self.ctx.grants.mask(&self.graphlettes[index].entity);
+        (!mask.is_all()).then_some(mask)
+    }
+
     /// Counts `n` more fetched documents; false once past the budget.
     fn admit(&self, n: usize) -> bool {
         self.fetched.fetch_add(n, Ordering::Relaxed) + n <= self.max_objects
@@ -210,6 +236,13 @@ impl<'a> Exec<'a> {
         else {
             unreachable!("batches hold query roots only");
         };
+        if let Err(e) = self.may_read(index) {
+            return batch
+                .members
+                .iter()
+                .map(|(i, _)| (*i, Some(RootResult::Error(e.clone()))))
+                .collect();
+        }
         let vector = self.graphlettes[index].queries[*query].vector;
         let mut keys: Vec<String> = Vec::new();
         let mut key_index: HashMap<String, usize> = HashMap::new();
@@ -242,7 +275,7 @@ impl<'a> Exec<'a> {
         for (key, row) in rows {
             if let Some(&k) = key_index.get(&key) {
                 owners.push(k);
-                nodes.push(Node::from_row(row));
+                nodes.push(Node::from_row(row).masked(self.mask_of(index)));
             }
         }
         self.resolve_links(selection, &mut nodes, batch.at).await;
@@ -285,6 +318,9 @@ impl<'a> Exec<'a> {
         else {
             return Some(RootResult::Nodes(Vec::new()));
         };
+        if let Err(e) = self.may_read(index) {
+            return Some(RootResult::Error(e));
+        }
         let vector = self.graphlettes[index].queries[*query].vector;
         let args: Map<String, Value> = args
             .iter()
@@ -314,7 +350,7 @@ impl<'a> Exec<'a> {
                 *query,
                 &args,
                 limit,
-                selection.nested.as_deref(),
+                selection.nested.as_deref().filter(|_| self.unrestricted),
                 &ReadContext::new(&self.ctx.filter, at),
             )
             .await
@@ -333,7 +369,11 @@ impl<'a> Exec<'a> {
         if !self.admit(rows.len()) {
             return None;
         }
-        let mut nodes: Vec<Node> = rows.into_iter().map(Node::from_row).collect();
+        let mask = self.mask_of(index);
+        let mut nodes: Vec<Node> = rows
+            .into_iter()
+            .map(|r| Node::from_row(r).masked(mask))
+            .collect();
         self.resolve_links(selection, &mut nodes, at).await;
         Some(RootResult::Nodes(nodes))
     }
@@ -392,8 +432,15 @@ impl<'a> Exec<'a> {
                 })
             })
             .collect();
+        let denied = match &resolver.target {
+            TargetPlan::InProcess { graphlette, .. } => self.may_read(*graphlette).err(),
+            // the remote service decides, from the forwarded credentials
+            TargetPlan::Http { .. } => None,
+        };
         let per_key: Vec<Link> = if keys.is_empty() {
             Vec::new()
+        } else if let Some(e) = denied {
+            keys.iter().map(|_| Link::Error(e.clone())).collect()
         } else {
             let batch = Batch {
                 resolver,
@@ -410,11 +457,25 @@ impl<'a> Exec<'a> {
             {
                 Fetched::Links(links) => links,
                 Fetched::Rows(rows) => {
-                    let TargetPlan::InProcess { selection, .. } = &resolver.target else {
+                    let TargetPlan::InProcess {
+                        selection,
+                        graphlette,
+                        ..
+                    } = &resolver.target
+                    else {
                         unreachable!("rows come from in-process targets only");
                     };
-                    self.children(rows, selection, resolver.vector, &keys, &key_index, at)
-                        .await
+                    let mask = self.mask_of(*graphlette).cloned();
+                    self.children(
+                        rows,
+                        selection,
+                        resolver.vector,
+                        &keys,
+                        &key_index,
+                        at,
+                        mask,
+                    )
+                    .await
                 }
                 Fetched::Failed(message) => {
                     keys.iter().map(|_| Link::Error(message.clone())).collect()
@@ -441,6 +502,7 @@ impl<'a> Exec<'a> {
         keys: &[String],
         key_index: &HashMap<String, usize>,
         at: Option<Millis>,
+        mask: Option<Arc<Mask>>,
     ) -> Vec<Link> {
         if !self.admit(rows.len()) {
             return keys.iter().map(|_| Link::Nodes(Vec::new())).collect();
@@ -459,7 +521,7 @@ impl<'a> Exec<'a> {
                 taken[k] = true;
             }
             owners.push(k);
-            children.push(Node::from_row(row));
+            children.push(Node::from_row(row).masked(mask.as_ref()));
         }
         self.resolve_links(selection, &mut children, at).await;
         let mut per_key: Vec<Vec<Arc<Node>>> = vec![Vec::new(); keys.len()];

@@ -7,6 +7,7 @@ use crate::plan::{
     self, FieldKind, LeafKind, OperationPlan, RootKind, SelectionPlan, Shape, TargetPlan,
 };
 use crate::tree::{FieldError, Link, Node, RootResult};
+use meshql_core::Mask;
 use serde_json::{Map, Value};
 
 /// A null reached a non-null position; the parent must become null.
@@ -266,7 +267,7 @@ impl<'v> Writer<'v> {
                 }
                 self.path.push(Seg::Index(i));
                 let start = self.buf.len();
-                let r = self.write_object(selection, &node.map, &node.links);
+                let r = self.write_object(selection, &node.map, &node.links, node.mask.as_deref());
                 self.path.pop();
                 if r.is_err() {
                     if shape.item_non_null {
@@ -280,7 +281,9 @@ impl<'v> Writer<'v> {
             Ok(())
         } else {
             match nodes.first() {
-                Some(node) => self.write_object(selection, &node.map, &node.links),
+                Some(node) => {
+                    self.write_object(selection, &node.map, &node.links, node.mask.as_deref())
+                }
                 None => self.null_in(shape.non_null, what),
             }
         }
@@ -291,6 +294,7 @@ impl<'v> Writer<'v> {
         selection: &'v SelectionPlan,
         map: &Map<String, Value>,
         links: &[Link],
+        mask: Option<&Mask>,
     ) -> Result<(), Bubble> {
         if !self.admit_object() {
             return Err(Bubble);
@@ -313,7 +317,17 @@ impl<'v> Writer<'v> {
                 owner: &field.type_name,
                 field: &field.field_name,
             };
+            let hidden = mask.is_some_and(|m| {
+                !matches!(field.kind, FieldKind::Typename(_)) && !m.allows(&field.field_name)
+            });
             let r = match &field.kind {
+                _ if hidden => {
+                    self.push_error(
+                        format!("not allowed to read {what}"),
+                        Some(crate::tree::FORBIDDEN),
+                    );
+                    self.null_in(field.shape.non_null, &what).or(Err(Bubble))
+                }
                 FieldKind::Typename(name) => {
                     push_json_str(&mut self.buf, name);
                     Ok(())
@@ -381,7 +395,12 @@ impl<'v> Writer<'v> {
                         }
                         self.path.push(Seg::Index(i));
                         let start = self.buf.len();
-                        let r = self.write_object(selection, &node.map, &node.links);
+                        let r = self.write_object(
+                            selection,
+                            &node.map,
+                            &node.links,
+                            node.mask.as_deref(),
+                        );
                         self.path.pop();
                         if r.is_err() {
                             if shape.item_non_null {
@@ -395,7 +414,12 @@ impl<'v> Writer<'v> {
                     Ok(())
                 } else {
                     match nodes.first() {
-                        Some(node) => self.write_object(selection, &node.map, &node.links),
+                        Some(node) => self.write_object(
+                            selection,
+                            &node.map,
+                            &node.links,
+                            node.mask.as_deref(),
+                        ),
                         None => self.null_in(shape.non_null, what),
                     }
                 }
@@ -448,7 +472,7 @@ impl<'v> Writer<'v> {
                 self.buf.push(b']');
                 Ok(())
             }
-            Some(Value::Object(map)) if !shape.list => self.write_object(selection, map, &[]),
+            Some(Value::Object(map)) if !shape.list => self.write_object(selection, map, &[], None),
             Some(_) => {
                 self.error(format!(
                     "{what} holds a value that is not of its declared type"

@@ -2,7 +2,7 @@
 //! relationships ([`Link`]), per root field ([`RootResult`]). Execution builds it,
 //! the response writer reads it; neither needs the other to know its shape.
 
-use meshql_core::{NestedRow, Row};
+use meshql_core::{Mask, NestedRow, Row};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -13,6 +13,8 @@ use std::sync::Arc;
 pub(crate) struct Node {
     pub map: Map<String, Value>,
     pub links: Vec<Link>,
+    /// The fields the caller may read of this document (`None`: all of them).
+    pub mask: Option<Arc<Mask>>,
 }
 
 #[derive(Debug, Clone)]
@@ -32,6 +34,9 @@ pub(crate) struct FieldError {
     pub message: Arc<str>,
     pub code: Option<&'static str>,
 }
+
+/// `extensions.code` of a field the caller may not read.
+pub(crate) const FORBIDDEN: &str = "FORBIDDEN";
 
 impl FieldError {
     pub(crate) fn new(message: impl Into<Arc<str>>, code: Option<&'static str>) -> Self {
@@ -73,7 +78,16 @@ impl Node {
                     )
                 })
                 .collect(),
+            mask: None,
         }
+    }
+
+    /// Tells the writer which fields the caller may read (`None`: every field). The map
+    /// keeps them: relationships still resolve through a hidden key field, as the target
+    /// entity's own read permission allows.
+    pub(crate) fn masked(mut self, mask: Option<&Arc<Mask>>) -> Node {
+        self.mask = mask.cloned();
+        self
     }
 
     /// A stored row; its relationships are resolved later.
@@ -96,6 +110,7 @@ impl Node {
         Node {
             map,
             links: Vec::new(),
+            mask: None,
         }
     }
 }

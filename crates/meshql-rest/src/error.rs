@@ -65,6 +65,10 @@ impl IntoResponse for RestError {
             RestError::Engine(EngineError::Auth(e)) => {
                 json!({ "error": self.to_string(), "code": e.kind().code() })
             }
+            // a caller its permissions refuse: 403 with the code, as GraphQL's FORBIDDEN
+            RestError::Engine(EngineError::Forbidden(e)) => {
+                json!({ "error": self.to_string(), "code": e.kind().code() })
+            }
             RestError::BadParameter(name, _) => {
                 json!({ "error": self.to_string(), "parameter": name })
             }

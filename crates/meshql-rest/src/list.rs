@@ -28,8 +28,8 @@ use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
 use futures::StreamExt;
-use meshql_core::{now_millis, Envelope, Millis, TokenFilter};
-use meshql_engine::EntityService;
+use meshql_core::{now_millis, Action, Envelope, Millis};
+use meshql_engine::{EntityService, Session};
 use std::sync::Arc;
 
 /// Documents in the first page of a list (a list shorter than this is one response body),
@@ -104,31 +104,33 @@ fn bad(parameter: &'static str, message: String) -> RestError {
     RestError::BadParameter(parameter, message)
 }
 
-/// `GET P` for a caller who sees `filter`.
+/// `GET P` for `session` (its read permission checked first: a 403 before anything is
+/// read).
 pub(crate) async fn respond(
     service: &Arc<EntityService>,
     path: &str,
-    filter: TokenFilter,
+    session: Session,
     query: ListQuery,
 ) -> Result<Response, RestError> {
+    service.check(&session, Action::Read)?;
     if query.paged() {
-        one_page(service, path, &filter, query).await
+        one_page(service, path, &session, query).await
     } else {
-        everything(service, filter).await
+        everything(service, session).await
     }
 }
 
 async fn one_page(
     service: &EntityService,
     path: &str,
-    filter: &TokenFilter,
+    session: &Session,
     query: ListQuery,
 ) -> Result<Response, RestError> {
     let limit = query.limit.unwrap_or(PAGE_ROWS);
     // one row more than asked says whether another page follows; one statement, so the page
     // is read as it is now
     let mut rows = service
-        .list_page(filter, query.after.as_deref(), limit + 1, None)
+        .list_page(session, query.after.as_deref(), limit + 1, None)
         .await?;
     let more = rows.len() > limit;
     rows.truncate(limit);
@@ -172,21 +174,18 @@ fn percent_encode(s: &str) -> String {
 }
 
 /// The whole list, as of now: one body when it fits in the first page, else streamed.
-async fn everything(
-    service: &Arc<EntityService>,
-    filter: TokenFilter,
-) -> Result<Response, RestError> {
+async fn everything(service: &Arc<EntityService>, session: Session) -> Result<Response, RestError> {
     let at = now_millis();
     // an error here is still an ordinary error response
     let first = service
-        .list_page(&filter, None, PAGE_ROWS, Some(at))
+        .list_page(&session, None, PAGE_ROWS, Some(at))
         .await?;
     if first.len() < PAGE_ROWS {
         return Ok(json_response(StatusCode::OK, array_of(&first)));
     }
     let walk = Walk {
         service: service.clone(),
-        filter,
+        session,
         at,
         after: first.last().map(|e| e.id.clone()),
         limit: next_limit(&first),
@@ -201,7 +200,7 @@ async fn everything(
         match walk
             .service
             .list_page(
-                &walk.filter,
+                &walk.session,
                 walk.after.as_deref(),
                 walk.limit,
                 Some(walk.at),
@@ -241,7 +240,7 @@ async fn everything(
 /// Where a streamed list has got to.
 struct Walk {
     service: Arc<EntityService>,
-    filter: TokenFilter,
+    session: Session,
     /// The snapshot every page is read at.
     at: Millis,
     /// The last id sent.

@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use axum::Router;
-use meshql_core::{Envelope, RemoveOutcome};
+use meshql_core::{Action, Envelope, RemoveOutcome};
 use meshql_engine::{EntityService, Session};
 use serde::Deserialize;
 use serde_json::Value;
@@ -90,6 +90,7 @@ async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
     let session = r.session(&headers)?;
+    r.service.check(&session, Action::Create)?;
     let value = r.body(body)?;
     let env = r.service.create(&session, value).await?;
     let mut resp = json_response(StatusCode::CREATED, env.payload);
@@ -107,7 +108,7 @@ async fn list(
     let session = r.session(&headers)?;
     let Query(pairs) = query.map_err(|e| RestError::Query(e.body_text()))?;
     let query = crate::list::ListQuery::parse(&pairs)?;
-    crate::list::respond(&r.service, &r.path, session.filter(), query).await
+    crate::list::respond(&r.service, &r.path, session, query).await
 }
 
 async fn read(
@@ -134,6 +135,7 @@ async fn update(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
     let session = r.session(&headers)?;
+    r.service.check(&session, Action::Update)?;
     let value = r.body(body)?;
     let env = r.service.update(&session, &id, value).await?;
     Ok(json_response(StatusCode::OK, env.payload))
@@ -159,6 +161,7 @@ async fn bulk_create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
     let session = r.session(&headers)?;
+    r.service.check(&session, Action::Create)?;
     let Value::Array(items) = r.body(body)? else {
         return Err(meshql_engine::EngineError::WrongShape("array").into());
     };

@@ -12,12 +12,13 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use meshql_auth::permissions::{CasbinPolicy, RolePolicy};
 use meshql_auth::JwtAuthorizer;
 use meshql_changes::{Hub, HubError, HubOptions};
 use meshql_config::model::FsyncConfig;
-use meshql_config::resolve::AuthSpec;
+use meshql_config::resolve::{AuthSpec, PermissionsSpec};
 use meshql_config::{ChangesSpec, ResolvedConfig};
-use meshql_core::{Authorizer, DynDatabase, DynStore, NoAuth, StoreError};
+use meshql_core::{AllowAll, Authorizer, DynDatabase, DynStore, NoAuth, Policy, StoreError};
 use meshql_engine::{EntityService, PayloadValidator};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_log::{FsyncPolicy, Log, LogOptions, Retention};
@@ -102,14 +103,19 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     if !problems.is_empty() {
         return Err(BuildError::Preflight(problems));
     }
+    let roles_claim = match &config.permissions {
+        PermissionsSpec::Roles { roles_claim, .. } => roles_claim.as_deref(),
+        _ => None,
+    };
     let authorizer: Arc<dyn Authorizer> = match &config.auth {
         AuthSpec::None => Arc::new(NoAuth),
         AuthSpec::Jwt(jwt) => Arc::new(
             JwtAuthorizer::start(jwt, None)
                 .await
-                .map_err(BuildError::Auth)?,
+                .map_err(BuildError::Auth)?
+                .with_roles_claim(roles_claim),
         ),
-        AuthSpec::Casbin { jwt, roles } => Arc::new(
+        AuthSpec::Casbin { jwt, roles, .. } => Arc::new(
             JwtAuthorizer::start(
                 jwt,
                 Some(roles.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
@@ -118,6 +124,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             .map_err(BuildError::Auth)?,
         ),
     };
+
+    let policy = permission_policy(config).await?;
 
     // storage: one database per target (file, server), one store per entity
     let mut databases: HashMap<String, DynDatabase> = HashMap::new();
@@ -208,13 +216,16 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         };
         services.insert(
             entity.name.clone(),
-            Arc::new(EntityService::new(
-                &entity.name,
-                store_of(&entity.name),
-                validator,
-                entity.tokens.clone(),
-                authorizer.clone(),
-            )),
+            Arc::new(
+                EntityService::new(
+                    &entity.name,
+                    store_of(&entity.name),
+                    validator,
+                    entity.tokens.clone(),
+                    authorizer.clone(),
+                )
+                .with_policy(policy.clone()),
+            ),
         );
     }
 
@@ -280,6 +291,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             log,
             config.entities.iter().map(|e| e.name.clone()).collect(),
             authorizer.clone(),
+            policy.clone(),
             closing_rx,
         ));
         router = router.route(
@@ -342,6 +354,35 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         hub,
         relays,
         closing,
+    })
+}
+
+/// The policy deciding what callers may do (`AllowAll` without permissions).
+async fn permission_policy(config: &ResolvedConfig) -> Result<Arc<dyn Policy>, BuildError> {
+    Ok(match &config.permissions {
+        PermissionsSpec::None => Arc::new(AllowAll::default()),
+        PermissionsSpec::Roles { tables, .. } => Arc::new(RolePolicy::new(tables.clone())),
+        PermissionsSpec::Casbin {
+            enforce: false,
+            masks,
+            ..
+        } if masks.is_empty() => Arc::new(AllowAll::default()),
+        PermissionsSpec::Casbin {
+            model,
+            policy,
+            enforce,
+            masks,
+        } => Arc::new(
+            CasbinPolicy::new(
+                model,
+                policy,
+                config.entities.iter().map(|e| e.name.clone()).collect(),
+                masks.clone(),
+            )
+            .await
+            .map_err(BuildError::Auth)?
+            .enforcing(*enforce),
+        ),
     })
 }
 

@@ -11,7 +11,9 @@
 //!   the client's pace, so a slow client holds no buffer: it only falls behind.
 //!
 //! A change is delivered to a caller who could read its document: the authorized tokens filter
-//! the feed exactly as they filter reads. Refused credentials (a forged or expired token, none
+//! the feed exactly as they filter reads, and so do permissions: changes of entities the
+//! caller may not read are left out (naming one in `entity=` is a 403 `FORBIDDEN`, as is a
+//! caller who may read no entity at all), and payloads lose the fields its read mask hides. Refused credentials (a forged or expired token, none
 //! where one is required) are a 401 with `WWW-Authenticate`, checked before the parameters.
 
 use axum::body::{Body, Bytes};
@@ -20,7 +22,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use meshql_changes::feed::read_page;
 use meshql_changes::{FeedFilter, Page};
-use meshql_core::{Authorizer, Credentials};
+use meshql_core::{Action, Authorizer, Credentials, Grants, Policy};
 use meshql_log::Log;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,6 +45,8 @@ pub struct ChangesEndpoint {
     pub log: Log,
     pub entities: Vec<String>,
     pub authorizer: Arc<dyn Authorizer>,
+    /// What callers may read (the services' policy).
+    pub policy: Arc<dyn Policy>,
     /// Set when the server starts shutting down: event streams end.
     pub closing: watch::Receiver<bool>,
     pub streams: Arc<Semaphore>,
@@ -53,12 +57,14 @@ impl ChangesEndpoint {
         log: Log,
         entities: Vec<String>,
         authorizer: Arc<dyn Authorizer>,
+        policy: Arc<dyn Policy>,
         closing: watch::Receiver<bool>,
     ) -> Self {
         Self {
             log,
             entities,
             authorizer,
+            policy,
             closing,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
         }
@@ -82,6 +88,74 @@ fn bad_request(message: String) -> Response {
     )
 }
 
+fn forbidden(message: String) -> Response {
+    json(
+        StatusCode::FORBIDDEN,
+        serde_json::json!({ "error": message, "code": "FORBIDDEN" }).to_string(),
+    )
+}
+
+/// Why a request's parameters were refused.
+enum Refusal {
+    /// 400
+    Bad(String),
+    /// 403: an entity the caller may not read.
+    Forbidden(String),
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal::Bad(message)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Self {
+        Refusal::Bad(message.to_owned())
+    }
+}
+
+/// The entities `grants` lets a caller read among `asked` (every entity when `None`), and
+/// their masks; `None` when nothing needs narrowing.
+fn narrow(
+    endpoint: &ChangesEndpoint,
+    grants: &Grants,
+    asked: Option<Vec<String>>,
+) -> Result<(Option<Vec<String>>, Vec<(String, Arc<meshql_core::Mask>)>), Refusal> {
+    if grants.is_unrestricted() {
+        return Ok((asked, Vec::new()));
+    }
+    let readable = |e: &String| grants.allows(e, Action::Read);
+    let entities = match asked {
+        Some(names) => {
+            if let Some(denied) = names.iter().find(|n| !readable(n)) {
+                return Err(Refusal::Forbidden(format!("not allowed to read {denied}")));
+            }
+            names
+        }
+        None => {
+            let all: Vec<String> = endpoint
+                .entities
+                .iter()
+                .filter(|e| readable(e))
+                .cloned()
+                .collect();
+            if all.is_empty() {
+                return Err(Refusal::Forbidden(
+                    "not allowed to read any entity of this service".into(),
+                ));
+            }
+            all
+        }
+    };
+    let masks = entities
+        .iter()
+        .map(|e| (e.clone(), grants.mask(e).clone()))
+        .filter(|(_, m)| !m.is_all())
+        .collect();
+    Ok((Some(entities), masks))
+}
+
 /// A request's parameters, checked.
 #[derive(Debug)]
 struct Request {
@@ -97,12 +171,14 @@ fn parse(
     params: &HashMap<String, String>,
     headers: &HeaderMap,
     credentials: &Credentials,
-) -> Result<Request, String> {
+    grants: &Grants,
+) -> Result<Request, Refusal> {
     const KNOWN: [&str; 5] = ["since", "limit", "entity", "wait_ms", "feed"];
     if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(format!(
             "unknown parameter `{unknown}` (known: since, limit, entity, wait_ms, feed)"
-        ));
+        )
+        .into());
     }
     let number = |name: &str| -> Result<Option<u64>, String> {
         params
@@ -121,13 +197,13 @@ fn parse(
         None => DEFAULT_LIMIT,
         Some(0) => return Err("`limit` must be at least 1".into()),
         Some(n) if n as usize > MAX_LIMIT => {
-            return Err(format!("`limit` must be at most {MAX_LIMIT}"))
+            return Err(format!("`limit` must be at most {MAX_LIMIT}").into())
         }
         Some(n) => n as usize,
     };
     let wait_ms = number("wait_ms")?.unwrap_or(0);
     if wait_ms > MAX_WAIT_MS {
-        return Err(format!("`wait_ms` must be at most {MAX_WAIT_MS}"));
+        return Err(format!("`wait_ms` must be at most {MAX_WAIT_MS}").into());
     }
     let entities = match params.get("entity") {
         None => None,
@@ -145,7 +221,8 @@ fn parse(
                 return Err(format!(
                     "unknown entity `{unknown}` (this service has: {})",
                     endpoint.entities.join(", ")
-                ));
+                )
+                .into());
             }
             Some(names)
         }
@@ -158,9 +235,9 @@ fn parse(
         Some("eventsource") => true,
         Some("normal") | Some("longpoll") => false,
         Some(other) => {
-            return Err(format!(
-                "`feed` must be normal, longpoll or eventsource, not `{other}`"
-            ))
+            return Err(
+                format!("`feed` must be normal, longpoll or eventsource, not `{other}`").into(),
+            )
         }
     };
     let last_event_id = headers
@@ -172,6 +249,7 @@ fn parse(
                 .map_err(|_| format!("`Last-Event-ID` must be a position, not `{v}`"))
         })
         .transpose()?;
+    let (entities, masks) = narrow(endpoint, grants, entities)?;
     Ok(Request {
         since: if stream {
             last_event_id.or(since)
@@ -183,6 +261,7 @@ fn parse(
         filter: FeedFilter {
             entities,
             tokens: credentials.filter(),
+            masks,
         },
         stream,
     })
@@ -210,7 +289,7 @@ pub async fn changes(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let credentials = match endpoint.authorizer.credentials(
+    let caller = match endpoint.authorizer.caller(
         headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok()),
@@ -221,9 +300,11 @@ pub async fn changes(
             return crate::graphql_routes::refused(&e, body.to_string());
         }
     };
-    let request = match parse(&endpoint, &params, &headers, &credentials) {
+    let grants = endpoint.policy.grants(&caller.principal);
+    let request = match parse(&endpoint, &params, &headers, &caller.credentials, &grants) {
         Ok(r) => r,
-        Err(message) => return bad_request(message),
+        Err(Refusal::Bad(message)) => return bad_request(message),
+        Err(Refusal::Forbidden(message)) => return forbidden(message),
     };
     let since = request.since.unwrap_or_else(|| endpoint.log.last_offset());
     if request.stream {

@@ -72,10 +72,11 @@ impl GraphEndpoint {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let credentials = self.service.credentials(authorization.as_deref())?;
+        let access = self.service.access(authorization.as_deref())?;
         Ok(RequestContext {
-            filter: credentials.filter(),
+            filter: access.credentials.filter(),
             authorization,
+            grants: access.grants,
         })
     }
 

@@ -23,6 +23,8 @@ pub enum AuthSpec {
     Casbin {
         jwt: JwtSettings,
         roles: BTreeMap<String, Vec<String>>,
+        /// The model and policy files' text (for the enforcer).
+        files: CasbinFiles,
     },
 }
 
@@ -36,6 +38,15 @@ impl AuthSpec {
     }
 }
 
+/// A Casbin model and policy as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CasbinFiles {
+    pub model: String,
+    pub model_file: PathBuf,
+    pub policy: String,
+    pub policy_file: PathBuf,
+}
+
 /// The settings that only JWT modes read, by name, where they are set.
 fn jwt_only_settings(a: &AuthConfig) -> Vec<(&'static str, usize)> {
     let mut set = Vec::new();
@@ -45,6 +56,7 @@ fn jwt_only_settings(a: &AuthConfig) -> Vec<(&'static str, usize)> {
         }
     };
     note("required", a.required.as_ref().map(Spanned::span));
+    note("roles_claim", a.roles_claim.as_ref().map(Spanned::span));
     note(
         "trusted_gateway",
         a.trusted_gateway.as_ref().map(Spanned::span),
@@ -115,11 +127,18 @@ impl Resolver {
         if kind == AuthKind::Jwt {
             return jwt.map(AuthSpec::Jwt);
         }
-        let roles = self.resolve_casbin(a)?;
-        Some(AuthSpec::Casbin { jwt: jwt?, roles })
+        let (roles, files) = self.resolve_casbin(a)?;
+        Some(AuthSpec::Casbin {
+            jwt: jwt?,
+            roles,
+            files,
+        })
     }
 
-    fn resolve_casbin(&mut self, a: &AuthConfig) -> Option<BTreeMap<String, Vec<String>>> {
+    fn resolve_casbin(
+        &mut self,
+        a: &AuthConfig,
+    ) -> Option<(BTreeMap<String, Vec<String>>, CasbinFiles)> {
         let (Some(model), Some(policy)) = (&a.model, &a.policy) else {
             let missing = if a.model.is_none() { "model" } else { "policy" };
             self.error::<()>(
@@ -150,7 +169,15 @@ impl Resolver {
             return None;
         }
         match crate::casbin::roles(&policy_text) {
-            Ok(roles) => Some(roles),
+            Ok(roles) => Some((
+                roles,
+                CasbinFiles {
+                    model: model_text,
+                    model_file: model_path,
+                    policy: policy_text,
+                    policy_file: policy_path,
+                },
+            )),
             Err(p) => {
                 self.error_in(&policy_path, p.line, "auth.policy".into(), p.message);
                 None

@@ -407,10 +407,10 @@ fn casbin_auth_reads_the_roles_of_each_subject() {
     let toml = with_casbin(
         &f,
         CASBIN_MODEL,
-        "p, admin, data1, read\ng, user1, admin\ng, user2, editor\ng, user2, viewer\n",
+        "p, admin, thing, read\ng, user1, admin\ng, user2, editor\ng, user2, viewer\n",
     );
     let c = f.load(&toml).unwrap();
-    let AuthSpec::Casbin { roles, jwt } = &c.auth else {
+    let AuthSpec::Casbin { roles, jwt, .. } = &c.auth else {
         panic!("{:?}", c.auth)
     };
     assert_eq!(roles["user1"], ["admin"]);
@@ -675,4 +675,132 @@ fn a_resolver_key_must_name_a_field_of_the_parent() {
     assert_eq!(e.field, "entity[0] \"thing\".graphql.resolvers[0].key");
     assert_eq!(e.line, Some(15));
     assert!(e.message.contains("`nope`"), "{e}");
+}
+
+/// GOOD with JWT auth reading roles from `realm_access.roles`, and `extra` appended.
+fn with_roles(extra: &str) -> String {
+    GOOD.to_owned()
+        + "[entity.permissions.reader]\nactions = [\"read\"]\nhidden_fields = [\"name\"]\n"
+        + extra
+        + "\n[auth]\ntype = \"jwt\"\nsecret = \"0123456789abcdef0123456789abcdef\"\nroles_claim = \"realm_access.roles\"\n"
+}
+
+#[test]
+fn permissions_by_role_resolve() {
+    let f = Fixture::new();
+    let c = f
+        .load(&with_roles(
+            "[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]\n[entity.permissions.anonymous]\nactions = [\"read\"]\nfields = [\"name\", \"id\"]\n",
+        ))
+        .unwrap();
+    let crate::resolve::PermissionsSpec::Roles {
+        roles_claim,
+        tables,
+    } = &c.permissions
+    else {
+        panic!("{:?}", c.permissions)
+    };
+    assert_eq!(roles_claim.as_deref(), Some("realm_access.roles"));
+    let thing = &tables["thing"];
+    assert_eq!(
+        thing["reader"].actions,
+        meshql_core::Actions::of([meshql_core::Action::Read])
+    );
+    assert!(!thing["reader"].mask.allows("name"));
+    assert_eq!(thing["editor"].actions, meshql_core::Actions::ALL);
+    assert!(thing["anonymous"].mask.allows("name") && !thing["anonymous"].mask.allows("other"));
+    // without any table: everything is allowed
+    assert_eq!(
+        f.load(GOOD).unwrap().permissions,
+        crate::resolve::PermissionsSpec::None
+    );
+}
+
+#[test]
+fn a_bad_action_is_named_with_its_line_and_field() {
+    let f = Fixture::new();
+    let toml = with_roles("[entity.permissions.writer]\nactions = [\"read\", \"write\"]\n");
+    let e = one_error(f.load(&toml));
+    assert!(e.file.ends_with("meshql.toml"), "{e}");
+    assert_eq!(e.field, "entity \"thing\" permissions.writer.actions[1]");
+    assert_eq!(e.line, Some(GOOD.lines().count() + 5), "{e}");
+    assert!(e.message.contains("unknown action `write`"), "{e}");
+}
+
+#[test]
+fn an_unknown_mask_field_is_named_with_its_line_and_field() {
+    let f = Fixture::new();
+    let toml = with_roles(
+        "[entity.permissions.viewer]\nactions = [\"read\"]\nfields = [\"name\", \"colour\"]\n",
+    );
+    let e = one_error(f.load(&toml));
+    assert_eq!(e.field, "entity \"thing\" permissions.viewer.fields[1]");
+    assert_eq!(e.line, Some(GOOD.lines().count() + 6), "{e}");
+    assert!(e.message.contains("unknown field `colour`"), "{e}");
+    // both kinds of mask, and `id` hidden
+    let toml = with_roles("[entity.permissions.viewer]\nactions = [\"read\"]\nfields = [\"name\"]\nhidden_fields = [\"other\"]\n");
+    assert!(one_error(f.load(&toml)).message.contains("not both"));
+    let toml =
+        with_roles("[entity.permissions.viewer]\nactions = [\"read\"]\nhidden_fields = [\"id\"]\n");
+    assert!(one_error(f.load(&toml)).message.contains("always readable"));
+}
+
+#[test]
+fn roles_need_a_source() {
+    let f = Fixture::new();
+    let toml = GOOD.to_owned()
+        + "[entity.permissions.reader]\nactions = [\"read\"]\n[entity.permissions.\"*\"]\nactions = [\"read\"]\n";
+    let e = one_error(f.load(&toml));
+    assert_eq!(e.field, "entity \"thing\" permissions.reader");
+    assert!(e.message.contains("auth.roles_claim"), "{e}");
+    let toml = with_roles("").replace("realm_access.roles", "realm_access..roles");
+    assert_eq!(one_error(f.load(&toml)).field, "auth.roles_claim");
+}
+
+#[test]
+fn casbin_permission_lines_name_entities_and_actions() {
+    let f = Fixture::new();
+    let toml = with_casbin(
+        &f,
+        CASBIN_MODEL,
+        "p, admin, thing, read\np, admin, farm, read\np, admin, thing, write\ng, user1, admin\n",
+    );
+    let errs = f.load(&toml).expect_err("rejected").0;
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(errs
+        .iter()
+        .all(|e| e.file.ends_with("auth/policy.csv") && e.field == "auth.policy"));
+    assert_eq!(errs[0].line, Some(2));
+    assert!(
+        errs[0].message.contains("unknown entity `farm`"),
+        "{}",
+        errs[0]
+    );
+    assert_eq!(errs[1].line, Some(3));
+    assert!(
+        errs[1].message.contains("unknown action `write`"),
+        "{}",
+        errs[1]
+    );
+    // MeshQL's behaviour on request: `p` lines ignored
+    let c = f
+        .load(&(toml.clone() + "enforce_policy = false\n"))
+        .unwrap();
+    assert!(matches!(
+        c.permissions,
+        crate::resolve::PermissionsSpec::Casbin { enforce: false, .. }
+    ));
+    // masks by role, but no actions: the policy decides those
+    let toml = with_casbin(&f, CASBIN_MODEL, "p, admin, thing, read\ng, user1, admin\n").replace(
+        "[auth]",
+        "[entity.permissions.admin]\nhidden_fields = [\"name\"]\n[auth]",
+    );
+    let c = f.load(&toml).unwrap();
+    let crate::resolve::PermissionsSpec::Casbin { enforce, masks, .. } = &c.permissions else {
+        panic!()
+    };
+    assert!(*enforce);
+    assert!(!masks["thing"]["admin"].allows("name"));
+    let bad = toml.replace("hidden_fields", "actions = [\"read\"]\nhidden_fields");
+    assert!(one_error(f.load(&bad)).message.contains("p` lines decide"));
 }
