@@ -188,8 +188,12 @@ enum LogFormat {
 fn init_tracing(level: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // a line when each enabled span closes, with its busy and idle time: at `debug`, the
+    // `request` span and the `graphql_plan`, `graphql_execute` and `storage` spans inside it
+    // are the per-stage timings of every request
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_target(false);
     match format {
         LogFormat::Text => builder.init(),

@@ -937,6 +937,86 @@ async fn metrics_time_requests_per_route_pattern_method_and_status() {
 }
 
 #[tokio::test]
+async fn debug_logs_time_each_stage_of_a_request() {
+    let s = Server::start(
+        &egg_economy(),
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "info,meshql_server=debug,meshql_graphql=debug",
+        ],
+    );
+    let c = s.client();
+    let farm = c
+        .post_json(
+            "/farm/api",
+            &json!({"name": "Staged", "farm_type": "megafarm", "zone": "north"}),
+        )
+        .await;
+    farm.expect_status(201);
+    let id = farm.json()["id"].as_str().unwrap().to_owned();
+    let query = format!(r#"{{ getById(id: "{id}") {{ name coops {{ name }} }} }}"#);
+    c.post_json("/farm/graph", &json!({ "query": query }))
+        .await
+        .expect_status(200);
+    // `close` lines of the spans, each with its busy and idle time and its parents
+    let closed = |v: &Value, name: &str| {
+        v["fields"]["message"] == "close"
+            && v["span"]["name"] == name
+            && v["fields"]["time.busy"].is_string()
+            && v["fields"]["time.idle"].is_string()
+    };
+    let parents = |v: &Value| -> Vec<String> {
+        v["spans"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let wanted: [(&str, &dyn Fn(&Value) -> bool); 4] = [
+        ("the create's storage call inside its POST", &|v| {
+            closed(v, "storage")
+                && v["span"]["entity"] == "farm"
+                && v["span"]["op"] == "create"
+                && parents(v) == ["request"]
+        }),
+        ("the GraphQL plan inside its request", &|v| {
+            closed(v, "graphql_plan") && parents(v) == ["request"]
+        }),
+        ("the farm's storage read inside graphql_execute", &|v| {
+            closed(v, "storage")
+                && v["span"]["entity"] == "farm"
+                && parents(v) == ["request", "graphql_execute"]
+        }),
+        ("the coops' batched read inside graphql_execute", &|v| {
+            closed(v, "storage")
+                && v["span"]["entity"] == "coop"
+                && v["span"]["op"] == "find_batch"
+                && parents(v) == ["request", "graphql_execute"]
+        }),
+    ];
+    for (what, matches) in wanted {
+        let mut found = false;
+        for _ in 0..200 {
+            found = s
+                .log()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .any(|v| matches(&v));
+            if found {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        assert!(found, "no log line for {what}:\n{}", s.log());
+    }
+}
+
+#[tokio::test]
 async fn json_logs_carry_the_request_span() {
     let s = Server::start(
         &egg_economy(),

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use thiserror::Error;
+use tracing::Instrument;
 
 /// Plans kept per graphlette before the cache is emptied (bounds memory under adversarial
 /// traffic of distinct query texts).
@@ -133,7 +134,9 @@ impl Registry {
         let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
             return request_errors(&[RequestError::new("Must provide query string.")]);
         };
-        let plan = match self.plan(index, query, request.operation_name.as_deref()) {
+        let planned = tracing::debug_span!("graphql_plan")
+            .in_scope(|| self.plan(index, query, request.operation_name.as_deref()));
+        let plan = match planned {
             Ok(p) => p,
             Err(errors) => {
                 let list: Vec<_> = errors
@@ -157,6 +160,7 @@ impl Registry {
             ctx,
             &self.limits,
         );
+        let run = run.instrument(tracing::debug_span!("graphql_execute"));
         match tokio::time::timeout(timeout, run).await {
             Ok(body) => body,
             Err(_) => request_errors(&[RequestError::coded(

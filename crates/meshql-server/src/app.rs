@@ -4,9 +4,9 @@ use crate::assets;
 use crate::backends;
 use crate::changes_routes::{self, ChangesEndpoint};
 use crate::cors::{cors, Cors};
-use crate::deferred::Deferred;
 use crate::graphql_routes::{self, GraphEndpoint};
 use crate::ops::{self, Ops};
+use crate::served::Served;
 use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -160,7 +160,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             None => store.prepare(&templates).await,
         };
         let store: DynStore = match prepared {
-            Ok(()) => store,
+            Ok(()) => Served::ready(&entity.name, store),
             Err(e @ StoreError::Unavailable(_)) => {
                 unreachable.insert(server, e.clone());
                 tracing::error!(
@@ -168,13 +168,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                     error = %e,
                     "storage unreachable at start-up: serving 503 for this entity and retrying every second"
                 );
-                Deferred::start(
-                    entity.name.clone(),
-                    store,
-                    templates,
-                    e,
-                    Duration::from_secs(1),
-                )
+                Served::deferred(&entity.name, store, templates, e, Duration::from_secs(1))
             }
             Err(source) => {
                 return Err(BuildError::Storage {

@@ -8,13 +8,13 @@ pub mod backends;
 mod changes_routes;
 mod connection;
 mod cors;
-mod deferred;
 mod graphql_routes;
 mod listener;
 mod ops;
 mod preflight;
 mod relays;
 mod request_metrics;
+mod served;
 pub mod tls;
 
 pub use app::{build, App, BuildError};
