@@ -606,3 +606,50 @@ fn verifying_an_hs256_token_takes_microseconds() {
     // a debug build on a slow machine stays far below this
     assert!(per < Duration::from_millis(1), "{per:?}");
 }
+
+/// Not a timing assertion: what identifying a caller costs with permissions on (the roles
+/// claim read, then the policy's cached grants) against without, for docs/SECURITY.md.
+#[test]
+fn what_a_request_pays_for_permissions() {
+    use crate::permissions::{PermissionTables, RolePermission, RolePolicy};
+    use meshql_core::{Action, Actions, Mask, Policy};
+    let plain = authorizer_with(|v| v.public_keys.clear());
+    let with_roles =
+        authorizer_with(|v| v.public_keys.clear()).with_roles_claim(Some("realm_access.roles"));
+    let token = hs(
+        Algorithm::HS256,
+        &claims(
+            "alice",
+            json!({"iss": "x", "realm_access": {"roles": ["reader", "x"]}}),
+        ),
+    );
+    let mut tables = PermissionTables::new();
+    for e in 0..13 {
+        tables.insert(
+            format!("entity{e}"),
+            [(
+                "reader".to_owned(),
+                RolePermission {
+                    actions: Actions::of([Action::Read]),
+                    mask: Mask::All,
+                },
+            )]
+            .into(),
+        );
+    }
+    let policy = RolePolicy::new(tables);
+    let n = 20_000;
+    let started = std::time::Instant::now();
+    for _ in 0..n {
+        std::hint::black_box(plain.credentials(Some(&token)).unwrap());
+    }
+    let before = started.elapsed() / n;
+    let started = std::time::Instant::now();
+    for _ in 0..n {
+        let caller = with_roles.caller(Some(&token)).unwrap();
+        let grants = policy.grants(&caller.principal);
+        assert!(grants.allows("entity3", Action::Read));
+    }
+    let after = started.elapsed() / n;
+    println!("per request: {before:?} identifying only, {after:?} with the roles claim and cached grants");
+}

@@ -493,7 +493,9 @@ impl<'a> Exec<'a> {
     }
 
     /// The links of one in-process level: the fetched rows as nodes per key (a singleton
-    /// keeps its first row), with the level below them resolved.
+    /// keeps its first row, `mask` the fields the caller may read), with the level below
+    /// them resolved.
+    #[allow(clippy::too_many_arguments)]
     async fn children(
         &self,
         rows: KeyedRows,

@@ -115,13 +115,16 @@ impl From<&str> for Refusal {
     }
 }
 
+/// Per entity, the fields a caller may read of its changes.
+type Masks = Vec<(String, Arc<meshql_core::Mask>)>;
+
 /// The entities `grants` lets a caller read among `asked` (every entity when `None`), and
 /// their masks; `None` when nothing needs narrowing.
 fn narrow(
     endpoint: &ChangesEndpoint,
     grants: &Grants,
     asked: Option<Vec<String>>,
-) -> Result<(Option<Vec<String>>, Vec<(String, Arc<meshql_core::Mask>)>), Refusal> {
+) -> Result<(Option<Vec<String>>, Masks), Refusal> {
     if grants.is_unrestricted() {
         return Ok((asked, Vec::new()));
     }
