@@ -275,6 +275,14 @@ fn config_json_schema_describes_entities() {
     let s = crate::config_json_schema(&[("sqlite", sqlite)], &[("nats", nats)]);
     let text = s.to_string();
     assert!(text.contains("entity"));
+    // permissions: per role, actions and a field mask; roles from a claim
+    let permission = &s["$defs"]["PermissionConfig"]["properties"];
+    for field in ["actions", "hidden_fields", "fields"] {
+        assert!(permission[field].is_object(), "{field}: {permission}");
+    }
+    assert!(s["$defs"]["AuthConfig"]["properties"]["roles_claim"].is_object());
+    assert!(s["$defs"]["AuthConfig"]["properties"]["enforce_policy"].is_object());
+    assert!(s["$defs"]["EntityConfig"]["properties"]["permissions"].is_object());
     let storage = &s["$defs"]["StorageConfig"]["oneOf"][0];
     assert_eq!(
         storage["properties"]["type"]["const"], "sqlite",
