@@ -571,14 +571,27 @@ async fn http_federation_forwards_the_token_and_the_remote_decides() {
         error_paths(&body),
         vec![(json!(["getById", "coops", 0, "hens"]), json!("FORBIDDEN"))]
     );
-    // a masked field selected across the federation: the relationship fails FORBIDDEN
-    // (a remote key with an error fails whole, CONTRACT §3.5)
+    // a masked field selected across the federation: null with FORBIDDEN at its own path,
+    // the rest of the relationship served, as in-process
     let q = format!("{{ getById(id: \"{farm_id}\") {{ coops {{ hens {{ name eggs }} }} }} }}");
     let body = graphql(&fc, "/farm/graph", &q, &farmer).await;
     assert_eq!(
-        error_paths(&body),
-        vec![(json!(["getById", "coops", 0, "hens"]), json!("FORBIDDEN"))],
+        body["data"]["getById"]["coops"][0]["hens"],
+        json!([{"name": "h", "eggs": null}]),
         "{body}"
+    );
+    assert_eq!(
+        error_paths(&body),
+        vec![(
+            json!(["getById", "coops", 0, "hens", 0, "eggs"]),
+            json!("FORBIDDEN")
+        )],
+        "{body}"
+    );
+    let body = graphql(&fc, "/farm/graph", &q, &admin).await;
+    assert_eq!(
+        body["data"]["getById"]["coops"][0]["hens"],
+        json!([{"name": "h", "eggs": 2}])
     );
     let direct = graphql(&hc, "/hen/graph", "{ getAll { name eggs } }", &farmer).await;
     assert_eq!(

@@ -6,7 +6,7 @@
 use crate::plan::{
     self, FieldKind, LeafKind, OperationPlan, RootKind, SelectionPlan, Shape, TargetPlan,
 };
-use crate::tree::{FieldError, Link, Node, RootResult};
+use crate::tree::{FieldError, Link, Node, RootResult, Step};
 use meshql_core::Mask;
 use serde_json::{Map, Value};
 
@@ -18,6 +18,8 @@ struct Bubble;
 enum Seg<'v> {
     Key(&'v str),
     Index(usize),
+    /// A key inside a remote graphlette's answer (errors it reported below a field).
+    Name(std::sync::Arc<str>),
 }
 
 /// Names a field for error messages (`Farm.coops`); formatted only when an error is raised.
@@ -374,6 +376,22 @@ impl<'v> Writer<'v> {
                     self.buf.extend_from_slice(raw.get().as_bytes());
                     Ok(())
                 }
+                Link::Remote(raw, errors) => {
+                    if !self.admit_object() {
+                        return Err(Bubble);
+                    }
+                    self.buf.extend_from_slice(raw.get().as_bytes());
+                    for (steps, e) in errors.iter() {
+                        let depth = self.path.len();
+                        self.path.extend(steps.iter().map(|s| match s {
+                            Step::Key(k) => Seg::Name(k.clone()),
+                            Step::Index(i) => Seg::Index(*i),
+                        }));
+                        self.coded_error(e);
+                        self.path.truncate(depth);
+                    }
+                    Ok(())
+                }
                 Link::Raw(None) | Link::Nodes(_) if shape.list => {
                     self.buf.extend_from_slice(b"[]");
                     Ok(())
@@ -424,7 +442,7 @@ impl<'v> Writer<'v> {
                     }
                 }
             }
-            Link::Raw(_) => self.null_in(shape.non_null, what),
+            Link::Raw(_) | Link::Remote(..) => self.null_in(shape.non_null, what),
             Link::Error(e) => {
                 self.coded_error(e);
                 if shape.non_null {
@@ -614,6 +632,7 @@ impl<'v> Writer<'v> {
                     }
                     match seg {
                         Seg::Key(k) => push_json_str(&mut self.buf, k),
+                        Seg::Name(k) => push_json_str(&mut self.buf, k),
                         Seg::Index(n) => self.buf.extend_from_slice(n.to_string().as_bytes()),
                     }
                 }

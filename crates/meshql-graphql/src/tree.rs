@@ -23,8 +23,19 @@ pub(crate) enum Link {
     Nodes(Vec<Arc<Node>>),
     /// A remote graphlette's JSON for this field, spliced as it is (`None`: null).
     Raw(Option<Arc<RawValue>>),
+    /// A remote graphlette's JSON with field errors inside it that do not fail the
+    /// relationship (a field the caller's read mask hides: null with `FORBIDDEN` there, as
+    /// in-process), each at its path below this field.
+    Remote(Arc<RawValue>, Arc<[(Vec<Step>, FieldError)]>),
     /// The relationship could not be resolved.
     Error(FieldError),
+}
+
+/// A step of a path inside a remote answer.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Step {
+    Key(Arc<str>),
+    Index(usize),
 }
 
 /// Why a field has no value: the message, and the code of the failure's kind when it has one

@@ -4,7 +4,7 @@
 
 use super::{Batch, Fetched, Fetcher};
 use crate::plan::TargetPlan;
-use crate::tree::{FieldError, Link};
+use crate::tree::{FieldError, Link, Step};
 use futures::future::BoxFuture;
 use meshql_core::{ErrorKind, Millis};
 use serde::Deserialize;
@@ -200,10 +200,20 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
     // errors that name an alias belong to that key; errors without a path to every key. A key
     // with an error fails with its first one even if data came along (CONTRACT §3.5): a
     // service two hops away failing must not turn into a silent null.
+    //
+    // One kind of error does not fail its key: `FORBIDDEN` below the key's own field (a field
+    // the caller's read mask hides on the remote side). The remote answered that field null
+    // and the rest of the data stands, so it is spliced with the error moved to its path
+    // here: the same answer as an in-process relationship gives.
     let errors = parsed.errors.unwrap_or_default();
+    let masked_field = |e: &RemoteError| {
+        e.extensions.as_ref().and_then(|x| x.code.as_deref()) == Some("FORBIDDEN")
+            && e.path.as_ref().is_some_and(|p| p.len() > 1)
+    };
     let error_for = |alias: &str| -> Option<FieldError> {
         errors
             .iter()
+            .filter(|e| !masked_field(e))
             .find(|e| match e.path.as_deref() {
                 Some([first, ..]) => first.as_str() == Some(alias),
                 _ => true,
@@ -223,18 +233,62 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
             if let Some(error) = error_for(&alias) {
                 return Link::Error(error);
             }
-            match data.remove(&alias) {
+            let first_of_vector = !resolver.vector;
+            let raw = match data.remove(&alias) {
                 Some(raw) if raw.get() != "null" => {
-                    if !resolver.vector && raw.get().starts_with('[') {
+                    if first_of_vector && raw.get().starts_with('[') {
                         // a singleton field fed by a vector query: the first element
                         let items: Vec<Box<RawValue>> =
                             serde_json::from_str(raw.get()).unwrap_or_default();
-                        Link::Raw(items.into_iter().next().map(Arc::from))
+                        match items.into_iter().next() {
+                            Some(first) => (Arc::from(first), true),
+                            None => return Link::Raw(None),
+                        }
                     } else {
-                        Link::Raw(Some(Arc::from(raw)))
+                        (Arc::from(raw), false)
                     }
                 }
-                _ => Link::Raw(None),
+                _ => return Link::Raw(None),
+            };
+            let (raw, unwrapped) = raw;
+            let field_errors: Vec<(Vec<Step>, FieldError)> = errors
+                .iter()
+                .filter(|e| masked_field(e))
+                .filter_map(|e| {
+                    let path = e.path.as_deref()?;
+                    if path[0].as_str() != Some(alias.as_str()) {
+                        return None;
+                    }
+                    let mut rest = &path[1..];
+                    if unwrapped {
+                        // only the first element was kept
+                        match rest.first().and_then(|s| s.as_u64()) {
+                            Some(0) => rest = &rest[1..],
+                            _ => return None,
+                        }
+                    }
+                    let steps = rest
+                        .iter()
+                        .map(|s| match s {
+                            serde_json::Value::Number(n) => {
+                                Step::Index(n.as_u64().unwrap_or(0) as usize)
+                            }
+                            other => Step::Key(Arc::from(other.as_str().unwrap_or_default())),
+                        })
+                        .collect();
+                    Some((
+                        steps,
+                        FieldError::new(
+                            format!("Remote GraphQL error: {}", e.message),
+                            Some("FORBIDDEN"),
+                        ),
+                    ))
+                })
+                .collect();
+            if field_errors.is_empty() {
+                Link::Raw(Some(raw))
+            } else {
+                Link::Remote(raw, field_errors.into())
             }
         })
         .collect()
