@@ -414,6 +414,7 @@ impl EntityService {
 mod tests {
     use super::*;
     use meshql_core::{AuthError, Credentials, NoAuth};
+    use meshql_core::{Grants, Mask, Policy};
 
     /// `Bearer <name>` is the caller `name`; `Bearer` alone is refused (what a verifying
     /// authorizer does with a bad token).
@@ -518,5 +519,120 @@ mod tests {
         assert!(made
             .iter()
             .all(|e| e.authorized_tokens == vec!["team".to_owned()]));
+    }
+
+    /// Grants by the caller's first role: `reader` reads `hen` without `secret`; `writer`
+    /// creates and updates it without reading; `keeper` reads (without `secret`) and
+    /// updates; anyone else nothing.
+    struct ByRole;
+
+    impl Authorizer for ByRole {
+        fn credentials(&self, _: Option<&str>) -> Result<Credentials, AuthError> {
+            Ok(Credentials::Unrestricted)
+        }
+
+        fn caller(&self, authorization: Option<&str>) -> Result<meshql_core::Caller, AuthError> {
+            Ok(meshql_core::Caller {
+                credentials: Credentials::Unrestricted,
+                principal: meshql_core::Principal {
+                    subject: authorization.map(str::to_owned),
+                    roles: authorization.into_iter().map(str::to_owned).collect(),
+                },
+            })
+        }
+    }
+
+    impl Policy for ByRole {
+        fn grants(&self, principal: &meshql_core::Principal) -> Arc<Grants> {
+            use meshql_core::{Actions, Grant};
+            let hide = || Arc::new(Mask::Hide(["secret".to_owned()].into()));
+            let grant = match principal.roles.first().map(String::as_str) {
+                Some("reader") => Grant {
+                    actions: Actions::of([Action::Read]),
+                    mask: hide(),
+                },
+                Some("writer") => Grant {
+                    actions: Actions::of([Action::Create, Action::Update]),
+                    mask: Arc::new(Mask::All),
+                },
+                Some("keeper") => Grant {
+                    actions: Actions::of([Action::Read, Action::Update]),
+                    mask: hide(),
+                },
+                Some("admin") => Grant::full(),
+                _ => Grant::none(),
+            };
+            Arc::new(Grants::new(
+                [("hen".to_owned(), grant)].into(),
+                Grant::none(),
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn permissions_refuse_actions_and_mask_fields() {
+        let s = EntityService::new(
+            "hen",
+            Arc::new(MemoryStore::new()),
+            None,
+            vec![],
+            Arc::new(ByRole),
+        )
+        .with_policy(Arc::new(ByRole));
+        let as_role = |r: &str| s.session(Some(r), None).unwrap();
+        let (admin, reader, writer, keeper, nobody) = (
+            as_role("admin"),
+            as_role("reader"),
+            as_role("writer"),
+            as_role("keeper"),
+            as_role("nobody"),
+        );
+        let forbidden = |r: Result<_, EngineError>| match r {
+            Err(e @ EngineError::Forbidden(_)) => {
+                assert_eq!(
+                    (e.kind().http_status(), e.kind().code()),
+                    (403, "FORBIDDEN")
+                )
+            }
+            other => panic!("{other:?}"),
+        };
+        let hen = s
+            .create(&admin, json!({"name": "a", "secret": "s"}))
+            .await
+            .unwrap();
+        forbidden(s.create(&reader, json!({"name": "b"})).await.map(|_| ()));
+        forbidden(s.remove(&writer, &hen.id).await.map(|_| ()));
+        forbidden(s.read(&nobody, &hen.id, None).await.map(|_| ()));
+        forbidden(s.list(&writer, None).await.map(|_| ()));
+        assert!(s.check(&reader, Action::Read).is_ok());
+        // the reader's copy has no secret, everywhere
+        let read = s.read(&reader, &hen.id, None).await.unwrap().unwrap();
+        assert_eq!(read.payload_map().unwrap().get("secret"), None);
+        assert_eq!(read.payload_map().unwrap()["name"], "a");
+        let page = s.list_page(&reader, None, 10, None).await.unwrap();
+        assert_eq!(page[0].payload_map().unwrap().get("secret"), None);
+        let many = s
+            .read_many(&reader, std::slice::from_ref(&hen.id), None)
+            .await
+            .unwrap();
+        assert_eq!(many[0].payload_map().unwrap().get("secret"), None);
+        // a write-only caller gets back the id alone
+        let made = s.create(&writer, json!({"name": "w"})).await.unwrap();
+        assert_eq!(
+            made.payload_map().unwrap(),
+            *json!({"id": made.id}).as_object().unwrap()
+        );
+        // an update by a masked role keeps what it cannot see
+        let v2 = s
+            .update(&keeper, &hen.id, json!({"name": "a2"}))
+            .await
+            .unwrap();
+        assert_eq!(v2.payload_map().unwrap().get("secret"), None);
+        let stored = s.read(&admin, &hen.id, None).await.unwrap().unwrap();
+        assert_eq!(stored.payload_map().unwrap()["secret"], "s");
+        assert_eq!(stored.payload_map().unwrap()["name"], "a2");
+        // the grants travel with reads (GraphQL, the change feed)
+        let access = s.access(Some("reader")).unwrap();
+        assert!(!access.grants.mask("hen").allows("secret"));
     }
 }
