@@ -157,7 +157,8 @@ impl Verifier {
             tried = true;
             let validation = self.validation(alg);
             let decoded = match roles_claim {
-                // the whole claims object, for the roles inside it
+                // the whole claims object, for the roles inside it (measured: cheaper than
+                // decoding `sub` alone and reading the claims segment a second time)
                 Some(path) => jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
                     token,
                     &key.decoding,
