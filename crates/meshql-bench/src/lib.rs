@@ -99,6 +99,24 @@ impl Options {
     }
 }
 
+impl Options {
+    /// Worker threads of the servers the bench starts: `--workers`, or else the cores the
+    /// load generator leaves (the machine's cores less its `--threads`, at least one). The
+    /// generator runs on the same machine; a server with one worker per core would share
+    /// those cores with it and its tail would measure the scheduler's time slices
+    /// (docs/BENCHMARKS.md, "The read tail at saturation"). `None` with `--url`.
+    pub fn server_workers(&self) -> Option<usize> {
+        if self.url.is_some() {
+            return None;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Some(
+            self.workers
+                .unwrap_or_else(|| cores.saturating_sub(self.client_threads).max(1)),
+        )
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     #[error("unknown scenario {0:?}; known: {1}")]
@@ -158,7 +176,7 @@ pub async fn run(opts: Options) -> Result<Report, BenchError> {
     let mut report = Report {
         tool: format!("meshql bench {}", env!("CARGO_PKG_VERSION")),
         started: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
-        machine: Machine::probe(opts.client_threads),
+        machine: Machine::probe(opts.client_threads, opts.server_workers()),
         target: TargetInfo {
             url: remote.as_ref().map_or_else(String::new, |t| t.base.clone()),
             local: remote.is_none(),
@@ -212,7 +230,7 @@ async fn run_one(
             let spec = ServerSpec {
                 exe: opts.exe.clone(),
                 config,
-                workers: opts.workers,
+                workers: opts.server_workers(),
                 env: example.env(),
             };
             if !opts.quiet {

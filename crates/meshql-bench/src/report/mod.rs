@@ -32,10 +32,13 @@ pub struct Machine {
     pub kernel: String,
     /// Threads the load generator ran on.
     pub client_threads: usize,
+    /// Worker threads of the servers the bench started (`None`: a server it did not start).
+    #[serde(default)]
+    pub server_workers: Option<usize>,
 }
 
 impl Machine {
-    pub fn probe(client_threads: usize) -> Self {
+    pub fn probe(client_threads: usize, server_workers: Option<usize>) -> Self {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|s| {
@@ -53,6 +56,7 @@ impl Machine {
             cpu,
             kernel,
             client_threads,
+            server_workers,
         }
     }
 }
@@ -266,6 +270,7 @@ mod tests {
                 cpu: "cpu".into(),
                 kernel: "6".into(),
                 client_threads: 1,
+                server_workers: Some(1),
             },
             target: TargetInfo {
                 url: "http://127.0.0.1:1".into(),

@@ -204,14 +204,26 @@ fn thresholds_line(run: &RunReport) -> String {
         .join(" · ")
 }
 
+/// ` · server workers N` when the bench started the servers.
+pub(super) fn server_workers(m: &super::Machine) -> String {
+    m.server_workers
+        .map_or_else(String::new, |w| format!(" · server workers {w}"))
+}
+
 /// The whole report for a terminal.
 pub fn terminal(report: &Report) -> String {
     let mut out = String::new();
     let m = &report.machine;
     let _ = writeln!(
         out,
-        "{} · {} · {} cores ({}) · Linux {} · client threads {}",
-        report.tool, report.started, m.cores, m.cpu, m.kernel, m.client_threads
+        "{} · {} · {} cores ({}) · Linux {} · client threads {}{}",
+        report.tool,
+        report.started,
+        m.cores,
+        m.cpu,
+        m.kernel,
+        m.client_threads,
+        server_workers(m)
     );
     for s in &report.scenarios {
         terminal_scenario(&mut out, s);
@@ -267,8 +279,14 @@ pub fn markdown(report: &Report) -> String {
     let _ = writeln!(out, "# meshql bench report\n");
     let _ = writeln!(
         out,
-        "{} · {} · {} cores ({}) · Linux {} · load generator on {} thread(s)\n",
-        report.tool, report.started, m.cores, m.cpu, m.kernel, m.client_threads
+        "{} · {} · {} cores ({}) · Linux {} · load generator on {} thread(s){}\n",
+        report.tool,
+        report.started,
+        m.cores,
+        m.cpu,
+        m.kernel,
+        m.client_threads,
+        server_workers(m)
     );
     let _ = writeln!(out, "| scenario | status | runs |\n|---|---|---|");
     for s in &report.scenarios {
