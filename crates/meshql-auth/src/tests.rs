@@ -653,3 +653,69 @@ fn what_a_request_pays_for_permissions() {
     let after = started.elapsed() / n;
     println!("per request: {before:?} identifying only, {after:?} with the roles claim and cached grants");
 }
+
+#[test]
+fn callers_carry_their_subject_and_roles() {
+    use meshql_core::{Caller, Principal};
+    // verified, roles from a nested claim; a forged token is refused as before
+    let a = authorizer_with(|v| v.public_keys.clear()).with_roles_claim(Some("realm_access.roles"));
+    let token = hs(
+        Algorithm::HS256,
+        &claims(
+            "alice",
+            json!({"realm_access": {"roles": ["reader", 7, "editor"]}}),
+        ),
+    );
+    let token = format!("Bearer {}", token.trim_start_matches("Bearer "));
+    assert_eq!(
+        a.caller(Some(&token)),
+        Ok(Caller {
+            credentials: Credentials::Tokens(vec!["alice".into()]),
+            principal: Principal {
+                subject: Some("alice".into()),
+                roles: vec!["reader".into(), "editor".into()],
+            },
+        })
+    );
+    assert_eq!(
+        a.caller(None).map(|c| c.principal),
+        Ok(Principal::default()),
+        "anonymous"
+    );
+    let mut forged = token.clone();
+    forged.pop();
+    forged.push(if token.ends_with('A') { 'B' } else { 'A' });
+    assert!(a.caller(Some(&forged)).is_err());
+    // trusted gateway: the roles of the unverified token
+    let trusted = JwtAuthorizer::new(
+        &JwtSettings {
+            required: false,
+            verification: Verification::TrustedGateway,
+        },
+        None,
+    )
+    .unwrap()
+    .with_roles_claim(Some("roles"));
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let unsigned = format!(
+        "Bearer {}.{}.sig",
+        b64(r#"{"alg":"none"}"#),
+        b64(r#"{"sub":"bob","roles":"a b,c"}"#)
+    );
+    assert_eq!(
+        trusted.caller(Some(&unsigned)).unwrap().principal.roles,
+        ["a", "b", "c"]
+    );
+    // Casbin: the policy's roles, whatever the token claims
+    let casbin = JwtAuthorizer::new(
+        &JwtSettings {
+            required: false,
+            verification: Verification::TrustedGateway,
+        },
+        Some([("bob".to_owned(), vec!["admin".to_owned()])].into()),
+    )
+    .unwrap();
+    let bob = casbin.caller(Some(&unsigned)).unwrap();
+    assert_eq!(bob.principal.roles, ["admin"]);
+    assert_eq!(bob.credentials, Credentials::Tokens(vec!["admin".into()]));
+}

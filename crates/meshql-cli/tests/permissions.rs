@@ -111,6 +111,18 @@ fn jwt_roles_auth() -> String {
 #[tokio::test]
 async fn roles_from_a_claim_decide_rest_graphql_and_the_change_feed() {
     let dir = farm_with(&READER_EDITOR, &jwt_roles_auth());
+    // the farm graph's Coop projection gets farm_id, for a mask in a nested relationship
+    let sdl = dir.path().join("graph/farm.graphql");
+    let text = std::fs::read_to_string(&sdl).unwrap();
+    assert!(text.contains("type Coop {\n  id: ID\n"));
+    std::fs::write(
+        &sdl,
+        text.replace(
+            "type Coop {\n  id: ID\n",
+            "type Coop {\n  id: ID\n  farm_id: ID\n",
+        ),
+    )
+    .unwrap();
     let server = Server::start(&dir.path().join("meshql.toml"), &[]);
     let c = server.client();
     let editor = token("ed", &["editor"]);
@@ -281,6 +293,25 @@ async fn roles_from_a_claim_decide_rest_graphql_and_the_change_feed() {
     assert_eq!(
         error_paths(&body),
         vec![(json!(["getById", "farm_id"]), json!("FORBIDDEN"))]
+    );
+    // ... and in a nested in-process relationship
+    let q = format!("{{ getById(id: \"{farm_id}\") {{ coops {{ name farm_id }} }} }}");
+    let body = graphql(&c, "/farm/graph", &q, &reader_same_rows).await;
+    assert_eq!(
+        body["data"],
+        json!({"getById": {"coops": [{"name": "red", "farm_id": null}]}})
+    );
+    assert_eq!(
+        error_paths(&body),
+        vec![(
+            json!(["getById", "coops", 0, "farm_id"]),
+            json!("FORBIDDEN")
+        )]
+    );
+    let body = graphql(&c, "/farm/graph", &q, &editor).await;
+    assert_eq!(
+        body["data"]["getById"]["coops"][0]["farm_id"],
+        json!(farm_id)
     );
     // a masked key still resolves the relationship (the target's own permission decides)
     let q = format!("{{ getById(id: \"{coop_id}\") {{ name farm {{ name }} }} }}");
