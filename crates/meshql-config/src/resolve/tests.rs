@@ -763,6 +763,14 @@ fn roles_need_a_source() {
     assert!(e.message.contains("auth.roles_claim"), "{e}");
     let toml = with_roles("").replace("realm_access.roles", "realm_access..roles");
     assert_eq!(one_error(f.load(&toml)).field, "auth.roles_claim");
+    let c = f
+        .load(&(with_roles("") + "enforce_policy = false\n"))
+        .unwrap();
+    assert!(
+        c.warnings.iter().any(|w| w.field == "auth.enforce_policy"),
+        "{:?}",
+        c.warnings
+    );
 }
 
 #[test]
