@@ -3,7 +3,9 @@
 //!
 //! Everything a write means lives here once: the JSON Schema validation of payloads, who the
 //! caller is ([`Session`], from the `Authorization` header through the service's
-//! [`meshql_core::Authorizer`]), which documents they may read and change, the tokens stamped
+//! [`meshql_core::Authorizer`]), what they may do to each entity and which fields they may
+//! read ([`meshql_core::Grants`] from the service's [`meshql_core::Policy`], 403 `FORBIDDEN`
+//! otherwise), which documents they may read and change, the tokens stamped
 //! on what they write, and the correlation id their changes carry into the change feed.
 //! Frontends translate their protocol into calls on a service and its errors back into their
 //! protocol ([`EngineError::kind`]); they never reach a store directly.
