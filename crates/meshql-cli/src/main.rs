@@ -2,6 +2,8 @@
 
 mod bench;
 mod changes;
+#[cfg(target_os = "linux")]
+mod startup_pages;
 
 /// mimalloc instead of the system allocator: every request allocates and frees small
 /// buffers (headers, JSON values, plans' outputs) on several threads; glibc malloc showed up
@@ -227,6 +229,11 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
         started.elapsed().as_millis()
     );
     tokio::spawn(return_freed_memory());
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("MESHQL_KEEP_STARTUP_PAGES").is_none() {
+        let released = startup_pages::release();
+        tracing::debug!(released, "start-up pages released");
+    }
     meshql_server::serve(
         app,
         listener,
