@@ -977,7 +977,8 @@ async fn debug_logs_time_each_stage_of_a_request() {
             })
             .unwrap_or_default()
     };
-    let wanted: [(&str, &dyn Fn(&Value) -> bool); 4] = [
+    type Wanted<'a> = (&'a str, &'a dyn Fn(&Value) -> bool);
+    let wanted: [Wanted; 4] = [
         ("the create's storage call inside its POST", &|v| {
             closed(v, "storage")
                 && v["span"]["entity"] == "farm"
@@ -1059,4 +1060,105 @@ async fn json_logs_carry_the_request_span() {
         .as_str()
         .unwrap()
         .contains("serving"));
+}
+
+/// `write_response = "see_other"`: creates and updates answer as MeshQL's TypeScript services
+/// do, 303 + `Location`, no body; the document is where the `Location` says.
+#[tokio::test]
+async fn see_other_mode_answers_creates_and_updates_with_303_and_location() {
+    let dir = example_copy("egg-economy", |c| {
+        format!("write_response = \"see_other\"\n{c}")
+    });
+    let s = Server::start(dir.path(), &[]);
+    let c = s.client();
+    let created = c
+        .post_json(
+            "/farm/api",
+            &json!({"name": "Redirected", "farm_type": "megafarm", "zone": "north"}),
+        )
+        .await;
+    created.expect_status(303);
+    assert_eq!(created.text, "", "a 303 has no body");
+    let location = created.header("location").expect("Location").to_owned();
+    let id = location
+        .strip_prefix("/farm/api/")
+        .unwrap_or_else(|| panic!("Location {location}"));
+    // MeshQL's TypeScript suites take the id as the Location's last 36 characters
+    assert!(
+        is_rfc4122_uuid(&location[location.len() - 36..]),
+        "{location}"
+    );
+    let read = c.get(&location).await;
+    read.expect_status(200);
+    assert_eq!(read.json()["name"], "Redirected");
+    assert_eq!(read.json()["id"], id);
+
+    let updated = c
+        .put_json(
+            &location,
+            &json!({"name": "Redirected again", "farm_type": "megafarm", "zone": "north"}),
+        )
+        .await;
+    updated.expect_status(303);
+    assert_eq!(updated.header("location"), Some(location.as_str()));
+    assert_eq!(updated.text, "");
+    assert_eq!(c.get(&location).await.json()["name"], "Redirected again");
+    // errors are unchanged: a PUT of nothing is a 404, a bad body a 400
+    c.put_json(
+        "/farm/api/no-such-id",
+        &json!({"name": "x", "farm_type": "megafarm", "zone": "north"}),
+    )
+    .await
+    .expect_status(404);
+    c.post_json("/farm/api", &json!({"name": 7}))
+        .await
+        .expect_status(400);
+    // the OpenAPI document says so
+    let doc = c.get("/farm/api/api-docs/swagger.json").await.json();
+    assert!(doc["paths"]["/farm/api"]["post"]["responses"]["303"].is_object());
+    assert!(doc["paths"]["/farm/api/{id}"]["put"]["responses"]["303"].is_object());
+}
+
+#[tokio::test]
+async fn default_write_answers_are_201_and_200_with_the_document() {
+    let s = start();
+    let c = s.client();
+    let created = c
+        .post_json(
+            "/farm/api",
+            &json!({"name": "Plain", "farm_type": "megafarm", "zone": "north"}),
+        )
+        .await;
+    created.expect_status(201);
+    let id = created.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        created.header("location"),
+        Some(format!("/farm/api/{id}").as_str())
+    );
+    let updated = c
+        .put_json(
+            &format!("/farm/api/{id}"),
+            &json!({"name": "Plain again", "farm_type": "megafarm", "zone": "north"}),
+        )
+        .await;
+    updated.expect_status(200);
+    assert_eq!(updated.json()["name"], "Plain again");
+}
+
+#[test]
+fn an_unknown_write_response_is_a_config_error_with_its_line() {
+    let dir = example_copy("egg-economy", |c| {
+        format!("write_response = \"redirect\"\n{c}")
+    });
+    let config = dir.path().join("meshql.toml");
+    let out = common::run_meshql(
+        &["check", config.to_str().unwrap()],
+        std::time::Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("meshql.toml:1") && stderr.contains("see_other"),
+        "{stderr}"
+    );
 }

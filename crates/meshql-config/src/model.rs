@@ -32,6 +32,13 @@ pub struct ServiceConfig {
     /// Content-Type, for clients that send none.
     #[serde(default = "default_true")]
     pub require_json_content_type: bool,
+    /// What REST creates (`POST P`) and updates (`PUT P/{id}`) answer: `created` (201 for a
+    /// create, 200 for an update, the stored document as the body, `Location: P/<id>`), or
+    /// `see_other` (303 with `Location: P/<id>` and an empty body, as MeshQL's TypeScript
+    /// services answer; their client suites take the new id from the `Location`). Clients
+    /// that follow redirects then GET the document.
+    #[serde(default)]
+    pub write_response: WriteResponse,
     /// The HTTP listener's connection limits: timeouts for headers, idle keep-alive
     /// connections and request bodies, the number of connections served at once, the listen
     /// backlog, and how long a shutdown waits for requests in progress.
@@ -60,6 +67,17 @@ pub struct ServiceConfig {
     /// The entities served.
     #[serde(default, rename = "entity")]
     pub entities: Vec<EntityConfig>,
+}
+
+/// What REST creates and updates answer (see [`ServiceConfig::write_response`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteResponse {
+    /// 201 (create) or 200 (update), the stored document, `Location: P/<id>`.
+    #[default]
+    Created,
+    /// 303 See Other, `Location: P/<id>`, no body.
+    SeeOther,
 }
 
 fn default_port() -> u16 {

@@ -61,6 +61,8 @@ pub struct ResolvedConfig {
     pub cors_origin: String,
     pub body_limit_bytes: usize,
     pub require_json_content_type: bool,
+    /// What REST creates and updates answer.
+    pub write_response: crate::model::WriteResponse,
     /// `[server]`: connection limits of the HTTP listener.
     pub server: ServerSpec,
     pub auth: AuthSpec,
@@ -543,6 +545,7 @@ impl Resolver {
             cors_origin: model.cors_origin,
             body_limit_bytes: model.body_limit_bytes,
             require_json_content_type: model.require_json_content_type,
+            write_response: model.write_response,
             server,
             auth,
             permissions,

@@ -14,8 +14,14 @@ fn as_openapi_schema(schema: Option<&Value>) -> Value {
     s
 }
 
-/// The document for a restlette at `path` whose bodies follow `schema`.
-pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Value {
+/// The document for a restlette at `path` whose bodies follow `schema`; `see_other`: creates
+/// and updates answer 303 + `Location` (see the server's `write_response`).
+pub fn openapi_document(
+    path: &str,
+    entity: &str,
+    schema: Option<&Value>,
+    see_other: bool,
+) -> Value {
     let state = json!({"$ref": "#/components/schemas/State"});
     let error = json!({"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
     let one =
@@ -27,6 +33,19 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
     let id_param =
         json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
     let security = json!([{"BearerAuth": []}]);
+    let redirect = json!({"description": "written; `Location` names the document (GET it for the stored version)",
+        "headers": {"Location": {"schema": {"type": "string"}}}});
+    let (created, updated) = if see_other {
+        (
+            json!({"303": redirect, "400": error, "413": error}),
+            json!({"303": redirect, "400": error, "404": error}),
+        )
+    } else {
+        (
+            json!({"201": one, "400": error, "413": error}),
+            json!({"200": one, "400": error, "404": error}),
+        )
+    };
     let mut paths = serde_json::Map::new();
     paths.insert(
         path.to_owned(),
@@ -45,7 +64,7 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
                     "responses": {"200": page, "400": error}},
             "post": {"operationId": "create", "summary": format!("Create a {entity} document"),
                      "security": security, "requestBody": body,
-                     "responses": {"201": one, "400": error, "413": error}}
+                     "responses": created}
         }),
     );
     paths.insert(
@@ -56,7 +75,7 @@ pub fn openapi_document(path: &str, entity: &str, schema: Option<&Value>) -> Val
                     "security": security, "responses": {"200": one, "404": error}},
             "put": {"operationId": "update", "summary": format!("Replace a {entity} document (a new version)"),
                     "security": security, "requestBody": body,
-                    "responses": {"200": one, "400": error, "404": error}},
+                    "responses": updated},
             "delete": {"operationId": "delete", "summary": format!("Delete a {entity} document"),
                        "security": security,
                        "responses": {"200": {"description": "deleted", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OperationStatus"}}}}, "404": error}}
@@ -127,6 +146,7 @@ mod tests {
             "/hen/api",
             "hen",
             Some(&json!({"$schema": "x", "type": "object"})),
+            false,
         );
         let paths = doc["paths"].as_object().unwrap();
         assert_eq!(paths.keys().next().unwrap(), "/hen/api");
@@ -162,8 +182,22 @@ mod tests {
         assert!(list["responses"]["400"].is_object());
     }
 
+    #[test]
+    fn see_other_mode_documents_303_with_location_for_creates_and_updates() {
+        let doc = openapi_document("/farm/api", "farm", None, true);
+        let create = &doc["paths"]["/farm/api"]["post"]["responses"];
+        let update = &doc["paths"]["/farm/api/{id}"]["put"]["responses"];
+        for responses in [create, update] {
+            assert!(responses["303"]["headers"]["Location"].is_object());
+            assert!(responses.get("201").is_none() && responses.get("200").is_none());
+        }
+        let plain = openapi_document("/farm/api", "farm", None, false);
+        assert!(plain["paths"]["/farm/api"]["post"]["responses"]["201"].is_object());
+        assert!(plain["paths"]["/farm/api/{id}"]["put"]["responses"]["200"].is_object());
+    }
+
     fn doc() -> Vec<u8> {
-        serde_json::to_vec(&openapi_document("/farm/api", "farm", None)).unwrap()
+        serde_json::to_vec(&openapi_document("/farm/api", "farm", None, false)).unwrap()
     }
 
     #[test]

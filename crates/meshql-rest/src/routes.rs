@@ -23,6 +23,9 @@ pub struct Restlette {
     /// The Swagger UI page, when the server serves one.
     pub docs_page: Option<Bytes>,
     pub body_limit: usize,
+    /// Creates and updates answer 303 See Other + `Location`, no body (MeshQL's TypeScript
+    /// services), instead of 201/200 with the document.
+    pub see_other: bool,
 }
 
 type Shared = State<Arc<Restlette>>;
@@ -82,6 +85,23 @@ impl Restlette {
         HeaderValue::from_str(&format!("{}/{}", self.path, id))
             .unwrap_or_else(|_| HeaderValue::from_static("/"))
     }
+
+    /// The answer to a create (`status` 201, with `Location`) or an update (200) of `env`;
+    /// 303 with `Location` and no body in see-other mode.
+    fn written(&self, status: StatusCode, env: Envelope) -> Response {
+        let mut resp = if self.see_other {
+            let mut r = Response::new(axum::body::Body::empty());
+            *r.status_mut() = StatusCode::SEE_OTHER;
+            r
+        } else {
+            json_response(status, env.payload)
+        };
+        if self.see_other || status == StatusCode::CREATED {
+            resp.headers_mut()
+                .insert(header::LOCATION, self.location(&env.id));
+        }
+        resp
+    }
 }
 
 async fn create(
@@ -93,10 +113,7 @@ async fn create(
     r.service.check(&session, Action::Create)?;
     let value = r.body(body)?;
     let env = r.service.create(&session, value).await?;
-    let mut resp = json_response(StatusCode::CREATED, env.payload);
-    resp.headers_mut()
-        .insert(header::LOCATION, r.location(&env.id));
-    Ok(resp)
+    Ok(r.written(StatusCode::CREATED, env))
 }
 
 /// `GET P`: every current document, streamed, or one page of them (see [`crate::list`]).
@@ -138,7 +155,7 @@ async fn update(
     r.service.check(&session, Action::Update)?;
     let value = r.body(body)?;
     let env = r.service.update(&session, &id, value).await?;
-    Ok(json_response(StatusCode::OK, env.payload))
+    Ok(r.written(StatusCode::OK, env))
 }
 
 async fn delete(

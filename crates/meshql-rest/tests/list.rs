@@ -47,6 +47,7 @@ fn app(store: DynStore, reader: Option<DynReader>) -> axum::Router {
         openapi: Default::default(),
         docs_page: None,
         body_limit: 1 << 20,
+        see_other: false,
     }))
 }
 
@@ -289,6 +290,7 @@ async fn every_page_of_a_streamed_list_is_filtered_by_the_callers_tokens() {
         openapi: Default::default(),
         docs_page: None,
         body_limit: 1 << 20,
+        see_other: false,
     }));
     for (who, uri) in [("alice", "/farm/api"), ("bob", "/farm/api?limit=2000")] {
         let resp = app

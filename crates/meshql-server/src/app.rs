@@ -243,7 +243,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let mut router = Router::new();
     for entity in &config.entities {
         if let Some(rest) = &entity.rest {
-            let openapi = openapi_document(&rest.path, &entity.name, rest.schema.as_ref());
+            let see_other = config.write_response == meshql_config::WriteResponse::SeeOther;
+            let openapi =
+                openapi_document(&rest.path, &entity.name, rest.schema.as_ref(), see_other);
             let restlette = Arc::new(Restlette {
                 path: rest.path.clone(),
                 service: services[&entity.name].clone(),
@@ -253,6 +255,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                     &format!("{}/api-docs/swagger.json", rest.path),
                 ))),
                 body_limit: config.body_limit_bytes,
+                see_other,
             });
             router = router.merge(meshql_rest::router(restlette));
         }
