@@ -455,14 +455,9 @@ pub fn html(report: &Report) -> String {
         out,
         r#"<!doctype html><html><head><meta charset="utf-8"><title>meshql bench — {started}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse;font-size:12px;margin:.5em 0}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:first-child,th:first-child{{text-align:left}}svg{{display:block;margin:.8em 0}}.fail{{color:#b00;font-weight:bold}}</style></head><body>
-<h1>meshql bench</h1><p>{tool} · {started} · {cores} cores ({cpu}) · Linux {kernel} · load generator on {threads} thread(s){workers}</p>"#,
+<h1>meshql bench</h1><p>{machine}</p>"#,
         started = esc(&report.started),
-        tool = esc(&report.tool),
-        cores = report.machine.cores,
-        cpu = esc(&report.machine.cpu),
-        kernel = esc(&report.machine.kernel),
-        threads = report.machine.client_threads,
-        workers = super::text::server_workers(&report.machine),
+        machine = esc(&super::text::machine_line(report)),
     );
     for s in &report.scenarios {
         let class = if s.status.is_failure() {

@@ -204,27 +204,23 @@ fn thresholds_line(run: &RunReport) -> String {
         .join(" · ")
 }
 
-/// ` · server workers N` when the bench started the servers.
-pub(super) fn server_workers(m: &super::Machine) -> String {
-    m.server_workers
-        .map_or_else(String::new, |w| format!(" · server workers {w}"))
+/// The report's first line: tool, time, machine, and how its cores were split between the
+/// load generator and the server (`server workers N` when the bench started the servers).
+pub(super) fn machine_line(report: &Report) -> String {
+    let m = &report.machine;
+    let workers = m
+        .server_workers
+        .map_or_else(String::new, |w| format!(" · server workers {w}"));
+    format!(
+        "{} · {} · {} cores ({}) · Linux {} · load generator on {} thread(s){workers}",
+        report.tool, report.started, m.cores, m.cpu, m.kernel, m.client_threads
+    )
 }
 
 /// The whole report for a terminal.
 pub fn terminal(report: &Report) -> String {
     let mut out = String::new();
-    let m = &report.machine;
-    let _ = writeln!(
-        out,
-        "{} · {} · {} cores ({}) · Linux {} · client threads {}{}",
-        report.tool,
-        report.started,
-        m.cores,
-        m.cpu,
-        m.kernel,
-        m.client_threads,
-        server_workers(m)
-    );
+    let _ = writeln!(out, "{}", machine_line(report));
     for s in &report.scenarios {
         terminal_scenario(&mut out, s);
     }
@@ -275,19 +271,8 @@ fn terminal_scenario(out: &mut String, s: &ScenarioReport) {
 /// The whole report as Markdown (latencies in ms).
 pub fn markdown(report: &Report) -> String {
     let mut out = String::new();
-    let m = &report.machine;
     let _ = writeln!(out, "# meshql bench report\n");
-    let _ = writeln!(
-        out,
-        "{} · {} · {} cores ({}) · Linux {} · load generator on {} thread(s){}\n",
-        report.tool,
-        report.started,
-        m.cores,
-        m.cpu,
-        m.kernel,
-        m.client_threads,
-        server_workers(m)
-    );
+    let _ = writeln!(out, "{}\n", machine_line(report));
     let _ = writeln!(out, "| scenario | status | runs |\n|---|---|---|");
     for s in &report.scenarios {
         let _ = writeln!(
