@@ -65,6 +65,8 @@ pub struct Options {
     pub curve_secs: f64,
     /// Base URL of an external ceiling server (default: the built-in one).
     pub ceiling: Option<String>,
+    /// Iterations per second of the `soak` scenario (open model).
+    pub soak_rate: f64,
     /// Kafka bootstrap servers for the `changes` scenario's relay runs (skipped without).
     pub kafka: Option<String>,
     pub bounds: Bounds,
@@ -92,6 +94,7 @@ impl Options {
             curve_secs: 2.0,
             ceiling: None,
             kafka: None,
+            soak_rate: 1000.0,
             bounds: Bounds::default(),
             quiet: false,
             client_threads: 1,

@@ -42,7 +42,8 @@ pub struct BenchRun {
     /// (10→30→50→0 users, 90 s). Default: smoke for the egg-economy suite.
     #[arg(long)]
     profile: Option<String>,
-    /// Seconds of each constant-load run (throughput 8, fan-out and core-scaling 10, farm-graph 60).
+    /// Seconds of each constant-load run (throughput 8, fan-out and core-scaling 10, farm-graph
+    /// 60, soak 1800).
     #[arg(long)]
     duration: Option<u64>,
     /// Users of constant-load runs.
@@ -75,6 +76,10 @@ pub struct BenchRun {
     /// Base URL of an external ceiling server (default: a built-in one on its own thread).
     #[arg(long)]
     ceiling: Option<String>,
+    /// Iterations per second of the `soak` scenario (a fixed arrival rate; each iteration is
+    /// one of the egg-economy suite's, 3.75 requests on average).
+    #[arg(long, default_value_t = 1000.0)]
+    soak_rate: f64,
     /// Kafka bootstrap servers (host:port): the `changes` scenario then also measures a Kafka
     /// relay's catch-up throughput and POST → Kafka latency.
     #[arg(long)]
@@ -118,7 +123,7 @@ pub fn run(command: Option<BenchCommand>, args: BenchRun) -> ExitCode {
                 "{:<18} rest-crud, graphql-queries, federation-depth, mixed-workload",
                 "egg-economy"
             );
-            println!("{:<18} every scenario", "all");
+            println!("{:<18} every scenario except soak", "all");
             ExitCode::SUCCESS
         }
         Some(BenchCommand::Compare { a, b }) => {
@@ -183,6 +188,13 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if !(args.soak_rate.is_finite() && args.soak_rate > 0.0) {
+        eprintln!(
+            "meshql bench: --soak-rate must be a positive number of iterations per second, not {}",
+            args.soak_rate
+        );
+        return ExitCode::FAILURE;
+    }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -213,6 +225,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.rounds = args.rounds;
     opts.curve_secs = args.curve_secs.max(0.0);
     opts.kafka = args.kafka;
+    opts.soak_rate = args.soak_rate;
     opts.ceiling = args.ceiling;
     opts.bounds = Bounds {
         p95_ms: args.max_p95_ms,

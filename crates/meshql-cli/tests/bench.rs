@@ -401,6 +401,92 @@ fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
 }
 
 #[test]
+fn the_soak_scenario_reports_the_servers_rss_slope() {
+    // a few seconds instead of 30 minutes, at a rate a debug build keeps up with; asserts
+    // that the figures are there, never what they are
+    let out_dir = tempfile::tempdir().unwrap();
+    let examples = examples_dir();
+    let out = run_meshql(
+        &[
+            "bench",
+            "soak",
+            "--examples",
+            examples.to_str().unwrap(),
+            "--duration",
+            "5",
+            "--soak-rate",
+            "40",
+            "--max-p95-ms",
+            "600000",
+            "--quiet",
+            "--out",
+            out_dir.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let scenarios = report["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 1);
+    let s = &scenarios[0];
+    assert_eq!(s["name"], "soak");
+    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
+    let runs = s["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    let run = &runs[0];
+    assert_eq!(run["offered_rps"].as_f64(), Some(40.0));
+    let o = &run["overall"];
+    assert!(o["count"].as_u64().unwrap() > 0, "{o}");
+    assert_eq!(o["http_errors"], 0, "{o}");
+    assert_eq!(o["graphql_errors"], 0, "{o}");
+    assert_eq!(o["checks_failed"], 0, "{o}");
+    // every part of the egg-economy mix took part
+    let kinds: Vec<&str> = run["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["rest_create", "graphql_get_all", "depth_3", "event_write"] {
+        assert!(kinds.contains(&kind), "{kind}: {kinds:?}");
+    }
+    let m = &run["metrics"];
+    for key in [
+        "rss_start_mib",
+        "rss_end_mib",
+        "rss_peak_mib",
+        "rss_slope_mib_per_hour",
+        "rss_samples",
+        "rss_warmup_s",
+    ] {
+        assert!(m[key].is_number(), "{key} in {m}");
+    }
+    assert!(m["rss_samples"].as_f64().unwrap() >= 2.0, "{m}");
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("MiB/h") && n.contains("samples")),
+        "{notes:?}"
+    );
+    assert!(stdout.contains("rss_slope_mib_per_hour = "), "{stdout}");
+    let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
+    assert!(md.contains("## soak") && md.contains("rss_slope_mib_per_hour = "));
+}
+
+#[test]
 fn list_compare_errors_and_unknown_names() {
     let out = run_meshql(&["bench", "list"], Duration::from_secs(30));
     assert!(out.status.success());
@@ -412,10 +498,29 @@ fn list_compare_errors_and_unknown_names() {
         "fan-out",
         "core-scaling",
         "changes",
+        "soak",
         "egg-economy",
     ] {
         assert!(list.contains(name), "{list}");
     }
+    assert!(list.contains("every scenario except soak"), "{list}");
+    let out = run_meshql(
+        &[
+            "bench",
+            "soak",
+            "--soak-rate",
+            "0",
+            "--url",
+            "http://127.0.0.1:9",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--soak-rate"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = run_meshql(
         &["bench", "nope", "--url", "http://127.0.0.1:9"],
         Duration::from_secs(30),

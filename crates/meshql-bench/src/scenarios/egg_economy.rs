@@ -19,11 +19,13 @@ use std::time::Instant;
 
 pub const ZONES: [&str; 3] = ["north", "south", "east"];
 
+#[derive(Clone)]
 pub struct Coop {
     pub id: String,
     pub hens: Vec<String>,
 }
 
+#[derive(Clone)]
 pub struct Farm {
     pub id: String,
     pub name: String,
@@ -32,6 +34,7 @@ pub struct Farm {
 }
 
 /// What the seed created, ids as the server returned them.
+#[derive(Clone)]
 pub struct Farmyard {
     pub farms: Vec<Farm>,
 }
@@ -96,7 +99,7 @@ pub async fn seed_farmyard(
 
 /// The projections the mixed workload reads: one farm_output per farm, one
 /// hen_productivity per hen.
-async fn seed_projections(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
+pub(super) async fn seed_projections(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
     for f in &yard.farms {
         let hens = f.coops.iter().map(|c| c.hens.len()).sum::<usize>();
         gate::create(
@@ -120,7 +123,7 @@ fn depth3(farm: &str) -> String {
 }
 
 /// The gate shared by the suite: the farmyard reads back through REST and GraphQL.
-async fn gate_farmyard(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
+pub(super) async fn gate_farmyard(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
     let f = &yard.farms[0];
     let doc = gate::get_json(s, &format!("/farm/api/{}", f.id)).await?;
     gate::expect_eq(&doc, "name", &json!(f.name), "REST read of a seeded farm")?;
@@ -160,7 +163,7 @@ fn present(data: &Option<Value>, path: &str) -> bool {
 
 pub struct RestCrud;
 
-struct RestCrudLoad;
+pub(super) struct RestCrudLoad;
 
 #[async_trait]
 impl Workload for RestCrudLoad {
@@ -205,6 +208,18 @@ impl Workload for RestCrudLoad {
     }
 }
 
+/// The rest-crud gate: a farm created through REST reads back.
+pub(super) async fn gate_rest_crud(s: &mut Session) -> GateResult<()> {
+    let id = gate::create(
+        s,
+        "/farm/api",
+        &json!({"name": "gate", "farm_type": "homestead", "zone": "west"}),
+    )
+    .await?;
+    let doc = gate::get_json(s, &format!("/farm/api/{id}")).await?;
+    gate::expect_eq(&doc, "name", &json!("gate"), "REST read after create")
+}
+
 #[async_trait]
 impl Scenario for RestCrud {
     fn name(&self) -> &'static str {
@@ -218,14 +233,7 @@ impl Scenario for RestCrud {
     }
     async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
         let mut s = ctx.session();
-        let id = gate::create(
-            &mut s,
-            "/farm/api",
-            &json!({"name": "gate", "farm_type": "homestead", "zone": "west"}),
-        )
-        .await?;
-        let doc = gate::get_json(&mut s, &format!("/farm/api/{id}")).await?;
-        gate::expect_eq(&doc, "name", &json!("gate"), "REST read after create")?;
+        gate_rest_crud(&mut s).await?;
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
         ctx.closed(&label, Arc::new(RestCrudLoad), &model).await;
@@ -239,8 +247,8 @@ impl Scenario for RestCrud {
 
 pub struct GraphqlQueries;
 
-struct QueriesLoad {
-    yard: Farmyard,
+pub(super) struct QueriesLoad {
+    pub(super) yard: Farmyard,
 }
 
 #[async_trait]
@@ -277,6 +285,24 @@ impl Workload for QueriesLoad {
     }
 }
 
+/// The graphql-queries gate (after [`gate_farmyard`]): getAll lists the seeded farms and
+/// getByZone finds one of them.
+pub(super) async fn gate_queries(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
+    let d = gate::query(s, "/farm/graph", "{ getAll { id } }").await?;
+    ensure(len_at(&d, "getAll") >= yard.farms.len(), || {
+        format!("getAll returned {d}")
+    })?;
+    let f = &yard.farms[0];
+    let q = format!("{{ getByZone(zone: \"{}\") {{ id }} }}", f.zone);
+    let d = gate::query(s, "/farm/graph", &q).await?;
+    let found = gate::at(&d, "getByZone")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x.get("id") == Some(&json!(f.id))));
+    ensure(found, || {
+        format!("getByZone({}) should include {}: {d}", f.zone, f.id)
+    })
+}
+
 #[async_trait]
 impl Scenario for GraphqlQueries {
     fn name(&self) -> &'static str {
@@ -292,19 +318,7 @@ impl Scenario for GraphqlQueries {
         let mut s = ctx.session();
         let yard = seed_farmyard(&mut s, 3, 3, 5).await?;
         gate_farmyard(&mut s, &yard).await?;
-        let d = gate::query(&mut s, "/farm/graph", "{ getAll { id } }").await?;
-        ensure(len_at(&d, "getAll") >= yard.farms.len(), || {
-            format!("getAll returned {d}")
-        })?;
-        let f = &yard.farms[0];
-        let q = format!("{{ getByZone(zone: \"{}\") {{ id }} }}", f.zone);
-        let d = gate::query(&mut s, "/farm/graph", &q).await?;
-        let found = gate::at(&d, "getByZone")
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|x| x.get("id") == Some(&json!(f.id))));
-        ensure(found, || {
-            format!("getByZone({}) should include {}: {d}", f.zone, f.id)
-        })?;
+        gate_queries(&mut s, &yard).await?;
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
         ctx.closed(&label, Arc::new(QueriesLoad { yard }), &model)
@@ -319,8 +333,8 @@ impl Scenario for GraphqlQueries {
 
 pub struct FederationDepth;
 
-struct DepthLoad {
-    yard: Farmyard,
+pub(super) struct DepthLoad {
+    pub(super) yard: Farmyard,
 }
 
 #[async_trait]
@@ -364,6 +378,32 @@ impl Workload for DepthLoad {
     }
 }
 
+/// The federation-depth gate (after [`seed_projections`] and [`gate_farmyard`]): a farm's
+/// farmOutput and a coop's farm and hens resolve. Expects the 3 × 3 × 5 farmyard.
+pub(super) async fn gate_depth(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
+    let f = &yard.farms[0];
+    let q = format!(
+        "{{ getById(id: \"{}\") {{ farmOutput {{ total_hens }} }} }}",
+        f.id
+    );
+    let d = gate::query(s, "/farm/graph", &q).await?;
+    gate::expect_eq(
+        &d,
+        "getById.farmOutput.0.total_hens",
+        &json!(15),
+        "farmOutput of a seeded farm",
+    )?;
+    let q = format!(
+        "{{ getById(id: \"{}\") {{ farm {{ name }} hens {{ name }} }} }}",
+        f.coops[0].id
+    );
+    let d = gate::query(s, "/coop/graph", &q).await?;
+    gate::expect_eq(&d, "getById.farm.name", &json!(f.name), "coop → farm")?;
+    ensure(len_at(&d, "getById.hens") == 5, || {
+        format!("coop → hens returned {d}")
+    })
+}
+
 #[async_trait]
 impl Scenario for FederationDepth {
     fn name(&self) -> &'static str {
@@ -380,27 +420,7 @@ impl Scenario for FederationDepth {
         let yard = seed_farmyard(&mut s, 3, 3, 5).await?;
         seed_projections(&mut s, &yard).await?;
         gate_farmyard(&mut s, &yard).await?;
-        let f = &yard.farms[0];
-        let q = format!(
-            "{{ getById(id: \"{}\") {{ farmOutput {{ total_hens }} }} }}",
-            f.id
-        );
-        let d = gate::query(&mut s, "/farm/graph", &q).await?;
-        gate::expect_eq(
-            &d,
-            "getById.farmOutput.0.total_hens",
-            &json!(15),
-            "farmOutput of a seeded farm",
-        )?;
-        let q = format!(
-            "{{ getById(id: \"{}\") {{ farm {{ name }} hens {{ name }} }} }}",
-            f.coops[0].id
-        );
-        let d = gate::query(&mut s, "/coop/graph", &q).await?;
-        gate::expect_eq(&d, "getById.farm.name", &json!(f.name), "coop → farm")?;
-        ensure(len_at(&d, "getById.hens") == 5, || {
-            format!("coop → hens returned {d}")
-        })?;
+        gate_depth(&mut s, &yard).await?;
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
         ctx.closed(&label, Arc::new(DepthLoad { yard }), &model)
@@ -415,9 +435,20 @@ impl Scenario for FederationDepth {
 
 pub struct MixedWorkload;
 
-struct MixedLoad {
+pub(super) struct MixedLoad {
     /// (farm id, coop id, hen id)
     hens: Vec<(String, String, String)>,
+}
+
+impl MixedLoad {
+    pub(super) fn new(yard: &Farmyard) -> Self {
+        Self {
+            hens: yard
+                .hens()
+                .map(|(f, c, h)| (f.id.clone(), c.id.clone(), h.clone()))
+                .collect(),
+        }
+    }
 }
 
 #[async_trait]
@@ -459,6 +490,42 @@ impl Workload for MixedLoad {
     }
 }
 
+/// The mixed-workload gate (after [`seed_projections`] and [`gate_farmyard`]): a lay report
+/// is accepted and the seeded projections read back through their GraphQL queries.
+pub(super) async fn gate_mixed(s: &mut Session, yard: &Farmyard) -> GateResult<()> {
+    let (f, c, h) = yard.hens().next().expect("seeded hens");
+    gate::create(
+        s,
+        "/lay_report/api",
+        &json!({"hen_id": h, "coop_id": c.id, "farm_id": f.id, "eggs": 1, "timestamp": "2026-11-22T06:00:00Z"}),
+    )
+    .await?;
+    let d = gate::query(
+        s,
+        "/hen_productivity/graph",
+        &format!("{{ getByHen(id: \"{h}\") {{ eggs_week }} }}"),
+    )
+    .await?;
+    gate::expect_eq(
+        &d,
+        "getByHen.0.eggs_week",
+        &json!(6),
+        "hen_productivity of a seeded hen",
+    )?;
+    let d = gate::query(
+        s,
+        "/farm_output/graph",
+        &format!("{{ getByFarm(id: \"{}\") {{ eggs_week }} }}", f.id),
+    )
+    .await?;
+    gate::expect_eq(
+        &d,
+        "getByFarm.0.eggs_week",
+        &json!(70),
+        "farm_output of a seeded farm",
+    )
+}
+
 #[async_trait]
 impl Scenario for MixedWorkload {
     fn name(&self) -> &'static str {
@@ -475,44 +542,10 @@ impl Scenario for MixedWorkload {
         let yard = seed_farmyard(&mut s, 3, 3, 5).await?;
         seed_projections(&mut s, &yard).await?;
         gate_farmyard(&mut s, &yard).await?;
-        let (f, c, h) = yard.hens().next().expect("seeded hens");
-        gate::create(
-            &mut s,
-            "/lay_report/api",
-            &json!({"hen_id": h, "coop_id": c.id, "farm_id": f.id, "eggs": 1, "timestamp": "2026-11-22T06:00:00Z"}),
-        )
-        .await?;
-        let d = gate::query(
-            &mut s,
-            "/hen_productivity/graph",
-            &format!("{{ getByHen(id: \"{h}\") {{ eggs_week }} }}"),
-        )
-        .await?;
-        gate::expect_eq(
-            &d,
-            "getByHen.0.eggs_week",
-            &json!(6),
-            "hen_productivity of a seeded hen",
-        )?;
-        let d = gate::query(
-            &mut s,
-            "/farm_output/graph",
-            &format!("{{ getByFarm(id: \"{}\") {{ eggs_week }} }}", f.id),
-        )
-        .await?;
-        gate::expect_eq(
-            &d,
-            "getByFarm.0.eggs_week",
-            &json!(70),
-            "farm_output of a seeded farm",
-        )?;
-        let hens = yard
-            .hens()
-            .map(|(f, c, h)| (f.id.clone(), c.id.clone(), h.clone()))
-            .collect();
+        gate_mixed(&mut s, &yard).await?;
         let model = ctx.profile(ClosedModel::smoke());
         let label = model.name.clone();
-        ctx.closed(&label, Arc::new(MixedLoad { hens }), &model)
+        ctx.closed(&label, Arc::new(MixedLoad::new(&yard)), &model)
             .await;
         Ok(())
     }

@@ -2,12 +2,15 @@
 //! runs through the [`Ctx`]. Adding a scenario is one file with a [`Scenario`] impl and one
 //! line in [`all`].
 
+pub use soak::{least_squares, LinearFit, RssTrend};
+
 mod changes;
 mod core_scaling;
 mod egg_economy;
 mod fan_out;
 mod farm_graph;
 mod products;
+mod soak;
 mod throughput;
 
 use crate::client::{Session, Target};
@@ -54,11 +57,15 @@ pub trait Scenario: Send + Sync {
     fn name(&self) -> &'static str;
     fn description(&self) -> &'static str;
     fn example(&self) -> Example;
+    /// Whether the `all` group runs it (`soak` is too long; it runs by name only).
+    fn in_all(&self) -> bool {
+        true
+    }
     /// Seeds, passes the gate, measures.
     async fn run(&self, ctx: &mut Ctx) -> Result<(), ScenarioError>;
 }
 
-/// Every scenario, in the order `all` runs them.
+/// Every scenario, in the order `all` runs them (those that are [`Scenario::in_all`]).
 pub fn all() -> Vec<Box<dyn Scenario>> {
     vec![
         Box::new(throughput::Throughput),
@@ -71,6 +78,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(fan_out::FanOut),
         Box::new(core_scaling::CoreScaling),
         Box::new(changes::Changes),
+        Box::new(soak::Soak),
     ]
 }
 
@@ -83,7 +91,13 @@ pub fn group(name: &str) -> Option<Vec<&'static str>> {
             "federation-depth",
             "mixed-workload",
         ]),
-        "all" => Some(all().iter().map(|s| s.name()).collect()),
+        "all" => Some(
+            all()
+                .iter()
+                .filter(|s| s.in_all())
+                .map(|s| s.name())
+                .collect(),
+        ),
         _ => None,
     }
 }
