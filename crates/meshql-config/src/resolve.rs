@@ -459,18 +459,25 @@ impl Resolver {
                 };
                 let schema = self.parse_sdl(&sdl, &sdl_file, &format!("{field}.graphql.schema"))?;
                 let mut queries = Vec::new();
-                let mut entity_type: Option<String> = None;
+                let mut returned: Vec<(String, String)> = Vec::new();
                 for (vector, list_name, configs) in [(false, "singletons", &g.singletons), (true, "vectors", &g.vectors)] {
                     for (qi, q) in configs.iter().enumerate() {
                         let qfield = format!("{field}.graphql.{list_name}[{qi}]");
                         if let Some(rq) = self.resolve_query(q, vector, &schema, &qfield) {
-                            if entity_type.is_none() {
-                                entity_type = root_field_type(&schema, &rq.name);
+                            if let Some(t) = root_field_type(&schema, &rq.name) {
+                                returned.push((rq.name.clone(), t));
                             }
                             queries.push(rq);
                         }
                     }
                 }
+                let entity_type = match entity_object_type(&schema, &name, &returned) {
+                    Ok(t) => t,
+                    Err(message) => {
+                        self.error(Some(&g.schema), format!("{field}.graphql.schema"), message);
+                        None
+                    }
+                };
                 let mut seen_q = HashSet::new();
                 for q in &queries {
                     if !seen_q.insert(q.name.clone()) {
@@ -1022,6 +1029,51 @@ fn root_field_names(schema: &Schema) -> Vec<String> {
 
 fn root_field_type(schema: &Schema, name: &str) -> Option<String> {
     root_field(schema, name).map(|f| f.ty.inner_named_type().to_string())
+}
+
+/// The object type of an entity's documents, from what its bound root queries return
+/// (`(query, type)` in config order): the first object type among them; when they all
+/// return an interface or a union, the one type of it that is an object, else the one whose
+/// name is the entity's (`lay_report` ~ `LayReport`). `Err` when an abstract return type
+/// leaves it open; `Ok(None)` when no bound query returns a type the SDL declares.
+fn entity_object_type(
+    schema: &Schema,
+    entity: &str,
+    returned: &[(String, String)],
+) -> Result<Option<String>, String> {
+    if let Some((_, t)) = returned
+        .iter()
+        .find(|(_, t)| schema.get_object(t.as_str()).is_some())
+    {
+        return Ok(Some(t.clone()));
+    }
+    let Some((query, abstract_type)) = returned.first() else {
+        return Ok(None);
+    };
+    let Ok(abstract_name) = Name::new(abstract_type) else {
+        return Ok(None);
+    };
+    let possible: Vec<&Name> = schema
+        .types
+        .iter()
+        .filter(|(n, t)| t.is_object() && schema.is_subtype(&abstract_name, n))
+        .map(|(n, _)| n)
+        .collect();
+    let plain = |s: &str| s.replace('_', "").to_ascii_lowercase();
+    match possible.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.to_string())),
+        many => match many.iter().find(|n| plain(n) == plain(entity)) {
+            Some(n) => Ok(Some(n.to_string())),
+            None => Err(format!(
+                "`{query}` returns `{abstract_type}`, which is any of {}: meshql cannot tell which of them \"{entity}\"'s documents are; name one of them after the entity or bind a root query that returns it",
+                many.iter()
+                    .map(|n| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        },
+    }
 }
 
 fn widen_at_arguments(schema: &mut Schema) {

@@ -490,7 +490,8 @@ impl<'a> Planner<'a> {
                         let ty = field.definition.ty.inner_named_type();
                         let composite = self.is_composite(ty);
                         let selection = if composite {
-                            self.plan_selection(&occurrences, ty.as_str(), Some(index), 1, 0)?
+                            let ty = self.concrete_type(ty, Some(index))?;
+                            self.plan_selection(&occurrences, &ty, Some(index), 1, 0)?
                         } else {
                             Arc::new(SelectionPlan::default())
                         };
@@ -522,6 +523,47 @@ impl<'a> Planner<'a> {
             )));
         }
         Ok(())
+    }
+
+    /// The type a composite field's selection is planned for, so that `__typename` and
+    /// fragments on object types answer for what the documents are: the field's type when it
+    /// is an object type; for an interface or a union, the entity type of graphlette
+    /// `rows_from` (whose rows fill the field) when it is one of its types, else its only
+    /// object type. An embedded payload object (`rows_from` `None`) of an interface or union
+    /// with several object types keeps the abstract type (documents carry no type name).
+    fn concrete_type(&self, ty: &Name, rows_from: Option<usize>) -> Result<String, Vec<PlanError>> {
+        let abstract_type = self
+            .schema
+            .types
+            .get(ty)
+            .is_some_and(|t| t.is_interface() || t.is_union());
+        if !abstract_type {
+            return Ok(ty.to_string());
+        }
+        if let Some(g) = rows_from {
+            let entity_type = self.catalog.graphlettes()[g].entity_type.as_str();
+            if self.schema.get_object(entity_type).is_some()
+                && self.schema.is_subtype(ty, entity_type)
+            {
+                return Ok(entity_type.to_owned());
+            }
+        }
+        let objects: Vec<&Name> = self
+            .schema
+            .types
+            .iter()
+            .filter(|(n, t)| t.is_object() && self.schema.is_subtype(ty, n))
+            .map(|(n, _)| n)
+            .collect();
+        match (objects.as_slice(), rows_from) {
+            ([one], _) => Ok(one.to_string()),
+            (_, None) => Ok(ty.to_string()),
+            (_, Some(g)) => Err(vec![PlanError::new(format!(
+                "`{ty}` does not include `{}`, the type of the documents of \"{}\" that answer this field",
+                self.catalog.graphlettes()[g].entity_type,
+                self.catalog.graphlettes()[g].entity
+            ))]),
+        }
     }
 
     fn is_composite(&self, ty: &Name) -> bool {
@@ -601,7 +643,7 @@ impl<'a> Planner<'a> {
                         let selection = if self.is_composite(inner) {
                             self.plan_selection(
                                 &occ,
-                                inner.as_str(),
+                                &self.concrete_type(inner, Some(t_index))?,
                                 Some(t_index),
                                 depth + 1,
                                 relationship_depth + 1,
@@ -628,7 +670,7 @@ impl<'a> Planner<'a> {
             } else if self.is_composite(inner) {
                 FieldKind::Embedded(self.plan_selection(
                     &occ,
-                    inner.as_str(),
+                    &self.concrete_type(inner, None)?,
                     None,
                     depth + 1,
                     relationship_depth,

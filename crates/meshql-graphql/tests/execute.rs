@@ -78,13 +78,19 @@ struct World {
 
 impl World {
     async fn new() -> World {
-        let dir = tempfile::tempdir().unwrap();
-        for (f, s) in [
+        World::with_files(&[
             ("farm.graphql", FARM_SDL),
             ("coop.graphql", COOP_SDL),
             ("hen.graphql", HEN_SDL),
             ("meshql.toml", CONFIG),
-        ] {
+        ])
+        .await
+    }
+
+    /// A world from a `meshql.toml` and the SDL files it names.
+    async fn with_files(files: &[(&str, &str)]) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        for (f, s) in files {
             std::fs::write(dir.path().join(f), s).unwrap();
         }
         let config = meshql_config::load(dir.path()).expect("valid test config");
@@ -828,4 +834,111 @@ async fn a_syntax_error_is_reported_once() {
         "{r}"
     );
     assert!(r.get("data").is_none(), "{r}");
+}
+
+/// Interface and union return types answer as the object type of the documents: the
+/// entity's own type (named after it), or the one object type an abstract type has.
+#[tokio::test]
+async fn interface_and_union_fields_resolve_to_the_documents_type() {
+    const CONFIG: &str = r#"
+[[entity]]
+name = "farm"
+[entity.graphql]
+schema = "farm.graphql"
+[[entity.graphql.singletons]]
+name = "node"
+query = '{"id": "{{id}}"}'
+[[entity.graphql.vectors]]
+name = "search"
+query = '{}'
+[[entity.graphql.resolvers]]
+name = "coops"
+query = "getByFarm"
+graph = "/coop/graph"
+
+[[entity]]
+name = "coop"
+[entity.graphql]
+schema = "coop.graphql"
+[[entity.graphql.singletons]]
+name = "getById"
+query = '{"id": "{{id}}"}'
+[[entity.graphql.vectors]]
+name = "getByFarm"
+query = '{"payload.farm_id": "{{id}}"}'
+"#;
+    const FARM: &str = r#"
+interface Node { id: ID }
+type Query { node(id: ID, at: Float): Node  search(at: Float): [Thing] }
+union Thing = Farm | Barn
+type Farm implements Node { id: ID name: String coops: [Shelter] }
+type Barn implements Node { id: ID size: Int }
+union Shelter = Coop
+type Coop { id: ID name: String }
+"#;
+    const COOP: &str = r#"
+type Query { getById(id: ID, at: Float): Coop  getByFarm(id: ID, at: Float): [Coop] }
+type Coop { id: ID name: String farm_id: ID }
+"#;
+    let w = World::with_files(&[
+        ("meshql.toml", CONFIG),
+        ("farm.graphql", FARM),
+        ("coop.graphql", COOP),
+    ])
+    .await;
+    w.put("farm", "F1", json!({"name": "Emerdale"}), T0).await;
+    w.put("coop", "C1", json!({"name": "red", "farm_id": "F1"}), T0)
+        .await;
+    let got = w
+        .query(
+            "/farm/graph",
+            r#"{ node(id: "F1") { __typename id ... on Farm { name coops { __typename ... on Coop { name } } } ... on Barn { size } }
+                 search { __typename ... on Farm { name } ... on Barn { size } } }"#,
+        )
+        .await;
+    assert_eq!(
+        got,
+        json!({"data": {
+            "node": {"__typename": "Farm", "id": "F1", "name": "Emerdale",
+                     "coops": [{"__typename": "Coop", "name": "red"}]},
+            "search": [{"__typename": "Farm", "name": "Emerdale"}]
+        }})
+    );
+}
+
+/// An interface root type whose object types do not tell which one the entity's documents
+/// are is a config error naming the query and the candidates.
+#[test]
+fn an_abstract_root_type_that_leaves_the_entity_type_open_is_a_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("meshql.toml"),
+        r#"
+[[entity]]
+name = "stable"
+[entity.graphql]
+schema = "stable.graphql"
+[[entity.graphql.singletons]]
+name = "node"
+query = '{"id": "{{id}}"}'
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("stable.graphql"),
+        "interface Node { id: ID }\ntype Query { node(id: ID, at: Float): Node }\n\
+         type Farm implements Node { id: ID }\ntype Barn implements Node { id: ID }\n",
+    )
+    .unwrap();
+    let errors = meshql_config::load(dir.path()).expect_err("the entity type is open");
+    let text = errors.to_string();
+    assert!(
+        text.contains("`node` returns `Node`, which is any of `Farm`, `Barn`")
+            || text.contains("`node` returns `Node`, which is any of `Barn`, `Farm`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("entity.graphql.schema") || text.contains("graphql.schema"),
+        "{text}"
+    );
 }
