@@ -741,6 +741,12 @@ pub struct QueryConfig {
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub sql: Option<Spanned<String>>,
+    /// Sort order of a JSON `query`'s results, as a JSON object of fields and directions
+    /// (`1` ascending, `-1` descending): `{"payload.price": -1, "id": 1}`. Ties keep
+    /// creation order.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub sort: Option<Spanned<String>>,
 }
 
 /// A relationship field. Exactly one of `graph` (in-process) and `url` (HTTP).

@@ -722,6 +722,16 @@ impl Resolver {
                 return None;
             }
         };
+        let template = match &q.sort {
+            None => template,
+            Some(sort) => match template.with_sort(sort.get_ref()) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.error(Some(sort), format!("{field}.sort"), e.to_string());
+                    return None;
+                }
+            },
+        };
         let args: HashSet<&str> = def.arguments.iter().map(|a| a.name.as_str()).collect();
         let at = q.query.as_ref().or(q.sql.as_ref());
         for placeholder in template.placeholders() {

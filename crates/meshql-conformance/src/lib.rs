@@ -8,6 +8,9 @@
 //!
 //! Each case is a plain async function taking the store, so a failure names its case.
 
+pub mod operators;
+pub use operators::*;
+
 use meshql_core::{
     BoundArgs, ChangeOp, Cursor, DynStore, Millis, Nested, NestedRow, NewDocument, QueryTemplate,
     RemoveOutcome, StoreChange, TokenFilter, WriteContext,

@@ -98,7 +98,7 @@ fn template(c: &mut Criterion) {
     let predicates = |t: &QueryTemplate| -> Vec<ArgValue> {
         match &t.kind {
             TemplateKind::Filter(preds) => preds.iter().map(|(_, v)| v.clone()).collect(),
-            TemplateKind::Sql(_) => unreachable!("a filter template"),
+            TemplateKind::Sql(_) | TemplateKind::Query(_) => unreachable!("a filter template"),
         }
     };
     let by_id_values = predicates(&by_id);

@@ -257,3 +257,13 @@ impl Tree<'_> {
         }
     }
 }
+
+/// Whether a search or any relationship below it sorts (a `sort` on its template): one
+/// nested statement returns rows in creation order, so such a tree is read level by level.
+pub fn sorted(template: &QueryTemplate, nested: &[crate::Nested]) -> bool {
+    fn any(ns: &[crate::Nested]) -> bool {
+        ns.iter()
+            .any(|n| !n.template.sort().is_empty() || any(&n.children))
+    }
+    !template.sort().is_empty() || any(nested)
+}

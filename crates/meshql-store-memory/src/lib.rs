@@ -172,7 +172,7 @@ impl MemoryStore {
 
     fn check(template: &QueryTemplate) -> Result<(), StoreError> {
         match template.kind {
-            TemplateKind::Filter(_) => Ok(()),
+            TemplateKind::Filter(_) | TemplateKind::Query(_) => Ok(()),
             TemplateKind::Sql(_) => Err(StoreError::Invalid(format!(
                 "SQL fragment `{}` needs a SQL backend; the memory store takes JSON templates",
                 template.source
@@ -283,19 +283,31 @@ impl StoreReader for MemoryStore {
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         Self::check(template)?;
+        template
+            .check_args(args)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         self.reads.fetch_add(1, Ordering::Relaxed);
         let data = self.data.read();
-        Ok(data
-            .order
-            .iter()
-            .filter_map(|id| {
-                let v = data.visible(id, filter, at)?;
-                template.matches(args, id, &v.parsed).then(|| Row {
-                    id: id.clone(),
-                    payload: v.payload.clone(),
-                })
-            })
+        let matching = data.order.iter().filter_map(|id| {
+            let v = data.visible(id, filter, at)?;
+            template.matches(args, id, &v.parsed).then_some((id, v))
+        });
+        let row = |(id, v): (&String, &Version)| Row {
+            id: id.clone(),
+            payload: v.payload.clone(),
+        };
+        if template.sort().is_empty() {
+            return Ok(matching
+                .take(limit.unwrap_or(usize::MAX))
+                .map(row)
+                .collect());
+        }
+        let mut all: Vec<_> = matching.collect();
+        template.sort_rows(&mut all, |(id, v)| (id.as_str(), &v.parsed));
+        Ok(all
+            .into_iter()
             .take(limit.unwrap_or(usize::MAX))
+            .map(row)
             .collect())
     }
 
@@ -321,18 +333,23 @@ impl StoreReader for MemoryStore {
             }
             let mut args = BoundArgs::new();
             args.insert(key_arg.to_owned(), Value::String(key.clone()));
-            for id in &data.order {
-                if let Some(v) = data.visible(id, filter, at) {
-                    if template.matches(&args, id, &v.parsed) {
-                        out.push((
-                            key.clone(),
-                            Row {
-                                id: id.clone(),
-                                payload: v.payload.clone(),
-                            },
-                        ));
-                    }
-                }
+            let mut matching: Vec<(&String, &Version)> = data
+                .order
+                .iter()
+                .filter_map(|id| {
+                    let v = data.visible(id, filter, at)?;
+                    template.matches(&args, id, &v.parsed).then_some((id, v))
+                })
+                .collect();
+            template.sort_rows(&mut matching, |(id, v)| (id.as_str(), &v.parsed));
+            for (id, v) in matching {
+                out.push((
+                    key.clone(),
+                    Row {
+                        id: id.clone(),
+                        payload: v.payload.clone(),
+                    },
+                ));
             }
         }
         Ok(out)

@@ -3,7 +3,7 @@
 use crate::feed::{Feed, Hold, CLOCK_COLLECTION, DEFAULT_FEED_GRACE};
 use async_trait::async_trait;
 use futures::TryStreamExt;
-use meshql_core::template::TemplateKind;
+use meshql_core::template::{CmpOp, Cond, TemplateKind};
 use meshql_core::{
     in_request_order, now_millis, ArgValue, BoundArgs, ChangeOp, CommitSignal, Cursor, Envelope,
     FieldPath, KeyedRows, Millis, NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store,
@@ -291,11 +291,27 @@ fn template_filter(
     args: &BoundArgs,
     prefix: &str,
 ) -> Result<Document, StoreError> {
-    let TemplateKind::Filter(preds) = &template.kind else {
-        return Err(StoreError::Invalid(format!(
-            "SQL fragment `{}` needs a SQL backend; MongoDB takes JSON templates",
-            template.source
-        )));
+    let preds = match &template.kind {
+        TemplateKind::Filter(preds) => preds,
+        TemplateKind::Query(spec) => {
+            // every condition in one `$and`: two operators on one field stay two conditions
+            let conds: Vec<Bson> = spec
+                .conds
+                .iter()
+                .map(|c| Bson::Document(cond_filter(c, args, prefix)))
+                .collect();
+            return Ok(if conds.is_empty() {
+                Document::new()
+            } else {
+                doc! {"$and": conds}
+            });
+        }
+        TemplateKind::Sql(_) => {
+            return Err(StoreError::Invalid(format!(
+                "SQL fragment `{}` needs a SQL backend; MongoDB takes JSON templates",
+                template.source
+            )))
+        }
     };
     let mut d = Document::new();
     for (path, value) in preds {
@@ -309,6 +325,61 @@ fn template_filter(
         d.insert(format!("{prefix}{}", path_key(path)), v);
     }
     Ok(d)
+}
+
+/// A filter that matches nothing.
+fn nothing() -> Bson {
+    Bson::Document(doc! {"$in": []})
+}
+
+/// One condition of an operator template as a MongoDB filter (semantics:
+/// `meshql_core::template::Cond`; where Mongo's own differ — `$ne` of null, comparisons
+/// with a value that is not a number or a string — the filter says what meshql means).
+fn cond_filter(cond: &Cond, args: &BoundArgs, prefix: &str) -> Document {
+    use serde_json::Value;
+    let key = |path: &FieldPath| format!("{prefix}{}", path_key(path));
+    match cond {
+        Cond::Cmp { path, op, value } => {
+            let v = value.bind(args);
+            let test = match (op, &v) {
+                (CmpOp::Eq, Value::Null) => nothing(),
+                (CmpOp::Eq, v) => json_to_bson(v),
+                (CmpOp::Ne, Value::Null) => return Document::new(),
+                (CmpOp::Ne, v) => Bson::Document(doc! {"$ne": json_to_bson(v)}),
+                (op, v @ (Value::Number(_) | Value::String(_))) => {
+                    Bson::Document(doc! {op.mongo(): json_to_bson(v)})
+                }
+                _ => nothing(),
+            };
+            doc! {key(path): test}
+        }
+        Cond::In { path, list, negate } => {
+            let items: Vec<Bson> = list.bind(args).iter().map(json_to_bson).collect();
+            doc! {key(path): {if *negate { "$nin" } else { "$in" }: items}}
+        }
+        Cond::Regex {
+            path,
+            pattern,
+            ignore_case,
+        } => match pattern.bind(args) {
+            Value::String(p) => doc! {key(path): {
+                "$regex": p,
+                "$options": if *ignore_case { "i" } else { "" },
+            }},
+            _ => doc! {key(path): nothing()},
+        },
+        Cond::Exists { path, exists } => match path {
+            FieldPath::Id if *exists => Document::new(),
+            _ => doc! {key(path): {"$exists": *exists}},
+        },
+        Cond::And(cs) | Cond::Or(cs) => {
+            let parts: Vec<Bson> = cs
+                .iter()
+                .map(|c| Bson::Document(cond_filter(c, args, prefix)))
+                .collect();
+            doc! {if matches!(cond, Cond::And(_)) { "$and" } else { "$or" }: parts}
+        }
+    }
 }
 
 /// Evaluates a filter built by [`template_filter`] (equalities and `$in`) on a version.
@@ -332,6 +403,36 @@ fn matches_doc(version: &Document, filter: &Document) -> bool {
             (_, None) => false,
         }
     })
+}
+
+/// How the `at` path re-checks a version's newest state in process: the equality filter
+/// document itself, or an operator template evaluated on the payload.
+enum Matcher<'a> {
+    Filter,
+    Template(&'a QueryTemplate, &'a BoundArgs),
+}
+
+impl<'a> Matcher<'a> {
+    fn of(template: &'a QueryTemplate, args: &'a BoundArgs) -> Self {
+        match template.kind {
+            TemplateKind::Query(_) => Matcher::Template(template, args),
+            _ => Matcher::Filter,
+        }
+    }
+
+    fn matches(&self, version: &Document, filter: &Document) -> bool {
+        match self {
+            Matcher::Filter => matches_doc(version, filter),
+            Matcher::Template(t, args) => {
+                let id = version.get_str("id").unwrap_or_default();
+                let payload: serde_json::Map<String, serde_json::Value> = payload_text(version)
+                    .ok()
+                    .and_then(|p| serde_json::from_str(&p).ok())
+                    .unwrap_or_default();
+                t.matches(args, id, &payload)
+            }
+        }
+    }
 }
 
 /// Versions sorted by `seq` where one id may (after a failed or concurrent write, until its
@@ -977,23 +1078,49 @@ impl MongoStore {
         at: Option<Millis>,
         limit: Option<usize>,
     ) -> Result<Vec<Row>, StoreError> {
+        template
+            .check_args(args)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let matching = template_filter(template, args, "")?;
-        self.visible_docs(matching, filter, at, limit)
+        let check = Matcher::of(template, args);
+        if template.sort().is_empty() {
+            return self
+                .visible_docs(matching, &check, filter, at, limit)
+                .await?
+                .iter()
+                .map(|d| {
+                    Ok(Row {
+                        id: d.get_str("id").unwrap_or_default().to_owned(),
+                        payload: payload_text(d)?,
+                    })
+                })
+                .collect();
+        }
+        // sorted here, with the comparison every backend shares, then cut to `limit`
+        let mut rows: Vec<(Row, serde_json::Map<String, serde_json::Value>)> = self
+            .visible_docs(matching, &check, filter, at, None)
             .await?
             .iter()
             .map(|d| {
-                Ok(Row {
-                    id: d.get_str("id").unwrap_or_default().to_owned(),
-                    payload: payload_text(d)?,
-                })
+                let payload = payload_text(d)?;
+                let parsed = serde_json::from_str(&payload).unwrap_or_default();
+                let id = d.get_str("id").unwrap_or_default().to_owned();
+                Ok((Row { id, payload }, parsed))
             })
-            .collect()
+            .collect::<Result<_, StoreError>>()?;
+        template.sort_rows(&mut rows, |(r, p)| (r.id.as_str(), p));
+        Ok(rows
+            .into_iter()
+            .take(limit.unwrap_or(usize::MAX))
+            .map(|(r, _)| r)
+            .collect())
     }
 
     /// Visible versions matching `filter` (a Document over the version's fields), at `at`.
     async fn visible_docs(
         &self,
         matching: Document,
+        check: &Matcher<'_>,
         tokens: &TokenFilter,
         at: Option<Millis>,
         limit: Option<usize>,
@@ -1071,7 +1198,7 @@ impl MongoStore {
                         .unwrap_or_default();
                     if !v.get_bool("deleted").unwrap_or(false)
                         && meshql_core::auth::is_visible(tokens_filter, &tokens)
-                        && matches_doc(&v, &matching)
+                        && check.matches(&v, &matching)
                     {
                         newest.push(v);
                     }
@@ -1144,7 +1271,7 @@ impl StoreReader for MongoStore {
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
         let (filter, at) = (ctx.filter, ctx.at);
         let _permit = self.db.checkout().await?;
-        self.visible_docs(Document::new(), filter, at, None)
+        self.visible_docs(Document::new(), &Matcher::Filter, filter, at, None)
             .await?
             .iter()
             .map(envelope)
@@ -1247,11 +1374,17 @@ impl StoreReader for MongoStore {
         } = *batch;
         let (filter, at) = (ctx.filter, ctx.at);
         let _permit = self.db.checkout().await?;
-        let TemplateKind::Filter(preds) = &template.kind else {
-            return Err(StoreError::Invalid(format!(
-                "SQL fragment `{}` needs a SQL backend",
-                template.source
-            )));
+        let no_preds = Vec::new();
+        let preds = match &template.kind {
+            TemplateKind::Filter(preds) => preds,
+            // operators: one query per key (below)
+            TemplateKind::Query(_) => &no_preds,
+            TemplateKind::Sql(_) => {
+                return Err(StoreError::Invalid(format!(
+                    "SQL fragment `{}` needs a SQL backend",
+                    template.source
+                )))
+            }
         };
         // the predicate the key binds to: one `$in` query for all keys
         let key_path = preds.iter().find_map(|(path, v)| match v {
@@ -1272,7 +1405,9 @@ impl StoreReader for MongoStore {
         };
         let mut matching = template_filter(template, &BoundArgs::new(), "")?;
         matching.insert(path_key(&key_path), doc! {"$in": keys.to_vec()});
-        let docs = self.visible_docs(matching, filter, at, None).await?;
+        let docs = self
+            .visible_docs(matching, &Matcher::Filter, filter, at, None)
+            .await?;
         let mut out = Vec::with_capacity(docs.len());
         for d in &docs {
             let id = d.get_str("id").unwrap_or_default().to_owned();

@@ -1,7 +1,7 @@
 //! SQL text for MySQL / MariaDB.
 
 use meshql_core::nested::Level;
-use meshql_core::template::{Piece, SqlPiece, TemplateKind};
+use meshql_core::template::{CmpOp, Cond, ListValue, Piece, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use serde_json::Value;
 
@@ -113,6 +113,14 @@ pub(crate) enum Param {
     Tokens,
     Keys,
     Limit,
+    /// An operand as text when it is a number, else NULL.
+    Num(ArgValue),
+    /// An operand when it is a string, else NULL.
+    Str(ArgValue),
+    /// An operand as the text `JSON_UNQUOTE` gives (equality), NULL for null.
+    Text(ArgValue),
+    /// A list operand as a JSON array of texts (`$in`, `$nin`).
+    List(ListValue),
 }
 
 #[derive(Debug, Clone)]
@@ -197,6 +205,13 @@ fn predicate(
             })
             .collect::<Vec<_>>()
             .join(" AND "),
+        TemplateKind::Query(spec) if spec.conds.is_empty() => "1".to_owned(),
+        TemplateKind::Query(spec) => spec
+            .conds
+            .iter()
+            .map(|c| cond_sql(c, key, bound, params))
+            .collect::<Vec<_>>()
+            .join(" AND "),
         TemplateKind::Sql(pieces) => {
             let mut out = String::from("(");
             for p in pieces {
@@ -207,6 +222,143 @@ fn predicate(
             }
             out.push(')');
             out
+        }
+    }
+}
+
+/// An operand of an operator template: the key column for a batch's `id` argument, NULL for
+/// an unbound argument, else a parameter made by `make`.
+fn operand(
+    value: &ArgValue,
+    key: Option<&str>,
+    bound: bool,
+    make: fn(ArgValue) -> Param,
+    params: &mut Vec<Param>,
+) -> String {
+    match value {
+        ArgValue::Arg(name) if key.is_some() && name == "id" => {
+            match make(ArgValue::Literal(Value::Null)) {
+                Param::Num(_) => "NULL".to_owned(),
+                _ => key.unwrap_or_default().to_owned(),
+            }
+        }
+        ArgValue::Arg(_) | ArgValue::Interpolated(_) if !bound => "NULL".to_owned(),
+        v => {
+            params.push(make(v.clone()));
+            "?".to_owned()
+        }
+    }
+}
+
+/// The text of a field: its generated column (created by `prepare` for every field a
+/// template uses), or `t.id`.
+fn field_text(path: &FieldPath) -> String {
+    match field_column(path) {
+        Some(c) => format!("t.{}", quote_ident(&c)),
+        None => "t.id".to_owned(),
+    }
+}
+
+/// `JSON_TYPE(JSON_EXTRACT(t.payload, '$.a'))`.
+fn field_type(segments: &[String]) -> String {
+    format!(
+        "JSON_TYPE(JSON_EXTRACT(t.payload, '{}'))",
+        json_path(segments)
+    )
+}
+
+/// One condition of an operator template (semantics: `meshql_core::template::Cond`).
+fn cond_sql(cond: &Cond, key: Option<&str>, bound: bool, params: &mut Vec<Param>) -> String {
+    match cond {
+        Cond::Cmp { path, op, value } => {
+            let lhs = field_text(path);
+            match op {
+                CmpOp::Eq => format!(
+                    "{lhs} = {}",
+                    operand(value, key, bound, Param::Text, params)
+                ),
+                CmpOp::Ne => format!(
+                    "({lhs} = {}) IS NOT TRUE",
+                    operand(value, key, bound, Param::Text, params)
+                ),
+                _ => {
+                    let o = op.sql();
+                    match path {
+                        FieldPath::Id => format!(
+                            "({lhs} {o} {})",
+                            operand(value, key, bound, Param::Str, params)
+                        ),
+                        FieldPath::Payload(segments) => {
+                            let ty = field_type(segments);
+                            let n = operand(value, key, bound, Param::Num, params);
+                            let s = operand(value, key, bound, Param::Str, params);
+                            format!(
+                                "(CASE WHEN {ty} IN ('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') \
+                                 THEN CAST({lhs} AS DOUBLE) END {o} CAST({n} AS DOUBLE) \
+                                 OR CASE WHEN {ty} = 'STRING' THEN {lhs} END COLLATE utf8mb4_bin {o} {s})"
+                            )
+                        }
+                    }
+                }
+            }
+        }
+        Cond::In { path, list, negate } => {
+            let lhs = field_text(path);
+            let source = match list {
+                ListValue::Arg(name) if key.is_some() && name == "id" => {
+                    format!("JSON_ARRAY({})", key.unwrap_or_default())
+                }
+                ListValue::Arg(_) if !bound => "'[]'".to_owned(),
+                l => {
+                    params.push(Param::List(l.clone()));
+                    "?".to_owned()
+                }
+            };
+            let test = format!(
+                "{lhs} IN (SELECT j.v FROM JSON_TABLE({source}, '$[*]' COLUMNS (v VARCHAR(700) PATH '$')) j)"
+            );
+            if *negate {
+                format!("({test}) IS NOT TRUE")
+            } else {
+                test
+            }
+        }
+        Cond::Regex {
+            path,
+            pattern,
+            ignore_case,
+        } => {
+            let lhs = field_text(path);
+            let p = operand(pattern, key, bound, Param::Str, params);
+            // the table's collation is binary: case-sensitive unless `(?i)`
+            let p = if *ignore_case {
+                format!("CONCAT('(?i)', {p})")
+            } else {
+                p
+            };
+            match path {
+                FieldPath::Id => format!("({lhs} REGEXP {p})"),
+                FieldPath::Payload(segments) => {
+                    format!("({} = 'STRING' AND {lhs} REGEXP {p})", field_type(segments))
+                }
+            }
+        }
+        Cond::Exists { path, exists } => match path {
+            FieldPath::Id => if *exists { "1" } else { "0" }.to_owned(),
+            FieldPath::Payload(segments) => format!(
+                "{}JSON_CONTAINS_PATH(t.payload, 'one', '{}')",
+                if *exists { "" } else { "NOT " },
+                json_path(segments)
+            ),
+        },
+        Cond::And(cs) | Cond::Or(cs) => {
+            let joiner = if matches!(cond, Cond::And(_)) {
+                " AND "
+            } else {
+                " OR "
+            };
+            let parts: Vec<String> = cs.iter().map(|c| cond_sql(c, key, bound, params)).collect();
+            format!("({})", parts.join(joiner))
         }
     }
 }

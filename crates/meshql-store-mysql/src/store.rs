@@ -243,6 +243,25 @@ impl MysqlStore {
                     Param::Tokens => Value::from(tokens.clone().unwrap_or_else(|| "[]".into())),
                     Param::Keys => Value::from(keys.unwrap_or("[]").to_owned()),
                     Param::Limit => Value::from(limit.unwrap_or(usize::MAX) as u64),
+                    Param::Num(v) => text(match v.bind(args) {
+                        serde_json::Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    }),
+                    Param::Str(v) => text(match v.bind(args) {
+                        serde_json::Value::String(s) => Some(s),
+                        _ => None,
+                    }),
+                    Param::Text(v) => text(as_text(&v.bind(args))),
+                    Param::List(l) => Value::from(
+                        serde_json::Value::Array(
+                            l.bind(args)
+                                .iter()
+                                .filter_map(as_text)
+                                .map(serde_json::Value::String)
+                                .collect(),
+                        )
+                        .to_string(),
+                    ),
                 })
                 .collect(),
         )
@@ -594,6 +613,9 @@ impl StoreReader for MysqlStore {
             limit,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
+        template
+            .check_args(args)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let tokens = tokens_json(filter);
         let compiled = self.compiled(
             template,
@@ -609,6 +631,7 @@ impl StoreReader for MysqlStore {
         let mut rows: Vec<(i64, String, String)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
         rows.sort_by_key(|r| r.0);
+        sort_by_template(template, &mut rows, |r| (&r.1, &r.2));
         Ok(rows
             .into_iter()
             .take(limit.unwrap_or(usize::MAX))
@@ -661,6 +684,7 @@ impl StoreReader for MysqlStore {
         let mut rows: Vec<(String, i64, String, String)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
         rows.sort_by_key(|r| r.1);
+        sort_by_template(template, &mut rows, |r| (&r.2, &r.3));
         Ok(rows
             .into_iter()
             .map(|(k, _, id, payload)| (k, Row { id, payload }))
@@ -679,7 +703,9 @@ impl StoreReader for MysqlStore {
             limit,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
-        if !self.db.nested_sql || nested.is_empty() {
+        // one nested statement returns creation order: sorted trees go level by level
+        if !self.db.nested_sql || nested.is_empty() || meshql_core::nested::sorted(template, nested)
+        {
             return Ok(None);
         }
         let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
@@ -905,6 +931,29 @@ impl ChangeFeed for MysqlStore {
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.signal.subscribe())
     }
+}
+
+/// Orders rows (already in creation order) by a template's sort keys, with the comparison
+/// every backend shares (`meshql_core::template::sort_compare`); rows are sorted here, like
+/// the creation order, rather than by MariaDB (see `sql::search`).
+fn sort_by_template<T>(
+    template: &QueryTemplate,
+    rows: &mut Vec<T>,
+    parts: impl Fn(&T) -> (&String, &String),
+) {
+    if template.sort().is_empty() {
+        return;
+    }
+    let empty = serde_json::Map::new();
+    let mut parsed: Vec<(T, serde_json::Map<String, serde_json::Value>)> = rows
+        .drain(..)
+        .map(|r| {
+            let payload = serde_json::from_str(parts(&r).1).unwrap_or_else(|_| empty.clone());
+            (r, payload)
+        })
+        .collect();
+    template.sort_rows(&mut parsed, |(r, p)| (parts(r).0.as_str(), p));
+    rows.extend(parsed.into_iter().map(|(r, _)| r));
 }
 
 #[async_trait]

@@ -3,7 +3,7 @@
 //! connection.
 
 use meshql_core::nested::Level;
-use meshql_core::template::{Piece, SqlPiece, TemplateKind};
+use meshql_core::template::{CmpOp, Cond, ListValue, Piece, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use serde_json::Value;
 
@@ -53,6 +53,40 @@ pub(crate) fn json_text(path: &FieldPath, alias: &str) -> String {
     }
 }
 
+/// `(col->'a')` or `(col#>'{a,b}')`: the field as JSONB (NULL when missing).
+pub(crate) fn json_value(path: &FieldPath, alias: &str) -> String {
+    json_text(path, alias)
+        .replacen("->>", "->", 1)
+        .replacen("#>>", "#>", 1)
+}
+
+/// `ORDER BY` of a search: the template's sort keys (type rank, then value), then creation.
+fn order_by(template: &QueryTemplate) -> String {
+    let keys = template.sort();
+    if keys.is_empty() {
+        return ORDER.to_owned();
+    }
+    let mut out = String::from(" ORDER BY ");
+    for k in keys {
+        let dir = if k.descending { " DESC" } else { "" };
+        match &k.path {
+            FieldPath::Id => out.push_str(&format!("t.id COLLATE \"C\"{dir}, ")),
+            path => {
+                let j = json_value(path, "t");
+                let l = json_text(path, "t");
+                out.push_str(&format!(
+                    "CASE jsonb_typeof({j}) WHEN 'number' THEN 1 WHEN 'string' THEN 2 \
+                     WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'boolean' THEN 5 ELSE 0 END{dir}, \
+                     CASE WHEN jsonb_typeof({j}) = 'number' THEN {l}::numeric END{dir}, \
+                     CASE WHEN jsonb_typeof({j}) <> 'number' THEN {l} END COLLATE \"C\"{dir}, "
+                ))
+            }
+        }
+    }
+    out.push_str("COALESCE(t.seq, t._id)");
+    out
+}
+
 pub(crate) fn create_table(table: &str) -> String {
     let t = quote_ident(table);
     format!(
@@ -100,6 +134,14 @@ pub(crate) enum Param {
     Tokens,
     Limit,
     Keys,
+    /// An operand bound as a number (as text, cast in SQL), NULL unless it is a number.
+    Num(ArgValue),
+    /// An operand bound as text, NULL unless it is a string.
+    Str(ArgValue),
+    /// A list operand, each item as `->>` text (`$in`, `$nin`).
+    List(ListValue),
+    /// A `$regex` pattern (NULL unless a string).
+    Pattern(ArgValue),
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +209,13 @@ impl Builder {
                 })
                 .collect::<Vec<_>>()
                 .join(" AND "),
+            TemplateKind::Query(spec) if spec.conds.is_empty() => "true".to_owned(),
+            TemplateKind::Query(spec) => spec
+                .conds
+                .iter()
+                .map(|c| self.cond(c, alias, key, bound))
+                .collect::<Vec<_>>()
+                .join(" AND "),
             TemplateKind::Sql(pieces) => {
                 let mut out = String::from("(");
                 for p in pieces {
@@ -183,6 +232,118 @@ impl Builder {
                 }
                 out.push(')');
                 out
+            }
+        }
+    }
+
+    /// An operand of an operator template as a parameter of the given kind (`make`), the
+    /// key column for a batch/nested `id` argument, or NULL for an unbound argument.
+    fn operand(
+        &mut self,
+        value: &ArgValue,
+        key: Option<&str>,
+        bound: bool,
+        make: fn(ArgValue) -> Param,
+    ) -> String {
+        match value {
+            ArgValue::Arg(name) if key.is_some() && name == "id" => {
+                // the key is text: it is a string operand
+                let k = key.unwrap_or_default().to_owned();
+                match make(ArgValue::Literal(Value::Null)) {
+                    Param::Num(_) => "NULL".to_owned(),
+                    _ => k,
+                }
+            }
+            ArgValue::Arg(_) | ArgValue::Interpolated(_) if !bound => {
+                self.push(make(ArgValue::Literal(Value::Null)))
+            }
+            v => self.push(make(v.clone())),
+        }
+    }
+
+    /// One condition of an operator template (semantics: `meshql_core::template::Cond`).
+    fn cond(&mut self, cond: &Cond, alias: &str, key: Option<&str>, bound: bool) -> String {
+        match cond {
+            Cond::Cmp { path, op, value } => {
+                let lhs = json_text(path, alias);
+                match op {
+                    CmpOp::Eq | CmpOp::Ne => {
+                        let rhs = self.operand(value, key, bound, Param::Pattern);
+                        if *op == CmpOp::Eq {
+                            format!("{lhs} = {rhs}::text")
+                        } else {
+                            format!("({lhs} = {rhs}::text) IS NOT TRUE")
+                        }
+                    }
+                    _ => {
+                        let o = op.sql();
+                        let s = self.operand(value, key, bound, Param::Str);
+                        match path {
+                            FieldPath::Id => format!("({lhs} COLLATE \"C\" {o} {s}::text)"),
+                            FieldPath::Payload(_) => {
+                                let n = self.operand(value, key, bound, Param::Num);
+                                let j = json_value(path, alias);
+                                format!(
+                                    "(CASE WHEN jsonb_typeof({j}) = 'number' THEN {lhs}::numeric END {o} {n}::text::numeric \
+                                     OR CASE WHEN jsonb_typeof({j}) = 'string' THEN {lhs} END COLLATE \"C\" {o} {s}::text)"
+                                )
+                            }
+                        }
+                    }
+                }
+            }
+            Cond::In { path, list, negate } => {
+                let lhs = json_text(path, alias);
+                let rhs = match list {
+                    ListValue::Arg(name) if key.is_some() && name == "id" => {
+                        format!("ARRAY[{}]", key.unwrap_or_default())
+                    }
+                    ListValue::Arg(_) if !bound => {
+                        self.push(Param::List(ListValue::Items(Vec::new())))
+                    }
+                    l => self.push(Param::List(l.clone())),
+                };
+                let test = format!("{lhs} = ANY({rhs}::text[])");
+                if *negate {
+                    format!("({test}) IS NOT TRUE")
+                } else {
+                    test
+                }
+            }
+            Cond::Regex {
+                path,
+                pattern,
+                ignore_case,
+            } => {
+                let lhs = json_text(path, alias);
+                let p = self.operand(pattern, key, bound, Param::Pattern);
+                let op = if *ignore_case { "~*" } else { "~" };
+                // `(?p)`: `.` does not match a newline, as in Rust and PCRE
+                let guard = match path {
+                    FieldPath::Id => String::new(),
+                    FieldPath::Payload(_) => {
+                        format!("jsonb_typeof({}) = 'string' AND ", json_value(path, alias))
+                    }
+                };
+                format!("({guard}{lhs} {op} ('(?p)' || {p}::text))")
+            }
+            Cond::Exists { path, exists } => match path {
+                FieldPath::Id => exists.to_string(),
+                FieldPath::Payload(_) => format!(
+                    "{} IS {}NULL",
+                    json_value(path, alias),
+                    if *exists { "NOT " } else { "" }
+                ),
+            },
+            Cond::And(cs) | Cond::Or(cs) => {
+                let joiner = if matches!(cond, Cond::And(_)) {
+                    " AND "
+                } else {
+                    " OR "
+                };
+                let parts: Vec<String> =
+                    cs.iter().map(|c| self.cond(c, alias, key, bound)).collect();
+                format!("({})", parts.join(joiner))
             }
         }
     }
@@ -230,7 +391,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     if shape.tokens {
         sql.push_str(&b.tokens("t"));
     }
-    sql.push_str(ORDER);
+    sql.push_str(&order_by(template));
     if shape.limit {
         let n = b.push(Param::Limit);
         sql.push_str(&format!(" LIMIT {n}"));

@@ -251,6 +251,21 @@ impl PostgresStore {
                         Box::new(limit.unwrap_or(usize::MAX).min(i64::MAX as usize) as i64)
                     }
                     Param::Keys => Box::new(keys.unwrap_or_default().to_vec()),
+                    Param::Num(v) => Box::new(match v.bind(args) {
+                        serde_json::Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    }),
+                    Param::Str(v) | Param::Pattern(v) => Box::new(match v.bind(args) {
+                        serde_json::Value::String(s) => Some(s),
+                        other if matches!(p, Param::Pattern(_)) => as_text(&other),
+                        _ => None,
+                    }),
+                    Param::List(l) => Box::new(
+                        l.bind(args)
+                            .iter()
+                            .filter_map(as_text)
+                            .collect::<Vec<String>>(),
+                    ),
                 }
             })
             .collect()
@@ -530,6 +545,9 @@ impl StoreReader for PostgresStore {
             limit,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
+        template
+            .check_args(args)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let tokens = filter_tokens(filter);
         let compiled = self.compiled(
             template,
@@ -618,7 +636,9 @@ impl StoreReader for PostgresStore {
             limit,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
-        if !self.db.nested_sql || nested.is_empty() {
+        // one nested statement returns creation order: sorted trees go level by level
+        if !self.db.nested_sql || nested.is_empty() || meshql_core::nested::sorted(template, nested)
+        {
             return Ok(None);
         }
         let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())

@@ -22,3 +22,4 @@ async fn fresh_store() -> DynStore {
 }
 
 meshql_conformance::conformance_tests!(fresh_store());
+meshql_conformance::operator_tests!(fresh_store());

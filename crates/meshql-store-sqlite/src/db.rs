@@ -92,6 +92,35 @@ fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
+/// SQL functions that templates compile to: `meshql_regexp(pattern, value, ignore_case)`,
+/// a `$regex` evaluated with the same engine as the memory store (SQLite has no regular
+/// expressions built in). It is 1 when `value` is a string matching `pattern`, else 0; the
+/// compiled pattern is cached for the statement's run.
+pub(crate) fn register_functions(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    conn.create_scalar_function(
+        "meshql_regexp",
+        3,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            if !matches!(ctx.get_raw(0), rusqlite::types::ValueRef::Text(_)) {
+                return Ok(0); // a missing pattern argument matches nothing
+            }
+            let ignore_case = ctx.get::<i64>(2)? != 0;
+            let re = ctx.get_or_create_aux(0, |v| -> Result<_, meshql_core::TemplateError> {
+                let pattern = v.as_str().unwrap_or_default();
+                meshql_core::template::compile_regex(pattern, ignore_case)
+            })?;
+            Ok(match ctx.get_raw(1) {
+                rusqlite::types::ValueRef::Text(t) => {
+                    std::str::from_utf8(t).is_ok_and(|s| re.is_match(s)) as i64
+                }
+                _ => 0,
+            })
+        },
+    )
+}
+
 pub(crate) fn query_error(e: rusqlite::Error) -> StoreError {
     StoreError::Query(e.to_string())
 }
@@ -110,6 +139,7 @@ impl SqliteDatabase {
             .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(query_error)?;
+        register_functions(&conn).map_err(query_error)?;
         conn.pragma_update(
             None,
             "synchronous",
@@ -261,6 +291,7 @@ impl SqliteDatabase {
         .map_err(query_error)?;
         conn.pragma_update(None, "query_only", "ON")
             .map_err(query_error)?;
+        register_functions(&conn).map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(self.options.statement_cache);
         Ok(conn)
     }

@@ -4,7 +4,7 @@
 //! present (time, tokens, limit, batch), never on argument values, so every one of them is
 //! prepared once per connection and cached.
 
-use meshql_core::template::{SqlPiece, TemplateKind};
+use meshql_core::template::{CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use rusqlite::types::Value as SqlValue;
 use serde_json::Value;
@@ -88,6 +88,12 @@ pub(crate) enum Param {
     Tokens,
     /// The JSON array of batch keys.
     Keys,
+    /// An operator's operand (a template value bound with the arguments).
+    Value(ArgValue),
+    /// The comparable type class of an operand: `'n'` (number), `'s'` (string), else NULL.
+    Class(ArgValue),
+    /// A list operand as a JSON array (`$in`, `$nin`).
+    List(ListValue),
 }
 
 /// A statement text and its parameter sources.
@@ -163,6 +169,17 @@ fn predicate(template: &QueryTemplate, key_arg: Option<&str>, params: &mut Vec<P
             }
             parts.join(" AND ")
         }
+        TemplateKind::Query(spec) => {
+            if spec.conds.is_empty() {
+                return "1".to_owned();
+            }
+            let parts: Vec<String> = spec
+                .conds
+                .iter()
+                .map(|c| cond_sql(c, key_arg, params))
+                .collect();
+            parts.join(" AND ")
+        }
         TemplateKind::Sql(pieces) => {
             let mut out = String::from("(");
             for p in pieces {
@@ -184,6 +201,126 @@ fn predicate(template: &QueryTemplate, key_arg: Option<&str>, params: &mut Vec<P
             out
         }
     }
+}
+
+/// The comparable type class of a field: `'n'` for numbers, `'s'` for strings, else NULL.
+fn class_of(path: &FieldPath) -> String {
+    match path {
+        FieldPath::Id => "'s'".to_owned(),
+        FieldPath::Payload(_) => format!(
+            "(CASE {} WHEN 'integer' THEN 'n' WHEN 'real' THEN 'n' WHEN 'text' THEN 's' END)",
+            json_type(path)
+        ),
+    }
+}
+
+/// `json_type(t.payload, '$.a')`: NULL when the field is missing, `'null'` for JSON null.
+fn json_type(path: &FieldPath) -> String {
+    json_extract(path, "t.payload").replacen("json_extract(", "json_type(", 1)
+}
+
+/// A scalar operand: `k.key` for the batch key, else a parameter.
+fn operand(value: &ArgValue, key_arg: Option<&str>, params: &mut Vec<Param>) -> String {
+    match value {
+        ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "k.key".to_owned(),
+        v => {
+            params.push(Param::Value(v.clone()));
+            "?".to_owned()
+        }
+    }
+}
+
+/// One condition of an operator template, over `t` (semantics: `meshql_core::template::Cond`).
+fn cond_sql(cond: &Cond, key_arg: Option<&str>, params: &mut Vec<Param>) -> String {
+    match cond {
+        Cond::Cmp { path, op, value } => {
+            let lhs = json_extract(path, "t.payload");
+            match op {
+                CmpOp::Eq => format!("{lhs} = {}", operand(value, key_arg, params)),
+                CmpOp::Ne => format!("({lhs} = {}) IS NOT 1", operand(value, key_arg, params)),
+                _ => {
+                    let class = match value {
+                        ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "'s'".to_owned(),
+                        v => {
+                            params.push(Param::Class(v.clone()));
+                            "?".to_owned()
+                        }
+                    };
+                    let class_sql = format!("{} = {class}", class_of(path));
+                    let rhs = operand(value, key_arg, params);
+                    format!("({class_sql} AND {lhs} {} {rhs})", op.sql())
+                }
+            }
+        }
+        Cond::In { path, list, negate } => {
+            let lhs = json_extract(path, "t.payload");
+            let source = match list {
+                ListValue::Arg(name) if Some(name.as_str()) == key_arg => {
+                    "json_array(k.key)".to_owned()
+                }
+                l => {
+                    params.push(Param::List(l.clone()));
+                    "?".to_owned()
+                }
+            };
+            let test = format!("{lhs} IN (SELECT value FROM json_each({source}))");
+            if *negate {
+                format!("({test}) IS NOT 1")
+            } else {
+                test
+            }
+        }
+        Cond::Regex {
+            path,
+            pattern,
+            ignore_case,
+        } => {
+            let lhs = json_extract(path, "t.payload");
+            let pattern = operand(pattern, key_arg, params);
+            format!("meshql_regexp({pattern}, {lhs}, {})", *ignore_case as u8)
+        }
+        Cond::Exists { path, exists } => match path {
+            FieldPath::Id => if *exists { "1" } else { "0" }.to_owned(),
+            FieldPath::Payload(_) => format!(
+                "{} IS {}NULL",
+                json_type(path),
+                if *exists { "NOT " } else { "" }
+            ),
+        },
+        Cond::And(cs) | Cond::Or(cs) => {
+            let joiner = if matches!(cond, Cond::And(_)) {
+                " AND "
+            } else {
+                " OR "
+            };
+            let parts: Vec<String> = cs.iter().map(|c| cond_sql(c, key_arg, params)).collect();
+            format!("({})", parts.join(joiner))
+        }
+    }
+}
+
+/// `ORDER BY` for a template: its sort keys (type rank, then value), then creation order.
+fn order_by(template: &QueryTemplate) -> String {
+    let keys = template.sort();
+    if keys.is_empty() {
+        return ORDER.to_owned();
+    }
+    let mut out = String::from(" ORDER BY ");
+    for k in keys {
+        let dir = if k.descending { " DESC" } else { "" };
+        match &k.path {
+            FieldPath::Id => out.push_str(&format!("t.id{dir}, ")),
+            path => out.push_str(&format!(
+                "CASE {} WHEN 'integer' THEN 1 WHEN 'real' THEN 1 WHEN 'text' THEN 2 \
+                 WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'true' THEN 5 WHEN 'false' THEN 5 \
+                 ELSE 0 END{dir}, {}{dir}, ",
+                json_type(path),
+                json_extract(path, "t.payload")
+            )),
+        }
+    }
+    out.push_str("COALESCE(t.seq, t._id)");
+    out
 }
 
 /// The statement of a search (or of a batched search when `shape.batch`).
@@ -208,7 +345,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     if shape.tokens {
         sql.push_str(token_clause(&mut params));
     }
-    sql.push_str(ORDER);
+    sql.push_str(&order_by(template));
     // No `LIMIT ?`: a bound LIMIT makes SQLite re-prepare the statement on every run; the
     // caller stops reading after `limit` rows instead.
     Compiled { sql, params }

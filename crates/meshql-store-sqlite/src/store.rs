@@ -295,6 +295,15 @@ impl SqliteStore {
                 Param::At => SqlValue::Integer(at.unwrap_or(Millis::MAX)),
                 Param::Tokens => SqlValue::Text(tokens.clone().unwrap_or_default()),
                 Param::Keys => SqlValue::Text(keys.unwrap_or("[]").to_owned()),
+                Param::Value(v) => sql::to_sql(&v.bind(args), false),
+                Param::Class(v) => match v.bind(args) {
+                    serde_json::Value::Number(_) => SqlValue::Text("n".into()),
+                    serde_json::Value::String(_) => SqlValue::Text("s".into()),
+                    _ => SqlValue::Null,
+                },
+                Param::List(l) => {
+                    SqlValue::Text(serde_json::Value::Array(l.bind(args)).to_string())
+                }
             })
             .collect()
     }
@@ -582,6 +591,9 @@ impl StoreReader for SqliteStore {
             args,
             limit,
         } = *search;
+        template
+            .check_args(args)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let (filter, at) = (ctx.filter, ctx.at);
         let tokens = tokens_json(filter);
         let shape = Shape {
