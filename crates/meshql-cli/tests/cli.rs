@@ -350,3 +350,60 @@ fn config_schema_is_json_describing_entities() {
         "the definitions a relay's fields refer to are kept"
     );
 }
+
+/// The line and the `entity[..].graphql.vectors[..]` field of logistics' getByRecipient.
+const RECIPIENT_TEMPLATE: &str =
+    r#"query = '{"payload.recipient": {"$regex": "{{recipient}}", "$options": "i"}}'"#;
+const RECIPIENT_FIELD: &str = "entity[2] \"package\".graphql.vectors[";
+
+#[test]
+fn check_names_an_unsupported_query_operator() {
+    for (replacement, mentions) in [
+        (
+            r#"query = '{"$where": "this.recipient == 1"}'"#,
+            &["unsupported operator `$where`"][..],
+        ),
+        (
+            r#"query = '{"payload.recipient": {"$text": {"$search": "{{recipient}}"}}}'"#,
+            &["unsupported operator `$text`", "payload.recipient"][..],
+        ),
+        (
+            r#"query = '{"payload.recipient": {"$regex": "{{recipient}}", "$options": "s"}}'"#,
+            &["$options", "payload.recipient"][..],
+        ),
+        (
+            r#"query = '{"payload.recipient": {"$in": 3}}'"#,
+            &["bad operand of `$in`", "payload.recipient"][..],
+        ),
+        (
+            r#"query = '{"payload.recipient": {"$regex": "\\d+"}}'"#,
+            &["regular expression"][..],
+        ),
+    ] {
+        let mut line = 0;
+        let dir = example_copy("logistics", |t| {
+            let t = replace_first(&t, RECIPIENT_TEMPLATE, replacement);
+            line = line_containing(&t, replacement);
+            t
+        });
+        let stderr = assert_rejected(dir.path(), line, mentions);
+        assert!(stderr.contains(RECIPIENT_FIELD), "{stderr}");
+        assert!(stderr.contains("].query"), "{stderr}");
+    }
+}
+
+#[test]
+fn check_names_a_bad_sort() {
+    let mut line = 0;
+    let dir = example_copy("logistics", |t| {
+        let t = replace_first(
+            &t,
+            RECIPIENT_TEMPLATE,
+            &format!("{RECIPIENT_TEMPLATE}\nsort = '{{\"payload.weight\": \"desc\"}}'"),
+        );
+        line = line_containing(&t, "\"desc\"");
+        t
+    });
+    let stderr = assert_rejected(dir.path(), line, &["bad sort", "1 or -1"]);
+    assert!(stderr.contains("].sort"), "{stderr}");
+}

@@ -423,7 +423,7 @@ async fn every_root_query_answers() {
     assert_eq!(d["dhl"], json!([]));
 
     // package: getById, getByTrackingNumber, getAll, getByWarehouse, getByShipment,
-    // getByRecipient (case-insensitive substring)
+    // getByRecipient (MeshQL's `$regex` with `$options: "i"`)
     let d = gql(
         &c,
         "package",
@@ -437,7 +437,10 @@ async fn every_root_query_answers() {
                  smith: getByRecipient(recipient: "smith") {{ recipient }}
                  jones: getByRecipient(recipient: "JONES") {{ id }}
                  middle: getByRecipient(recipient: "n smi") {{ recipient }}
-                 nobody: getByRecipient(recipient: "zed") {{ id }} }}"#,
+                 nobody: getByRecipient(recipient: "zed") {{ id }}
+                 anchored: getByRecipient(recipient: "^jane") {{ recipient }}
+                 either: getByRecipient(recipient: "smith$|JONES") {{ recipient }}
+                 dotted: getByRecipient(recipient: "sm.th") {{ recipient }} }}"#,
             books = s.books,
             denver = s.denver,
             seattle = s.seattle
@@ -474,6 +477,29 @@ async fn every_root_query_answers() {
     assert_eq!(d["jones"], json!([{"id": s.headphones}]));
     assert_eq!(d["middle"], json!([{"recipient": "John Smithson"}]));
     assert_eq!(d["nobody"], json!([]));
+    assert_eq!(d["anchored"], json!([{"recipient": "Jane Smith"}]));
+    assert_eq!(
+        sorted(&d["either"], "recipient"),
+        ["Alice Jones", "Jane Smith"]
+    );
+    assert_eq!(
+        sorted(&d["dotted"], "recipient"),
+        ["Jane Smith", "John Smithson"]
+    );
+    // a pattern outside the portable subset is refused, not run
+    let r = c
+        .post_json(
+            "/package/graph",
+            &json!({"query": r#"{ getByRecipient(recipient: "(?i)smith") { id } }"#}),
+        )
+        .await;
+    let body = r.json();
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not portable")),
+        "{body}"
+    );
 
     // tracking_update: getById, getAll, getByPackage
     let d = gql(
