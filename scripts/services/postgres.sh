@@ -3,10 +3,17 @@
 # under $MESHQL_SERVICES_DIR (default /tmp/meshql-services), listens on 127.0.0.1:$MESHQL_PG_PORT
 # (default 55432), and prints the connection URL of database `meshql_test`.
 #
+# The server accepts TLS as well as plain connections (`ssl = on`, set with ALTER SYSTEM and a
+# reload, so a cluster already running gets it without a restart): a throw-away CA and server
+# certificate (DNS:localhost, IP:127.0.0.1) are made with openssl under $DIR/tls
+# (scripts/services/tls-certs.sh; `ca.crt` to trust, `other-ca.crt` an unrelated CA).
+#
 #   scripts/services/postgres.sh start   # idempotent; prints the URL
 #   scripts/services/postgres.sh stop
 #   scripts/services/postgres.sh url
+#   scripts/services/postgres.sh tls     # prints the directory of ca.crt and other-ca.crt
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
 DIR=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}/postgres
 PORT=${MESHQL_PG_PORT:-55432}
 URL="postgres://postgres@127.0.0.1:$PORT/meshql_test"
@@ -55,7 +62,25 @@ start() {
   if ! psql -h 127.0.0.1 -p "$PORT" -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='meshql_test'" | grep -q 1; then
     psql -q -h 127.0.0.1 -p "$PORT" -U postgres -c "CREATE DATABASE meshql_test" >/dev/null
   fi
+  enable_tls
   echo "$URL"
+}
+
+enable_tls() { # certificates, then ssl = on (reloadable: plain connections are unaffected)
+  local owner=""
+  [ "$(id -u)" = 0 ] && owner=postgres
+  bash "$HERE/tls-certs.sh" "$DIR/tls" $owner >/dev/null
+  local q="psql -q -X -h 127.0.0.1 -p $PORT -U postgres -d postgres -tA"
+  if [ "$($q -c "SHOW ssl")" != on ] || [ "$($q -c "SHOW ssl_cert_file")" != "$DIR/tls/server.crt" ]; then
+    $q -c "ALTER SYSTEM SET ssl_cert_file = '$DIR/tls/server.crt'" \
+       -c "ALTER SYSTEM SET ssl_key_file = '$DIR/tls/server.key'" \
+       -c "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null
+    for _ in $(seq 50); do
+      [ "$($q -c "SHOW ssl")" = on ] && break
+      sleep 0.1
+    done
+    [ "$($q -c "SHOW ssl")" = on ] || { echo "PostgreSQL did not turn TLS on; its log:" >&2; tail -20 "$DIR/server.log" >&2; exit 1; }
+  fi
 }
 
 stop() {
@@ -68,5 +93,6 @@ case "${1:-start}" in
   start) start ;;
   stop) stop ;;
   url) echo "$URL" ;;
-  *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
+  tls) echo "$DIR/tls" ;;
+  *) echo "usage: $0 start|stop|url|tls" >&2; exit 2 ;;
 esac

@@ -2,6 +2,7 @@
 
 use meshql_core::StoreError;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +33,11 @@ impl MysqlOptions {
 }
 
 pub struct MysqlDatabase {
-    pub(crate) pool: Pool,
+    pool: Pool,
+    /// `ssl-mode=PREFERRED`: the pool without TLS, used from the first time the server
+    /// turns out to offer none.
+    plain: Option<Pool>,
+    plain_only: AtomicBool,
     wait: Duration,
     pub(crate) nested_sql: bool,
 }
@@ -46,35 +51,63 @@ impl std::fmt::Debug for MysqlDatabase {
 impl MysqlDatabase {
     /// Builds the pool; no connection is made until first use.
     pub fn connect(o: &MysqlOptions) -> Result<Arc<Self>, StoreError> {
-        let opts = Opts::from_url(&o.url)
+        let crate::tls::Connection { opts, mode } = crate::tls::read_url(&o.url)
             .map_err(|e| StoreError::Invalid(format!("bad MySQL URL: {e}")))?;
-        // min = max: with a lower minimum, mysql_async closes idle connections above it at
-        // once, and every request would pay a new connection (TCP, handshake, auth)
-        let size = o.pool_size.max(1);
-        let constraints = PoolConstraints::new(size, size)
-            .ok_or_else(|| StoreError::Invalid("bad pool size".into()))?;
-        let opts = OptsBuilder::from_opts(opts).stmt_cache_size(256).pool_opts(
-            PoolOpts::default()
-                .with_constraints(constraints)
-                // COM_RESET_CONNECTION on every return would drop the prepared-statement
-                // cache (and cost a round trip); sessions carry no per-request state here
-                .with_reset_connection(false),
-        );
+        let plain = match mode {
+            crate::tls::SslMode::Preferred => Some(pool(
+                OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into(),
+                o.pool_size,
+            )?),
+            _ => None,
+        };
         Ok(Arc::new(Self {
-            pool: Pool::new(opts),
+            pool: pool(opts, o.pool_size)?,
+            plain,
+            plain_only: AtomicBool::new(false),
             wait: o.pool_wait,
             nested_sql: o.nested_sql,
         }))
     }
 
     pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
-        match tokio::time::timeout(self.wait, self.pool.get_conn()).await {
+        match tokio::time::timeout(self.wait, self.get_conn()).await {
             Ok(Ok(c)) => Ok(c),
             Ok(Err(e)) => Err(my_error(e)),
             Err(_) => Err(StoreError::Unavailable(
                 "no MySQL connection became free in time (pool exhausted)".into(),
             )),
         }
+    }
+
+    async fn get_conn(&self) -> Result<Conn, mysql_async::Error> {
+        let Some(plain) = &self.plain else {
+            return self.pool.get_conn().await;
+        };
+        if self.plain_only.load(Ordering::Relaxed) {
+            return plain.get_conn().await;
+        }
+        match self.pool.get_conn().await {
+            Err(e) if crate::tls::server_lacks_tls(&e) => {
+                tracing::warn!(
+                    "MySQL: the server offers no TLS; ssl-mode=PREFERRED: connecting without it"
+                );
+                self.plain_only.store(true, Ordering::Relaxed);
+                plain.get_conn().await
+            }
+            other => other,
+        }
+    }
+
+    /// The TLS cipher of a pooled connection as the server reports it (`Ssl_cipher`); `None`
+    /// for a plain connection.
+    pub async fn tls_cipher(&self) -> Result<Option<String>, StoreError> {
+        use mysql_async::prelude::Queryable;
+        let mut c = self.conn().await?;
+        let row: Option<(String, String)> = c
+            .query_first("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            .await
+            .map_err(my_error)?;
+        Ok(row.map(|(_, v)| v).filter(|v| !v.is_empty()))
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
@@ -85,6 +118,9 @@ impl MysqlDatabase {
 
     pub async fn close(&self) {
         let _ = self.pool.clone().disconnect().await;
+        if let Some(plain) = &self.plain {
+            let _ = plain.clone().disconnect().await;
+        }
     }
 }
 
@@ -93,7 +129,29 @@ impl MysqlDatabase {
 /// connections (1040), the server is read-only for maintenance (1290 `--read-only`).
 const UNAVAILABLE_CODES: [u16; 4] = [1927, 1053, 1040, 1290];
 
+/// A pool of `size` connections on `opts`.
+fn pool(opts: Opts, size: usize) -> Result<Pool, StoreError> {
+    // min = max: with a lower minimum, mysql_async closes idle connections above it at
+    // once, and every request would pay a new connection (TCP, handshake, auth)
+    let size = size.max(1);
+    let constraints = PoolConstraints::new(size, size)
+        .ok_or_else(|| StoreError::Invalid("bad pool size".into()))?;
+    let opts = OptsBuilder::from_opts(opts).stmt_cache_size(256).pool_opts(
+        PoolOpts::default()
+            .with_constraints(constraints)
+            // COM_RESET_CONNECTION on every return would drop the prepared-statement
+            // cache (and cost a round trip); sessions carry no per-request state here
+            .with_reset_connection(false),
+    );
+    Ok(Pool::new(opts))
+}
+
 pub(crate) fn my_error(e: mysql_async::Error) -> StoreError {
+    if let Some(reason) = crate::tls::tls_failure(&e) {
+        return StoreError::Unavailable(format!(
+            "MySQL unavailable: the TLS handshake failed: {reason}"
+        ));
+    }
     match e {
         mysql_async::Error::Server(s) if UNAVAILABLE_CODES.contains(&s.code) => {
             StoreError::Unavailable(format!("MySQL unavailable: {} ({})", s.message, s.code))

@@ -17,7 +17,9 @@ mod db;
 mod settings;
 mod sql;
 mod store;
+mod tls;
 
 pub use db::{MysqlDatabase, MysqlOptions};
 pub use settings::{MysqlBackend, MysqlSettings};
 pub use store::MysqlStore;
+pub use tls::SslMode;

@@ -14,7 +14,9 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MysqlSettings {
-    /// `mysql://user:password@host:port/database`
+    /// `mysql://user:password@host:port/database`. TLS: `?ssl-mode=DISABLED|PREFERRED|
+    /// REQUIRED|VERIFY_CA|VERIFY_IDENTITY` (default `DISABLED`) and `ssl-ca=<PEM file>` for
+    /// the CA to trust.
     pub url: String,
     /// Connections in the pool.
     #[serde(default = "default_pool_size")]
@@ -61,6 +63,8 @@ impl StorageBackend for MysqlBackend {
                 "must be at least 1 (the connections a request can wait for)",
             ));
         }
+        // the URL, its TLS parameters and CA file are checked now, not at the first query
+        crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
         let mut options = MysqlOptions::new(s.url);
         options.pool_size = s.pool_size;
         options.pool_wait = Duration::from_millis(s.pool_wait_ms);

@@ -2,7 +2,6 @@
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use meshql_core::StoreError;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -70,16 +69,23 @@ fn redact(url: &str) -> String {
 }
 
 fn pool(url: &str, o: &PostgresOptions) -> Result<Pool, StoreError> {
-    let mut config = tokio_postgres::Config::from_str(url)
+    let crate::tls::Connection {
+        mut config,
+        mode,
+        tls,
+    } = crate::tls::read_url(url)
         .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL {}: {e}", redact(url))))?;
     config.connect_timeout(o.connect_timeout);
     config.options(format!(
         "-c statement_timeout={}",
         o.statement_timeout.as_millis()
     ));
-    let manager = Manager::from_config(
+    let manager = Manager::from_connect(
         config,
-        tokio_postgres::NoTls,
+        crate::tls::Connector {
+            tls,
+            fall_back_to_plain: mode == crate::tls::SslMode::Prefer,
+        },
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -119,6 +125,24 @@ impl PostgresDatabase {
         Ok(())
     }
 
+    /// Whether the server sees this pool's connections as encrypted (`pg_stat_ssl`), for the
+    /// primary and then the read pool.
+    pub async fn tls_in_use(&self) -> Result<(bool, bool), StoreError> {
+        let mut seen = [false; 2];
+        for (i, pool) in [&self.write, &self.read].into_iter().enumerate() {
+            let client = pool.get().await.map_err(pool_error)?;
+            let row = client
+                .query_one(
+                    "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .map_err(pg_error)?;
+            seen[i] = row.get(0);
+        }
+        Ok((seen[0], seen[1]))
+    }
+
     pub fn close(&self) {
         self.write.close();
         self.read.close();
@@ -137,6 +161,11 @@ pub(crate) fn pool_error(e: PoolError) -> StoreError {
 }
 
 pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
+    if let Some(reason) = crate::tls::tls_failure(&e) {
+        return StoreError::Unavailable(format!(
+            "PostgreSQL unavailable: the TLS handshake failed: {reason}"
+        ));
+    }
     if e.is_closed() || e.as_db_error().is_none() {
         // connection refused, reset, closed: the database is unreachable right now
         let cause = std::error::Error::source(&e)

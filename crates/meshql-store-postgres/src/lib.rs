@@ -30,7 +30,9 @@ mod db;
 mod settings;
 mod sql;
 mod store;
+mod tls;
 
 pub use db::{PostgresDatabase, PostgresOptions};
 pub use settings::{PostgresBackend, PostgresSettings};
 pub use store::PostgresStore;
+pub use tls::SslMode;

@@ -14,9 +14,12 @@ use std::time::Duration;
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PostgresSettings {
-    /// `postgres://user:password@host:port/database`
+    /// `postgres://user:password@host:port/database`. TLS as libpq: `?sslmode=disable|prefer|
+    /// require|verify-ca|verify-full` (default `prefer`: TLS when the server offers it) and
+    /// `sslrootcert=<PEM file>` (or `system`) for the CA to trust.
     pub url: String,
-    /// A read replica for reads (GraphQL, REST GETs); the primary when absent.
+    /// A read replica for reads (GraphQL, REST GETs); the primary when absent. Same TLS
+    /// parameters as `url`.
     #[serde(default)]
     pub read_url: Option<String>,
     /// Connections per pool.
@@ -71,6 +74,11 @@ impl StorageBackend for PostgresBackend {
                 "pool_size",
                 "must be at least 1 (the connections a request can wait for)",
             ));
+        }
+        // the URL, its TLS parameters and CA file are checked now, not at the first query
+        crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
+        if let Some(read_url) = &s.read_url {
+            crate::tls::read_url(read_url).map_err(|e| SettingError::new("read_url", e))?;
         }
         let mut options = PostgresOptions::new(s.url);
         options.read_url = s.read_url;
