@@ -8,7 +8,11 @@ set -euo pipefail
 DIR=$1
 OWNER=${2:-}
 if [ ! -s "$DIR/server.crt" ] || [ ! -s "$DIR/other-ca.crt" ]; then
-  command -v openssl >/dev/null 2>&1 || { echo "openssl is needed for the test certificates" >&2; exit 1; }
+  if ! command -v openssl >/dev/null 2>&1; then
+    echo "installing openssl (apt) for the test certificates..." >&2
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; } \
+      >/tmp/meshql-apt-openssl.log 2>&1 || { cat /tmp/meshql-apt-openssl.log >&2; exit 1; }
+  fi
   mkdir -p "$DIR"
   tmp=$(mktemp -d "$DIR/.gen.XXXXXX")
   (
