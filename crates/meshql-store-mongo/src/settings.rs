@@ -130,6 +130,10 @@ mod tests {
             ("mongodb://h:1/?tls=maybe", "tls"),
             ("mongodb://h:1/?tlz=true", "tlz is an invalid option"),
             (
+                "mongodb://h:1/?tls=true&tlsAllowInvalidHostnames=true",
+                "tlsallowinvalidhostnames is an invalid option",
+            ),
+            (
                 "mongodb://h:1/?tls=true&tlsCAFile=/nonexistent/ca.pem",
                 "tlsCAFile /nonexistent/ca.pem cannot be read",
             ),
