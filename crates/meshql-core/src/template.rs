@@ -411,7 +411,7 @@ pub fn compile_regex(pattern: &str, ignore_case: bool) -> Result<regex::Regex, T
 /// PostgreSQL (ARE), MySQL/MariaDB (ICU/PCRE) and MongoDB (PCRE) read the same way:
 /// literal characters, `\` + an ASCII punctuation character, `.`, `^`, `$`, `*`, `+`, `?`,
 /// `{m}`, `{m,}`, `{m,n}`, `|`, `( … )` groups and `[ … ]` classes (ranges, `^` negation,
-/// escaped punctuation). Not allowed: `(?…)` constructs, back-references, `\d`, `\w`,
+/// escaped punctuation). Not allowed: `\<`, `\>`, `(?…)` constructs, back-references, `\d`, `\w`,
 /// `\s`, `\b` and other letter escapes, POSIX `[:classes:]`.
 pub fn check_portable_regex(pattern: &str) -> Result<(), TemplateError> {
     let bad = |reason: &str| TemplateError::Regex {
@@ -429,7 +429,8 @@ pub fn check_portable_regex(pattern: &str) -> Result<(), TemplateError> {
                 let Some(&n) = chars.get(i + 1) else {
                     return Err(bad("a trailing backslash"));
                 };
-                if !n.is_ascii_punctuation() {
+                // `\<` and `\>` are word boundaries in Rust's regex, literals elsewhere
+                if !n.is_ascii_punctuation() || n == '<' || n == '>' {
                     return Err(bad(&format!(
                         "`\\{n}` is not portable: only punctuation may be escaped"
                     )));
@@ -1336,6 +1337,8 @@ mod tests {
             assert!(check_portable_regex(ok).is_ok(), "{ok}");
         }
         for bad in [
+            "\\<a",
+            "a\\>",
             "(?i)a",
             "\\d+",
             "\\w",
