@@ -93,6 +93,11 @@ const TEMPLATES: &[(&str, &str, Option<&str>)] = &[
         Some(r#"{"payload.price": -1}"#),
     ),
     (
+        "parent_tagged",
+        r#"{"payload.parent": "{{id}}", "payload.price": {"$gt": 2}, "payload.tag": {"$regex": "R", "$options": "i"}, "payload.name": {"$nin": ["{{other}}", "zzz"]}}"#,
+        None,
+    ),
+    (
         "parent_pricey",
         r#"{"payload.parent": "{{id}}", "payload.price": {"$gt": 2}}"#,
         Some(r#"{"payload.price": -1}"#),
@@ -431,6 +436,58 @@ pub async fn batches_filter_and_sort_per_key(store: DynStore) {
     assert!(of("p3").is_empty());
 }
 
+/// A search and its relationships with operator templates answer in one nested statement
+/// (where the backend has one) exactly what they answer level by level.
+pub async fn nested_operators_match_level_by_level(store: DynStore) {
+    seed(&store).await;
+    for (id, name) in [("p1", "P1"), ("p2", "P2")] {
+        store
+            .create(
+                NewDocument::with_id(id, map(json!({"name": name, "price": 1, "tag": "parent"}))),
+                &W,
+            )
+            .await
+            .expect("create a parent");
+    }
+    let tree = vec![meshql_core::Nested {
+        key_field: "id".to_owned(),
+        vector: true,
+        store: store.clone(),
+        template: template("parent_tagged"),
+        children: Vec::new(),
+    }];
+    let root = template("in_arg");
+    let args = map(json!({"names": ["P1", "P2"]}));
+    let expected = crate::level_by_level(&store, &root, &args, &tree, &ALL, None, None).await;
+    let kids = |i: usize| -> Vec<String> {
+        expected[i].children[0]
+            .iter()
+            .map(|r| r.payload["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(expected.len(), 2);
+    // p1: apple (Fruit, 5), banana (fruit, 2.5); not date (a string price), not eggplant
+    // (veg: no "r")
+    assert_eq!(kids(0), names(&["apple", "banana"]));
+    // p2: cherry (FRUIT-red, 12)
+    assert_eq!(kids(1), names(&["cherry"]));
+    let got = store
+        .find_nested(
+            &Search::new(&root, &args, None),
+            &tree,
+            &ReadContext::new(&ALL, None),
+        )
+        .await
+        .expect("nested search");
+    match got {
+        Some(got) => assert_eq!(got, expected),
+        None => assert!(
+            store.relation().is_none(),
+            "a joinable store answered level by level"
+        ),
+    }
+}
+
 /// Generates one `#[tokio::test]` per operator case (see [`crate::conformance_tests`]).
 #[macro_export]
 macro_rules! operator_tests {
@@ -444,7 +501,8 @@ macro_rules! operator_tests {
             and_or_combine,
             sorting_orders_by_type_then_value,
             operators_apply_to_the_visible_version,
-            batches_filter_and_sort_per_key
+            batches_filter_and_sort_per_key,
+            nested_operators_match_level_by_level
         );
     };
 }

@@ -309,6 +309,17 @@ fn cond_sql(cond: &Cond, key: Option<&str>, bound: bool, params: &mut Vec<Param>
                     format!("JSON_ARRAY({})", key.unwrap_or_default())
                 }
                 ListValue::Arg(_) if !bound => "'[]'".to_owned(),
+                // a relationship's template: only its literal items are bound
+                ListValue::Items(items) if !bound => {
+                    params.push(Param::List(ListValue::Items(
+                        items
+                            .iter()
+                            .filter(|i| matches!(i, ArgValue::Literal(_)))
+                            .cloned()
+                            .collect(),
+                    )));
+                    "?".to_owned()
+                }
                 l => {
                     params.push(Param::List(l.clone()));
                     "?".to_owned()

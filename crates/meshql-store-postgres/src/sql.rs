@@ -301,6 +301,14 @@ impl Builder {
                     ListValue::Arg(_) if !bound => {
                         self.push(Param::List(ListValue::Items(Vec::new())))
                     }
+                    // a relationship's template: only its literal items are bound
+                    ListValue::Items(items) if !bound => self.push(Param::List(ListValue::Items(
+                        items
+                            .iter()
+                            .filter(|i| matches!(i, ArgValue::Literal(_)))
+                            .cloned()
+                            .collect(),
+                    ))),
                     l => self.push(Param::List(l.clone())),
                 };
                 let test = format!("{lhs} = ANY({rhs}::text[])");
