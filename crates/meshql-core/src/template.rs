@@ -315,8 +315,8 @@ impl Cond {
                 let expected = value.bind(args);
                 let actual = path.lookup(id, payload);
                 match op {
-                    CmpOp::Eq => !expected.is_null() && actual.as_ref() == Some(&expected),
-                    CmpOp::Ne => expected.is_null() || actual.as_ref() != Some(&expected),
+                    CmpOp::Eq => !expected.is_null() && json_eq(actual.as_ref(), &expected),
+                    CmpOp::Ne => expected.is_null() || !json_eq(actual.as_ref(), &expected),
                     _ => match actual.and_then(|a| compare_same_type(&a, &expected)) {
                         Some(o) => match op {
                             CmpOp::Gt => o.is_gt(),
@@ -330,7 +330,7 @@ impl Cond {
             }
             Cond::In { path, list, negate } => {
                 let actual = path.lookup(id, payload);
-                let found = list.bind(args).iter().any(|v| actual.as_ref() == Some(v));
+                let found = list.bind(args).iter().any(|v| json_eq(actual.as_ref(), v));
                 found != *negate
             }
             Cond::Regex {
@@ -350,6 +350,19 @@ impl Cond {
             Cond::And(cs) => cs.iter().all(|c| c.matches(args, id, payload)),
             Cond::Or(cs) => cs.iter().any(|c| c.matches(args, id, payload)),
         }
+    }
+}
+
+/// Equality of a field's value (if any) and a bound value: JSON equality, except that
+/// numbers are equal by value (`5` equals `5.0`, as in SQLite and MongoDB).
+pub fn json_eq(actual: Option<&Value>, expected: &Value) -> bool {
+    match (actual, expected) {
+        (Some(Value::Number(a)), Value::Number(b)) => {
+            a == b
+                || compare_same_type(&Value::Number(a.clone()), expected).is_some_and(|o| o.is_eq())
+        }
+        (Some(a), b) => a == b,
+        (None, _) => false,
     }
 }
 
@@ -737,7 +750,7 @@ impl QueryTemplate {
         match &self.kind {
             TemplateKind::Filter(preds) => preds.iter().all(|(path, arg)| {
                 let expected = arg.bind(args);
-                !expected.is_null() && path.lookup(id, payload).as_ref() == Some(&expected)
+                !expected.is_null() && json_eq(path.lookup(id, payload).as_ref(), &expected)
             }),
             TemplateKind::Sql(_) => false,
             TemplateKind::Query(spec) => spec.conds.iter().all(|c| c.matches(args, id, payload)),
@@ -1369,6 +1382,11 @@ mod tests {
         assert!(!m(r#"{"payload.s": {"$gt": "{{x}}"}}"#, json!({"x": 1})));
         assert!(m(r#"{"payload.s": {"$gte": "b"}}"#, json!({})));
         assert!(m(r#"{"payload.f": {"$lte": 2.5}}"#, json!({})));
+        assert!(m(r#"{"payload.n": {"$in": [5.0]}}"#, json!({})));
+        assert!(!m(r#"{"payload.n": {"$ne": 5.0}}"#, json!({})));
+        assert!(QueryTemplate::filter(r#"{"payload.n": "{{n}}"}"#)
+            .unwrap()
+            .matches(&args(json!({"n": 5.0})), "id-1", &doc));
         assert!(m(r#"{"payload.missing": {"$ne": "x"}}"#, json!({})));
         assert!(m(r#"{"payload.missing": {"$nin": ["x"]}}"#, json!({})));
         assert!(!m(r#"{"payload.n": {"$nin": [5]}}"#, json!({})));
