@@ -1,6 +1,7 @@
 //! Query operators and sorting through the binary (issue 12 §1): GraphQL arguments bind
 //! operator templates by their JSON type (a Float compares numerically, a `[String]` list
-//! feeds `$in`), `sort` orders the answers before `limit`, on SQLite and on memory storage.
+//! feeds `$in`), `sort` orders the answers before `limit`, on every storage type (PostgreSQL,
+//! MariaDB and FerretDB through the test servers of scripts/services).
 
 mod common;
 
@@ -152,4 +153,23 @@ async fn operators_answer_on_sqlite() {
 #[tokio::test]
 async fn operators_answer_on_memory() {
     operators_answer("type = \"memory\"").await;
+}
+
+#[tokio::test]
+async fn operators_answer_on_postgres() {
+    let url = common::fresh_postgres_database();
+    operators_answer(&format!("type = \"postgres\"\nurl = \"{url}\"")).await;
+}
+
+#[tokio::test]
+async fn operators_answer_on_mariadb() {
+    let url = common::fresh_mysql_database();
+    operators_answer(&format!("type = \"mysql\"\nurl = \"{url}\"")).await;
+}
+
+#[tokio::test]
+async fn operators_answer_on_mongodb_wire() {
+    let uri = common::mongo_url();
+    let db = common::fresh_mongo_database();
+    operators_answer(&format!("type = \"mongo\"\nuri = \"{uri}\"\ndb = \"{db}\"")).await;
 }
