@@ -93,6 +93,24 @@ const TEMPLATES: &[(&str, &str, Option<&str>)] = &[
         Some(r#"{"payload.price": -1}"#),
     ),
     (
+        "in_numbers",
+        r#"{"payload.price": {"$in": [5, 2.5, 99]}}"#,
+        None,
+    ),
+    ("ne_number", r#"{"payload.price": {"$ne": 5}}"#, None),
+    ("nested_gte", r#"{"payload.dims.w": {"$gte": 2}}"#, None),
+    (
+        "nested_exists",
+        r#"{"payload.dims.w": {"$exists": true}}"#,
+        None,
+    ),
+    ("by_width", "{}", Some(r#"{"payload.dims.w": 1}"#)),
+    (
+        "code",
+        r#"{"payload.code": {"$regex": "^[A-C]-[0-9]+\\.[0-9]$"}}"#,
+        None,
+    ),
+    (
         "parent_tagged",
         r#"{"payload.parent": "{{id}}", "payload.price": {"$gt": 2}, "payload.tag": {"$regex": "R", "$options": "i"}, "payload.name": {"$nin": ["{{other}}", "zzz"]}}"#,
         None,
@@ -129,15 +147,15 @@ async fn seed(store: &DynStore) {
     let docs = [
         (
             "id-a",
-            json!({"name": "apple", "price": 5, "tag": "Fruit", "color": "red", "kind": "f", "parent": "p1"}),
+            json!({"name": "apple", "price": 5, "tag": "Fruit", "color": "red", "kind": "f", "parent": "p1", "dims": {"w": 3}, "code": "A-1.5"}),
         ),
         (
             "id-b",
-            json!({"name": "banana", "price": 2.5, "tag": "fruit", "color": null, "kind": "f", "parent": "p1"}),
+            json!({"name": "banana", "price": 2.5, "tag": "fruit", "color": null, "kind": "f", "parent": "p1", "code": "B-22"}),
         ),
         (
             "id-c",
-            json!({"name": "cherry", "price": 12, "tag": "FRUIT-red", "kind": "f", "parent": "p2"}),
+            json!({"name": "cherry", "price": 12, "tag": "FRUIT-red", "kind": "f", "parent": "p2", "dims": {"w": 1}, "code": "C-3x5"}),
         ),
         (
             "id-d",
@@ -436,6 +454,37 @@ pub async fn batches_filter_and_sort_per_key(store: DynStore) {
     assert!(of("p3").is_empty());
 }
 
+pub async fn numbers_nested_fields_and_escapes_agree(store: DynStore) {
+    seed(&store).await;
+    assert_eq!(
+        set(find(&store, "in_numbers", json!({}), None).await),
+        names(&["apple", "banana"]),
+        "$in with integer and float literals"
+    );
+    assert_eq!(
+        set(find(&store, "ne_number", json!({}), None).await),
+        names(&["banana", "cherry", "date", "eggplant"])
+    );
+    assert_eq!(
+        find(&store, "nested_gte", json!({}), None).await,
+        names(&["apple"])
+    );
+    assert_eq!(
+        set(find(&store, "nested_exists", json!({}), None).await),
+        names(&["apple", "cherry"])
+    );
+    assert_eq!(
+        find(&store, "by_width", json!({}), None).await,
+        names(&["banana", "date", "eggplant", "cherry", "apple"]),
+        "a nested sort key; documents without it first, in creation order"
+    );
+    assert_eq!(
+        find(&store, "code", json!({}), None).await,
+        names(&["apple"]),
+        "a class, a quantifier and an escaped dot"
+    );
+}
+
 /// A search and its relationships with operator templates answer in one nested statement
 /// (where the backend has one) exactly what they answer level by level.
 pub async fn nested_operators_match_level_by_level(store: DynStore) {
@@ -502,6 +551,7 @@ macro_rules! operator_tests {
             sorting_orders_by_type_then_value,
             operators_apply_to_the_visible_version,
             batches_filter_and_sort_per_key,
+            numbers_nested_fields_and_escapes_agree,
             nested_operators_match_level_by_level
         );
     };
