@@ -6,7 +6,12 @@
 //!   `{"payload.farm_id": "{{id}}"}`, `{}` for all documents. Each key is `id` or
 //!   `payload.<dotted.path>`; each value is a literal, a whole placeholder `"{{arg}}"`
 //!   (bound to the argument's JSON value), or a string with placeholders inside
-//!   (`"zone-{{zone}}"`, bound as the rendered string). Keys combine with AND.
+//!   (`"zone-{{zone}}"`, bound as the rendered string). Keys combine with AND. A value may
+//!   also be an object of MongoDB operators (`{"$gte": "{{min}}", "$lt": 10}`, `$ne`, `$in`,
+//!   `$nin`, `$regex` + `$options`, `$exists`), and `$and`/`$or` take lists of filters: such
+//!   templates (and any with a sort, [`QueryTemplate::with_sort`]) become
+//!   [`TemplateKind::Query`], a typed predicate tree whose semantics [`Cond`] defines and
+//!   every backend follows; plain equalities stay [`TemplateKind::Filter`].
 //! * **Sql** (raw SQL fragments, SQL backends, for configs written for MeshQL's Java/TS
 //!   servers): `id = '{{id}}'`, `json_extract(payload, '$.farm_id') = '{{id}}'`. Placeholders
 //!   are never spliced into the SQL text: `'{{x}}'` becomes a bound parameter, and a string
