@@ -736,6 +736,25 @@ impl QueryTemplate {
         }
     }
 
+    /// The payload fields this template compares with `$gt`, `$gte`, `$lt` or `$lte` (backends
+    /// whose equality index cannot serve a range add indexes for them).
+    pub fn range_paths(&self) -> Vec<FieldPath> {
+        let mut paths: Vec<FieldPath> = Vec::new();
+        if let TemplateKind::Query(spec) = &self.kind {
+            for c in &spec.conds {
+                c.visit(&mut |c| {
+                    if let Cond::Cmp { path, op, .. } = c {
+                        let range = !matches!(op, CmpOp::Eq | CmpOp::Ne);
+                        if range && *path != FieldPath::Id && !paths.contains(path) {
+                            paths.push(path.clone());
+                        }
+                    }
+                });
+            }
+        }
+        paths
+    }
+
     /// The sort keys (empty: the default, creation order).
     pub fn sort(&self) -> &[SortKey] {
         match &self.kind {

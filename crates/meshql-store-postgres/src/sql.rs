@@ -124,6 +124,29 @@ pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String
     ))
 }
 
+/// Indexes for a field a template compares with a range: its JSONB value (numbers) and its
+/// text in code-point order (strings), so that either branch of the comparison can use one.
+pub(crate) fn create_range_indexes(table: &str, path: &FieldPath) -> Vec<String> {
+    let FieldPath::Payload(segments) = path else {
+        return Vec::new();
+    };
+    let name = segments.join("_");
+    vec![
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
+            index_name(table, &format!("j_{name}")),
+            quote_ident(table),
+            json_value(path, "")
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {} ON {} (({} COLLATE \"C\"))",
+            index_name(table, &format!("c_{name}")),
+            quote_ident(table),
+            json_text(path, "")
+        ),
+    ]
+}
+
 /// Where a statement's parameter comes from.
 #[derive(Debug, Clone)]
 pub(crate) enum Param {
@@ -283,9 +306,12 @@ impl Builder {
                             FieldPath::Payload(_) => {
                                 let n = self.operand(value, key, bound, Param::Num);
                                 let j = json_value(path, alias);
+                                // each branch can use an index of `prepare` (see
+                                // `create_range_indexes`): JSONB orders numbers numerically,
+                                // and the type test drops the other types it orders around them
                                 format!(
-                                    "(CASE WHEN jsonb_typeof({j}) = 'number' THEN {lhs}::numeric END {o} {n}::text::numeric \
-                                     OR CASE WHEN jsonb_typeof({j}) = 'string' THEN {lhs} END COLLATE \"C\" {o} {s}::text)"
+                                    "((jsonb_typeof({j}) = 'number' AND {j} {o} to_jsonb({n}::text::numeric)) \
+                                     OR (jsonb_typeof({j}) = 'string' AND {lhs} COLLATE \"C\" {o} {s}::text))"
                                 )
                             }
                         }

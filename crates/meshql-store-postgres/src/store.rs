@@ -883,6 +883,12 @@ impl Store for PostgresStore {
                     ddl.push_str(&idx);
                 }
             }
+            for path in t.range_paths() {
+                for idx in sql::create_range_indexes(&self.table, &path) {
+                    ddl.push_str(";\n");
+                    ddl.push_str(&idx);
+                }
+            }
         }
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
