@@ -104,6 +104,37 @@ pub(crate) fn field_column_ddl(table: &str, path: &FieldPath) -> Vec<String> {
     ]
 }
 
+/// The generated column holding a payload field's value when it is a number (NULL
+/// otherwise), for ranges.
+pub(crate) fn number_column(segments: &[String]) -> String {
+    format!("n_{}", segments.join("__"))
+}
+
+/// The numeric generated column and its index for a field a template compares with a range
+/// (the text column of [`field_column_ddl`] serves strings).
+pub(crate) fn range_column_ddl(table: &str, path: &FieldPath) -> Vec<String> {
+    let FieldPath::Payload(segments) = path else {
+        return Vec::new();
+    };
+    let t = quote_ident(table);
+    let col = number_column(segments);
+    let p = json_path(segments);
+    vec![
+        format!(
+            "ALTER TABLE {t} ADD COLUMN IF NOT EXISTS {c} DOUBLE \
+             AS (CASE WHEN JSON_TYPE(JSON_EXTRACT(payload, '{p}')) IN \
+             ('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') \
+             THEN CAST(JSON_UNQUOTE(JSON_EXTRACT(payload, '{p}')) AS DOUBLE) END) VIRTUAL",
+            c = quote_ident(&col),
+        ),
+        format!(
+            "CREATE INDEX IF NOT EXISTS {i} ON {t} ({c})",
+            i = quote_ident(&format!("idx_{col}")),
+            c = quote_ident(&col)
+        ),
+    ]
+}
+
 #[derive(Debug, Clone)]
 pub(crate) enum Param {
     Arg(String),
@@ -289,13 +320,15 @@ fn cond_sql(cond: &Cond, key: Option<&str>, bound: bool, params: &mut Vec<Param>
                             operand(value, key, bound, Param::Str, params)
                         ),
                         FieldPath::Payload(segments) => {
+                            // numbers: the numeric generated column (`range_column_ddl`);
+                            // strings: the text column (binary collation: code points)
                             let ty = field_type(segments);
+                            let num = format!("t.{}", quote_ident(&number_column(segments)));
                             let n = operand(value, key, bound, Param::Num, params);
                             let s = operand(value, key, bound, Param::Str, params);
                             format!(
-                                "(CASE WHEN {ty} IN ('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL') \
-                                 THEN CAST({lhs} AS DOUBLE) END {o} CAST({n} AS DOUBLE) \
-                                 OR CASE WHEN {ty} = 'STRING' THEN {lhs} END COLLATE utf8mb4_bin {o} {s})"
+                                "({num} {o} CAST({n} AS DOUBLE) \
+                                 OR ({ty} = 'STRING' AND {lhs} {o} {s}))"
                             )
                         }
                     }

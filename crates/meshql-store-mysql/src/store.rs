@@ -971,6 +971,9 @@ impl Store for MysqlStore {
             for path in t.filtered_paths() {
                 ddl.extend(sql::field_column_ddl(&self.table, &path));
             }
+            for path in t.range_paths() {
+                ddl.extend(sql::range_column_ddl(&self.table, &path));
+            }
         }
         let mut result = Ok(());
         for stmt in ddl {
