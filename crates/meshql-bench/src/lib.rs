@@ -103,20 +103,17 @@ impl Options {
 }
 
 impl Options {
-    /// Worker threads of the servers the bench starts: `--workers`, or else the cores the
-    /// load generator leaves (the machine's cores less its `--threads`, at least one). The
-    /// generator runs on the same machine; a server with one worker per core would share
-    /// those cores with it and its tail would measure the scheduler's time slices
-    /// (docs/BENCHMARKS.md, "The read tail at saturation"). `None` with `--url`.
+    /// Worker threads of the servers the bench starts: `--workers`, else one per core, as
+    /// `meshql serve` runs by default. (On 2 cores a server sharing them with the generator
+    /// does better on point reads with one worker and worse on depth 3:
+    /// docs/BENCHMARKS.md, "Cores split between the generator and the server".) `None` with
+    /// `--url`.
     pub fn server_workers(&self) -> Option<usize> {
         if self.url.is_some() {
             return None;
         }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Some(
-            self.workers
-                .unwrap_or_else(|| cores.saturating_sub(self.client_threads).max(1)),
-        )
+        Some(self.workers.unwrap_or(cores))
     }
 }
 

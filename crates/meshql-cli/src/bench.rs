@@ -49,8 +49,7 @@ pub struct BenchRun {
     /// Users of constant-load runs.
     #[arg(long, default_value_t = 10)]
     vus: usize,
-    /// Local mode: server worker threads (default: the cores the load generator leaves, i.e.
-    /// the machine's cores less --threads, at least 1).
+    /// Local mode: server worker threads (default: one per core, as `meshql serve`).
     #[arg(long)]
     workers: Option<usize>,
     /// Products seeded by the products scenario.
