@@ -189,7 +189,10 @@ async fn run_case(dir: &Path) -> Result<(), String> {
             }
         }
         if want["status"] != json!(got.status) {
-            diffs.push(format!("status: expected {}, got {}", want["status"], got.status));
+            diffs.push(format!(
+                "status: expected {}, got {}",
+                want["status"], got.status
+            ));
         }
         if let Some(headers) = want["headers"].as_object() {
             for (name, value) in headers {
@@ -203,7 +206,12 @@ async fn run_case(dir: &Path) -> Result<(), String> {
             }
         }
         if !want["body"].is_null() {
-            differences(&fill(&want["body"], &vars), &actual_body, "body", &mut diffs);
+            differences(
+                &fill(&want["body"], &vars),
+                &actual_body,
+                "body",
+                &mut diffs,
+            );
         }
         if !diffs.is_empty() {
             let _ = writeln!(

@@ -608,9 +608,12 @@ async fn every_nested_answer_is_one_snapshot_while_a_writer_renames() {
         );
         tokio::spawn(async move {
             for g in 1..=GENERATIONS {
-                c.put_json(&format!("/farm/api/{farm_id}"), &named(&farm, format!("F-{g}")))
-                    .await
-                    .expect_status(200);
+                c.put_json(
+                    &format!("/farm/api/{farm_id}"),
+                    &named(&farm, format!("F-{g}")),
+                )
+                .await
+                .expect_status(200);
                 for (id, letter) in coops.iter().zip(["A", "B"]) {
                     c.put_json(
                         &format!("/coop/api/{id}"),
@@ -623,9 +626,8 @@ async fn every_nested_answer_is_one_snapshot_while_a_writer_renames() {
         })
     };
     let generation = |name: &str| -> u64 { name[2..].parse().unwrap() };
-    let query = format!(
-        r#"{{ getById(id: "{farm_id}") {{ name coops {{ name hens {{ name }} }} }} }}"#
-    );
+    let query =
+        format!(r#"{{ getById(id: "{farm_id}") {{ name coops {{ name hens {{ name }} }} }} }}"#);
     let mut answers = 0;
     while !writer.is_finished() {
         let d = gql(&c, "/farm/graph", &query).await;
