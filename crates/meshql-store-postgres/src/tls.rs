@@ -56,9 +56,11 @@ impl SslMode {
                         .into(),
                 )
             }
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "sslmode={other:?} is not one of disable, prefer, require, verify-ca, verify-full"
-            )),
+            ))
+            }
         })
     }
 }
