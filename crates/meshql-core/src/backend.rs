@@ -158,3 +158,43 @@ impl BackendRegistry {
         self.backends.schemas()
     }
 }
+
+/// A connection-URL parameter name or value, percent-decoded (backends read their TLS
+/// parameters out of their URLs with it). A `%` not followed by two hex digits, or bytes that
+/// are not UTF-8 once decoded, are an error naming the text.
+pub fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-encoding in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
+}
+
+#[cfg(test)]
+mod percent_tests {
+    use super::percent_decode;
+
+    #[test]
+    fn decodes_escapes_and_refuses_bad_ones() {
+        assert_eq!(percent_decode("a%2Fb%20c").unwrap(), "a/b c");
+        assert!(percent_decode("a%2")
+            .unwrap_err()
+            .contains("bad percent-encoding"));
+        assert!(percent_decode("%zz")
+            .unwrap_err()
+            .contains("bad percent-encoding"));
+        assert!(percent_decode("%ff").unwrap_err().contains("not UTF-8"));
+    }
+}

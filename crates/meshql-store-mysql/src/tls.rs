@@ -177,9 +177,9 @@ fn split_tls_params(url: &str) -> Result<(String, Vec<(String, String)>), String
     let mut taken = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let key = percent_decode(k)?;
+        let key = meshql_core::backend::percent_decode(k)?;
         if key.starts_with("ssl") {
-            taken.push((key, percent_decode(v)?));
+            taken.push((key, meshql_core::backend::percent_decode(v)?));
         } else {
             kept.push(pair);
         }
@@ -190,26 +190,6 @@ fn split_tls_params(url: &str) -> Result<(String, Vec<(String, String)>), String
         format!("{base}?{}", kept.join("&"))
     };
     Ok((rest, taken))
-}
-
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent-encoding in {s:?}"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
 }
 
 /// Whether a connection error means the server has no TLS (what `PREFERRED` falls back on).
