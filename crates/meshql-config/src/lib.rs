@@ -18,7 +18,7 @@ pub mod model;
 pub mod resolve;
 
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{GraphqlLimits, ServiceConfig, WriteResponse};
+pub use model::{ConsoleConfig, GraphqlLimits, ServiceConfig, WriteResponse};
 pub use resolve::{
     load, ChangesSpec, RelaySpec, ResolvedConfig, ResolvedEntity, ResolvedGraph, ResolvedQuery,
     ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,

@@ -59,6 +59,10 @@ pub struct ServiceConfig {
     /// `data_dir` and served at `/_changes`.
     #[serde(default)]
     pub changes: ChangesConfig,
+    /// The console: a web page (served from the binary) to browse the entities, their
+    /// documents' history through time and the live change feed.
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// Named storage backends; entities refer to them by name. An entity without `storage`
     /// uses `default`, which is SQLite `meshql.db` unless declared.
     #[serde(default)]
@@ -334,6 +338,33 @@ impl Default for ChangesConfig {
             relay: Vec::new(),
         }
     }
+}
+
+/// The console (`[console]`): the page a browser opens first.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve the console. It reads and writes only through the service's own APIs, with the
+    /// token the user gives it, so it shows what those APIs would return.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Where the page is served (its JSON endpoints and assets are under
+    /// `/_meshql/console/`).
+    #[serde(default = "default_console_path")]
+    pub path: String,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            path: default_console_path(),
+        }
+    }
+}
+
+fn default_console_path() -> String {
+    "/".into()
 }
 
 /// A relay of the change feed (`[[changes.relay]]`): `type` selects the relay; `name`,

@@ -72,6 +72,8 @@ pub struct ResolvedConfig {
     pub graphql: crate::model::GraphqlLimits,
     /// The change feed (`changes.dir` resolved under `data_dir`).
     pub changes: ChangesSpec,
+    /// `[console]`: the web console, and where it is served.
+    pub console: crate::model::ConsoleConfig,
     /// Storage by name (only the ones some entity uses).
     pub storages: BTreeMap<String, StorageSpec>,
     pub entities: Vec<ResolvedEntity>,
@@ -528,6 +530,29 @@ impl Resolver {
         }
 
         let server = self.resolve_server(&model.server);
+        if model.console.enabled {
+            let path = model.console.path.as_str();
+            if !path.starts_with('/')
+                || path.contains(['{', '}', '*', ' ', '?', '#'])
+                || (path != "/" && path.ends_with('/'))
+            {
+                self.error::<String>(None, "console.path", format!("`{path}` must be `/` or start with `/` and not end with `/`, and contain no `{{ }} * ? #` or spaces"));
+            } else if matches!(path, "/health" | "/ready" | "/metrics" | "/_changes")
+                || path.starts_with("/_meshql")
+            {
+                self.error::<String>(
+                    None,
+                    "console.path",
+                    format!("`{path}` is reserved by the server"),
+                );
+            } else if let Some(other) = seen_paths.get(path) {
+                self.error::<String>(
+                    None,
+                    "console.path",
+                    format!("route `{path}` is already served for entity \"{other}\""),
+                );
+            }
+        }
         let relays = self.resolve_relays(&model.changes);
         let auth = self.resolve_auth(&model.auth);
         let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
@@ -559,6 +584,7 @@ impl Resolver {
             http_client: model.http_client,
             graphql: model.graphql,
             changes,
+            console: model.console,
             storages: used_storage,
             entities,
             warnings,

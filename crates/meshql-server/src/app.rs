@@ -323,6 +323,10 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         .with_state(ops);
     let origin = HeaderValue::from_str(&config.cors_origin)
         .map_err(|_| BuildError::Cors(config.cors_origin.clone()))?;
+    if config.console.enabled {
+        let console = Arc::new(crate::console::Console::new(config, &services));
+        router = router.merge(crate::console::router(console));
+    }
     let router = router
         .merge(ops_router)
         .route(

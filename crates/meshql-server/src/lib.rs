@@ -7,6 +7,7 @@ mod assets;
 pub mod backends;
 mod changes_routes;
 mod connection;
+mod console;
 mod cors;
 mod graphql_routes;
 mod listener;
