@@ -28,6 +28,9 @@ MESHQL_TEST_KAFKA_BROKERS=$(scripts/services/kafka.sh start)
 MESHQL_TEST_NATS_URL=$(scripts/services/nats.sh start)
 export MESHQL_TEST_POSTGRES_URL MESHQL_TEST_MYSQL_URL MESHQL_TEST_MONGO_URL
 export MESHQL_TEST_KAFKA_BROKERS MESHQL_TEST_NATS_URL
+# Chromium and chromedriver for the console's browser tests (installed if missing).
+CHROMIUM_ENV=$(scripts/services/chromium.sh start)
+while IFS='=' read -r key value; do export "$key=$value"; done <<<"$CHROMIUM_ENV"
 
 # Run everything, then close with one line that totals every test binary's results (cargo
 # ends with the doc-tests' own, often empty, summary).

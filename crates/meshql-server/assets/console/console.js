@@ -551,7 +551,7 @@ function relationships(rels, doc) {
   const items = rels.map(({ resolver, fields }) => {
     const value = doc[resolver.field];
     const list = Array.isArray(value) ? value : value ? [value] : [];
-    const label = (d) => fields.filter((f) => f !== 'id').map((f) => short(d[f])).join(' · ') || d.id;
+    const label = (d) => fields.filter((f) => f !== 'id' && d[f] !== null && d[f] !== undefined).map((f) => short(d[f])).join(' · ') || d.id;
     const links = list.map((d) =>
       el('li', {},
         resolver.entity && d.id ? el('a', { href: docHref(resolver.entity, d.id), class: 'rel-link' }, label(d)) : label(d),
