@@ -424,6 +424,106 @@ fn creating_a_farm_through_the_form_shows_it_in_the_list() {
 }
 
 #[test]
+fn the_list_pages_sorts_and_filters() {
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let server = egg_economy();
+    let farms: Vec<Value> = (0..25)
+        .map(|n| json!({"name": format!("farm {n:02}"), "farm_type": "homestead", "zone": format!("z{}", n % 3)}))
+        .collect();
+    let (status, answer) = send(
+        reqwest::Method::POST,
+        &server.url("/farm/api/bulk"),
+        Some(&Value::Array(farms)),
+        None,
+    );
+    assert!(status < 300, "{status} {answer}");
+    let mut b = Browser::start("table");
+    b.goto(&server.url("/#/e/farm"));
+    b.wait_ready();
+    b.wait_for(
+        "the first page",
+        &format!("{LIST_NAMES}.length === 20 && document.querySelector('.pager').textContent.includes('page 1 of 2')"),
+        json!([]),
+    );
+    // columns from the JSON Schema
+    let head = b.js(
+        "return Array.from(document.querySelectorAll('#documents th')).map((th) => th.dataset.column)",
+        json!([]),
+    );
+    assert_eq!(
+        head,
+        json!(["id", "name", "farm_type", "zone", "owner", "@version"])
+    );
+    b.click(".pager button:last-child");
+    b.wait_for(
+        "the second page",
+        &format!("{LIST_NAMES}.length === 5"),
+        json!([]),
+    );
+    // sorted by name, descending
+    b.click("#documents th[data-column=name]");
+    b.click("#documents th[data-column=name]");
+    b.wait_for(
+        "names in descending order, first page",
+        &format!("{LIST_NAMES}[0] === 'farm 24' && {LIST_NAMES}[19] === 'farm 05'"),
+        json!([]),
+    );
+    b.type_into("#filter", "farm 1");
+    let names = b.wait_for(
+        "the filtered rows",
+        &format!("(() => {{ const n = {LIST_NAMES}; return n.length === 10 && n; }})()"),
+        json!([]),
+    );
+    let expected: Vec<String> = (10..20).rev().map(|n| format!("farm {n}")).collect();
+    assert_eq!(names, json!(expected));
+    b.screenshot("sorted-filtered");
+}
+
+#[test]
+fn editing_and_deleting_write_versions_shown_in_the_history() {
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let server = egg_economy();
+    let farm = post(
+        &server,
+        "/farm/api",
+        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
+    );
+    let id = farm["id"].as_str().unwrap().to_owned();
+    let mut b = Browser::start("edit");
+    b.goto(&server.url(&format!("/#/e/farm/d/{id}")));
+    b.wait_ready();
+    b.click("#edit-document");
+    b.wait_for(
+        "the form with the stored values",
+        "document.querySelector('#field-name')?.value === 'Emerdale' && document.querySelector('#field-farm_type').value === '\"homestead\"'",
+        json!([]),
+    );
+    b.type_into("#field-name", "Emerdale Hall");
+    b.click("#save");
+    b.wait_for(
+        "the new version and its change in the history",
+        "document.querySelector('#document tr[data-field=name] td')?.textContent === 'Emerdale Hall' && document.querySelectorAll('#history li.version').length === 2 && document.querySelector('#history li.updated .changed')?.textContent",
+        json!([]),
+    );
+    let change = b.js(
+        "return document.querySelector('#history li.updated .changed').textContent",
+        json!([]),
+    );
+    assert_eq!(change, json!("name: Emerdale → Emerdale Hall"));
+    // delete (the browser's confirmation answered yes): a tombstone, the history kept
+    b.js("window.confirm = () => true; return true;", json!([]));
+    b.click("#delete-document");
+    b.wait_for(
+        "the tombstone",
+        "document.querySelector('#absent') && document.querySelectorAll('#history li.version').length === 3 && document.querySelector('#history li.deleted')",
+        json!([]),
+    );
+    let (status, _) = get(&server, &format!("/farm/api/{id}"), None);
+    assert_eq!(status, 404);
+    b.screenshot("history");
+}
+
+#[test]
 fn a_schema_violation_shows_the_servers_message_next_to_the_field() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();

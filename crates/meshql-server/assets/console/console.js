@@ -190,7 +190,7 @@ async function exampleQuery(e) {
   const id = first.body?.documents?.[0]?.id || 'an-id';
   const rel = rels[0];
   const relText = rel ? `\n    ${rel.resolver.field} {\n      ${rel.fields.join('\n      ')}\n    }` : '';
-  return `# ${e.name}: one document by id, with a relationship. Add at: <ms since the epoch>\n# to read it as it was then (the relationship too).\n{\n  getById(id: ${JSON.stringify(id)}) {\n    ${scalars.join('\n    ')}${relText}\n  }\n}\n`;
+  return `# ${e.name} by id, with a relationship.\n# at: <ms since the epoch> reads it as it was then.\n{\n  getById(id: ${JSON.stringify(id)}) {\n    ${scalars.join('\n    ')}${relText}\n  }\n}\n`;
 }
 
 function graphiqlLink(e, text = 'GraphiQL') {
@@ -432,6 +432,7 @@ async function listView(view, e) {
         onclick: () => {
           ui.desc = ui.sort === c ? !ui.desc : false;
           ui.sort = c;
+          ui.page = 0;
           draw();
         },
       }, c === '@version' ? 'version time' : c, ui.sort === c ? (ui.desc ? ' ▼' : ' ▲') : ''));
@@ -442,7 +443,7 @@ async function listView(view, e) {
         el('td', { class: 'muted' }, fmtTime(d.created_at)),
       ));
     table.replaceChildren(el('thead', {}, el('tr', {}, head)), el('tbody', {}, body));
-    info.textContent = `${ui.docs.length}${ui.truncated ? '+ (the first ' + ui.docs.length + ')' : ''} documents ${state.at === null ? 'now' : 'as of ' + fmtTime(state.at)}` +
+    info.textContent = `${ui.docs.length}${ui.truncated ? '+ (the first ' + ui.docs.length + ')' : ''} document${ui.docs.length === 1 ? '' : 's'} ${state.at === null ? 'now' : 'as of ' + fmtTime(state.at)}` +
       (ui.filter ? `, ${rows.length} matching` : '');
     pager.replaceChildren(
       el('button', { type: 'button', disabled: ui.page === 0, onclick: () => { ui.page--; draw(); } }, '‹ previous'),
