@@ -142,6 +142,9 @@ pub struct StoreStats {
     pub commits: u64,
     /// Documents written.
     pub writes: u64,
+    /// Connections open for reads, where the backend keeps its own (SQLite; `None` where the
+    /// driver's pool is not counted).
+    pub read_connections: Option<u64>,
 }
 
 /// What a read sees: whose documents (`filter`), as of when (`at`; the latest when `None`).

@@ -98,6 +98,16 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             store.stats().commits
         );
     }
+    let name = "meshql_storage_read_connections";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Connections the storage keeps open for reads (idle or in use).\n# TYPE {name} gauge"
+    );
+    for (storage, store) in &ops.storages {
+        if let Some(n) = store.stats().read_connections {
+            let _ = writeln!(out, "{name}{{storage=\"{storage}\"}} {n}");
+        }
+    }
     if let Some(hub) = &ops.hub {
         write_feed_metrics(&mut out, hub);
     }

@@ -478,6 +478,7 @@ impl Store for MemoryStore {
             reads: self.reads.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
+            read_connections: None,
         }
     }
 

@@ -1629,6 +1629,7 @@ impl Store for MongoStore {
             reads: self.reads.load(Ordering::Relaxed),
             commits: self.w.commits.load(Ordering::Relaxed),
             writes: self.w.writes.load(Ordering::Relaxed),
+            read_connections: None,
         }
     }
 

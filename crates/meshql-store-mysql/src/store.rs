@@ -1011,6 +1011,7 @@ impl Store for MysqlStore {
             reads: self.reads.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
+            read_connections: None,
         }
     }
 

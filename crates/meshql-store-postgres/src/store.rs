@@ -927,6 +927,7 @@ impl Store for PostgresStore {
             reads: self.reads.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
+            read_connections: None,
         }
     }
 

@@ -5,8 +5,9 @@ use meshql_core::StoreError;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
@@ -26,6 +27,19 @@ pub struct SqliteOptions {
     pub statement_cache: usize,
     /// When WAL checkpoints run.
     pub checkpoints: CheckpointPolicy,
+    /// Whole-table reads running at once (each holds a blocking thread and a connection);
+    /// more wait their turn.
+    pub concurrent_scans: usize,
+    /// Read connections kept open between reads; one returned beyond this is closed.
+    pub idle_readers: usize,
+}
+
+/// The machine's cores (at least 2): the default number of concurrent scans.
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2)
 }
 
 impl Default for SqliteOptions {
@@ -35,6 +49,9 @@ impl Default for SqliteOptions {
             busy_timeout_ms: 5_000,
             statement_cache: 256,
             checkpoints: CheckpointPolicy::default(),
+            concurrent_scans: cores(),
+            // inline reads run on the async workers (one per core), scans beside them
+            idle_readers: 2 * cores(),
         }
     }
 }
@@ -76,7 +93,12 @@ pub struct SqliteDatabase {
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Stop signal and thread of the checkpointer.
     checkpointer: Mutex<Option<(mpsc::Sender<Signal>, JoinHandle<()>)>>,
+    /// Idle read connections, most recently used last.
     readers: Mutex<Vec<Connection>>,
+    /// Read connections open (idle or in use).
+    open_readers: AtomicUsize,
+    /// One permit per whole-table read allowed to run.
+    scans: Arc<tokio::sync::Semaphore>,
     commits: AtomicU64,
 }
 
@@ -171,11 +193,13 @@ impl SqliteDatabase {
         );
         let db = std::sync::Arc::new(Self {
             path: path.to_owned(),
-            options,
             sender: Mutex::new(Some(tx)),
             writer: Mutex::new(None),
             checkpointer: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
+            open_readers: AtomicUsize::new(0),
+            scans: Arc::new(tokio::sync::Semaphore::new(options.concurrent_scans.max(1))),
+            options,
             commits: AtomicU64::new(0),
         });
         let weak = std::sync::Arc::downgrade(&db);
@@ -263,7 +287,10 @@ impl SqliteDatabase {
     /// Runs `f` with a pooled read connection on the calling thread.
     ///
     /// Reads are short indexed lookups (microseconds); running them inline avoids a thread
-    /// hand-off per request, which costs more than the lookup itself.
+    /// hand-off per request, which costs more than the lookup itself. A connection is opened
+    /// when none is idle (at most one per thread reading at once: the async workers and the
+    /// [`scan`](Self::scan) threads); one returned while `idle_readers` are already idle is
+    /// closed, so a burst does not leave its connections (and their page caches) behind.
     pub(crate) fn read<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
@@ -273,8 +300,59 @@ impl SqliteDatabase {
             None => self.open_reader()?,
         };
         let result = f(&conn);
-        self.readers.lock().push(conn);
+        let surplus = {
+            let mut idle = self.readers.lock();
+            if idle.len() < self.options.idle_readers {
+                idle.push(conn);
+                None
+            } else {
+                Some(conn)
+            }
+        };
+        if let Some(conn) = surplus {
+            drop(conn);
+            self.open_readers.fetch_sub(1, Ordering::Relaxed);
+        }
         result
+    }
+
+    /// Runs a read that may visit many rows (a whole-table scan) on a blocking thread, at
+    /// most `concurrent_scans` at once. The permit travels with the thread, not with the
+    /// caller: a caller that gives up (a request timeout, a client gone) does not free a
+    /// slot while its scan still runs. It does interrupt the scan, though, at its next
+    /// batch of SQLite instructions, so the slot frees quickly.
+    pub(crate) async fn scan<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let permit = self
+            .scans
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| unavailable("database is shut down"))?;
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let _on_drop = SetOnDrop(abandoned.clone());
+        let db = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            db.read(|conn| {
+                conn.progress_handler(
+                    SCAN_CHECK_INSTRUCTIONS,
+                    Some(move || abandoned.load(Ordering::Relaxed)),
+                );
+                let result = f(conn);
+                conn.progress_handler(0, None::<fn() -> bool>);
+                result
+            })
+        })
+        .await
+        .map_err(|e| unavailable(format!("reader task failed: {e}")))?
+    }
+
+    /// Read connections open now (idle or in use).
+    pub fn open_readers(&self) -> usize {
+        self.open_readers.load(Ordering::Relaxed)
     }
 
     fn open_reader(&self) -> Result<Connection, StoreError> {
@@ -293,6 +371,7 @@ impl SqliteDatabase {
             .map_err(query_error)?;
         register_functions(&conn).map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(self.options.statement_cache);
+        self.open_readers.fetch_add(1, Ordering::Relaxed);
         Ok(conn)
     }
 
@@ -320,7 +399,22 @@ impl SqliteDatabase {
             let _ = stop.send(Signal::Stop);
             let _ = handle.join();
         }
-        self.readers.lock().clear();
+        let closed = std::mem::take(&mut *self.readers.lock());
+        self.open_readers.fetch_sub(closed.len(), Ordering::Relaxed);
+        self.scans.close();
+    }
+}
+
+/// SQLite virtual-machine instructions between two checks of whether a scan's caller is
+/// still waiting (a check is one atomic load).
+const SCAN_CHECK_INSTRUCTIONS: std::ffi::c_int = 10_000;
+
+/// Sets its flag when dropped: tells a scan its caller stopped waiting.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
     }
 }
 
@@ -644,6 +738,115 @@ mod tests {
             })
             .unwrap();
         assert_eq!((count, undone), (30, 0));
+        db.shutdown().await;
+    }
+
+    fn bounded(scans: usize, idle: usize) -> SqliteOptions {
+        SqliteOptions {
+            concurrent_scans: scans,
+            idle_readers: idle,
+            ..SqliteOptions::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_more_scans_run_at_once_than_permitted() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("s.db"), bounded(2, 4)).unwrap();
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let scans: Vec<_> = (0..24)
+            .map(|_| {
+                let (db, running, most) = (db.clone(), running.clone(), most.clone());
+                tokio::spawn(async move {
+                    db.scan(move |c| {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        let one: i64 = c
+                            .query_row("SELECT 1", [], |r| r.get(0))
+                            .map_err(query_error)?;
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok(one)
+                    })
+                    .await
+                })
+            })
+            .collect();
+        for s in scans {
+            assert_eq!(s.await.unwrap().unwrap(), 1);
+        }
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            2,
+            "two scans at once, never more"
+        );
+        assert!(db.open_readers() <= 4, "{} readers open", db.open_readers());
+        db.shutdown().await;
+        assert_eq!(db.open_readers(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_opened_for_a_burst_are_closed_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("b.db"), bounded(2, 3)).unwrap();
+        let burst = 12;
+        let inside = Arc::new(std::sync::Barrier::new(burst + 1));
+        let leave = Arc::new(std::sync::Barrier::new(burst + 1));
+        let readers: Vec<_> = (0..burst)
+            .map(|_| {
+                let (db, inside, leave) = (db.clone(), inside.clone(), leave.clone());
+                std::thread::spawn(move || {
+                    db.read(|c| {
+                        inside.wait();
+                        leave.wait();
+                        c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))
+                            .map_err(query_error)
+                    })
+                })
+            })
+            .collect();
+        inside.wait();
+        // every thread holds a connection of its own at once
+        assert_eq!(db.open_readers(), burst);
+        leave.wait();
+        for r in readers {
+            assert_eq!(r.join().unwrap().unwrap(), 1);
+        }
+        assert_eq!(db.open_readers(), 3, "the idle ones beyond 3 are closed");
+        assert_eq!(db.readers.lock().len(), 3);
+        db.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scan_whose_caller_gave_up_stops_and_frees_its_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("a.db"), bounded(1, 2)).unwrap();
+        // counts to 10^12: hours of work unless interrupted
+        let endless = db.scan(|c| {
+            c.query_row(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000000000000) \
+                 SELECT count(*) FROM n",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(query_error)
+        });
+        let gave_up = tokio::time::timeout(std::time::Duration::from_millis(50), endless).await;
+        assert!(gave_up.is_err(), "the endless scan cannot have finished");
+        // the only slot is free again once the abandoned scan is interrupted (a hang guard,
+        // not a timing requirement: uninterrupted, the scan would hold the slot for hours)
+        let next = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            db.scan(|c| {
+                c.query_row("SELECT 7", [], |r| r.get::<_, i64>(0))
+                    .map_err(query_error)
+            }),
+        )
+        .await
+        .expect("the abandoned scan still holds the only slot")
+        .unwrap();
+        assert_eq!(next, 7);
         db.shutdown().await;
     }
 }

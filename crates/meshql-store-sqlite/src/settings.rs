@@ -23,6 +23,15 @@ pub struct SqliteSettings {
     /// the writer while a checkpoint syncs the log, more of them; see docs/BENCHMARKS.md.
     #[serde(default = "default_checkpoint_pages")]
     pub checkpoint_pages: u32,
+    /// Whole-table reads (REST lists, GraphQL queries of every document) running at once,
+    /// each on a thread and a connection of its own; more wait. Default: the machine's
+    /// cores (at least 2).
+    #[serde(default)]
+    pub concurrent_scans: Option<usize>,
+    /// Read connections kept open between requests (each holds up to 2 MiB of page cache);
+    /// more are opened under load and closed after it. Default: twice the cores.
+    #[serde(default)]
+    pub idle_read_connections: Option<usize>,
 }
 
 fn default_checkpoint_pages() -> u32 {
@@ -54,6 +63,16 @@ impl StorageBackend for SqliteBackend {
         if settings.checkpoint_pages == 0 {
             return Err(SettingError::new("checkpoint_pages", "must be at least 1"));
         }
+        if settings.concurrent_scans == Some(0) {
+            return Err(SettingError::new("concurrent_scans", "must be at least 1"));
+        }
+        if settings.idle_read_connections == Some(0) {
+            return Err(SettingError::new(
+                "idle_read_connections",
+                "must be at least 1",
+            ));
+        }
+        let defaults = SqliteOptions::default();
         let file = PathBuf::from(&settings.file);
         let path = if file.is_absolute() {
             file
@@ -68,7 +87,13 @@ impl StorageBackend for SqliteBackend {
                     pages: settings.checkpoint_pages,
                     ..Default::default()
                 },
-                ..SqliteOptions::default()
+                concurrent_scans: settings
+                    .concurrent_scans
+                    .unwrap_or(defaults.concurrent_scans),
+                idle_readers: settings
+                    .idle_read_connections
+                    .unwrap_or(defaults.idle_readers),
+                ..defaults
             },
         }))
     }

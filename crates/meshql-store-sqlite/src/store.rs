@@ -255,17 +255,15 @@ impl SqliteStore {
         self.reads.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Runs a whole-table read on the blocking pool: point lookups run inline (they take
-    /// microseconds), scans must not hold up the async workers.
+    /// Runs a whole-table read on the blocking pool, bounded by the database's scan
+    /// permits: point lookups run inline (they take microseconds), scans must not hold up
+    /// the async workers.
     async fn scan<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let db = self.db.clone();
         self.reads.fetch_add(1, Ordering::Relaxed);
-        tokio::task::spawn_blocking(move || db.read(f))
-            .await
-            .map_err(|e| StoreError::Unavailable(format!("reader task failed: {e}")))?
+        self.db.scan(f).await
     }
 
     fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
@@ -960,6 +958,7 @@ impl Store for SqliteStore {
             reads: self.reads.load(Ordering::Relaxed),
             commits: self.db.commits(),
             writes: self.writes.load(Ordering::Relaxed),
+            read_connections: Some(self.db.open_readers() as u64),
         }
     }
 
