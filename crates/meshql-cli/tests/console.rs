@@ -48,6 +48,17 @@ fn screenshots_dir() -> PathBuf {
     dir
 }
 
+/// With `MESHQL_CONSOLE_DOCS_SCREENSHOT=1`, copies a screenshot to `docs/<name>` (the
+/// README shows them).
+fn for_the_readme(shot: &Path, name: &str) {
+    if std::env::var("MESHQL_CONSOLE_DOCS_SCREENSHOT").as_deref() == Ok("1") {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../docs")
+            .join(name);
+        std::fs::copy(shot, &docs).expect("copy the screenshot to docs/");
+    }
+}
+
 fn egg_economy() -> Server {
     Server::start(&examples_dir().join("egg-economy"), &[])
 }
@@ -324,6 +335,19 @@ fn the_landing_page_lists_the_13_egg_economy_entities() {
         "/farm/api",
         json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
     );
+    let farm = &get(&server, "/farm/api", None).1[0]["id"];
+    let coop = post(
+        &server,
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm, "capacity": 12, "coop_type": "a-frame"}),
+    );
+    for hen in ["chuck", "duck"] {
+        post(
+            &server,
+            "/hen/api",
+            json!({"name": hen, "coop_id": coop["id"], "breed": "leghorn"}),
+        );
+    }
     let mut b = Browser::start("landing");
     b.goto(&server.url("/"));
     b.wait_ready();
@@ -356,10 +380,7 @@ fn the_landing_page_lists_the_13_egg_economy_entities() {
         json!([]),
     );
     let shot = b.screenshot("landing");
-    if std::env::var("MESHQL_CONSOLE_DOCS_SCREENSHOT").as_deref() == Ok("1") {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/console.png");
-        std::fs::copy(&shot, &docs).expect("copy the screenshot to docs/console.png");
-    }
+    for_the_readme(&shot, "console.png");
 
     // GraphiQL opens with an example query for the entity: getById, its fields, a relationship
     b.click("#entities tr[data-entity=farm] a.graphiql");
@@ -642,7 +663,8 @@ fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
     );
     assert_eq!(then["farm"], json!(format!("#/e/farm/d/{farm_id}")));
     assert_eq!(then["versions"], json!(2));
-    b.screenshot("document-then");
+    let shot = b.screenshot("document-then");
+    for_the_readme(&shot, "console-time-travel.png");
 
     // back to live: purple again
     b.click("#live-button");
@@ -803,6 +825,11 @@ fn the_service_endpoint_describes_every_entity_with_its_count() {
         .to_str()
         .unwrap()
         .starts_with("text/html"));
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(csp.starts_with("default-src 'self'"), "{csp}");
     let html = page.text().unwrap();
     assert!(html.contains("/_meshql/console/assets/console.js"));
     for asset in ["console.js", "console.css"] {

@@ -50,6 +50,9 @@ const COUNT_PAGE: usize = 1_000;
 const MAX_LIMIT: usize = 1_000;
 
 const INDEX: &str = include_str!("../assets/console/index.html");
+/// The page's Content-Security-Policy.
+const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                   connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'";
 const FILES: &[(&str, &str, &str)] = &[
     (
         "console.js",
@@ -238,6 +241,11 @@ async fn index(State(console): State<Arc<Console>>) -> Response {
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    // everything from this server, nothing inline, never in another site's frame
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
     );
     no_store(r)
 }
