@@ -722,6 +722,27 @@ fn a_write_made_with_an_http_client_appears_in_an_open_list_without_reloading() 
         json!(true)
     );
     b.screenshot("live");
+
+    // an open document follows its writes too: the new name, and a second version
+    b.click(&format!("#documents tr[data-id='{id}'] a.doc-link"));
+    b.wait_for(
+        "the farm's page",
+        "document.querySelector('#document tr[data-field=name] td')?.textContent === 'Written with reqwest'",
+        json!([]),
+    );
+    b.js("window.__notReloaded = true; return true;", json!([]));
+    let (status, _) = send(
+        reqwest::Method::PUT,
+        &server.url(&format!("/farm/api/{id}")),
+        Some(&json!({"name": "Renamed with reqwest", "farm_type": "megafarm", "zone": "south"})),
+        None,
+    );
+    assert_eq!(status, 200);
+    b.wait_for(
+        "the rename on the open page",
+        "document.querySelector('#document tr[data-field=name] td')?.textContent === 'Renamed with reqwest' && document.querySelectorAll('#history li.version').length === 2 && window.__notReloaded === true",
+        json!([]),
+    );
 }
 
 #[test]
@@ -755,6 +776,21 @@ fn the_console_sends_the_token_and_shows_what_the_apis_would_return() {
         json!([]),
     );
     b.screenshot("alice");
+
+    // GraphiQL gets the token too: its example query finds alice's farm
+    b.click("a.graphiql");
+    b.wait_for(
+        "GraphiQL with the example query",
+        "document.querySelector('.graphiql-query-editor')?.innerText.includes('getById')",
+        json!([]),
+    );
+    b.click(".graphiql-execute-button");
+    b.wait_for(
+        "alice's farm in GraphiQL's answer",
+        "document.querySelector('.result-window')?.innerText.includes(\"alice's\")",
+        json!([]),
+    );
+    b.screenshot("graphiql-token");
 }
 
 // ---------------------------------------------------------------------------------------------
