@@ -394,6 +394,20 @@ fn the_landing_page_lists_the_13_egg_economy_entities() {
         assert!(editor.contains(part), "{part} in {editor}");
     }
     b.screenshot("graphiql");
+
+    // opened directly, GraphiQL starts from the same example (with a placeholder id) when the
+    // browser keeps no query of its own (GraphiQL stores the last one per origin)
+    b.js("localStorage.clear(); return true;", json!([]));
+    b.goto(&server.url("/coop/graph"));
+    let editor = b.wait_for(
+        "GraphiQL's own example",
+        "(() => { const t = document.querySelector('.graphiql-query-editor')?.innerText || ''; return t.includes('getById') && t; })()",
+        json!([]),
+    );
+    let editor = editor.as_str().unwrap();
+    for part in ["getById(id: \"an id\")", "capacity", "coop_type", "farm {"] {
+        assert!(editor.contains(part), "{part} in {editor}");
+    }
 }
 
 #[test]

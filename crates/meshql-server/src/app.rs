@@ -267,7 +267,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 registry: registry.clone(),
                 index,
                 service: services[&entity.name].clone(),
-                page: Bytes::from(assets::graphiql_page(&g.path, &g.path)),
+                page: Bytes::from(assets::graphiql_page(
+                    &g.path,
+                    &g.path,
+                    crate::console::example_query(entity).as_deref(),
+                )),
                 body_limit: config.body_limit_bytes,
             });
             router = router.merge(graphql_routes::router(&g.path, endpoint));

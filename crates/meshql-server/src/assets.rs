@@ -68,10 +68,17 @@ pub fn swagger_page(title: &str, spec_url: &str) -> String {
         .replace("{{SPEC_URL}}", &js_html_escape(spec_url))
 }
 
-pub fn graphiql_page(title: &str, endpoint: &str) -> String {
+/// GraphiQL for `endpoint`, opening with `example` when the browser has no query of its own.
+pub fn graphiql_page(title: &str, endpoint: &str, example: Option<&str>) -> String {
     GRAPHIQL_PAGE
         .replace("{{TITLE}}", &js_html_escape(title))
         .replace("{{ENDPOINT}}", &js_html_escape(endpoint))
+        .replace(
+            "{{EXAMPLE}}",
+            &js_html_escape(example.unwrap_or_default())
+                .replace('\n', "\\n")
+                .replace('\r', ""),
+        )
 }
 
 pub async fn serve_asset(Path(name): Path<String>) -> Response {

@@ -33,7 +33,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use meshql_config::{ResolvedConfig, ResolverTarget};
+use meshql_config::{ResolvedConfig, ResolvedEntity, ResolverTarget};
 use meshql_core::{Envelope, Millis, TokenFilter};
 use meshql_engine::{EngineError, EntityService, Session};
 use serde_json::{json, Value};
@@ -424,6 +424,70 @@ async fn versions(
     Ok(no_store(
         axum::Json(json!({"id": id, "versions": versions})).into_response(),
     ))
+}
+
+/// The query GraphiQL opens with for `entity` (when the browser has none of its own): its
+/// `getById` with the entity type's scalar fields and its first relationship (that type's
+/// scalar fields). The console's links replace the placeholder id with a real one.
+pub(crate) fn example_query(entity: &ResolvedEntity) -> Option<String> {
+    use apollo_compiler::schema::ExtendedType;
+    let g = entity.graph.as_ref()?;
+    let by_id = g
+        .queries
+        .iter()
+        .find(|q| q.name == "getById" && !q.vector)?;
+    let schema = &g.schema;
+    let scalars = |type_name: &str| -> Vec<String> {
+        schema
+            .get_object(type_name)
+            .map(|t| {
+                t.fields
+                    .values()
+                    .filter(|f| {
+                        matches!(
+                            schema.types.get(f.ty.inner_named_type()),
+                            Some(ExtendedType::Scalar(_) | ExtendedType::Enum(_))
+                        )
+                    })
+                    .map(|f| f.name.to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let fields = scalars(&g.entity_type);
+    if fields.is_empty() {
+        return None;
+    }
+    let mut text = format!(
+        "# {entity}: one document by id, with a relationship.\n\
+         # at: <ms since the epoch> reads it as it was then.\n\
+         {{\n  {query}(id: \"an id\") {{\n",
+        entity = entity.name,
+        query = by_id.name,
+    );
+    for f in &fields {
+        text.push_str(&format!("    {f}\n"));
+    }
+    let relationship = g.resolvers.iter().find_map(|r| {
+        let ty = schema
+            .get_object(&g.entity_type)?
+            .fields
+            .get(r.field.as_str())?
+            .ty
+            .inner_named_type()
+            .to_string();
+        let sub = scalars(&ty);
+        (!sub.is_empty()).then(|| (r.field.clone(), sub))
+    });
+    if let Some((field, sub)) = relationship {
+        text.push_str(&format!("    {field} {{\n"));
+        for f in sub.iter().take(4) {
+            text.push_str(&format!("      {f}\n"));
+        }
+        text.push_str("    }\n");
+    }
+    text.push_str("  }\n}\n");
+    Some(text)
 }
 
 #[cfg(test)]
