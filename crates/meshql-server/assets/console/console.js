@@ -452,10 +452,13 @@ async function listView(view, e) {
     );
   }
 
+  let latest = 0;
   async function refresh(changedId) {
     const before = new Set(ui.docs.map((d) => d.id));
+    const mine = ++latest;
     try {
       const { docs, truncated } = await readDocuments(e);
+      if (mine !== latest || state.view?.refresh !== refresh) return; // a newer read, or another page
       ui.docs = docs;
       ui.truncated = truncated;
       ui.flash = new Set(changedId ? [changedId] : docs.filter((d) => before.size && !before.has(d.id)).map((d) => d.id));
@@ -480,11 +483,20 @@ async function listView(view, e) {
     table,
     pager,
   );
+  // a burst of writes (a bulk create) is one re-read
+  let changed = [];
+  const reread = debounce(() => {
+    const ids = changed;
+    changed = [];
+    refresh(ids.length === 1 ? ids[0] : undefined);
+  }, 100);
   state.view = {
     entity: e.name,
     refresh,
     onChange: (c) => {
-      if (state.at === null) refresh(c.id);
+      if (state.at !== null) return;
+      changed.push(c.id);
+      reread();
     },
   };
   await refresh();
@@ -567,11 +579,14 @@ function relationships(rels, doc) {
 async function documentView(view, e, id) {
   const current = el('section', { id: 'document' });
   const hist = el('section', {}, el('h2', {}, 'History'));
+  let latest = 0;
   async function refresh() {
+    const mine = ++latest;
     const [vr, at] = await Promise.all([
       api(`${PREFIX}/api/entities/${encodeURIComponent(e.name)}/documents/${encodeURIComponent(id)}/versions`),
       documentAt(e, id),
     ]);
+    if (mine !== latest || state.view?.refresh !== refresh) return; // a newer read, or another page
     const versions = vr.ok ? vr.body.versions : [];
     if (versions.length) state.earliest = Math.min(state.earliest ?? Infinity, versions[0].created_at - 1);
     const when = state.at === null ? 'now' : `as of ${fmtTime(state.at)}`;
@@ -605,12 +620,13 @@ async function documentView(view, e, id) {
         }, 'delete') : '')),
     el('div', { class: 'two' }, current, hist),
   );
+  const reread = debounce(refresh, 100);
   state.view = {
     entity: e.name,
     id,
     refresh,
     onChange: (c) => {
-      if (c.id === id || state.at === null) refresh();
+      if (c.id === id && state.at === null) reread();
     },
   };
   await refresh();
@@ -784,6 +800,12 @@ async function follow() {
         headers: authHeaders({ accept: 'text/event-stream' }),
         signal: controller.signal,
       });
+      if (resp.status === 401 || resp.status === 403) {
+        // refused: no retry until the token changes (which restarts the feed)
+        feedState.textContent = `not shown: ${errorText(await resp.json().catch(() => ''))}`;
+        document.body.dataset.feed = 'refused';
+        return;
+      }
       if (!resp.ok) throw new Error(`${resp.status} ${errorText(await resp.json().catch(() => ''))}`);
       feedState.textContent = 'live';
       document.body.dataset.feed = 'live';
