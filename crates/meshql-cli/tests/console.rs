@@ -627,7 +627,13 @@ fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
         json!({"name": "red", "farm_id": farm_id, "capacity": 12, "coop_type": "a-frame"}),
     );
     let coop_id = coop["id"].as_str().unwrap();
-    // versions one millisecond apart at least (stamps are milliseconds)
+    let hen = post(
+        &server,
+        "/hen/api",
+        json!({"name": "chuck", "coop_id": coop_id, "breed": "leghorn"}),
+    );
+    let hen_id = hen["id"].as_str().unwrap();
+    // the rename one millisecond later at least (stamps are milliseconds)
     let first = Instant::now();
     while first.elapsed() < Duration::from_millis(5) {
         std::thread::yield_now();
@@ -649,6 +655,8 @@ fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
     let red_at = versions["versions"][0]["created_at"].as_i64().unwrap();
     let purple_at = versions["versions"][1]["created_at"].as_i64().unwrap();
     assert!(red_at < purple_at, "{versions}");
+    // a moment after the hen was added, before the rename
+    let between = purple_at - 1;
 
     // the list: now purple; at the moment between, red
     let mut b = Browser::start("time");
@@ -660,11 +668,11 @@ fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
         json!([]),
     );
     let set_at = "const input = document.getElementById('at-input'); const ms = arguments[0]; input.value = new Date(ms - new Date(ms).getTimezoneOffset() * 60000).toISOString().slice(0, 23); input.dispatchEvent(new Event('change')); return true;";
-    b.js(set_at, json!([red_at]));
+    b.js(set_at, json!([between]));
     b.wait_for(
         "the coop's old name at the earlier moment",
         &format!("document.body.dataset.listAt === String(arguments[0]) && JSON.stringify({LIST_NAMES}) === '[\"red\"]'"),
-        json!([red_at]),
+        json!([between]),
     );
     b.screenshot("list-then");
 
@@ -672,13 +680,31 @@ fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
     b.click(&format!("#documents tr[data-id='{coop_id}'] a.doc-link"));
     let then = b.wait_for(
         "the coop's page as of the earlier moment",
-        "(() => { const name = document.querySelector('#document tr[data-field=name] td')?.textContent; const farm = document.querySelector('.relationship[data-field=farm] a.rel-link'); return document.body.dataset.at === String(arguments[0]) && name === 'red' && farm && {name, farm: farm.getAttribute('href'), versions: document.querySelectorAll('#history li.version').length}; })()",
-        json!([red_at]),
+        "(() => { const name = document.querySelector('#document tr[data-field=name] td')?.textContent; const farm = document.querySelector('.relationship[data-field=farm] a.rel-link'); const hen = document.querySelector('.relationship[data-field=hens] a.rel-link'); return document.body.dataset.at === String(arguments[0]) && name === 'red' && farm && hen && {name, farm: farm.getAttribute('href'), hen: hen.getAttribute('href'), versions: document.querySelectorAll('#history li.version').length}; })()",
+        json!([between]),
     );
     assert_eq!(then["farm"], json!(format!("#/e/farm/d/{farm_id}")));
+    assert_eq!(then["hen"], json!(format!("#/e/hen/d/{hen_id}")));
     assert_eq!(then["versions"], json!(2));
     let shot = b.screenshot("document-then");
     for_the_readme(&shot, "console-time-travel.png");
+
+    // its farm at the same moment: the coop under it by its old name, and the hen in it
+    // (relationships nested two deep, every level read as of the moment)
+    b.click(".relationship[data-field=farm] a.rel-link");
+    let nested = b.wait_for(
+        "the farm's coops as of the earlier moment",
+        "(() => { const coop = document.querySelector('.relationship[data-field=coops] li'); const hens = coop?.querySelector('.nested[data-field=hens]'); return document.body.dataset.at === String(arguments[0]) && hens && {coop: coop.querySelector('a.rel-link').textContent, hens: hens.textContent}; })()",
+        json!([between]),
+    );
+    assert!(
+        nested["coop"].as_str().unwrap().starts_with("red"),
+        "{nested}"
+    );
+    assert_eq!(nested["hens"], json!("hens: chuck · leghorn"));
+    b.screenshot("farm-then");
+    b.goto(&server.url(&format!("/#/e/coop/d/{coop_id}")));
+    b.wait_ready();
 
     // back to live: purple again
     b.click("#live-button");

@@ -170,14 +170,31 @@ async function selection(e) {
   const relNames = new Set(g.resolvers.map((r) => r.field));
   const scalars = scalarNames(fields).filter((n) => !relNames.has(n));
   const rels = [];
+  const pick = (names, n) => [...new Set(['id', ...names])].filter((x) => names.includes(x)).slice(0, n);
   for (const r of g.resolvers) {
     const f = fields.find((x) => x.name === r.field);
     if (!f) continue;
-    const sub = scalarNames(await typeFields(g.path, f.type));
-    const picked = [...new Set(['id', ...sub])].filter((n) => sub.includes(n)).slice(0, 4);
-    if (picked.length) rels.push({ resolver: r, fields: picked });
+    const subFields = await typeFields(g.path, f.type);
+    const picked = pick(scalarNames(subFields), 4);
+    if (!picked.length) continue;
+    // one level further (read at the same moment): the related type's own relationships
+    const nested = [];
+    for (const x of subFields.filter((y) => y.kind === 'OBJECT').slice(0, 2)) {
+      const inner = pick(scalarNames(await typeFields(g.path, x.type)), 3);
+      const target = entity(r.entity)?.graphql?.resolvers.find((rr) => rr.field === x.name)?.entity;
+      if (inner.length) nested.push({ field: x.name, fields: inner, entity: target });
+    }
+    rels.push({ resolver: r, fields: picked, nested });
   }
   return { scalars, rels };
+}
+
+function relSelection(rels) {
+  return rels.map((r) => `${r.resolver.field} { ${r.fields.join(' ')} ${r.nested.map((n) => `${n.field} { ${n.fields.join(' ')} }`).join(' ')} }`).join(' ');
+}
+
+function labelOf(fields, d) {
+  return fields.filter((f) => f !== 'id' && d[f] !== null && d[f] !== undefined).map((f) => short(d[f])).join(' · ') || d.id;
 }
 
 function hasGetById(e) {
@@ -549,7 +566,7 @@ async function documentAt(e, id) {
   if (hasGetById(e)) {
     const { scalars, rels } = await selection(e);
     const at = state.at !== null ? `, at: ${state.at}` : '';
-    const relSel = rels.map((r) => `${r.resolver.field} { ${r.fields.join(' ')} }`).join(' ');
+    const relSel = relSelection(rels);
     const q = `{ getById(id: ${JSON.stringify(id)}${at}) { ${scalars.join(' ')} ${relSel} } }`;
     const r = await graphql(e.graphql.path, q);
     return { doc: r.data?.getById || null, errors: r.errors || [], rels };
@@ -561,14 +578,22 @@ async function documentAt(e, id) {
 
 function relationships(rels, doc) {
   if (!rels.length) return '';
-  const items = rels.map(({ resolver, fields }) => {
-    const value = doc[resolver.field];
-    const list = Array.isArray(value) ? value : value ? [value] : [];
-    const label = (d) => fields.filter((f) => f !== 'id' && d[f] !== null && d[f] !== undefined).map((f) => short(d[f])).join(' · ') || d.id;
+  const asList = (value) => (Array.isArray(value) ? value : value ? [value] : []);
+  const link = (target, fields, d, cls) =>
+    target && d.id ? el('a', { href: docHref(target, d.id), class: cls }, labelOf(fields, d)) : labelOf(fields, d);
+  const items = rels.map(({ resolver, fields, nested }) => {
+    const list = asList(doc[resolver.field]);
     const links = list.map((d) =>
       el('li', {},
-        resolver.entity && d.id ? el('a', { href: docHref(resolver.entity, d.id), class: 'rel-link' }, label(d)) : label(d),
-        d.id ? el('span', { class: 'muted' }, ` ${d.id}`) : ''));
+        link(resolver.entity, fields, d, 'rel-link'),
+        d.id ? el('span', { class: 'muted' }, ` ${d.id}`) : '',
+        nested.map((n) => {
+          const inner = asList(d[n.field]);
+          if (!inner.length) return '';
+          return el('div', { class: 'nested', dataset: { field: n.field } },
+            el('span', { class: 'muted' }, `${n.field}: `),
+            inner.flatMap((x, i) => [i ? ', ' : '', link(n.entity, n.fields, x, 'nested-link')]));
+        })));
     return el('div', { class: 'relationship', dataset: { field: resolver.field } },
       el('h3', {}, resolver.field, el('span', { class: 'muted' }, resolver.entity ? ` → ${resolver.entity}` : resolver.url ? ` → ${resolver.url}` : '')),
       links.length ? el('ul', {}, links) : el('p', { class: 'muted' }, 'none'));
