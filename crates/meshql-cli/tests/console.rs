@@ -397,6 +397,8 @@ fn the_landing_page_lists_the_13_egg_economy_entities() {
 
     // opened directly, GraphiQL starts from the same example (with a placeholder id) when the
     // browser keeps no query of its own (GraphiQL stores the last one per origin)
+    // (cleared from another page of the origin: GraphiQL saves its state as it closes)
+    b.goto(&server.url("/health"));
     b.js("localStorage.clear(); return true;", json!([]));
     b.goto(&server.url("/coop/graph"));
     let editor = b.wait_for(
