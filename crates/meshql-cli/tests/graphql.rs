@@ -570,3 +570,82 @@ async fn wide_levels_over_http_are_sent_in_chunks_of_100_keys() {
         "150 keys: two requests of ≤ 100, one query each"
     );
 }
+
+/// Issue 12 §3 through the binary: a writer renames a farm and then its two coops, generation
+/// after generation, while readers read farm → coops → hens. At every moment the farm's
+/// generation is at least the coops' and the first coop's at least the second's, so any one
+/// snapshot satisfies that; every answer must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_nested_answer_is_one_snapshot_while_a_writer_renames() {
+    let server = Server::start(&examples_dir().join("egg-economy"), &[]);
+    let c = server.client();
+    let farm = json!({"farm_type": "megafarm", "zone": "north"});
+    let named = |base: &Value, name: String| {
+        let mut v = base.clone();
+        v["name"] = json!(name);
+        v
+    };
+    let farm_id = id_of(&c, "/farm/api", named(&farm, "F-0".into())).await;
+    let coop = json!({"farm_id": farm_id, "capacity": 10, "coop_type": "barn"});
+    let coops = [
+        id_of(&c, "/coop/api", named(&coop, "A-0".into())).await,
+        id_of(&c, "/coop/api", named(&coop, "B-0".into())).await,
+    ];
+    id_of(
+        &c,
+        "/hen/api",
+        json!({"name": "chuck", "coop_id": coops[0], "breed": "leghorn"}),
+    )
+    .await;
+    const GENERATIONS: u64 = 150;
+    let writer = {
+        let (c, farm, coop, farm_id, coops) = (
+            c.clone(),
+            farm.clone(),
+            coop.clone(),
+            farm_id.clone(),
+            coops.clone(),
+        );
+        tokio::spawn(async move {
+            for g in 1..=GENERATIONS {
+                c.put_json(
+                    &format!("/farm/api/{farm_id}"),
+                    &named(&farm, format!("F-{g}")),
+                )
+                .await
+                .expect_status(200);
+                for (id, letter) in coops.iter().zip(["A", "B"]) {
+                    c.put_json(
+                        &format!("/coop/api/{id}"),
+                        &named(&coop, format!("{letter}-{g}")),
+                    )
+                    .await
+                    .expect_status(200);
+                }
+            }
+        })
+    };
+    let generation = |name: &str| -> u64 { name[2..].parse().unwrap() };
+    let query =
+        format!(r#"{{ getById(id: "{farm_id}") {{ name coops {{ name hens {{ name }} }} }} }}"#);
+    let mut answers = 0;
+    while !writer.is_finished() {
+        let d = gql(&c, "/farm/graph", &query).await;
+        let f = generation(d["data"]["getById"]["name"].as_str().unwrap());
+        let names: Vec<&str> = d["data"]["getById"]["coops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        let a = generation(names.iter().find(|n| n.starts_with('A')).unwrap());
+        let b = generation(names.iter().find(|n| n.starts_with('B')).unwrap());
+        assert!(
+            f >= a && a >= b && f <= b + 1,
+            "not one snapshot: farm F-{f}, coops A-{a} and B-{b}: {d}"
+        );
+        answers += 1;
+    }
+    writer.await.unwrap();
+    assert!(answers > 0);
+}

@@ -1077,6 +1077,51 @@ pub async fn find_at_a_time(store: DynStore) {
     assert_eq!(listed.len(), 2);
 }
 
+/// Searches `at` moments across a history of replaces (a document leaving one filter's
+/// answer for another's) and a tombstone: each moment sees each document's version of that
+/// moment, whole-table and filtered, never two versions of one document.
+pub async fn find_at_moments_across_history(store: DynStore) {
+    let t0 = 1_700_000_000_000;
+    create_at(&store, "a", json!({"name": "x"}), t0).await;
+    create_at(&store, "a", json!({"name": "y"}), t0 + 10).await;
+    create_at(&store, "b", json!({"name": "y"}), t0 + 5).await;
+    create_at(&store, "b", json!({"name": "x"}), t0 + 15).await;
+    create_at(&store, "c", json!({"name": "x"}), t0 + 2).await;
+    create_at(&store, "d", json!({"name": "x"}), t0 + 30).await;
+    store.remove("c", &W).await.unwrap();
+    let later = now_ms() + 60_000;
+    // (at, every document, name = x, name = y)
+    type Case<'a> = (Millis, &'a [&'a str], &'a [&'a str], &'a [&'a str]);
+    let cases: &[Case] = &[
+        (t0 - 1, &[], &[], &[]),
+        (t0, &["a"], &["a"], &[]),
+        (t0 + 2, &["a", "c"], &["a", "c"], &[]),
+        (t0 + 5, &["a", "b", "c"], &["a", "c"], &["b"]),
+        (t0 + 10, &["a", "b", "c"], &["c"], &["a", "b"]),
+        (t0 + 15, &["a", "b", "c"], &["b", "c"], &["a"]),
+        (t0 + 30, &["a", "b", "c", "d"], &["b", "c", "d"], &["a"]),
+        (later, &["a", "b", "d"], &["b", "d"], &["a"]),
+    ];
+    for &(at, every, x, y) in cases {
+        for (template, bound, expected) in [
+            (all(), json!({}), every),
+            (by_name(), json!({"name": "x"}), x),
+            (by_name(), json!({"name": "y"}), y),
+        ] {
+            let rows = store
+                .find(
+                    &meshql_core::Search::new(&template, &args(bound.clone()), None),
+                    &meshql_core::ReadContext::new(&ALL, Some(at)),
+                )
+                .await
+                .unwrap();
+            let mut ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+            ids.sort_unstable();
+            assert_eq!(ids, expected, "at t0{:+}, {bound}", at - t0);
+        }
+    }
+}
+
 pub async fn find_batch_groups_rows_by_key(store: DynStore) {
     create(&store, json!({"name": "h1", "parent": "c1"})).await;
     create(&store, json!({"name": "h2", "parent": "c1"})).await;
@@ -1679,6 +1724,7 @@ macro_rules! conformance_tests {
             find_with_empty_or_missing_parameters,
             find_honours_limit,
             find_at_a_time,
+            find_at_moments_across_history,
             find_batch_groups_rows_by_key,
             token_filtering,
             update_keeps_the_owner_unless_told_otherwise,

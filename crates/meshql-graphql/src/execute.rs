@@ -30,6 +30,12 @@ struct Exec<'a> {
     /// The caller may read everything: nested statements (one SQL query for a whole
     /// relationship tree) are allowed, and no mask is looked up.
     unrestricted: bool,
+    /// What a root field without `at` reads as of, and with it every level below (and
+    /// remote services, which receive it as `at`): the request's start
+    /// ([`meshql_core::time::read_snapshot`]), so that one answer is one snapshot however
+    /// its levels interleave with writes — as MeshQL, whose resolvers pass the root's time
+    /// on.
+    snapshot: Millis,
 }
 
 /// Executes `plan` against graphlette `index` with the request's `variables`; returns the
@@ -56,6 +62,7 @@ pub(crate) async fn execute(
         fetched: AtomicUsize::new(0),
         max_objects: limits.max_objects.get(),
         unrestricted: ctx.grants.is_unrestricted(),
+        snapshot: meshql_core::time::read_snapshot(),
     };
     let introspection = if plan.has_introspection {
         match introspect(graphlette, plan, &exec.variables) {
@@ -244,6 +251,7 @@ impl<'a> Exec<'a> {
                 .collect();
         }
         let vector = self.graphlettes[index].queries[*query].vector;
+        let at = Some(batch.at.unwrap_or(self.snapshot));
         let mut keys: Vec<String> = Vec::new();
         let mut key_index: HashMap<String, usize> = HashMap::new();
         for (_, id) in &batch.members {
@@ -255,7 +263,7 @@ impl<'a> Exec<'a> {
         let rows = match self
             .fetchers
             .local(index)
-            .find_batch(*query, &keys, &ReadContext::new(&self.ctx.filter, batch.at))
+            .find_batch(*query, &keys, &ReadContext::new(&self.ctx.filter, at))
             .await
         {
             Ok(rows) => rows,
@@ -278,7 +286,7 @@ impl<'a> Exec<'a> {
                 nodes.push(Node::from_row(row).masked(self.mask_of(index)));
             }
         }
-        self.resolve_links(selection, &mut nodes, batch.at).await;
+        self.resolve_links(selection, &mut nodes, at).await;
         let mut per_key: Vec<Vec<Node>> = vec![Vec::new(); keys.len()];
         for (node, k) in nodes.into_iter().zip(owners) {
             if vector || per_key[k].is_empty() {
@@ -326,7 +334,7 @@ impl<'a> Exec<'a> {
             .iter()
             .map(|(k, v)| (k.clone(), v.eval(&self.variables)))
             .collect();
-        let at = at_of(&args);
+        let at = Some(at_of(&args).unwrap_or(self.snapshot));
         let limit = if vector {
             match limit_of(&args) {
                 Ok(l) => l,

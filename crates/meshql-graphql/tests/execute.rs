@@ -1,7 +1,7 @@
 //! Graphlette execution against real SQLite stores: root queries, nested resolvers in both
 //! directions, `at` propagation, batching (counted storage queries), GraphQL error shapes.
 
-use meshql_core::{DynStore, NewDocument};
+use meshql_core::{DynReader, DynStore, NewDocument};
 use meshql_graphql::{Graphlette, GraphqlRequest, Registry, RequestContext};
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use serde_json::{json, Value};
@@ -89,6 +89,24 @@ impl World {
 
     /// A world from a `meshql.toml` and the SDL files it names.
     async fn with_files(files: &[(&str, &str)]) -> World {
+        World::build(files, |_, store| store).await
+    }
+
+    /// [`World::new`] with each entity's GraphQL reads going through `reader(entity, store)`.
+    async fn with_readers(reader: impl Fn(&str, DynStore) -> DynReader) -> World {
+        World::build(
+            &[
+                ("farm.graphql", FARM_SDL),
+                ("coop.graphql", COOP_SDL),
+                ("hen.graphql", HEN_SDL),
+                ("meshql.toml", CONFIG),
+            ],
+            reader,
+        )
+        .await
+    }
+
+    async fn build(files: &[(&str, &str)], reader: impl Fn(&str, DynStore) -> DynReader) -> World {
         let dir = tempfile::tempdir().unwrap();
         for (f, s) in files {
             std::fs::write(dir.path().join(f), s).unwrap();
@@ -103,7 +121,7 @@ impl World {
             let g = e.graph.as_ref().unwrap();
             let templates: Vec<_> = g.queries.iter().map(|q| q.template.clone()).collect();
             store.prepare(&templates).await.unwrap();
-            graphlettes.push(Graphlette::new(&e.name, g, store.clone()));
+            graphlettes.push(Graphlette::new(&e.name, g, reader(&e.name, store.clone())));
             stores.push((e.name.clone(), store));
         }
         let registry =
@@ -940,5 +958,122 @@ query = '{"id": "{{id}}"}'
     assert!(
         text.contains("entity.graphql.schema") || text.contains("graphql.schema"),
         "{text}"
+    );
+}
+
+/// A coop reader that, when the first batch of coops is asked for (after the farm level was
+/// read), lets a writer rename coop C1 first: a write landing between two levels of one
+/// request.
+struct RenameBetweenLevels {
+    inner: DynStore,
+    done: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl meshql_core::StoreReader for RenameBetweenLevels {
+    async fn read(
+        &self,
+        id: &str,
+        ctx: &meshql_core::ReadContext<'_>,
+    ) -> Result<Option<meshql_core::Envelope>, meshql_core::StoreError> {
+        self.inner.read(id, ctx).await
+    }
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &meshql_core::ReadContext<'_>,
+    ) -> Result<Vec<meshql_core::Envelope>, meshql_core::StoreError> {
+        self.inner.read_many(ids, ctx).await
+    }
+    async fn list(
+        &self,
+        ctx: &meshql_core::ReadContext<'_>,
+    ) -> Result<Vec<meshql_core::Envelope>, meshql_core::StoreError> {
+        self.inner.list(ctx).await
+    }
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &meshql_core::ReadContext<'_>,
+    ) -> Result<Vec<meshql_core::Envelope>, meshql_core::StoreError> {
+        self.inner.list_page(after, limit, ctx).await
+    }
+    async fn versions(
+        &self,
+        id: &str,
+    ) -> Result<Vec<meshql_core::Envelope>, meshql_core::StoreError> {
+        self.inner.versions(id).await
+    }
+    async fn find(
+        &self,
+        search: &meshql_core::Search<'_>,
+        ctx: &meshql_core::ReadContext<'_>,
+    ) -> Result<Vec<meshql_core::Row>, meshql_core::StoreError> {
+        self.inner.find(search, ctx).await
+    }
+    async fn find_batch(
+        &self,
+        batch: &meshql_core::BatchSearch<'_>,
+        ctx: &meshql_core::ReadContext<'_>,
+    ) -> Result<meshql_core::KeyedRows, meshql_core::StoreError> {
+        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // stamped after the request began, as any write committed while it runs
+            let later = meshql_core::time::now_millis() + 5;
+            self.inner
+                .create(
+                    NewDocument::with_id(
+                        "C1",
+                        json!({"name": "purple", "farm_id": "F1"})
+                            .as_object()
+                            .unwrap()
+                            .clone(),
+                    )
+                    .at(later),
+                    &meshql_core::WriteContext::SYSTEM,
+                )
+                .await
+                .unwrap();
+        }
+        self.inner.find_batch(batch, ctx).await
+    }
+}
+
+/// Issue 12 §3: a request without `at` reads every level as of its start, so a write landing
+/// between its levels is in none of them (as MeshQL, whose resolvers pass the root's time
+/// on); the next request sees it.
+#[tokio::test]
+async fn one_request_reads_one_snapshot_even_when_a_write_lands_between_its_levels() {
+    let w = World::with_readers(|entity, store| -> DynReader {
+        if entity == "coop" {
+            Arc::new(RenameBetweenLevels {
+                inner: store,
+                done: std::sync::atomic::AtomicBool::new(false),
+            })
+        } else {
+            store
+        }
+    })
+    .await;
+    let now = meshql_core::time::now_millis();
+    w.put("farm", "F1", json!({"name": "Emerdale"}), now - 1000)
+        .await;
+    w.put(
+        "coop",
+        "C1",
+        json!({"name": "red", "farm_id": "F1"}),
+        now - 1000,
+    )
+    .await;
+    let query = r#"{ getById(id: "F1") { name coops { name } } }"#;
+    assert_eq!(
+        w.query("/farm/graph", query).await,
+        json!({"data": {"getById": {"name": "Emerdale", "coops": [{"name": "red"}]}}})
+    );
+    // the rename is there for the next request (once its stamp has passed)
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        w.query("/farm/graph", query).await,
+        json!({"data": {"getById": {"name": "Emerdale", "coops": [{"name": "purple"}]}}})
     );
 }

@@ -1147,11 +1147,59 @@ impl MongoStore {
                 Ok(newest_per_seq(docs))
             }
             Some(at) => {
-                // Portable "latest ≤ at, then filter" without $group/$first (FerretDB lacks
-                // them): ids with some matching version ≤ at, then their newest version
-                // ≤ at, checked in process.
+                // In two parts, so that the cost follows the current documents and the
+                // versions written after `at`, not every version stored (an `at` close to
+                // now is what every GraphQL request reads with): documents unchanged since
+                // `at` are their latest version; those changed since are read as below.
                 let before = DateTime::from_millis(at);
-                let mut f = doc! {"created_at": {"$lte": before}};
+                let changed: Vec<Document> = self
+                    .coll
+                    .find(doc! {"created_at": {"$gt": before}})
+                    .projection(doc! {"id": 1})
+                    .await
+                    .map_err(error)?
+                    .try_collect()
+                    .await
+                    .map_err(error)?;
+                let mut changed: Vec<String> = changed
+                    .iter()
+                    .filter_map(|d| d.get_str("id").ok().map(str::to_owned))
+                    .collect();
+                changed.sort();
+                changed.dedup();
+                let mut unchanged =
+                    doc! {"latest": true, "deleted": false, "created_at": {"$lte": before}};
+                unchanged.extend(matching.clone());
+                if let Some(t) = token_filter(tokens) {
+                    unchanged.extend(t);
+                }
+                let mut newest: Vec<Document> = self
+                    .coll
+                    .find(unchanged)
+                    .sort(doc! {"seq": 1})
+                    .await
+                    .map_err(error)?
+                    .try_collect()
+                    .await
+                    .map_err(error)?;
+                // a version whose `latest` flag is not yet settled (see `settle_latest`):
+                // the newer of the two, or, if that is after `at`, neither (the document
+                // changed since, and is read with those below)
+                newest = newest_per_seq(newest);
+                newest.retain(|d| {
+                    d.get_str("id")
+                        .is_ok_and(|id| changed.binary_search_by(|c| c.as_str().cmp(id)).is_err())
+                });
+                if changed.is_empty() {
+                    if let Some(l) = limit {
+                        newest.truncate(l);
+                    }
+                    return Ok(newest);
+                }
+                // Portable "latest ≤ at, then filter" without $group/$first (FerretDB lacks
+                // them): of the documents changed since, ids with some matching version
+                // ≤ at, then their newest version ≤ at, checked in process.
+                let mut f = doc! {"id": {"$in": &changed}, "created_at": {"$lte": before}};
                 f.extend(matching.clone());
                 let candidates: Vec<Document> = self
                     .coll
@@ -1168,19 +1216,18 @@ impl MongoStore {
                     .collect();
                 ids.sort();
                 ids.dedup();
-                if ids.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let versions: Vec<Document> = self
-                    .coll
-                    .find(doc! {"id": {"$in": ids}, "created_at": {"$lte": before}})
-                    .sort(doc! {"id": 1, "created_at": -1})
-                    .await
-                    .map_err(error)?
-                    .try_collect()
-                    .await
-                    .map_err(error)?;
-                let mut newest: Vec<Document> = Vec::new();
+                let versions: Vec<Document> = if ids.is_empty() {
+                    Vec::new()
+                } else {
+                    self.coll
+                        .find(doc! {"id": {"$in": ids}, "created_at": {"$lte": before}})
+                        .sort(doc! {"id": 1, "created_at": -1})
+                        .await
+                        .map_err(error)?
+                        .try_collect()
+                        .await
+                        .map_err(error)?
+                };
                 let mut last_id: Option<String> = None;
                 for v in versions {
                     let id = v.get_str("id").unwrap_or_default().to_owned();
@@ -1579,6 +1626,8 @@ impl Store for MongoStore {
             IndexModel::builder()
                 .keys(doc! {"latest": 1, "deleted": 1, "seq": 1})
                 .build(),
+            // the versions written after a moment, for reads `at` it (see `visible_docs`)
+            IndexModel::builder().keys(doc! {"created_at": 1}).build(),
             // the change feed; sparse for versions older than the feed (FerretDB ignores
             // `sparse`, and its unique indexes let any number of documents lack the field)
             IndexModel::builder()

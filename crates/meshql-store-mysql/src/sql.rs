@@ -42,7 +42,8 @@ pub(crate) fn create_table(table: &str) -> String {
             UNIQUE KEY uq_id_created (id, created_at),
             UNIQUE KEY uq_pos (pos),
             KEY k_latest_id (latest, id),
-            KEY k_current (latest, deleted, seq, _id)
+            KEY k_current (latest, deleted, seq, _id),
+            KEY k_created (created_at)
          ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
         quote_ident(table)
     )
@@ -62,6 +63,8 @@ pub(crate) fn upgrade_for_feed(table: &str) -> Vec<String> {
         format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS pos BIGINT NULL"),
         format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS correlation_id VARCHAR(255) NULL"),
         format!("ALTER TABLE {t} ADD UNIQUE INDEX IF NOT EXISTS uq_pos (pos)"),
+        // for reads `at` a moment (see `search`); tables created before it get it here
+        format!("ALTER TABLE {t} ADD INDEX IF NOT EXISTS k_created (created_at)"),
         format!(
             "UPDATE {t} SET pos = _id + (SELECT COALESCE(MAX(p.pos), 0) FROM (SELECT pos FROM {t}) p) \
              WHERE pos IS NULL ORDER BY _id"
@@ -421,6 +424,41 @@ fn visible(table: &str, shape: Shape, params: &mut Vec<Param>) -> String {
     out
 }
 
+/// The documents a search's template matches `at` a moment: `SELECT ORD, t.id, {payload}
+/// ... UNION ALL ...` (`payload` names the column, or `t._id` to leave the LONGTEXT out).
+/// In two parts, as the SQLite store reads them (see its `sql::search`), so that the cost
+/// follows the current documents and the versions written after the moment, not every
+/// version stored: documents unchanged since, through the latest versions' keys (`+ 0`: not
+/// through the created_at key), and documents changed since (their ids through the
+/// created_at key) at their version of the moment.
+fn current_at(
+    table: &str,
+    template: &QueryTemplate,
+    shape: Shape,
+    payload: &str,
+    params: &mut Vec<Param>,
+) -> String {
+    let t = quote_ident(table);
+    let mut sql = format!("SELECT {ORD} AS o, t.id, {payload} FROM {t} t WHERE ");
+    sql.push_str(&predicate(template, None, true, params));
+    params.push(Param::At);
+    sql.push_str(" AND t.latest = 1 AND t.deleted = 0 AND t.created_at + 0 <= ?");
+    if shape.tokens {
+        params.push(Param::Tokens);
+        sql.push_str(TOKENS);
+    }
+    sql.push_str(&format!(
+        " UNION ALL SELECT {ORD} AS o, t.id, {payload} FROM {t} t WHERE "
+    ));
+    sql.push_str(&predicate(template, None, true, params));
+    params.push(Param::At);
+    sql.push_str(&format!(
+        " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > ?) AND "
+    ));
+    sql.push_str(&visible(table, shape, params));
+    sql
+}
+
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
     let mut params = Vec::new();
     let t = quote_ident(table);
@@ -433,12 +471,21 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         ));
         sql.push_str(&predicate(template, Some("k.kv"), false, &mut params));
         sql.push_str(" WHERE ");
+        sql.push_str(&visible(table, shape, &mut params));
+    } else if shape.at {
+        sql.push_str(&current_at(
+            table,
+            template,
+            shape,
+            "t.payload",
+            &mut params,
+        ));
     } else {
         sql.push_str(&format!("SELECT {ORD}, t.id, t.payload FROM {t} t WHERE "));
         sql.push_str(&predicate(template, None, true, &mut params));
         sql.push_str(" AND ");
+        sql.push_str(&visible(table, shape, &mut params));
     }
-    sql.push_str(&visible(table, shape, &mut params));
     // no ORDER BY: rows come back with their creation order (`ORD`) and are sorted by the
     // caller. Sorting in MariaDB drags every selected `payload` (a LONGTEXT) through a
     // filesort, and in a JSON_TABLE join through an on-disk temporary table: the batched
@@ -466,13 +513,21 @@ pub(crate) fn nested_search(
     levels: &[Level<'_>],
 ) -> Compiled {
     let mut params = Vec::new();
-    let mut root = format!(
-        "r0 AS (SELECT t._id AS rid, t.id, {ORD} AS o FROM {} t WHERE ",
-        quote_ident(table)
-    );
-    root.push_str(&predicate(template, None, true, &mut params));
-    root.push_str(" AND ");
-    root.push_str(&visible(table, shape, &mut params));
+    let mut root = if shape.at {
+        format!(
+            "r0 AS (SELECT u.t_id AS rid, u.id, u.o FROM ({}) u",
+            current_at(table, template, shape, "t._id AS t_id", &mut params)
+        )
+    } else {
+        let mut root = format!(
+            "r0 AS (SELECT t._id AS rid, t.id, {ORD} AS o FROM {} t WHERE ",
+            quote_ident(table)
+        );
+        root.push_str(&predicate(template, None, true, &mut params));
+        root.push_str(" AND ");
+        root.push_str(&visible(table, shape, &mut params));
+        root
+    };
     if limit {
         params.push(Param::Limit);
         root.push_str(" ORDER BY o LIMIT ?");

@@ -105,7 +105,9 @@ pub(crate) fn create_table(table: &str) -> String {
          ALTER TABLE {t} ADD COLUMN IF NOT EXISTS correlation_id TEXT;
          CREATE INDEX IF NOT EXISTS {current} ON {t} ((COALESCE(seq, _id))) WHERE latest AND NOT deleted;
          CREATE INDEX IF NOT EXISTS {latest} ON {t} (id) WHERE latest;
-         CREATE INDEX IF NOT EXISTS {feed} ON {t} (tx, _id);",
+         CREATE INDEX IF NOT EXISTS {feed} ON {t} (tx, _id);
+         CREATE INDEX IF NOT EXISTS {created} ON {t} (created_at);",
+        created = index_name(table, "created"),
         current = index_name(table, "current"),
         latest = index_name(table, "id_latest"),
         feed = index_name(table, "feed"),
@@ -401,6 +403,39 @@ impl Builder {
             " AND (cardinality({alias}.authorized_tokens) = 0 OR {alias}.authorized_tokens && {n}::text[])"
         )
     }
+
+    /// The documents a search's template matches `at` a moment, as a subquery of `id,
+    /// payload, seq, _id` to alias `t`. In two parts, as the SQLite store reads them (see its
+    /// `sql::search`), so that the cost follows the current documents and the versions
+    /// written after the moment, not every version stored: documents unchanged since, through
+    /// the latest versions' indexes (`+ 0`: not through the created_at index), and documents
+    /// changed since (their ids through the created_at index) at their version of the moment.
+    fn current_at(&mut self, table: &str, template: &QueryTemplate, tokens: bool) -> String {
+        let t = quote_ident(table);
+        let mut sql = format!("(SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE ");
+        sql.push_str(&self.predicate(template, "t", None, true));
+        let at = self.push(Param::At);
+        sql.push_str(&format!(
+            " AND t.latest AND NOT t.deleted AND t.created_at + 0 <= {at}"
+        ));
+        if tokens {
+            sql.push_str(&self.tokens("t"));
+        }
+        sql.push_str(&format!(
+            " UNION ALL SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE "
+        ));
+        sql.push_str(&self.predicate(template, "t", None, true));
+        let at = self.push(Param::At);
+        sql.push_str(&format!(
+            " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > {at}) AND "
+        ));
+        sql.push_str(&self.visibility(table, true, "t"));
+        if tokens {
+            sql.push_str(&self.tokens("t"));
+        }
+        sql.push(')');
+        sql
+    }
 }
 
 /// The statement of a search (or batched search).
@@ -416,14 +451,21 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         ));
         sql.push_str(&b.predicate(template, "t", Some("k.key"), false));
         sql.push_str(" WHERE ");
+        sql.push_str(&b.visibility(table, shape.at, "t"));
+        if shape.tokens {
+            sql.push_str(&b.tokens("t"));
+        }
+    } else if shape.at {
+        let current = b.current_at(table, template, shape.tokens);
+        sql.push_str(&format!("SELECT t.id, t.payload::text FROM {current} t"));
     } else {
         sql.push_str(&format!("SELECT t.id, t.payload::text FROM {t} t WHERE "));
         sql.push_str(&b.predicate(template, "t", None, true));
         sql.push_str(" AND ");
-    }
-    sql.push_str(&b.visibility(table, shape.at, "t"));
-    if shape.tokens {
-        sql.push_str(&b.tokens("t"));
+        sql.push_str(&b.visibility(table, false, "t"));
+        if shape.tokens {
+            sql.push_str(&b.tokens("t"));
+        }
     }
     sql.push_str(&order_by(template));
     if shape.limit {
@@ -449,18 +491,28 @@ pub(crate) fn nested_search(
     levels: &[Level<'_>],
 ) -> Compiled {
     let mut b = Builder { params: Vec::new() };
-    let mut ctes =
-        vec![format!(
-        "r0 AS (SELECT t.id, t.payload, COALESCE(t.seq, t._id) AS o FROM {} t WHERE {} AND {}{}{})",
-        quote_ident(table),
-        b.predicate(template, "t", None, true),
-        b.visibility(table, shape.at, "t"),
-        if shape.tokens { b.tokens("t") } else { String::new() },
-        if shape.limit {
-            format!(" ORDER BY o LIMIT {}", b.push(Param::Limit))
-        } else {
-            String::new()
-        },
+    let source = if shape.at {
+        format!("{} t", b.current_at(table, template, shape.tokens))
+    } else {
+        format!(
+            "{} t WHERE {} AND {}{}",
+            quote_ident(table),
+            b.predicate(template, "t", None, true),
+            b.visibility(table, false, "t"),
+            if shape.tokens {
+                b.tokens("t")
+            } else {
+                String::new()
+            },
+        )
+    };
+    let limit = if shape.limit {
+        format!(" ORDER BY o LIMIT {}", b.push(Param::Limit))
+    } else {
+        String::new()
+    };
+    let mut ctes = vec![format!(
+        "r0 AS (SELECT t.id, t.payload, COALESCE(t.seq, t._id) AS o FROM {source}{limit})"
     )];
     fn walk(
         b: &mut Builder,

@@ -1180,3 +1180,150 @@ mod operator_statement_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod at_statement_tests {
+    use super::*;
+    use crate::SqliteOptions;
+    use meshql_core::{BoundArgs, Search};
+
+    fn shape(at: bool) -> Shape {
+        Shape {
+            at,
+            tokens: false,
+            batch: false,
+        }
+    }
+
+    /// What a read as of `at` must return, by definition: each document's latest version no
+    /// later than `at`, unless that is a tombstone; in creation order.
+    fn by_definition(conn: &Connection, at: i64, colour: Option<&str>) -> Vec<(String, String)> {
+        let mut stmt = conn
+            .prepare(
+                "SELECT t.id, t.payload FROM hen t WHERE t.deleted = 0 AND t.created_at = \
+                 (SELECT MAX(v.created_at) FROM hen v WHERE v.id = t.id AND v.created_at <= ?1) \
+                 AND (?2 IS NULL OR json_extract(t.payload, '$.colour') = ?2) \
+                 ORDER BY COALESCE(t.seq, t._id)",
+            )
+            .unwrap();
+        stmt.query_map(rusqlite::params![at, colour], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    /// A search `at` a moment returns what the definition says at every moment of a history
+    /// of creates, replaces and deletes, and its plan reads the current documents and the
+    /// versions after the moment through indexes, never every version stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_at_search_matches_the_definition_and_skips_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
+        let store = SqliteStore::new(db.clone(), "hen");
+        let all = QueryTemplate::filter("{}").unwrap();
+        let by_colour = QueryTemplate::filter(r#"{"payload.colour": "{{colour}}"}"#).unwrap();
+        store
+            .prepare(&[all.clone(), by_colour.clone()])
+            .await
+            .unwrap();
+        let doc = |n: i64, colour: &str| {
+            let mut p = serde_json::Map::new();
+            p.insert("n".into(), n.into());
+            p.insert("colour".into(), colour.into());
+            NewDocument::new(p)
+        };
+        let ctx = WriteContext::SYSTEM;
+        let mut moments = Vec::new();
+        let mut ids = Vec::new();
+        for n in 0..30 {
+            let colour = if n % 2 == 0 { "red" } else { "brown" };
+            ids.push(store.create(doc(n, colour), &ctx).await.unwrap().id);
+        }
+        moments.push(meshql_core::time::now_millis());
+        for round in 0..4i64 {
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+            for (n, id) in ids.iter().enumerate() {
+                if (n as i64 + round) % 3 == 0 {
+                    // a replace that changes the colour: in one filter's answer, then the other's
+                    let colour = if (n as i64 + round) % 2 == 0 {
+                        "red"
+                    } else {
+                        "brown"
+                    };
+                    store
+                        .update(id, doc(100 * round + n as i64, colour), &ctx)
+                        .await
+                        .unwrap();
+                }
+            }
+            if round == 2 {
+                for id in ids.iter().step_by(7) {
+                    store.remove(id, &ctx).await.unwrap();
+                }
+            }
+            moments.push(meshql_core::time::now_millis());
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+            moments.push(meshql_core::time::now_millis());
+        }
+        let mut checked = 0;
+        for &at in &moments {
+            for (template, colour) in [
+                (&all, None),
+                (&by_colour, Some("red")),
+                (&by_colour, Some("brown")),
+            ] {
+                let mut args = BoundArgs::new();
+                if let Some(c) = colour {
+                    args.insert("colour".into(), c.into());
+                }
+                let found = store
+                    .find(
+                        &Search::new(template, &args, None),
+                        &ReadContext::new(&meshql_core::TokenFilter::All, Some(at)),
+                    )
+                    .await
+                    .unwrap();
+                let found: Vec<(String, String)> =
+                    found.into_iter().map(|r| (r.id, r.payload)).collect();
+                let expected = db.read(|c| Ok(by_definition(c, at, colour))).unwrap();
+                assert_eq!(found, expected, "at {at}, colour {colour:?}");
+                checked += expected.len();
+            }
+        }
+        assert!(checked > 100, "the moments saw documents: {checked}");
+
+        let text = sql::search("hen", &all, shape(true)).sql;
+        let plan: Vec<String> = db
+            .read(|conn| {
+                let mut stmt = conn
+                    .prepare(&format!("EXPLAIN QUERY PLAN {text}"))
+                    .map_err(query_error)?;
+                let rows = stmt
+                    .query_map(rusqlite::params![0, 0, 0], |r| r.get::<_, String>(3))
+                    .map_err(query_error)?;
+                rows.map(|r| r.map_err(query_error)).collect()
+            })
+            .unwrap();
+        // the one plain scan is of the union's result (the co-routine), not of the table
+        let scans: Vec<usize> = (0..plan.len())
+            .filter(|&i| plan[i] == "SCAN t" || plan[i] == "SCAN c")
+            .collect();
+        assert!(
+            scans.len() == 1
+                && plan[scans[0] + 1..]
+                    .iter()
+                    .all(|s| !s.starts_with("SEARCH")),
+            "no step reads every version: {plan:?}"
+        );
+        assert!(
+            plan.iter().any(|s| s.contains("hen_current")),
+            "documents unchanged since the moment come from the current index: {plan:?}"
+        );
+        assert!(
+            plan.iter().any(|s| s.contains("hen_created")),
+            "the versions after the moment come from the created_at index: {plan:?}"
+        );
+    }
+}
