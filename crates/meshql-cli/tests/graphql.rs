@@ -574,10 +574,41 @@ async fn wide_levels_over_http_are_sent_in_chunks_of_100_keys() {
 /// Issue 12 §3 through the binary: a writer renames a farm and then its two coops, generation
 /// after generation, while readers read farm → coops → hens. At every moment the farm's
 /// generation is at least the coops' and the first coop's at least the second's, so any one
-/// snapshot satisfies that; every answer must.
+/// snapshot satisfies that; every answer must. The relationships are in-process here, and
+/// over HTTP in the next test (the remote levels receive the snapshot as `at`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_nested_answer_is_one_snapshot_while_a_writer_renames() {
     let server = Server::start(&examples_dir().join("egg-economy"), &[]);
+    one_snapshot_while_a_writer_renames(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_over_http_federation_is_one_snapshot_while_a_writer_renames() {
+    let port = common::free_port();
+    let dir = common::example_copy("egg-economy", |toml| {
+        let remote = |graph: &str| format!("url = \"http://127.0.0.1:{port}{graph}\"");
+        toml.replacen(
+            "query = \"getByFarm\"\ngraph = \"/coop/graph\"",
+            &format!("query = \"getByFarm\"\n{}", remote("/coop/graph")),
+            1,
+        )
+        .replacen(
+            "query = \"getByCoop\"\ngraph = \"/hen/graph\"",
+            &format!("query = \"getByCoop\"\n{}", remote("/hen/graph")),
+            1,
+        )
+    });
+    let config = std::fs::read_to_string(dir.path().join("meshql.toml")).unwrap();
+    assert_eq!(
+        config.matches("url = \"http://127.0.0.1").count(),
+        2,
+        "{config}"
+    );
+    let server = Server::start_with_env(&dir.path().join("meshql.toml"), &[], Some(port));
+    one_snapshot_while_a_writer_renames(&server).await;
+}
+
+async fn one_snapshot_while_a_writer_renames(server: &Server) {
     let c = server.client();
     let farm = json!({"farm_type": "megafarm", "zone": "north"});
     let named = |base: &Value, name: String| {

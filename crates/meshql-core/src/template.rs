@@ -736,6 +736,26 @@ impl QueryTemplate {
         }
     }
 
+    /// Whether the template matches at most one document: it requires the id to equal a
+    /// value (`{"id": "{{id}}"}`, alone or with other conditions). Backends read such a
+    /// template `at` a moment through the id's versions alone.
+    pub fn selects_by_id(&self) -> bool {
+        match &self.kind {
+            TemplateKind::Filter(preds) => preds.iter().any(|(p, _)| *p == FieldPath::Id),
+            TemplateKind::Query(spec) => spec.conds.iter().any(|c| {
+                matches!(
+                    c,
+                    Cond::Cmp {
+                        path: FieldPath::Id,
+                        op: CmpOp::Eq,
+                        ..
+                    }
+                )
+            }),
+            TemplateKind::Sql(_) => false,
+        }
+    }
+
     /// The payload fields this template compares with `$gt`, `$gte`, `$lt` or `$lte` (backends
     /// whose equality index cannot serve a range add indexes for them).
     pub fn range_paths(&self) -> Vec<FieldPath> {

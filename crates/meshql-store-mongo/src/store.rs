@@ -1152,54 +1152,66 @@ impl MongoStore {
                 // now is what every GraphQL request reads with): documents unchanged since
                 // `at` are their latest version; those changed since are read as below.
                 let before = DateTime::from_millis(at);
-                let changed: Vec<Document> = self
-                    .coll
-                    .find(doc! {"created_at": {"$gt": before}})
-                    .projection(doc! {"id": 1})
-                    .await
-                    .map_err(error)?
-                    .try_collect()
-                    .await
-                    .map_err(error)?;
-                let mut changed: Vec<String> = changed
-                    .iter()
-                    .filter_map(|d| d.get_str("id").ok().map(str::to_owned))
-                    .collect();
-                changed.sort();
-                changed.dedup();
-                let mut unchanged =
-                    doc! {"latest": true, "deleted": false, "created_at": {"$lte": before}};
-                unchanged.extend(matching.clone());
-                if let Some(t) = token_filter(tokens) {
-                    unchanged.extend(t);
-                }
-                let mut newest: Vec<Document> = self
-                    .coll
-                    .find(unchanged)
-                    .sort(doc! {"seq": 1})
-                    .await
-                    .map_err(error)?
-                    .try_collect()
-                    .await
-                    .map_err(error)?;
-                // a version whose `latest` flag is not yet settled (see `settle_latest`):
-                // the newer of the two, or, if that is after `at`, neither (the document
-                // changed since, and is read with those below)
-                newest = newest_per_seq(newest);
-                newest.retain(|d| {
-                    d.get_str("id")
-                        .is_ok_and(|id| changed.binary_search_by(|c| c.as_str().cmp(id)).is_err())
-                });
-                if changed.is_empty() {
-                    if let Some(l) = limit {
-                        newest.truncate(l);
+                // a condition on the id reads those ids' versions alone, as it always did
+                let by_id = matching.contains_key("id");
+                let mut newest: Vec<Document> = Vec::new();
+                let changed = if by_id {
+                    None
+                } else {
+                    let changed: Vec<Document> = self
+                        .coll
+                        .find(doc! {"created_at": {"$gt": before}})
+                        .projection(doc! {"id": 1})
+                        .await
+                        .map_err(error)?
+                        .try_collect()
+                        .await
+                        .map_err(error)?;
+                    let mut changed: Vec<String> = changed
+                        .iter()
+                        .filter_map(|d| d.get_str("id").ok().map(str::to_owned))
+                        .collect();
+                    changed.sort();
+                    changed.dedup();
+                    let mut unchanged =
+                        doc! {"latest": true, "deleted": false, "created_at": {"$lte": before}};
+                    unchanged.extend(matching.clone());
+                    if let Some(t) = token_filter(tokens) {
+                        unchanged.extend(t);
                     }
-                    return Ok(newest);
-                }
+                    newest = self
+                        .coll
+                        .find(unchanged)
+                        .sort(doc! {"seq": 1})
+                        .await
+                        .map_err(error)?
+                        .try_collect()
+                        .await
+                        .map_err(error)?;
+                    // a version whose `latest` flag is not yet settled (see `settle_latest`):
+                    // the newer of the two, or, if that is after `at`, neither (the document
+                    // changed since, and is read with those below)
+                    newest = newest_per_seq(newest);
+                    newest.retain(|d| {
+                        d.get_str("id").is_ok_and(|id| {
+                            changed.binary_search_by(|c| c.as_str().cmp(id)).is_err()
+                        })
+                    });
+                    if changed.is_empty() {
+                        if let Some(l) = limit {
+                            newest.truncate(l);
+                        }
+                        return Ok(newest);
+                    }
+                    Some(changed)
+                };
                 // Portable "latest ≤ at, then filter" without $group/$first (FerretDB lacks
                 // them): of the documents changed since, ids with some matching version
                 // ≤ at, then their newest version ≤ at, checked in process.
-                let mut f = doc! {"id": {"$in": &changed}, "created_at": {"$lte": before}};
+                let mut f = doc! {"created_at": {"$lte": before}};
+                if let Some(changed) = &changed {
+                    f.insert("id", doc! {"$in": changed});
+                }
                 f.extend(matching.clone());
                 let candidates: Vec<Document> = self
                     .coll

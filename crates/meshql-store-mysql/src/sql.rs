@@ -472,7 +472,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         sql.push_str(&predicate(template, Some("k.kv"), false, &mut params));
         sql.push_str(" WHERE ");
         sql.push_str(&visible(table, shape, &mut params));
-    } else if shape.at {
+    } else if shape.at && !template.selects_by_id() {
         sql.push_str(&current_at(
             table,
             template,
@@ -513,7 +513,7 @@ pub(crate) fn nested_search(
     levels: &[Level<'_>],
 ) -> Compiled {
     let mut params = Vec::new();
-    let mut root = if shape.at {
+    let mut root = if shape.at && !template.selects_by_id() {
         format!(
             "r0 AS (SELECT u.t_id AS rid, u.id, u.o FROM ({}) u",
             current_at(table, template, shape, "t._id AS t_id", &mut params)

@@ -455,14 +455,14 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         if shape.tokens {
             sql.push_str(&b.tokens("t"));
         }
-    } else if shape.at {
+    } else if shape.at && !template.selects_by_id() {
         let current = b.current_at(table, template, shape.tokens);
         sql.push_str(&format!("SELECT t.id, t.payload::text FROM {current} t"));
     } else {
         sql.push_str(&format!("SELECT t.id, t.payload::text FROM {t} t WHERE "));
         sql.push_str(&b.predicate(template, "t", None, true));
         sql.push_str(" AND ");
-        sql.push_str(&b.visibility(table, false, "t"));
+        sql.push_str(&b.visibility(table, shape.at, "t"));
         if shape.tokens {
             sql.push_str(&b.tokens("t"));
         }
@@ -491,14 +491,14 @@ pub(crate) fn nested_search(
     levels: &[Level<'_>],
 ) -> Compiled {
     let mut b = Builder { params: Vec::new() };
-    let source = if shape.at {
+    let source = if shape.at && !template.selects_by_id() {
         format!("{} t", b.current_at(table, template, shape.tokens))
     } else {
         format!(
             "{} t WHERE {} AND {}{}",
             quote_ident(table),
             b.predicate(template, "t", None, true),
-            b.visibility(table, false, "t"),
+            b.visibility(table, shape.at, "t"),
             if shape.tokens {
                 b.tokens("t")
             } else {

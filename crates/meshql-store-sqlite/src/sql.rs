@@ -327,7 +327,8 @@ fn order_by(template: &QueryTemplate) -> String {
 
 /// The statement of a search (or of a batched search when `shape.batch`).
 ///
-/// A search `at` a moment that is not a batch reads in two parts, so that its cost follows
+/// A search `at` a moment that is neither a batch nor a lookup by id (which reads the id's
+/// versions alone) reads in two parts, so that its cost follows
 /// the current documents and the versions written after the moment, not every version ever
 /// stored (an `at` close to now is what every GraphQL request reads with):
 /// - documents unchanged since the moment: their latest version, through the same indexes as
@@ -353,7 +354,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         if shape.tokens {
             sql.push_str(token_clause(&mut params));
         }
-    } else if shape.at {
+    } else if shape.at && !template.selects_by_id() {
         sql.push_str(&format!(
             "SELECT {COLUMNS} FROM (SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE "
         ));
@@ -382,7 +383,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         sql.push_str(&format!("SELECT {COLUMNS} FROM {t} t WHERE "));
         sql.push_str(&predicate(template, None, &mut params));
         sql.push_str(" AND ");
-        sql.push_str(&visibility(table, false, &mut params));
+        sql.push_str(&visibility(table, shape.at, &mut params));
         if shape.tokens {
             sql.push_str(token_clause(&mut params));
         }
