@@ -1117,6 +1117,26 @@ impl MongoStore {
     }
 
     /// Visible versions matching `filter` (a Document over the version's fields), at `at`.
+    /// The ids of the versions matching `filter`, sorted, each once.
+    async fn distinct_ids(&self, filter: Document) -> Result<Vec<String>, StoreError> {
+        let found: Vec<Document> = self
+            .coll
+            .find(filter)
+            .projection(doc! {"id": 1})
+            .await
+            .map_err(error)?
+            .try_collect()
+            .await
+            .map_err(error)?;
+        let mut ids: Vec<String> = found
+            .iter()
+            .filter_map(|d| d.get_str("id").ok().map(str::to_owned))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        Ok(ids)
+    }
+
     async fn visible_docs(
         &self,
         matching: Document,
@@ -1158,21 +1178,9 @@ impl MongoStore {
                 let changed = if by_id {
                     None
                 } else {
-                    let changed: Vec<Document> = self
-                        .coll
-                        .find(doc! {"created_at": {"$gt": before}})
-                        .projection(doc! {"id": 1})
-                        .await
-                        .map_err(error)?
-                        .try_collect()
-                        .await
-                        .map_err(error)?;
-                    let mut changed: Vec<String> = changed
-                        .iter()
-                        .filter_map(|d| d.get_str("id").ok().map(str::to_owned))
-                        .collect();
-                    changed.sort();
-                    changed.dedup();
+                    let changed = self
+                        .distinct_ids(doc! {"created_at": {"$gt": before}})
+                        .await?;
                     let mut unchanged =
                         doc! {"latest": true, "deleted": false, "created_at": {"$lte": before}};
                     unchanged.extend(matching.clone());
@@ -1213,21 +1221,7 @@ impl MongoStore {
                     f.insert("id", doc! {"$in": changed});
                 }
                 f.extend(matching.clone());
-                let candidates: Vec<Document> = self
-                    .coll
-                    .find(f)
-                    .projection(doc! {"id": 1})
-                    .await
-                    .map_err(error)?
-                    .try_collect()
-                    .await
-                    .map_err(error)?;
-                let mut ids: Vec<String> = candidates
-                    .iter()
-                    .filter_map(|d| d.get_str("id").ok().map(str::to_owned))
-                    .collect();
-                ids.sort();
-                ids.dedup();
+                let ids = self.distinct_ids(f).await?;
                 let versions: Vec<Document> = if ids.is_empty() {
                     Vec::new()
                 } else {

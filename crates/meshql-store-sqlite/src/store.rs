@@ -1013,6 +1013,22 @@ mod feed_statement_tests {
     }
 }
 
+/// The steps of `EXPLAIN QUERY PLAN` for `text`, every parameter bound to NULL.
+#[cfg(test)]
+fn query_plan(db: &SqliteDatabase, text: &str) -> Vec<String> {
+    db.read(|conn| {
+        let mut stmt = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {text}"))
+            .map_err(query_error)?;
+        let nulls = (0..text.matches('?').count()).map(|_| SqlValue::Null);
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+            .map_err(query_error)?;
+        rows.map(|r| r.map_err(query_error)).collect()
+    })
+    .unwrap()
+}
+
 #[cfg(test)]
 mod page_statement_tests {
     use super::*;
@@ -1045,22 +1061,7 @@ mod page_statement_tests {
             .execute_batch("ANALYZE")
             .unwrap();
         for (i, text) in store.sql.page.iter().enumerate() {
-            let plan: Vec<String> = db
-                .read(|conn| {
-                    let mut stmt = conn
-                        .prepare(&format!("EXPLAIN QUERY PLAN {text}"))
-                        .map_err(query_error)?;
-                    let rows = stmt
-                        .query_map(
-                            rusqlite::params_from_iter(
-                                (0..text.matches('?').count()).map(|_| SqlValue::Null),
-                            ),
-                            |r| r.get::<_, String>(3),
-                        )
-                        .map_err(query_error)?;
-                    rows.map(|r| r.map_err(query_error)).collect()
-                })
-                .unwrap();
+            let plan = query_plan(&db, text);
             assert!(
                 plan.iter().all(|step| !step.contains("TEMP B-TREE")),
                 "variant {i} sorts: {plan:?}"
@@ -1295,17 +1296,7 @@ mod at_statement_tests {
         assert!(checked > 100, "the moments saw documents: {checked}");
 
         let text = sql::search("hen", &all, shape(true)).sql;
-        let plan: Vec<String> = db
-            .read(|conn| {
-                let mut stmt = conn
-                    .prepare(&format!("EXPLAIN QUERY PLAN {text}"))
-                    .map_err(query_error)?;
-                let rows = stmt
-                    .query_map(rusqlite::params![0, 0, 0], |r| r.get::<_, String>(3))
-                    .map_err(query_error)?;
-                rows.map(|r| r.map_err(query_error)).collect()
-            })
-            .unwrap();
+        let plan = query_plan(&db, &text);
         // the one plain scan is of the union's result (the co-routine), not of the table
         let scans: Vec<usize> = (0..plan.len())
             .filter(|&i| plan[i] == "SCAN t" || plan[i] == "SCAN c")
