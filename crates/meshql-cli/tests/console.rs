@@ -102,6 +102,15 @@ fn post(server: &Server, path: &str, body: Value) -> Value {
     answer
 }
 
+/// Creates the farm most tests start from, through REST; the answer.
+fn emerdale(server: &Server) -> Value {
+    post(
+        server,
+        "/farm/api",
+        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
+    )
+}
+
 fn get(server: &Server, path: &str, auth: Option<&str>) -> (u16, Value) {
     send(reqwest::Method::GET, &server.url(path), None, auth)
 }
@@ -330,11 +339,7 @@ const LIST_NAMES: &str = "Array.from(document.querySelectorAll('#documents tbody
 fn the_landing_page_lists_the_13_egg_economy_entities() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();
-    post(
-        &server,
-        "/farm/api",
-        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
-    );
+    emerdale(&server);
     let farm = &get(&server, "/farm/api", None).1[0]["id"];
     let coop = post(
         &server,
@@ -520,11 +525,7 @@ fn the_list_pages_sorts_and_filters() {
 fn editing_and_deleting_write_versions_shown_in_the_history() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();
-    let farm = post(
-        &server,
-        "/farm/api",
-        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
-    );
+    let farm = emerdale(&server);
     let id = farm["id"].as_str().unwrap().to_owned();
     let mut b = Browser::start("edit");
     b.goto(&server.url(&format!("/#/e/farm/d/{id}")));
@@ -564,11 +565,7 @@ fn editing_and_deleting_write_versions_shown_in_the_history() {
 fn a_schema_violation_shows_the_servers_message_next_to_the_field() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();
-    let farm = post(
-        &server,
-        "/farm/api",
-        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
-    );
+    let farm = emerdale(&server);
     let farm_id = farm["id"].as_str().unwrap();
     // what the server says of this coop: capacity below its minimum, coop_type missing
     let bad = json!({"name": "tiny", "farm_id": farm_id, "capacity": 0});
@@ -617,11 +614,7 @@ fn a_schema_violation_shows_the_servers_message_next_to_the_field() {
 fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();
-    let farm = post(
-        &server,
-        "/farm/api",
-        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
-    );
+    let farm = emerdale(&server);
     let farm_id = farm["id"].as_str().unwrap();
     let coop = post(
         &server,
@@ -728,11 +721,7 @@ fn the_time_control_shows_the_old_name_of_a_renamed_coop() {
 fn a_write_made_with_an_http_client_appears_in_an_open_list_without_reloading() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();
-    post(
-        &server,
-        "/farm/api",
-        json!({"name": "Emerdale", "farm_type": "homestead", "zone": "north"}),
-    );
+    emerdale(&server);
     let mut b = Browser::start("live");
     b.goto(&server.url("/#/e/farm"));
     b.wait_ready();
