@@ -44,14 +44,15 @@ fn cores() -> usize {
 
 impl Default for SqliteOptions {
     fn default() -> Self {
+        let cores = cores();
         Self {
             synchronous_full: false,
             busy_timeout_ms: 5_000,
             statement_cache: 256,
             checkpoints: CheckpointPolicy::default(),
-            concurrent_scans: cores(),
+            concurrent_scans: cores,
             // inline reads run on the async workers (one per core), scans beside them
-            idle_readers: 2 * cores(),
+            idle_readers: 2 * cores,
         }
     }
 }

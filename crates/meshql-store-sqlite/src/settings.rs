@@ -115,3 +115,37 @@ impl StorageTarget for SqliteTarget {
         Ok(SqliteDatabase::open(&self.path, self.options.clone())?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configure(settings: serde_json::Value) -> Result<Box<dyn StorageTarget>, SettingError> {
+        SqliteBackend.configure(
+            &settings,
+            &BackendContext {
+                block: "farm",
+                data_dir: std::path::Path::new("/tmp"),
+            },
+        )
+    }
+
+    #[test]
+    fn read_bounds_of_zero_are_refused_naming_the_field() {
+        for field in ["concurrent_scans", "idle_read_connections"] {
+            let e = configure(serde_json::json!({"file": "f.db", field: 0}))
+                .err()
+                .unwrap_or_else(|| panic!("{field} = 0 accepted"));
+            assert_eq!(e.field.as_deref(), Some(field));
+            assert_eq!(e.message, "must be at least 1");
+        }
+        let e = configure(serde_json::json!({"file": "f.db", "concurrent_scans": -1}))
+            .err()
+            .expect("a negative count is refused");
+        assert!(e.message.contains("invalid"), "{}", e.message);
+        assert!(configure(
+            serde_json::json!({"file": "f.db", "concurrent_scans": 3, "idle_read_connections": 5})
+        )
+        .is_ok());
+    }
+}
