@@ -139,9 +139,9 @@ mod tests {
             assert_eq!(e.field.as_deref(), Some(field));
             assert_eq!(e.message, "must be at least 1");
         }
-        let e = configure(serde_json::json!({"file": "f.db", "concurrent_scans": -1}))
-            .err()
-            .expect("a negative count is refused");
+        let Err(e) = configure(serde_json::json!({"file": "f.db", "concurrent_scans": -1})) else {
+            panic!("a negative count is accepted");
+        };
         assert!(e.message.contains("invalid"), "{}", e.message);
         assert!(configure(
             serde_json::json!({"file": "f.db", "concurrent_scans": 3, "idle_read_connections": 5})
