@@ -45,9 +45,16 @@ fn now_ms() -> u64 {
 async fn egg_economy_graph_in_process_on_sqlite() {
     egg_economy_graph(
         Server::start(&examples_dir().join("egg-economy"), &[]),
-        Nesting::PerLevel,
+        Nesting::OneTransaction,
     )
     .await;
+}
+
+#[tokio::test]
+async fn egg_economy_graph_in_process_on_sqlite_level_by_level() {
+    let (dir, config) = with_setting("meshql.toml", "sqlite", "nested_reads = false");
+    egg_economy_graph(Server::start(&config, &[]), Nesting::PerLevel).await;
+    drop(dir);
 }
 
 #[tokio::test]
@@ -105,11 +112,20 @@ async fn egg_economy_graph_in_process_on_mariadb_in_one_statement() {
 /// A copy of the egg-economy example whose `config` has `nested_sql = on` in every
 /// storage block of type `kind`.
 fn with_nested_sql(config: &str, kind: &str, on: bool) -> (tempfile::TempDir, std::path::PathBuf) {
+    with_setting(config, kind, &format!("nested_sql = {on}"))
+}
+
+/// A copy of the egg-economy example whose `config` has `setting` in every storage block of
+/// type `kind`.
+fn with_setting(
+    config: &str,
+    kind: &str,
+    setting: &str,
+) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = common::example_copy("egg-economy", |text| text);
     let path = dir.path().join(config);
     let text = std::fs::read_to_string(&path).unwrap();
     let block = format!("type = \"{kind}\"");
-    let setting = format!("nested_sql = {on}");
     let text = text.replace(&block, &format!("{block}\n{setting}"));
     assert!(text.contains(&setting));
     std::fs::write(&path, text).unwrap();
@@ -138,6 +154,9 @@ enum Nesting {
     PerLevel,
     /// One statement for the whole tree (PostgreSQL, MariaDB).
     OneStatement,
+    /// One batched statement per level, all in one read transaction and counted by the
+    /// root's store (SQLite, for relationships to tables of the same file).
+    OneTransaction,
 }
 
 async fn egg_economy_graph(server: Server, nesting: Nesting) {
@@ -199,8 +218,47 @@ async fn egg_economy_graph(server: Server, nesting: Nesting) {
         reads(&c, "hen").await,
     );
     let expected = match nesting {
+        // on SQLite `farmOutput` is in another file (projections.db): level by level
+        Nesting::PerLevel | Nesting::OneTransaction => (1, 1, 1),
+        Nesting::OneStatement => (1, 0, 0),
+    };
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1, after.2 - before.2),
+        expected
+    );
+
+    // the same within one database (file): one read of the tree where the backend can
+    let q =
+        format!(r#"{{ getById(id: "{farm}") {{ name coops {{ name hens {{ name breed }} }} }} }}"#);
+    let before = (
+        reads(&c, "farm").await,
+        reads(&c, "coop").await,
+        reads(&c, "hen").await,
+    );
+    let r = gql(&c, "/farm/graph", &q).await;
+    assert!(r.get("errors").is_none(), "{r}");
+    let coops = r["data"]["getById"]["coops"].as_array().unwrap();
+    let names: Vec<&str> = coops.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["coop0", "coop1", "coop2"], "creation order");
+    for (i, coop) in coops.iter().enumerate() {
+        let hens: Vec<&str> = coop["hens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["name"].as_str().unwrap())
+            .collect();
+        let expected: Vec<String> = (0..5).map(|h| format!("hen{i}-{h}")).collect();
+        assert_eq!(hens, expected, "{r}");
+    }
+    let after = (
+        reads(&c, "farm").await,
+        reads(&c, "coop").await,
+        reads(&c, "hen").await,
+    );
+    let expected = match nesting {
         Nesting::PerLevel => (1, 1, 1),
         Nesting::OneStatement => (1, 0, 0),
+        Nesting::OneTransaction => (3, 0, 0),
     };
     assert_eq!(
         (after.0 - before.0, after.1 - before.1, after.2 - before.2),

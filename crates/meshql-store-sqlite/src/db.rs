@@ -32,6 +32,9 @@ pub struct SqliteOptions {
     pub concurrent_scans: usize,
     /// Read connections kept open between reads; one returned beyond this is closed.
     pub idle_readers: usize,
+    /// A GraphQL search and its relationships to tables of this file are read in one read
+    /// transaction on one connection (`StoreReader::find_nested`), not one per level.
+    pub nested_reads: bool,
 }
 
 /// The machine's cores (at least 2): the default number of concurrent scans.
@@ -53,6 +56,7 @@ impl Default for SqliteOptions {
             concurrent_scans: cores,
             // inline reads run on the async workers (one per core), scans beside them
             idle_readers: 2 * cores,
+            nested_reads: true,
         }
     }
 }
@@ -303,7 +307,9 @@ impl SqliteDatabase {
         let result = f(&conn);
         let surplus = {
             let mut idle = self.readers.lock();
-            if idle.len() < self.options.idle_readers {
+            // a connection still inside a transaction would serve every later read from
+            // that transaction's snapshot: closed, never pooled
+            if idle.len() < self.options.idle_readers && conn.is_autocommit() {
                 idle.push(conn);
                 None
             } else {
@@ -349,6 +355,12 @@ impl SqliteDatabase {
         })
         .await
         .map_err(|e| unavailable(format!("reader task failed: {e}")))?
+    }
+
+    /// Whether relationships to tables of this file are read with their search
+    /// ([`SqliteOptions::nested_reads`]).
+    pub(crate) fn nested_reads(&self) -> bool {
+        self.options.nested_reads
     }
 
     /// Read connections open now (idle or in use).

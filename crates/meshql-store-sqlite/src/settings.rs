@@ -32,6 +32,15 @@ pub struct SqliteSettings {
     /// more are opened under load and closed after it. Default: twice the cores.
     #[serde(default)]
     pub idle_read_connections: Option<usize>,
+    /// Read a GraphQL query's relationships to entities of this file in the same read
+    /// transaction as the query itself (one per request instead of one per level; the
+    /// statements are the same). Default: true.
+    #[serde(default = "default_true")]
+    pub nested_reads: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_checkpoint_pages() -> u32 {
@@ -93,6 +102,7 @@ impl StorageBackend for SqliteBackend {
                 idle_readers: settings
                     .idle_read_connections
                     .unwrap_or(defaults.idle_readers),
+                nested_reads: settings.nested_reads,
                 ..defaults
             },
         }))

@@ -120,17 +120,35 @@ const COLUMNS: &str = "t.id, t.payload";
 pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
 
 /// `t` is the visible version of its id: the latest (at `?at`) and not a tombstone.
+///
+/// At a moment, a latest version written at or before it is the one visible then, found
+/// without a lookup; only the versions of documents changed since the moment (the ids of
+/// the versions after it, one range of the `created_at` index per statement, usually empty
+/// for a moment just past) are checked against the newest version at the moment, a lookup
+/// per candidate row. GraphQL reads every level at its request's start, so this is the
+/// common case.
 fn visibility(table: &str, at: bool, params: &mut Vec<Param>) -> String {
     if at {
         params.push(Param::At);
+        params.push(Param::At);
         format!(
-            "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {} v \
-             WHERE v.id = t.id AND v.created_at <= ?)",
-            quote_ident(table)
+            "t.deleted = 0 AND ((+t.latest = 1 AND +t.created_at <= ?) OR \
+             (t.id IN (SELECT c.id FROM {} c WHERE c.created_at > ?) AND {}))",
+            quote_ident(table),
+            version_at(table, params)
         )
     } else {
         "t.latest = 1 AND t.deleted = 0".to_owned()
     }
+}
+
+/// `t` is the newest version of its id at `?at` (tombstone or not).
+fn version_at(table: &str, params: &mut Vec<Param>) -> String {
+    params.push(Param::At);
+    format!(
+        "t.created_at = (SELECT MAX(v.created_at) FROM {} v WHERE v.id = t.id AND v.created_at <= ?)",
+        quote_ident(table)
+    )
 }
 
 fn token_clause(params: &mut Vec<Param>) -> &'static str {
@@ -372,9 +390,9 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         sql.push_str(&predicate(template, None, &mut params));
         params.push(Param::At);
         sql.push_str(&format!(
-            " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > ?) AND "
+            " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > ?) AND t.deleted = 0 AND "
         ));
-        sql.push_str(&visibility(table, true, &mut params));
+        sql.push_str(&version_at(table, &mut params));
         if shape.tokens {
             sql.push_str(token_clause(&mut params));
         }

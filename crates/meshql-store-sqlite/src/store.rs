@@ -7,8 +7,8 @@ use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
     in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
-    NewDocument, Placement, QueryTemplate, RemoveOutcome, Row, Store, StoreChange, StoreError,
-    StoreStats, TokenFilter, WriteContext,
+    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use rusqlite::types::Value as SqlValue;
@@ -16,12 +16,17 @@ use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod nested;
+
 /// One entity's table.
 pub struct SqliteStore {
     db: Arc<SqliteDatabase>,
     table: String,
     sql: Arc<TableSql>,
     compiled: Memo<(u64, Shape), Compiled>,
+    /// Batched lookups of relationships to other tables of the file, read with this
+    /// table's searches (`nested`): by template, with the table they were compiled for.
+    level_compiled: Memo<(u64, Shape), (String, Compiled)>,
     reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
     signal: CommitSignal,
@@ -241,6 +246,7 @@ impl SqliteStore {
             table: table.to_owned(),
             sql: Arc::new(TableSql::new(table)),
             compiled: Memo::default(),
+            level_compiled: Memo::default(),
             reads: Arc::new(AtomicU64::new(0)),
             writes: Arc::new(AtomicU64::new(0)),
             signal: CommitSignal::default(),
@@ -249,6 +255,11 @@ impl SqliteStore {
 
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// This store's database file, as [`Relation::database`].
+    fn database_id(&self) -> usize {
+        Arc::as_ptr(&self.db) as usize
     }
 
     fn count_read(&self) {
@@ -667,6 +678,24 @@ impl StoreReader for SqliteStore {
                 })
                 .map_err(query_error)?;
             rows.map(|r| r.map_err(query_error)).collect()
+        })
+    }
+
+    async fn find_nested(
+        &self,
+        search: &Search<'_>,
+        nested: &[Nested],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        self.find_nested_in_one_transaction(search, nested, ctx)
+            .await
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        self.db.nested_reads().then(|| Relation {
+            backend: nested::BACKEND,
+            database: self.database_id(),
+            table: self.table.clone(),
         })
     }
 }
@@ -1215,8 +1244,9 @@ mod at_statement_tests {
         .collect()
     }
 
-    /// A search `at` a moment returns what the definition says at every moment of a history
-    /// of creates, replaces and deletes, and its plan reads the current documents and the
+    /// A search `at` a moment (and a batched lookup, and a lookup by id) returns what the
+    /// definition says at every moment of a history of creates, replaces and deletes, and its
+    /// plan reads the current documents and the
     /// versions after the moment through indexes, never every version stored.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_at_search_matches_the_definition_and_skips_history() {
@@ -1294,6 +1324,49 @@ mod at_statement_tests {
             }
         }
         assert!(checked > 100, "the moments saw documents: {checked}");
+
+        // batched lookups (by colour: old versions of other colours among the candidates)
+        // and lookups by id answer the same at every moment
+        let by_colour_key = QueryTemplate::filter(r#"{"payload.colour": "{{id}}"}"#).unwrap();
+        let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
+        let colours = ["red".to_owned(), "brown".to_owned()];
+        for &at in &moments {
+            let ctx = ReadContext::new(&meshql_core::TokenFilter::All, Some(at));
+            let batch = store
+                .find_batch(
+                    &meshql_core::BatchSearch::new(&by_colour_key, "id", &colours),
+                    &ctx,
+                )
+                .await
+                .unwrap();
+            for colour in &colours {
+                let found: Vec<(String, String)> = batch
+                    .iter()
+                    .filter(|(k, _)| k == colour)
+                    .map(|(_, r)| (r.id.clone(), r.payload.clone()))
+                    .collect();
+                let expected = db.read(|c| Ok(by_definition(c, at, Some(colour)))).unwrap();
+                assert_eq!(found, expected, "batch at {at}, colour {colour}");
+            }
+            let everything = db.read(|c| Ok(by_definition(c, at, None))).unwrap();
+            for id in &ids {
+                let mut args = BoundArgs::new();
+                args.insert("id".into(), id.as_str().into());
+                let found: Vec<(String, String)> = store
+                    .find(&Search::new(&by_id, &args, None), &ctx)
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| (r.id, r.payload))
+                    .collect();
+                let expected: Vec<(String, String)> = everything
+                    .iter()
+                    .filter(|(i, _)| i == id)
+                    .cloned()
+                    .collect();
+                assert_eq!(found, expected, "by id at {at}");
+            }
+        }
 
         let text = sql::search("hen", &all, shape(true)).sql;
         let plan = query_plan(&db, &text);
