@@ -127,7 +127,7 @@ fn with_setting(
     let text = std::fs::read_to_string(&path).unwrap();
     let block = format!("type = \"{kind}\"");
     let text = text.replace(&block, &format!("{block}\n{setting}"));
-    assert!(text.contains(&setting));
+    assert!(text.contains(setting));
     std::fs::write(&path, text).unwrap();
     (dir, path)
 }

@@ -35,6 +35,20 @@ pub struct SqliteOptions {
     /// A GraphQL search and its relationships to tables of this file are read in one read
     /// transaction on one connection (`StoreReader::find_nested`), not one per level.
     pub nested_reads: bool,
+    /// Page cache of each connection (the writer, each reader, the checkpointer), in KiB.
+    /// Pages beyond it are read again from the OS page cache.
+    pub page_cache_kib: u32,
+}
+
+/// Page cache per connection by default: a quarter of SQLite's own 2,000 KiB. Writes append
+/// to the right edges of their B-trees and reads are indexed lookups, so the pages they use
+/// again fit in far less; pages beyond it are read again from the operating system's page
+/// cache (a system call, not a disk read). Measured in docs/BENCHMARKS.md ("Footprint").
+pub(crate) const DEFAULT_PAGE_CACHE_KIB: u32 = 512;
+
+/// Sets a connection's page cache to `kib` KiB.
+fn set_page_cache(conn: &Connection, kib: u32) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "cache_size", -i64::from(kib))
 }
 
 /// The machine's cores (at least 2): the default number of concurrent scans.
@@ -57,6 +71,7 @@ impl Default for SqliteOptions {
             // inline reads run on the async workers (one per core), scans beside them
             idle_readers: 2 * cores,
             nested_reads: true,
+            page_cache_kib: DEFAULT_PAGE_CACHE_KIB,
         }
     }
 }
@@ -178,6 +193,7 @@ impl SqliteDatabase {
         )
         .map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(options.statement_cache);
+        set_page_cache(&conn, options.page_cache_kib).map_err(query_error)?;
         // checkpoints run on the checkpointer thread, not inside a commit (see below)
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(query_error)?;
@@ -218,6 +234,7 @@ impl SqliteDatabase {
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
+        set_page_cache(&checkpoint_conn, db.options.page_cache_kib).map_err(query_error)?;
         let policy = db.options.checkpoints;
         let handle = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
@@ -382,6 +399,7 @@ impl SqliteDatabase {
         .map_err(query_error)?;
         conn.pragma_update(None, "query_only", "ON")
             .map_err(query_error)?;
+        set_page_cache(&conn, self.options.page_cache_kib).map_err(query_error)?;
         register_functions(&conn).map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(self.options.statement_cache);
         self.open_readers.fetch_add(1, Ordering::Relaxed);
@@ -760,6 +778,29 @@ mod tests {
             idle_readers: idle,
             ..SqliteOptions::default()
         }
+    }
+
+    /// Every connection to the file gets the configured page cache: the readers, the
+    /// writer (through a job), and the default is 512 KiB.
+    #[tokio::test]
+    async fn connections_get_the_configured_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = |c: &Connection| -> Result<i64, StoreError> {
+            c.query_row("PRAGMA cache_size", [], |r| r.get(0))
+                .map_err(query_error)
+        };
+        let db = SqliteDatabase::open(
+            &dir.path().join("c.db"),
+            SqliteOptions {
+                page_cache_kib: 300,
+                ..SqliteOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(db.read(cache).unwrap(), -300);
+        assert_eq!(db.write(move |c| cache(c)).await.unwrap(), -300);
+        let db = SqliteDatabase::open(&dir.path().join("d.db"), SqliteOptions::default()).unwrap();
+        assert_eq!(db.read(cache).unwrap(), -512);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,7 +37,15 @@ pub struct SqliteSettings {
     /// statements are the same). Default: true.
     #[serde(default = "default_true")]
     pub nested_reads: bool,
+    /// Page cache of each connection to the file (the writer, each reader, the
+    /// checkpointer), in KiB; pages beyond it are read again from the operating system's
+    /// page cache. Default: 512 (SQLite's own is 2000).
+    #[serde(default)]
+    pub page_cache_kib: Option<u32>,
 }
+
+/// Below this SQLite keeps at least 10 pages anyway; a setting that low is a mistake.
+const MIN_PAGE_CACHE_KIB: u32 = 64;
 
 fn default_true() -> bool {
     true
@@ -75,6 +83,15 @@ impl StorageBackend for SqliteBackend {
         if settings.concurrent_scans == Some(0) {
             return Err(SettingError::new("concurrent_scans", "must be at least 1"));
         }
+        if settings
+            .page_cache_kib
+            .is_some_and(|k| k < MIN_PAGE_CACHE_KIB)
+        {
+            return Err(SettingError::new(
+                "page_cache_kib",
+                format!("must be at least {MIN_PAGE_CACHE_KIB}"),
+            ));
+        }
         if settings.idle_read_connections == Some(0) {
             return Err(SettingError::new(
                 "idle_read_connections",
@@ -103,6 +120,7 @@ impl StorageBackend for SqliteBackend {
                     .idle_read_connections
                     .unwrap_or(defaults.idle_readers),
                 nested_reads: settings.nested_reads,
+                page_cache_kib: settings.page_cache_kib.unwrap_or(defaults.page_cache_kib),
                 ..defaults
             },
         }))
@@ -157,5 +175,19 @@ mod tests {
             serde_json::json!({"file": "f.db", "concurrent_scans": 3, "idle_read_connections": 5})
         )
         .is_ok());
+    }
+
+    #[test]
+    fn a_page_cache_below_64_kib_is_refused_naming_the_field() {
+        let Err(e) = configure(serde_json::json!({"file": "f.db", "page_cache_kib": 10})) else {
+            panic!("a 10 KiB page cache is accepted");
+        };
+        assert_eq!(e.field.as_deref(), Some("page_cache_kib"));
+        assert_eq!(e.message, "must be at least 64");
+        assert!(configure(serde_json::json!({"file": "f.db", "page_cache_kib": 64})).is_ok());
+        let Err(e) = configure(serde_json::json!({"file": "f.db", "page_cache_kib": "big"})) else {
+            panic!("a string is accepted");
+        };
+        assert!(e.message.contains("invalid"), "{}", e.message);
     }
 }
