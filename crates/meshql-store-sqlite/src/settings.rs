@@ -28,7 +28,7 @@ pub struct SqliteSettings {
     /// cores (at least 2).
     #[serde(default)]
     pub concurrent_scans: Option<usize>,
-    /// Read connections kept open between requests (each holds up to 2 MiB of page cache);
+    /// Read connections kept open between requests (each holds up to `page_cache_kib`);
     /// more are opened under load and closed after it. Default: twice the cores.
     #[serde(default)]
     pub idle_read_connections: Option<usize>,
