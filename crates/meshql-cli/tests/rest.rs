@@ -956,6 +956,14 @@ async fn debug_logs_time_each_stage_of_a_request() {
         .await;
     farm.expect_status(201);
     let id = farm.json()["id"].as_str().unwrap().to_owned();
+    // `farmOutput` is in another SQLite file: the tree is read level by level
+    let query = format!(
+        r#"{{ getById(id: "{id}") {{ name coops {{ name }} farmOutput {{ eggs_today }} }} }}"#
+    );
+    c.post_json("/farm/graph", &json!({ "query": query }))
+        .await
+        .expect_status(200);
+    // within one file: one storage call reads the tree
     let query = format!(r#"{{ getById(id: "{id}") {{ name coops {{ name }} }} }}"#);
     c.post_json("/farm/graph", &json!({ "query": query }))
         .await
@@ -978,7 +986,7 @@ async fn debug_logs_time_each_stage_of_a_request() {
             .unwrap_or_default()
     };
     type Wanted<'a> = (&'a str, &'a dyn Fn(&Value) -> bool);
-    let wanted: [Wanted; 4] = [
+    let wanted: [Wanted; 5] = [
         ("the create's storage call inside its POST", &|v| {
             closed(v, "storage")
                 && v["span"]["entity"] == "farm"
@@ -997,6 +1005,12 @@ async fn debug_logs_time_each_stage_of_a_request() {
             closed(v, "storage")
                 && v["span"]["entity"] == "coop"
                 && v["span"]["op"] == "find_batch"
+                && parents(v) == ["request", "graphql_execute"]
+        }),
+        ("the farm's tree read inside graphql_execute", &|v| {
+            closed(v, "storage")
+                && v["span"]["entity"] == "farm"
+                && v["span"]["op"] == "find_nested"
                 && parents(v) == ["request", "graphql_execute"]
         }),
     ];
