@@ -44,7 +44,8 @@ pub struct SqliteSettings {
     pub page_cache_kib: Option<u32>,
 }
 
-/// Below this SQLite keeps at least 10 pages anyway; a setting that low is a mistake.
+/// A cache of 16 pages or fewer makes nearly every lookup read its pages again: refused as a
+/// mistake.
 const MIN_PAGE_CACHE_KIB: u32 = 64;
 
 fn default_true() -> bool {

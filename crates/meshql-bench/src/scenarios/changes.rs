@@ -351,19 +351,30 @@ async fn gate_feed(s: &mut Session) -> GateResult<()> {
         .json()
         .and_then(|v| v.get("id").and_then(Value::as_str).map(str::to_owned))
         .ok_or_else(|| ScenarioError::Gate(format!("POST {PATH} answered no id")))?;
-    let page = gate::get_json(
-        s,
-        &format!("/_changes?since={since}&limit=100&wait_ms=5000"),
-    )
-    .await?;
-    let changes = page
-        .get("changes")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let found = changes
-        .iter()
-        .find(|c| c.get("correlation_id") == Some(&json!(correlation)));
+    // the feed may first answer with writes made before this one (a long poll returns as
+    // soon as there is anything after `since`): read on until this write or the deadline
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut after = since;
+    let (found, page) = loop {
+        let page = gate::get_json(
+            s,
+            &format!("/_changes?since={after}&limit=100&wait_ms=1000"),
+        )
+        .await?;
+        let found = page
+            .get("changes")
+            .and_then(Value::as_array)
+            .and_then(|changes| {
+                changes
+                    .iter()
+                    .find(|c| c.get("correlation_id") == Some(&json!(correlation)))
+                    .cloned()
+            });
+        after = page.get("last").and_then(Value::as_u64).unwrap_or(after);
+        if found.is_some() || std::time::Instant::now() >= deadline {
+            break (found, page);
+        }
+    };
     ensure(
         found.is_some_and(|c| {
             c.get("entity") == Some(&json!("farm"))

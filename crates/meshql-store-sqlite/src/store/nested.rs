@@ -428,6 +428,61 @@ mod tests {
         assert_eq!(db.open_readers(), 1);
     }
 
+    /// One template (one compiled-statement key) used by relationships to two tables of the
+    /// file: each level reads its own table.
+    #[tokio::test]
+    async fn one_template_over_two_tables_reads_each_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
+        let coops = Arc::new(SqliteStore::new(db.clone(), "coop"));
+        let hens = Arc::new(SqliteStore::new(db.clone(), "hen"));
+        let ducks = Arc::new(SqliteStore::new(db.clone(), "duck"));
+        let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
+        let by_coop = QueryTemplate::filter(r#"{"payload.coop_id": "{{id}}"}"#).unwrap();
+        for store in [&coops, &hens, &ducks] {
+            store
+                .prepare(&[by_id.clone(), by_coop.clone()])
+                .await
+                .unwrap();
+        }
+        let w = WriteContext::SYSTEM;
+        let coop = coops
+            .create(doc(serde_json::json!({"name": "c"})), &w)
+            .await
+            .unwrap()
+            .id;
+        for (store, name) in [(&hens, "hen"), (&ducks, "duck")] {
+            store
+                .create(doc(serde_json::json!({"name": name, "coop_id": coop})), &w)
+                .await
+                .unwrap();
+        }
+        let level = |store: &Arc<SqliteStore>| Nested {
+            key_field: "id".into(),
+            vector: true,
+            store: store.clone() as DynReader,
+            template: by_coop.clone(),
+            children: Vec::new(),
+        };
+        let nested = vec![level(&hens), level(&ducks)];
+        let mut args = BoundArgs::new();
+        args.insert("id".into(), coop.as_str().into());
+        let ctx = ReadContext::new(&TokenFilter::All, None);
+        for _ in 0..2 {
+            let tree = coops
+                .find_nested(&Search::new(&by_id, &args, None), &nested, &ctx)
+                .await
+                .unwrap()
+                .unwrap();
+            let names: Vec<&str> = tree[0]
+                .children
+                .iter()
+                .map(|rows| rows[0].payload["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(names, ["hen", "duck"]);
+        }
+    }
+
     /// A relationship to a table of another file is not joined: the caller goes level by
     /// level.
     #[tokio::test]
