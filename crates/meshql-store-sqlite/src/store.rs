@@ -215,6 +215,14 @@ fn tokens_json(filter: &TokenFilter) -> Option<String> {
     }
 }
 
+/// Whether a search reads the whole table with room for many rows (GraphQL caps a vector
+/// query at its object budget, 100,001 by default): such a read goes to the blocking pool,
+/// bounded by the scan permits; any other runs inline.
+fn is_scan(template: &QueryTemplate, limit: Option<usize>) -> bool {
+    matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty())
+        && limit.is_none_or(|l| l > SCAN_ROWS)
+}
+
 /// A version to append.
 struct Version<'a> {
     id: &'a str,
@@ -626,10 +634,7 @@ impl StoreReader for SqliteStore {
                 .map(|r| r.map_err(query_error))
                 .collect()
         };
-        let whole_table = matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty());
-        // a read of the whole table that may return many rows (GraphQL caps a vector query
-        // at its object budget, 100,001 by default) goes to the blocking pool
-        if whole_table && limit.is_none_or(|l| l > SCAN_ROWS) {
+        if is_scan(template, limit) {
             self.scan(run).await
         } else {
             self.db.read(|conn| {

@@ -19,10 +19,9 @@
 //! [`StoreReader::find`]: meshql_core::StoreReader::find
 //! [`StoreReader::find_batch`]: meshql_core::StoreReader::find_batch
 
-use super::{query_error, tokens_json, SqliteStore, SCAN_ROWS};
+use super::{is_scan, query_error, tokens_json, SqliteStore};
 use crate::sql::{self, Compiled, Shape};
 use meshql_core::nested::{join_levels, key_text, Level};
-use meshql_core::template::TemplateKind;
 use meshql_core::{BoundArgs, Millis, Nested, NestedRow, ReadContext, Search, StoreError};
 use rusqlite::Connection;
 use serde_json::{Map, Value};
@@ -146,8 +145,7 @@ impl SqliteStore {
         let run = move |conn: &Connection| {
             read_tree(conn, &root, &params, limit, &plans, &bounds, &reads)
         };
-        let whole_table = matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty());
-        if whole_table && limit.is_none_or(|l| l > SCAN_ROWS) {
+        if is_scan(template, limit) {
             // counted per statement by `read_tree`, not as one scan
             self.db.scan(run).await.map(Some)
         } else {
