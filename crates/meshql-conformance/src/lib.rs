@@ -872,6 +872,7 @@ pub async fn nested_search_matches_level_by_level(store: DynStore) {
         vector,
         store: store.clone(),
         template,
+        fields: None,
         children: Vec::new(),
     };
     let mut children = leaf("id", true, by_parent());
@@ -941,9 +942,64 @@ pub async fn nested_search_matches_level_by_level(store: DynStore) {
             "{} {args:?} {filter:?} at {at:?} limit {limit:?}",
             template.source
         );
+        // the same tree read for a caller that names the fields it reads: the same rows,
+        // and those fields as they are (a store may return more of them)
+        let root_fields = projection(&["name", "code", "parent"]);
+        let projected = store
+            .find_nested(
+                &meshql_core::Search::new(&template, &args, limit).reading(Some(&root_fields)),
+                &with_fields(&tree),
+                &meshql_core::ReadContext::new(&filter, at),
+            )
+            .await
+            .unwrap()
+            .expect("a store that joins its tables joins them for a projection too");
+        assert_projected(&projected, &expected, &root_fields, &with_fields(&tree));
         checked += 1;
     }
     assert_eq!(checked, 6);
+}
+
+fn projection(fields: &[&str]) -> meshql_core::Projection {
+    fields.iter().map(|f| f.to_string()).collect()
+}
+
+/// `tree` with every level reading `name` and the key fields of the levels below it.
+fn with_fields(tree: &[Nested]) -> Vec<Nested> {
+    tree.iter()
+        .map(|n| {
+            let mut fields = vec!["name"];
+            fields.extend(n.children.iter().map(|c| c.key_field.as_str()));
+            Nested {
+                fields: Some(projection(&fields)),
+                children: with_fields(&n.children),
+                ..n.clone()
+            }
+        })
+        .collect()
+}
+
+/// `got` holds the rows of `expected`, in order, each with the fields of `fields` (and of
+/// `tree` below) exactly as `expected` has them.
+fn assert_projected(
+    got: &[meshql_core::NestedRow],
+    expected: &[meshql_core::NestedRow],
+    fields: &[String],
+    tree: &[Nested],
+) {
+    let ids =
+        |rows: &[meshql_core::NestedRow]| rows.iter().map(|r| r.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(got), ids(expected));
+    for (g, e) in got.iter().zip(expected) {
+        for f in fields {
+            assert_eq!(g.payload.get(f), e.payload.get(f), "{} field {f}", e.id);
+        }
+        assert_eq!(g.children.len(), tree.len());
+        for ((gc, ec), level) in g.children.iter().zip(&e.children).zip(tree) {
+            let level_fields = level.fields.as_deref().unwrap_or_default();
+            assert_projected(gc, ec, level_fields, &level.children);
+        }
+    }
 }
 
 pub async fn create_many_is_one_write(store: DynStore) {

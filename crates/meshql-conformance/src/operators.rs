@@ -503,6 +503,7 @@ pub async fn nested_operators_match_level_by_level(store: DynStore) {
         vector: true,
         store: store.clone(),
         template: template("parent_tagged"),
+        fields: None,
         children: Vec::new(),
     }];
     let root = template("in_arg");

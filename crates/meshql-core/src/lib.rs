@@ -13,6 +13,7 @@ pub mod error;
 pub mod fault;
 pub mod memo;
 pub mod nested;
+pub mod projection;
 pub mod registry;
 pub mod store;
 pub mod template;
@@ -27,6 +28,7 @@ pub use backend::{
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};
+pub use projection::{parse_payload, Projection};
 pub use store::{
     in_request_order, page_as_of, BatchRows, BatchSearch, ChangeFeed, Document, DynReader,
     DynStore, DynWriter, KeyedRows, Nested, NestedRow, Placement, ReadContext, Relation,

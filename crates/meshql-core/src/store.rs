@@ -109,6 +109,10 @@ pub struct Nested {
     pub vector: bool,
     pub store: DynReader,
     pub template: QueryTemplate,
+    /// The payload fields read of this level's rows (`None`: all), the key fields of
+    /// `children` among them; a store may leave the others out of [`NestedRow::payload`]
+    /// ([`crate::projection`]).
+    pub fields: Option<crate::Projection>,
     /// The relationships below this one.
     pub children: Vec<Nested>,
 }
@@ -119,6 +123,7 @@ impl std::fmt::Debug for Nested {
             .field("key_field", &self.key_field)
             .field("vector", &self.vector)
             .field("template", &self.template.source)
+            .field("fields", &self.fields)
             .field("children", &self.children)
             .finish()
     }
@@ -173,6 +178,9 @@ pub struct Search<'a> {
     pub template: &'a QueryTemplate,
     pub args: &'a BoundArgs,
     pub limit: Option<usize>,
+    /// The payload fields the caller reads (`None`: all). A hint: a store may return only
+    /// these ([`StoreReader::find_nested`] on SQLite does), or the whole payload.
+    pub fields: Option<&'a crate::Projection>,
 }
 
 impl<'a> Search<'a> {
@@ -181,7 +189,13 @@ impl<'a> Search<'a> {
             template,
             args,
             limit,
+            fields: None,
         }
+    }
+
+    /// The same search, for a caller that reads only `fields` of each payload.
+    pub fn reading(self, fields: Option<&'a crate::Projection>) -> Self {
+        Self { fields, ..self }
     }
 }
 

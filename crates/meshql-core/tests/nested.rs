@@ -13,6 +13,7 @@ fn level(key_field: &str, vector: bool, children: Vec<Nested>) -> Nested {
         vector,
         store,
         template: QueryTemplate::filter(r#"{"payload.parent": "{{id}}"}"#).unwrap(),
+        fields: None,
         children,
     }
 }

@@ -283,7 +283,7 @@ impl<'a> Exec<'a> {
         for (key, row) in rows {
             if let Some(&k) = key_index.get(&key) {
                 owners.push(k);
-                nodes.push(Node::from_row(row).masked(self.mask_of(index)));
+                nodes.push(Node::from_row(row, &selection.reads).masked(self.mask_of(index)));
             }
         }
         self.resolve_links(selection, &mut nodes, at).await;
@@ -359,6 +359,7 @@ impl<'a> Exec<'a> {
                 &args,
                 limit,
                 selection.nested.as_deref().filter(|_| self.unrestricted),
+                &selection.reads,
                 &ReadContext::new(&self.ctx.filter, at),
             )
             .await
@@ -380,7 +381,7 @@ impl<'a> Exec<'a> {
         let mask = self.mask_of(index);
         let mut nodes: Vec<Node> = rows
             .into_iter()
-            .map(|r| Node::from_row(r).masked(mask))
+            .map(|r| Node::from_row(r, &selection.reads).masked(mask))
             .collect();
         self.resolve_links(selection, &mut nodes, at).await;
         Some(RootResult::Nodes(nodes))
@@ -531,7 +532,7 @@ impl<'a> Exec<'a> {
                 taken[k] = true;
             }
             owners.push(k);
-            children.push(Node::from_row(row).masked(mask.as_ref()));
+            children.push(Node::from_row(row, &selection.reads).masked(mask.as_ref()));
         }
         self.resolve_links(selection, &mut children, at).await;
         let mut per_key: Vec<Vec<Arc<Node>>> = vec![Vec::new(); keys.len()];

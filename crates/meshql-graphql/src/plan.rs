@@ -11,7 +11,7 @@ use apollo_compiler::executable::{
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Node, Schema};
 use meshql_config::GraphqlLimits;
-use meshql_core::Nested;
+use meshql_core::{Nested, Projection};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write;
@@ -123,6 +123,10 @@ pub struct SelectionPlan {
     /// selection in one statement ([`meshql_core::StoreReader::find_nested`]): present when there
     /// are some and every one, at every level below, is resolved in process.
     pub nested: Option<Vec<Nested>>,
+    /// The payload fields this selection reads of a document: its leaf and embedded fields
+    /// and its relationships' key fields (`__typename` reads none). Documents are parsed
+    /// into these alone ([`meshql_core::projection`]).
+    pub reads: Projection,
 }
 
 #[derive(Debug)]
@@ -688,14 +692,17 @@ impl<'a> Planner<'a> {
             });
         }
         let nested = self.nested(&resolvers);
+        let reads = payload_reads(&fields, &resolvers);
         Ok(Arc::new(SelectionPlan {
             fields,
             resolvers,
             nested,
+            reads,
         }))
     }
 
-    /// The relationships of a selection as [`Nested`] (see [`SelectionPlan::nested`]).
+    /// The relationships of a selection as [`Nested`] (see [`SelectionPlan::nested`]), each
+    /// level reading the fields of its selection.
     fn nested(&self, resolvers: &[ResolverPlan]) -> Option<Vec<Nested>> {
         if resolvers.is_empty() {
             return None;
@@ -719,6 +726,7 @@ impl<'a> Planner<'a> {
                         vector: r.vector,
                         store: g.store.clone(),
                         template: g.queries[*query].template.clone(),
+                        fields: Some(selection.reads.clone()),
                         children,
                     })
                 }
@@ -996,4 +1004,20 @@ fn widen_at_variables(document: &mut ast::Document, schema: &Schema) {
             }
         }
     }
+}
+
+/// The payload fields read by a selection of `fields` with `resolvers` (see
+/// [`SelectionPlan::reads`]), each once, in the order first read.
+fn payload_reads(fields: &[FieldPlan], resolvers: &[ResolverPlan]) -> Projection {
+    let mut reads: Vec<String> = Vec::new();
+    let named = fields.iter().filter_map(|f| match f.kind {
+        FieldKind::Leaf(_) | FieldKind::Embedded(_) => Some(&f.field_name),
+        FieldKind::Typename(_) | FieldKind::Resolver(_) => None,
+    });
+    for name in named.chain(resolvers.iter().map(|r| &r.key_field)) {
+        if !reads.contains(name) {
+            reads.push(name.clone());
+        }
+    }
+    reads.into()
 }

@@ -101,9 +101,10 @@ impl Node {
         self
     }
 
-    /// A stored row; its relationships are resolved later.
-    pub(crate) fn from_row(row: Row) -> Node {
-        let map = match serde_json::from_str::<Map<String, Value>>(&row.payload) {
+    /// A stored row, parsed into the fields `reads` names (a selection's
+    /// [`crate::plan::SelectionPlan::reads`]); its relationships are resolved later.
+    pub(crate) fn from_row(row: Row, reads: &[String]) -> Node {
+        let map = match meshql_core::parse_payload(&row.payload, Some(reads)) {
             Ok(mut m) => {
                 // the envelope id is authoritative
                 if m.get("id").and_then(Value::as_str) != Some(row.id.as_str()) {

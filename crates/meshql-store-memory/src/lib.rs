@@ -280,6 +280,7 @@ impl StoreReader for MemoryStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         Self::check(template)?;

@@ -1409,6 +1409,7 @@ impl StoreReader for MongoStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         let _permit = self.db.checkout().await?;

@@ -611,6 +611,7 @@ impl StoreReader for MysqlStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         template
@@ -701,6 +702,7 @@ impl StoreReader for MysqlStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         // one nested statement returns creation order: sorted trees go level by level

@@ -543,6 +543,7 @@ impl StoreReader for PostgresStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         template
@@ -634,6 +635,7 @@ impl StoreReader for PostgresStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         // one nested statement returns creation order: sorted trees go level by level

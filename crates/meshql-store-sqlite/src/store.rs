@@ -607,6 +607,7 @@ impl StoreReader for SqliteStore {
             template,
             args,
             limit,
+            ..
         } = *search;
         template
             .check_args(args)

@@ -5,8 +5,8 @@ use crate::plan::TargetPlan;
 use crate::tree::FieldError;
 use futures::future::BoxFuture;
 use meshql_core::{
-    BatchSearch, BoundArgs, DynReader, KeyedRows, Nested, NestedRow, QueryTemplate, ReadContext,
-    Row, Search, StoreError,
+    BatchSearch, BoundArgs, DynReader, KeyedRows, Nested, NestedRow, Projection, QueryTemplate,
+    ReadContext, Row, Search, StoreError,
 };
 
 /// A graphlette's store and the templates of its root queries (same indexes as the
@@ -30,16 +30,17 @@ impl InProcess {
     }
 
     /// Root query `query`: in one statement with the relationships in `nested` when the
-    /// store can, else its rows alone.
+    /// store can, else its rows alone; `reads` are the payload fields the caller reads.
     pub async fn query(
         &self,
         query: usize,
         args: &BoundArgs,
         limit: Option<usize>,
         nested: Option<&[Nested]>,
+        reads: &Projection,
         ctx: &ReadContext<'_>,
     ) -> Result<RootRows, StoreError> {
-        let search = Search::new(&self.templates[query], args, limit);
+        let search = Search::new(&self.templates[query], args, limit).reading(Some(reads));
         if let Some(nested) = nested {
             if let Some(rows) = self.store.find_nested(&search, nested, ctx).await? {
                 return Ok(RootRows::Nested(rows));

@@ -14,7 +14,9 @@
 //! and sorts are the same as level by level. The keys of a level come from its parents'
 //! payloads, parsed once for the result (the rule of [`meshql_core::nested::key_text`]);
 //! rows keep their statement's order (creation order, or the template's sort), and a row
-//! that several parents share is cloned for all but its last appearance.
+//! that several parents share is cloned for all but its last appearance. Payloads are parsed
+//! into the fields the caller reads ([`Search::fields`], [`Nested::fields`]) plus the key
+//! fields of the levels below ([`meshql_core::projection`]).
 //!
 //! [`StoreReader::find`]: meshql_core::StoreReader::find
 //! [`StoreReader::find_batch`]: meshql_core::StoreReader::find_batch
@@ -22,7 +24,10 @@
 use super::{is_scan, query_error, tokens_json, SqliteStore};
 use crate::sql::{self, Compiled, Shape};
 use meshql_core::nested::{join_levels, key_text, Level};
-use meshql_core::{BoundArgs, Millis, Nested, NestedRow, ReadContext, Search, StoreError};
+use meshql_core::{
+    parse_payload, BoundArgs, Millis, Nested, NestedRow, Projection, ReadContext, Search,
+    StoreError,
+};
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -48,6 +53,8 @@ struct LevelPlan {
     sql: Arc<(String, Compiled)>,
     key_field: String,
     vector: bool,
+    /// The payload fields parsed of this level's rows (`None`: all).
+    fields: Option<Projection>,
     children: Vec<LevelPlan>,
 }
 
@@ -86,9 +93,25 @@ fn text<'r>(row: &'r rusqlite::Row<'_>, i: usize) -> Result<&'r str, StoreError>
         .map_err(|e| StoreError::Corrupt(format!("payload: {e}")))
 }
 
-fn parse(id: &str, payload: &str) -> Result<Map<String, Value>, StoreError> {
-    serde_json::from_str(payload)
+fn parse(
+    id: &str,
+    payload: &str,
+    fields: Option<&[String]>,
+) -> Result<Map<String, Value>, StoreError> {
+    parse_payload(payload, fields)
         .map_err(|e| StoreError::Corrupt(format!("payload of `{id}`: {e}")))
+}
+
+/// `fields`, when they hold the key field of every level of `below` (without them the rows
+/// below could not be found): else every field is parsed.
+fn keeping_keys(fields: Option<&Projection>, below: &[Nested]) -> Option<Projection> {
+    fields
+        .filter(|f| {
+            below
+                .iter()
+                .all(|n| n.key_field == "id" || f.contains(&n.key_field))
+        })
+        .cloned()
 }
 
 /// The key `(id, payload)` offers a relationship through `key_field` (`id`: the envelope id).
@@ -113,6 +136,7 @@ impl SqliteStore {
             template,
             args,
             limit,
+            fields,
         } = *search;
         if !self.db.nested_reads() || nested.is_empty() {
             return Ok(None);
@@ -136,14 +160,22 @@ impl SqliteStore {
         let params = Self::bind(&root, args, bounds.at, &bounds.tokens, None);
         let plans = self.plans(
             &levels,
+            nested,
             Shape {
                 batch: true,
                 ..shape
             },
         );
+        let root_fields = keeping_keys(fields, nested);
         let reads = self.reads.clone();
         let run = move |conn: &Connection| {
-            read_tree(conn, &root, &params, limit, &plans, &bounds, &reads)
+            let root = Root {
+                compiled: &root,
+                params: &params,
+                limit,
+                fields: root_fields.as_deref(),
+            };
+            read_tree(conn, root, &plans, &bounds, &reads)
         };
         if is_scan(template, limit) {
             // counted per statement by `read_tree`, not as one scan
@@ -153,15 +185,17 @@ impl SqliteStore {
         }
     }
 
-    /// The compiled lookups of `levels`, depth first.
-    fn plans(&self, levels: &[Level<'_>], shape: Shape) -> Vec<LevelPlan> {
+    /// The compiled lookups of `levels` (the relationships `nested`, joined), depth first.
+    fn plans(&self, levels: &[Level<'_>], nested: &[Nested], shape: Shape) -> Vec<LevelPlan> {
         levels
             .iter()
-            .map(|level| LevelPlan {
+            .zip(nested)
+            .map(|(level, n)| LevelPlan {
                 sql: self.level_sql(level, shape),
                 key_field: level.key_field.to_owned(),
                 vector: level.vector,
-                children: self.plans(&level.children, shape),
+                fields: keeping_keys(n.fields.as_ref(), &n.children),
+                children: self.plans(&level.children, &n.children, shape),
             })
             .collect()
     }
@@ -186,13 +220,20 @@ impl SqliteStore {
     }
 }
 
+/// The search of a tree: its statement, bound, how many rows at most, and the payload fields
+/// parsed (`None`: all).
+struct Root<'r> {
+    compiled: &'r Compiled,
+    params: &'r [rusqlite::types::Value],
+    limit: Option<usize>,
+    fields: Option<&'r [String]>,
+}
+
 /// The search's rows (at most `limit`) and, below them, the rows of `levels`, in one read
 /// transaction.
 fn read_tree(
     conn: &Connection,
-    root: &Compiled,
-    params: &[rusqlite::types::Value],
-    limit: Option<usize>,
+    root: Root<'_>,
     levels: &[LevelPlan],
     bounds: &Bounds,
     reads: &AtomicU64,
@@ -201,16 +242,18 @@ fn read_tree(
     reads.fetch_add(1, Ordering::Relaxed);
     let mut docs = Vec::new();
     {
-        let mut stmt = conn.prepare_cached(&root.sql).map_err(query_error)?;
-        let mut rows = stmt
-            .query(rusqlite::params_from_iter(params.iter()))
+        let mut stmt = conn
+            .prepare_cached(&root.compiled.sql)
             .map_err(query_error)?;
-        while docs.len() < limit.unwrap_or(usize::MAX) {
+        let mut rows = stmt
+            .query(rusqlite::params_from_iter(root.params.iter()))
+            .map_err(query_error)?;
+        while docs.len() < root.limit.unwrap_or(usize::MAX) {
             let Some(row) = rows.next().map_err(query_error)? else {
                 break;
             };
             let id: String = row.get(0).map_err(query_error)?;
-            let payload = parse(&id, text(row, 1)?)?;
+            let payload = parse(&id, text(row, 1)?, root.fields)?;
             docs.push((id, payload));
         }
     }
@@ -275,7 +318,7 @@ fn below(
             while let Some(row) = rows.next().map_err(query_error)? {
                 found_keys.push(row.get(0).map_err(query_error)?);
                 let id: String = row.get(1).map_err(query_error)?;
-                let payload = parse(&id, text(row, 2)?)?;
+                let payload = parse(&id, text(row, 2)?, level.fields.as_deref())?;
                 docs.push((id, payload));
             }
         }
@@ -383,6 +426,7 @@ mod tests {
             vector: true,
             store: hens.clone() as DynReader,
             template: by_coop,
+            fields: None,
             children: Vec::new(),
         }];
         let mut args = BoundArgs::new();
@@ -426,6 +470,73 @@ mod tests {
         assert_eq!(db.open_readers(), 1);
     }
 
+    /// Payloads hold the fields the caller reads; a level whose fields leave out a key field
+    /// of the level below is parsed whole, so the rows below are still found.
+    #[tokio::test]
+    async fn payloads_hold_the_fields_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = SqliteDatabase::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
+        let coops = Arc::new(SqliteStore::new(db.clone(), "coop"));
+        let hens = Arc::new(SqliteStore::new(db.clone(), "hen"));
+        let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
+        let by_coop = QueryTemplate::filter(r#"{"payload.coop_id": "{{id}}"}"#).unwrap();
+        coops.prepare(std::slice::from_ref(&by_id)).await.unwrap();
+        hens.prepare(std::slice::from_ref(&by_coop)).await.unwrap();
+        let w = WriteContext::SYSTEM;
+        let coop = coops
+            .create(doc(serde_json::json!({"name": "c", "capacity": 50})), &w)
+            .await
+            .unwrap()
+            .id;
+        for name in ["h1", "h2"] {
+            let hen = serde_json::json!({"name": name, "coop_id": coop, "breed": "leghorn"});
+            hens.create(doc(hen), &w).await.unwrap();
+        }
+        let fields = |names: &[&str]| -> Option<Projection> {
+            Some(names.iter().map(|n| n.to_string()).collect())
+        };
+        let level = |store: &Arc<SqliteStore>, key: &str, template: &QueryTemplate| Nested {
+            key_field: key.into(),
+            vector: true,
+            store: store.clone() as DynReader,
+            template: template.clone(),
+            fields: fields(&["name"]),
+            children: Vec::new(),
+        };
+        let mut args = BoundArgs::new();
+        args.insert("id".into(), coop.as_str().into());
+        let ctx = ReadContext::new(&TokenFilter::All, None);
+        let root_fields = fields(&["name"]).unwrap();
+        let search = Search::new(&by_id, &args, None).reading(Some(&root_fields));
+        let keys = |p: &Map<String, Value>| p.keys().cloned().collect::<Vec<_>>();
+
+        let tree = vec![level(&hens, "id", &by_coop)];
+        let got = coops
+            .find_nested(&search, &tree, &ctx)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(keys(&got[0].payload), ["name"]);
+        let hens_read: Vec<Vec<String>> = got[0].children[0]
+            .iter()
+            .map(|h| keys(&h.payload))
+            .collect();
+        assert_eq!(hens_read, [["name"], ["name"]]);
+
+        // hen → its coop through `coop_id`, which the hens' fields leave out
+        let mut hen_level = level(&hens, "id", &by_coop);
+        hen_level.children = vec![level(&coops, "coop_id", &by_id)];
+        let got = coops
+            .find_nested(&search, &[hen_level], &ctx)
+            .await
+            .unwrap()
+            .unwrap();
+        let first = &got[0].children[0][0];
+        assert_eq!(first.payload["breed"], "leghorn", "parsed whole");
+        assert_eq!(first.children[0][0].id, coop, "and the coop below found");
+        assert_eq!(keys(&first.children[0][0].payload), ["name"]);
+    }
+
     /// One template (one compiled-statement key) used by relationships to two tables of the
     /// file: each level reads its own table.
     #[tokio::test]
@@ -460,6 +571,7 @@ mod tests {
             vector: true,
             store: store.clone() as DynReader,
             template: by_coop.clone(),
+            fields: None,
             children: Vec::new(),
         };
         let nested = vec![level(&hens), level(&ducks)];
@@ -499,6 +611,7 @@ mod tests {
             vector: true,
             store: hens as DynReader,
             template: by_coop,
+            fields: None,
             children: Vec::new(),
         }];
         let args = BoundArgs::new();
