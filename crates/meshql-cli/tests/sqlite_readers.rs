@@ -1,11 +1,12 @@
 //! SQLite's read resources through the binary (issue 11): a burst of whole-table GraphQL
 //! reads runs at most `concurrent_scans` scans at once (so it cannot spawn a thread per
 //! request), and the read connections it opened are closed after it, down to
-//! `idle_read_connections`, as `/metrics` reports.
+//! `idle_read_connections`, as `/metrics` reports. A SQLite file is open to one process
+//! alone unless its storage says `exclusive = false`.
 
 mod common;
 
-use common::{example_copy, Server};
+use common::{example_copy, free_port, run_meshql, Server};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -99,5 +100,81 @@ async fn a_burst_of_scans_is_bounded_and_leaves_no_connections_behind() {
             "{open} read connections still open"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The farm example with its SQLite file at `file` (an absolute path) and `extra` added to
+/// the storage block.
+fn farm_config(file: Option<&std::path::Path>, extra: &str) -> tempfile::TempDir {
+    let file = file.map(|f| f.display().to_string());
+    example_copy("farm", |toml| {
+        let name = file.unwrap_or_else(|| "farm.db".to_owned());
+        toml.replacen(
+            "file = \"farm.db\"\n",
+            &format!("file = \"{name}\"\n{extra}"),
+            1,
+        )
+    })
+}
+
+/// meshql opens its SQLite files for itself alone: a second process serving the same file
+/// stops at start-up, naming the file and the setting that shares it, and the first keeps
+/// serving. With `exclusive = false` in both, both serve the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_is_open_to_one_process_unless_shared() {
+    for shared in [false, true] {
+        let extra = if shared { "exclusive = false\n" } else { "" };
+        let first_dir = farm_config(None, extra);
+        let data = tempfile::tempdir().unwrap();
+        let first =
+            Server::start_with_data_dir(&first_dir.path().join("meshql.toml"), data.path(), &[]);
+        let created = first
+            .client()
+            .post_json("/farm/api", &json!({"name": "Emerdale"}))
+            .await;
+        created.expect_status(201);
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+
+        let file = data.path().join("farm.db");
+        let second_dir = farm_config(Some(&file), extra);
+        let second_config = second_dir.path().join("meshql.toml");
+        if shared {
+            let second = Server::start(&second_config, &[]);
+            let got = second.client().get(&format!("/farm/api/{id}")).await;
+            got.expect_status(200);
+            assert_eq!(
+                got.json()["name"],
+                "Emerdale",
+                "the second process reads the file"
+            );
+        } else {
+            let port = free_port().to_string();
+            let second_data = tempfile::tempdir().unwrap();
+            let out = run_meshql(
+                &[
+                    "serve",
+                    second_config.to_str().unwrap(),
+                    "--port",
+                    &port,
+                    "--data-dir",
+                    second_data.path().to_str().unwrap(),
+                ],
+                Duration::from_secs(60),
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success(),
+                "a second process served the file: {err}"
+            );
+            assert!(
+                err.contains(&file.display().to_string())
+                    && err.contains("another process has it open")
+                    && err.contains("exclusive = false"),
+                "{err}"
+            );
+        }
+        let again = first.client().get(&format!("/farm/api/{id}")).await;
+        again.expect_status(200);
+        assert_eq!(again.json()["name"], "Emerdale");
     }
 }

@@ -38,6 +38,8 @@ pub struct SqliteOptions {
     /// Page cache of each connection (the writer, each reader, the checkpointer), in KiB.
     /// Pages beyond it are read again from the OS page cache.
     pub page_cache_kib: u32,
+    /// The file is open to this process alone ([`open_file`]).
+    pub exclusive: bool,
 }
 
 /// Page cache per connection by default: a quarter of SQLite's own 2,000 KiB. Writes append
@@ -49,6 +51,24 @@ pub(crate) const DEFAULT_PAGE_CACHE_KIB: u32 = 512;
 /// Sets a connection's page cache to `kib` KiB.
 fn set_page_cache(conn: &Connection, kib: u32) -> rusqlite::Result<()> {
     conn.pragma_update(None, "cache_size", -i64::from(kib))
+}
+
+/// A connection to `path`; with `exclusive`, through SQLite's `unix-excl` VFS (on Unix).
+///
+/// In WAL mode every read transaction takes a read lock on the WAL index. With the default
+/// VFS the index is a memory-mapped `-shm` file shared between processes: the lock goes
+/// through a mutex every connection to the file shares and, whenever the process's first
+/// reader arrives or its last leaves, an `fcntl` system call made while holding it — so a
+/// second reader thread sleeps on the mutex meanwhile. `unix-excl` locks the database file
+/// once for the process and keeps the WAL index in the process's memory: the read locks
+/// are in-memory bookkeeping. Every connection to a file must use the same VFS; other
+/// processes then get `SQLITE_BUSY` ("database is locked").
+fn open_file(path: &Path, flags: OpenFlags, exclusive: bool) -> rusqlite::Result<Connection> {
+    if exclusive && cfg!(unix) {
+        Connection::open_with_flags_and_vfs(path, flags, "unix-excl")
+    } else {
+        Connection::open_with_flags(path, flags)
+    }
 }
 
 /// The machine's cores (at least 2): the default number of concurrent scans.
@@ -72,6 +92,7 @@ impl Default for SqliteOptions {
             idle_readers: 2 * cores,
             nested_reads: true,
             page_cache_kib: DEFAULT_PAGE_CACHE_KIB,
+            exclusive: true,
         }
     }
 }
@@ -177,10 +198,23 @@ impl SqliteDatabase {
                 })?;
             }
         }
-        let conn = Connection::open(path)
+        let conn = open_file(path, OpenFlags::default(), options.exclusive)
             .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
+        // the first statement reads the file: with `exclusive`, where the process takes its
+        // lock, and where another process holding the file is found
         conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(query_error)?;
+            .map_err(|e| match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DatabaseBusy) => unavailable(format!(
+                    "cannot open {}: another process has it open{}",
+                    path.display(),
+                    if options.exclusive {
+                        " (meshql opens its SQLite files for itself alone; `exclusive = false` in the storage block shares them)"
+                    } else {
+                        ""
+                    }
+                )),
+                _ => query_error(e),
+            })?;
         register_functions(&conn).map_err(query_error)?;
         conn.pragma_update(
             None,
@@ -229,9 +263,10 @@ impl SqliteDatabase {
             .spawn(move || writer_loop(conn, rx, weak, nudger))
             .map_err(unavailable)?;
         *db.writer.lock() = Some(handle);
-        let checkpoint_conn = Connection::open_with_flags(
+        let checkpoint_conn = open_file(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            db.options.exclusive,
         )
         .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
         set_page_cache(&checkpoint_conn, db.options.page_cache_kib).map_err(query_error)?;
@@ -386,11 +421,12 @@ impl SqliteDatabase {
     }
 
     fn open_reader(&self) -> Result<Connection, StoreError> {
-        let conn = Connection::open_with_flags(
+        let conn = open_file(
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX
                 | OpenFlags::SQLITE_OPEN_URI,
+            self.options.exclusive,
         )
         .map_err(|e| unavailable(format!("cannot open {}: {e}", self.path.display())))?;
         conn.busy_timeout(std::time::Duration::from_millis(

@@ -42,6 +42,13 @@ pub struct SqliteSettings {
     /// page cache. Default: 512 (SQLite's own is 2000).
     #[serde(default)]
     pub page_cache_kib: Option<u32>,
+    /// Open the file for this process alone (SQLite's `unix-excl` VFS, on Unix): no other
+    /// process can read or write it while meshql serves it, and read transactions take no
+    /// file locks (the WAL index lives in memory instead of a `-shm` file). `false` lets
+    /// other processes open it (the `sqlite3` shell, a backup tool) at the cost of a lock
+    /// system call and a shared mutex per read (docs/BENCHMARKS.md). Default: true.
+    #[serde(default = "default_true")]
+    pub exclusive: bool,
 }
 
 /// A cache of 16 pages or fewer makes nearly every lookup read its pages again: refused as a
@@ -122,6 +129,7 @@ impl StorageBackend for SqliteBackend {
                     .unwrap_or(defaults.idle_readers),
                 nested_reads: settings.nested_reads,
                 page_cache_kib: settings.page_cache_kib.unwrap_or(defaults.page_cache_kib),
+                exclusive: settings.exclusive,
                 ..defaults
             },
         }))
