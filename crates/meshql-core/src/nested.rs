@@ -16,7 +16,7 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::{Map, Value};
 
-use crate::{Nested, NestedRow, QueryTemplate};
+use crate::{Nested, NestedRow, Projection, QueryTemplate};
 
 /// A relationship of a nested statement: the rows of `table` matching `template` with its
 /// `id` argument bound to the parent's `key_field`.
@@ -122,22 +122,54 @@ fn row_key<'r>(
     payload.get(key_field).and_then(key_text)
 }
 
+/// The payload fields to parse of rows that have the relationships `below`: `fields` (the
+/// reader's, [`crate::Search::fields`] or [`Nested::fields`]) when they hold the key field of
+/// every one of them, without which the rows below could not be found; else `None` (every
+/// field).
+pub fn keeping_keys(fields: Option<&Projection>, below: &[Nested]) -> Option<Projection> {
+    fields
+        .filter(|f| {
+            below
+                .iter()
+                .all(|n| n.key_field == "id" || f.contains(&n.key_field))
+        })
+        .cloned()
+}
+
+/// The payload fields to parse per relationship of a nested statement (0: the search, whose
+/// reader reads `root`; then `nested` depth first), by [`keeping_keys`].
+pub fn projections(root: Option<&Projection>, nested: &[Nested]) -> Vec<Option<Projection>> {
+    fn walk(levels: &[Nested], out: &mut Vec<Option<Projection>>) {
+        for level in levels {
+            out.push(keeping_keys(level.fields.as_ref(), &level.children));
+            walk(&level.children, out);
+        }
+    }
+    let mut out = vec![keeping_keys(root, nested)];
+    walk(nested, &mut out);
+    out
+}
+
 /// [`assemble`] for rows whose payloads are JSON text, as SQL drivers return them:
-/// `(relationship, key, id, payload, order)`.
+/// `(relationship, key, id, payload, order)`; each payload is parsed into the fields its
+/// relationship's reader reads (`root`: the search's, [`projections`]).
 pub fn assemble_text<P: AsRef<str>>(
     nested: &[Nested],
+    root: Option<&Projection>,
     rows: impl IntoIterator<Item = (usize, Option<String>, String, P, i64)>,
 ) -> Result<Vec<NestedRow>, crate::StoreError> {
     let corrupt = crate::StoreError::Corrupt;
+    let fields = projections(root, nested);
     let flat = rows
         .into_iter()
         .map(|(relationship, key, id, payload, order)| {
+            let only = fields.get(relationship).and_then(|f| f.as_deref());
             Ok(FlatRow {
                 relationship,
                 key,
+                payload: crate::parse_payload(payload.as_ref(), only)
+                    .map_err(|e| corrupt(format!("payload of `{id}`: {e}")))?,
                 id,
-                payload: serde_json::from_str(payload.as_ref())
-                    .map_err(|e| corrupt(format!("payload: {e}")))?,
                 order,
             })
         })

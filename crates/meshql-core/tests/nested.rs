@@ -1,7 +1,7 @@
 //! Putting a nested statement's flat rows back into a tree, without a database.
 
-use meshql_core::nested::{assemble, relationship_parents, FlatRow};
-use meshql_core::{DynStore, Nested, NestedRow, QueryTemplate};
+use meshql_core::nested::{assemble, assemble_text, projections, relationship_parents, FlatRow};
+use meshql_core::{DynStore, Nested, NestedRow, Projection, QueryTemplate};
 use meshql_store_memory::MemoryStore;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -93,4 +93,92 @@ fn keys_that_are_not_scalars_and_rows_out_of_step() {
     let e = assemble(&tree(), vec![row(5, None, "x", json!({}), 1)]).unwrap_err();
     assert!(e.contains("relationship 5"), "{e}");
     assert_eq!(assemble(&tree(), Vec::new()).unwrap(), Vec::new());
+}
+
+fn fields(names: &[&str]) -> Option<Projection> {
+    Some(names.iter().map(|n| n.to_string()).collect())
+}
+
+/// Each relationship's rows are parsed into its reader's fields, when those hold the key
+/// fields of the relationships below it (else whole); the search's into the root's.
+#[test]
+fn text_rows_are_parsed_into_the_fields_their_reader_reads() {
+    let mut tree = tree();
+    tree[0].fields = fields(&["name"]); // coops: no `farm`, the key of (3) below them
+    tree[0].children[0].fields = fields(&["name"]); // hens
+    tree[0].children[1].fields = fields(&["name"]); // a coop's farm
+    tree[1].fields = None; // tags: everything
+    let root = fields(&["name", "code"]);
+    let per = projections(root.as_ref(), &tree);
+    let names = |p: &Option<Projection>| p.as_ref().map(|f| f.to_vec());
+    assert_eq!(
+        per.iter().map(names).collect::<Vec<_>>(),
+        [
+            Some(vec!["name".to_owned(), "code".to_owned()]),
+            None,
+            Some(vec!["name".to_owned()]),
+            Some(vec!["name".to_owned()]),
+            None,
+        ]
+    );
+    let rows = vec![
+        (
+            0,
+            None,
+            "f1".to_owned(),
+            r#"{"name":"one","code":7,"owner":"x"}"#,
+            1,
+        ),
+        (
+            1,
+            Some("f1".to_owned()),
+            "c1".to_owned(),
+            r#"{"name":"c","farm":"f1","size":3}"#,
+            2,
+        ),
+        (
+            2,
+            Some("c1".to_owned()),
+            "h1".to_owned(),
+            r#"{"name":"h","coop":"c1"}"#,
+            3,
+        ),
+        (
+            3,
+            Some("f1".to_owned()),
+            "f1".to_owned(),
+            r#"{"name":"one","code":7}"#,
+            1,
+        ),
+        (
+            4,
+            Some("7".to_owned()),
+            "t1".to_owned(),
+            r#"{"label":"t"}"#,
+            4,
+        ),
+    ];
+    let got = assemble_text(&tree, root.as_ref(), rows).unwrap();
+    let f1 = &got[0];
+    assert_eq!(
+        Value::Object(f1.payload.clone()),
+        json!({"name": "one", "code": 7})
+    );
+    let c1 = &f1.children[0][0];
+    assert_eq!(
+        c1.payload["size"], 3,
+        "parsed whole: its fields leave out a key below"
+    );
+    assert_eq!(ids(&c1.children[1]), ["f1"]);
+    assert_eq!(
+        Value::Object(c1.children[0][0].payload.clone()),
+        json!({"name": "h"})
+    );
+    assert_eq!(f1.children[1][0].payload["label"], "t");
+
+    let bad = vec![(0, None, "f9".to_owned(), r#"{"name": tru}"#, 1)];
+    let e = assemble_text(&tree, root.as_ref(), bad)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("f9"), "{e}");
 }

@@ -702,7 +702,7 @@ impl StoreReader for MysqlStore {
             template,
             args,
             limit,
-            ..
+            fields,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         // one nested statement returns creation order: sorted trees go level by level
@@ -729,7 +729,7 @@ impl StoreReader for MysqlStore {
         let rows = rows
             .into_iter()
             .map(|(r, key, id, payload, order)| (r as usize, key, id, payload, order));
-        meshql_core::nested::assemble_text(nested, rows).map(Some)
+        meshql_core::nested::assemble_text(nested, fields, rows).map(Some)
     }
 
     fn relation(&self) -> Option<Relation> {

@@ -635,7 +635,7 @@ impl StoreReader for PostgresStore {
             template,
             args,
             limit,
-            ..
+            fields,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
         // one nested statement returns creation order: sorted trees go level by level
@@ -669,7 +669,7 @@ impl StoreReader for PostgresStore {
             let relationship = row.get::<_, i32>(0) as usize;
             (relationship, row.get(1), row.get(2), payload, row.get(4))
         });
-        meshql_core::nested::assemble_text(nested, rows).map(Some)
+        meshql_core::nested::assemble_text(nested, fields, rows).map(Some)
     }
 
     fn relation(&self) -> Option<Relation> {

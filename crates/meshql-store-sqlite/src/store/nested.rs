@@ -23,7 +23,7 @@
 
 use super::{is_scan, query_error, tokens_json, SqliteStore};
 use crate::sql::{self, Compiled, Shape};
-use meshql_core::nested::{join_levels, key_text, Level};
+use meshql_core::nested::{join_levels, keeping_keys, key_text, Level};
 use meshql_core::{
     parse_payload, BoundArgs, Millis, Nested, NestedRow, Projection, ReadContext, Search,
     StoreError,
@@ -100,18 +100,6 @@ fn parse(
 ) -> Result<Map<String, Value>, StoreError> {
     parse_payload(payload, fields)
         .map_err(|e| StoreError::Corrupt(format!("payload of `{id}`: {e}")))
-}
-
-/// `fields`, when they hold the key field of every level of `below` (without them the rows
-/// below could not be found): else every field is parsed.
-fn keeping_keys(fields: Option<&Projection>, below: &[Nested]) -> Option<Projection> {
-    fields
-        .filter(|f| {
-            below
-                .iter()
-                .all(|n| n.key_field == "id" || f.contains(&n.key_field))
-        })
-        .cloned()
 }
 
 /// The key `(id, payload)` offers a relationship through `key_field` (`id`: the envelope id).
