@@ -380,6 +380,25 @@ mod tests {
         NewDocument::new(fields.as_object().unwrap().clone())
     }
 
+    /// Coop and hen stores of `db`, with the templates of a coop by id and of hens by coop,
+    /// prepared.
+    async fn coops_and_hens(
+        db: &Arc<SqliteDatabase>,
+    ) -> (
+        Arc<SqliteStore>,
+        Arc<SqliteStore>,
+        QueryTemplate,
+        QueryTemplate,
+    ) {
+        let coops = Arc::new(SqliteStore::new(db.clone(), "coop"));
+        let hens = Arc::new(SqliteStore::new(db.clone(), "hen"));
+        let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
+        let by_coop = QueryTemplate::filter(r#"{"payload.coop_id": "{{id}}"}"#).unwrap();
+        coops.prepare(std::slice::from_ref(&by_id)).await.unwrap();
+        hens.prepare(std::slice::from_ref(&by_coop)).await.unwrap();
+        (coops, hens, by_id, by_coop)
+    }
+
     /// A relationship whose rows cannot be read fails the tree with the row named, and the
     /// read transaction ends with it: the connection goes back to the pool outside any
     /// transaction, so the next reads see later writes.
@@ -392,12 +411,7 @@ mod tests {
             ..SqliteOptions::default()
         };
         let db = SqliteDatabase::open(&path, options).unwrap();
-        let coops = Arc::new(SqliteStore::new(db.clone(), "coop"));
-        let hens = Arc::new(SqliteStore::new(db.clone(), "hen"));
-        let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
-        let by_coop = QueryTemplate::filter(r#"{"payload.coop_id": "{{id}}"}"#).unwrap();
-        coops.prepare(std::slice::from_ref(&by_id)).await.unwrap();
-        hens.prepare(std::slice::from_ref(&by_coop)).await.unwrap();
+        let (coops, hens, by_id, by_coop) = coops_and_hens(&db).await;
         let w = WriteContext::SYSTEM;
         let coop = coops
             .create(doc(serde_json::json!({"name": "c"})), &w)
@@ -464,12 +478,7 @@ mod tests {
     async fn payloads_hold_the_fields_read() {
         let dir = tempfile::tempdir().unwrap();
         let db = SqliteDatabase::open(&dir.path().join("t.db"), SqliteOptions::default()).unwrap();
-        let coops = Arc::new(SqliteStore::new(db.clone(), "coop"));
-        let hens = Arc::new(SqliteStore::new(db.clone(), "hen"));
-        let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
-        let by_coop = QueryTemplate::filter(r#"{"payload.coop_id": "{{id}}"}"#).unwrap();
-        coops.prepare(std::slice::from_ref(&by_id)).await.unwrap();
-        hens.prepare(std::slice::from_ref(&by_coop)).await.unwrap();
+        let (coops, hens, by_id, by_coop) = coops_and_hens(&db).await;
         let w = WriteContext::SYSTEM;
         let coop = coops
             .create(doc(serde_json::json!({"name": "c", "capacity": 50})), &w)
