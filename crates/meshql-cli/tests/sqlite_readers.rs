@@ -118,13 +118,16 @@ fn farm_config(file: Option<&std::path::Path>, extra: &str) -> tempfile::TempDir
 }
 
 /// meshql opens its SQLite files for itself alone: a second process serving the same file
-/// stops at start-up, naming the file and the setting that shares it, and the first keeps
-/// serving. With `exclusive = false` in both, both serve the file.
+/// stops at start-up, naming the file and the setting that shares it (also when only the
+/// second says `exclusive = false`), and the first keeps serving. With `exclusive = false` in
+/// both, both serve the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_is_open_to_one_process_unless_shared() {
-    for shared in [false, true] {
-        let extra = if shared { "exclusive = false\n" } else { "" };
-        let first_dir = farm_config(None, extra);
+    let share = "exclusive = false\n";
+    // (the first's block, the second's): refused unless both share
+    for (first_extra, extra) in [("", ""), ("", share), (share, share)] {
+        let shared = !first_extra.is_empty();
+        let first_dir = farm_config(None, first_extra);
         let data = tempfile::tempdir().unwrap();
         let first =
             Server::start_with_data_dir(&first_dir.path().join("meshql.toml"), data.path(), &[]);

@@ -204,14 +204,11 @@ impl SqliteDatabase {
         // lock, and where another process holding the file is found
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| match e.sqlite_error_code() {
+                // whichever side opened it exclusively, the setting is what shares it
                 Some(rusqlite::ErrorCode::DatabaseBusy) => unavailable(format!(
-                    "cannot open {}: another process has it open{}",
-                    path.display(),
-                    if options.exclusive {
-                        " (meshql opens its SQLite files for itself alone; `exclusive = false` in the storage block shares them)"
-                    } else {
-                        ""
-                    }
+                    "cannot open {}: another process has it open (meshql opens its SQLite \
+                     files for itself alone unless their storage block says `exclusive = false`)",
+                    path.display()
                 )),
                 _ => query_error(e),
             })?;
