@@ -190,7 +190,11 @@ async fn a_connection_lost_mid_request_answers_503_and_writes_nothing() {
             )
             .await
     });
-    proxy.until_request_held(Duration::from_secs(10)).await;
+    // the write's first request draws its change-feed positions (`$inc` on the feed
+    // clock); the driver's heartbeats and the feed's polls do not count
+    proxy
+        .until_request_held(b"$inc", Duration::from_secs(10))
+        .await;
     assert!(
         !doomed.is_finished(),
         "the write should be waiting on the wire"
@@ -242,7 +246,9 @@ storage = "db"
     proxy.pause();
     let slow_client = server.client();
     let slow = tokio::spawn(async move { slow_client.get("/thing/api").await });
-    proxy.until_request_held(Duration::from_secs(10)).await;
+    proxy
+        .until_request_held(b"thing", Duration::from_secs(10))
+        .await;
     // ...so this one waits 200 ms for a connection, then gets a clear 503
     let started = Instant::now();
     let r = c.get("/thing/api").await;

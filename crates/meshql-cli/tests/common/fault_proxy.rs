@@ -3,7 +3,6 @@
 //! failure or a server crash would). Runs on the test's tokio runtime.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,13 +10,20 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+/// Bytes held towards the server since the last pause.
+type Held = Arc<Mutex<Vec<u8>>>;
+
+/// Held bytes kept for [`FaultProxy::until_request_held`] to search.
+const HELD_KEPT: usize = 1 << 20;
+
 pub struct FaultProxy {
     addr: SocketAddr,
     paused: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
-    /// Bytes meshql sent towards the server since the last pause (held while paused).
-    sent_while_paused: Arc<AtomicU64>,
+    /// Bytes meshql sent towards the server since the last pause (held while paused), up
+    /// to [`HELD_KEPT`].
+    held: Held,
 }
 
 impl FaultProxy {
@@ -27,12 +33,8 @@ impl FaultProxy {
         let addr = listener.local_addr().expect("local addr");
         let (paused, _) = watch::channel(false);
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let sent_while_paused = Arc::new(AtomicU64::new(0));
-        let (tx, conns, sent) = (
-            paused.clone(),
-            connections.clone(),
-            sent_while_paused.clone(),
-        );
+        let held = Held::default();
+        let (tx, conns, sent) = (paused.clone(), connections.clone(), held.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(upstream).await else {
@@ -48,7 +50,7 @@ impl FaultProxy {
             paused,
             connections,
             accept,
-            sent_while_paused,
+            held,
         }
     }
 
@@ -59,18 +61,26 @@ impl FaultProxy {
 
     /// Holds every byte in either direction until [`resume`](Self::resume).
     pub fn pause(&self) {
-        self.sent_while_paused.store(0, Ordering::SeqCst);
+        self.held.lock().unwrap().clear();
         self.paused.send_replace(true);
     }
 
-    /// Waits until meshql has sent bytes towards the server since the pause (a request is
-    /// on the wire and holds its connection); panics after `limit`.
-    pub async fn until_request_held(&self, limit: Duration) {
+    /// Waits until a request holding `needle` (a name or value it carries) is held on the
+    /// wire since the pause, holding its connection: other traffic (the driver's heartbeats,
+    /// the change feed's polls) does not count. Panics after `limit`.
+    pub async fn until_request_held(&self, needle: &[u8], limit: Duration) {
         let deadline = Instant::now() + limit;
-        while self.sent_while_paused.load(Ordering::SeqCst) == 0 {
+        while !self
+            .held
+            .lock()
+            .unwrap()
+            .windows(needle.len())
+            .any(|w| w == needle)
+        {
             assert!(
                 Instant::now() < deadline,
-                "no request reached the paused proxy within {limit:?}"
+                "no request with {:?} reached the paused proxy within {limit:?}",
+                String::from_utf8_lossy(needle)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -96,28 +106,23 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn forward(
-    client: TcpStream,
-    server: TcpStream,
-    paused: watch::Receiver<bool>,
-    sent_while_paused: Arc<AtomicU64>,
-) {
+async fn forward(client: TcpStream, server: TcpStream, paused: watch::Receiver<bool>, held: Held) {
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
     // either direction ending ends the connection
     tokio::select! {
-        _ = pump(cr, sw, paused.clone(), Some(sent_while_paused)) => {}
+        _ = pump(cr, sw, paused.clone(), Some(held)) => {}
         _ = pump(sr, cw, paused, None) => {}
     }
 }
 
-/// Copies `from` to `to`; while paused it reads one buffer ahead (counted in `held`) and
+/// Copies `from` to `to`; while paused it reads one buffer ahead (kept in `held`) and
 /// holds it until the pause ends.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut paused: watch::Receiver<bool>,
-    held: Option<Arc<AtomicU64>>,
+    held: Option<Held>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -127,7 +132,9 @@ async fn pump(
         };
         if *paused.borrow() {
             if let Some(held) = &held {
-                held.fetch_add(n as u64, Ordering::SeqCst);
+                let mut held = held.lock().unwrap();
+                let room = HELD_KEPT.saturating_sub(held.len());
+                held.extend_from_slice(&buf[..n.min(room)]);
             }
         }
         if paused.wait_for(|p| !*p).await.is_err() {
