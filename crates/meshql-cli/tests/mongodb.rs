@@ -246,9 +246,8 @@ storage = "db"
     proxy.pause();
     let slow_client = server.client();
     let slow = tokio::spawn(async move { slow_client.get("/thing/api").await });
-    proxy
-        .until_request_held(b"thing", Duration::from_secs(10))
-        .await;
+    // (the change feed's reader does not take a request's connection: this is the GET)
+    c.until_connections_in_use("db", 1).await;
     // ...so this one waits 200 ms for a connection, then gets a clear 503
     let started = Instant::now();
     let r = c.get("/thing/api").await;
@@ -265,6 +264,7 @@ storage = "db"
     let slow = slow.await.unwrap();
     slow.expect_status(200);
     assert_eq!(slow.json()[0]["name"], "x");
-    // and the service is fine afterwards
+    // and the service is fine afterwards, every connection back in the pool
     c.get("/thing/api").await.expect_status(200);
+    c.until_connections_in_use("db", 0).await;
 }

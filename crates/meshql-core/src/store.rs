@@ -150,6 +150,9 @@ pub struct StoreStats {
     /// Connections open for reads, where the backend keeps its own (SQLite; `None` where the
     /// driver's pool is not counted).
     pub read_connections: Option<u64>,
+    /// Connections of the backend's pool lent to an operation right now (`None` where the
+    /// backend has no pool): at the pool's size, the next operation waits for one.
+    pub connections_in_use: Option<u64>,
 }
 
 /// What a read sees: whose documents (`filter`), as of when (`at`; the latest when `None`).

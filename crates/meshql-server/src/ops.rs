@@ -98,14 +98,29 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             store.stats().commits
         );
     }
-    let name = "meshql_storage_read_connections";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Connections the storage keeps open for reads (idle or in use).\n# TYPE {name} gauge"
+    type Gauge = (
+        &'static str,
+        &'static str,
+        fn(&meshql_core::StoreStats) -> Option<u64>,
     );
-    for (storage, store) in &ops.storages {
-        if let Some(n) = store.stats().read_connections {
-            let _ = writeln!(out, "{name}{{storage=\"{storage}\"}} {n}");
+    let per_storage: [Gauge; 2] = [
+        (
+            "meshql_storage_read_connections",
+            "Connections the storage keeps open for reads (idle or in use).",
+            |s| s.read_connections,
+        ),
+        (
+            "meshql_storage_connections_in_use",
+            "Connections of the storage's pool lent to an operation (at pool_size, the next one waits).",
+            |s| s.connections_in_use,
+        ),
+    ];
+    for (name, help, get) in per_storage {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (storage, store) in &ops.storages {
+            if let Some(n) = get(&store.stats()) {
+                let _ = writeln!(out, "{name}{{storage=\"{storage}\"}} {n}");
+            }
         }
     }
     if let Some(hub) = &ops.hub {

@@ -480,6 +480,7 @@ impl Store for MemoryStore {
             commits: self.commits.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: None,
+            connections_in_use: None,
         }
     }
 

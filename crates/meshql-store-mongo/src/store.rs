@@ -59,6 +59,8 @@ pub struct MongoDatabase {
     client: Client,
     db: mongodb::Database,
     permits: Arc<Semaphore>,
+    /// The permits there are (`pool_size`).
+    pool_size: usize,
     pool_wait: Duration,
     feed_grace: Duration,
 }
@@ -121,9 +123,16 @@ impl MongoDatabase {
             client,
             db,
             permits: Arc::new(Semaphore::new(pool_size)),
+            pool_size,
             pool_wait: o.pool_wait,
             feed_grace: o.feed_grace,
         }))
+    }
+
+    /// Permits held by operations right now.
+    pub(crate) fn connections_in_use(&self) -> u64 {
+        self.pool_size
+            .saturating_sub(self.permits.available_permits()) as u64
     }
 
     /// A permit to run one operation: waits at most `pool_wait` for one to be free.
@@ -1686,6 +1695,7 @@ impl Store for MongoStore {
             commits: self.w.commits.load(Ordering::Relaxed),
             writes: self.w.writes.load(Ordering::Relaxed),
             read_connections: None,
+            connections_in_use: Some(self.db.connections_in_use()),
         }
     }
 

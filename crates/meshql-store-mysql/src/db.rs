@@ -2,7 +2,7 @@
 
 use meshql_core::StoreError;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ pub struct MysqlDatabase {
     /// turns out to offer none.
     plain: Option<Pool>,
     plain_only: AtomicBool,
+    /// Connections lent to an operation right now (see [`Lent`]).
+    lent: AtomicU64,
     wait: Duration,
     pub(crate) nested_sql: bool,
 }
@@ -64,14 +66,19 @@ impl MysqlDatabase {
             pool: pool(opts, o.pool_size)?,
             plain,
             plain_only: AtomicBool::new(false),
+            lent: AtomicU64::new(0),
             wait: o.pool_wait,
             nested_sql: o.nested_sql,
         }))
     }
 
-    pub(crate) async fn conn(&self) -> Result<Conn, StoreError> {
+    /// A connection of the pool, waiting at most `pool_wait` for one to be free.
+    pub(crate) async fn conn(&self) -> Result<Lent<'_>, StoreError> {
         match tokio::time::timeout(self.wait, self.get_conn()).await {
-            Ok(Ok(c)) => Ok(c),
+            Ok(Ok(conn)) => {
+                self.lent.fetch_add(1, Ordering::Relaxed);
+                Ok(Lent { conn, db: self })
+            }
             Ok(Err(e)) => Err(my_error(e)),
             Err(_) => Err(StoreError::Unavailable(
                 "no MySQL connection became free in time (pool exhausted)".into(),
@@ -116,11 +123,41 @@ impl MysqlDatabase {
         c.ping().await.map_err(my_error)
     }
 
+    /// Connections lent to an operation right now.
+    pub(crate) fn connections_in_use(&self) -> u64 {
+        self.lent.load(Ordering::Relaxed)
+    }
+
     pub async fn close(&self) {
         let _ = self.pool.clone().disconnect().await;
         if let Some(plain) = &self.plain {
             let _ = plain.clone().disconnect().await;
         }
+    }
+}
+
+/// A pooled connection, counted in [`MysqlDatabase::connections_in_use`] until it goes back.
+pub(crate) struct Lent<'a> {
+    conn: Conn,
+    db: &'a MysqlDatabase,
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for Lent<'_> {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.conn
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        self.db.lent.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

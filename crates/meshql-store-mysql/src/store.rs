@@ -1014,6 +1014,7 @@ impl Store for MysqlStore {
             commits: self.commits.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: None,
+            connections_in_use: Some(self.db.connections_in_use()),
         }
     }
 

@@ -42,6 +42,8 @@ impl PostgresOptions {
 pub struct PostgresDatabase {
     pub(crate) write: Pool,
     pub(crate) read: Pool,
+    /// `read` is a pool of its own (`read_url`), not a clone of `write`.
+    read_pool_of_its_own: bool,
     pub(crate) nested_sql: bool,
     url_for_logs: String,
 }
@@ -112,6 +114,7 @@ impl PostgresDatabase {
         Ok(Arc::new(Self {
             write,
             read,
+            read_pool_of_its_own: options.read_url.is_some(),
             nested_sql: options.nested_sql,
             url_for_logs: redact(&options.url),
         }))
@@ -141,6 +144,18 @@ impl PostgresDatabase {
             seen[i] = row.get(0);
         }
         Ok((seen[0], seen[1]))
+    }
+
+    /// Connections lent to an operation right now, over both pools when reads have their own.
+    pub(crate) fn connections_in_use(&self) -> u64 {
+        let lent = |pool: &Pool| {
+            let s = pool.status();
+            s.size.saturating_sub(s.available) as u64
+        };
+        match self.read_pool_of_its_own {
+            true => lent(&self.write) + lent(&self.read),
+            false => lent(&self.write),
+        }
     }
 
     pub fn close(&self) {

@@ -930,6 +930,7 @@ impl Store for PostgresStore {
             commits: self.commits.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: None,
+            connections_in_use: Some(self.db.connections_in_use()),
         }
     }
 

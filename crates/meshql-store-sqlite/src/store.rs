@@ -994,6 +994,7 @@ impl Store for SqliteStore {
             commits: self.db.commits(),
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: Some(self.db.open_readers() as u64),
+            connections_in_use: None,
         }
     }
 

@@ -517,6 +517,33 @@ impl Client {
     }
 
     /// `GET path`, asserting 200 and a JSON array; returns its items.
+    /// Waits until `meshql_storage_connections_in_use{storage}` in `/metrics` reads `n` on two
+    /// looks 100 ms apart (a change-feed poll holds a connection for about a millisecond, so
+    /// two looks both landing on one mean it is held for longer). Panics after 10 s.
+    pub async fn until_connections_in_use(&self, storage: &str, n: u64) {
+        let series = format!("meshql_storage_connections_in_use{{storage=\"{storage}\"}} ");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen_before = false;
+        loop {
+            let metrics = self.get("/metrics").await.text;
+            let now: u64 = metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))
+                .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"))
+                .parse()
+                .unwrap();
+            if now == n && seen_before {
+                return;
+            }
+            seen_before = now == n;
+            assert!(
+                Instant::now() < deadline,
+                "{series} did not reach {n} within 10 s (it reads {now})"
+            );
+            tokio::time::sleep(Duration::from_millis(if seen_before { 100 } else { 10 })).await;
+        }
+    }
+
     pub async fn list(&self, path: &str) -> Vec<Value> {
         let r = self.get(path).await;
         r.expect_status(200);
@@ -679,7 +706,7 @@ query = '{{"id": "{{{{id}}}}"}}'
             )
             .await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.until_connections_in_use("db", 1).await;
     // ...so this one waits 200 ms for a connection, then gets a clear 503
     // (were the wait unbounded, this would answer 200 once the slow request finished)
     let r = c.get("/thing/api").await;
@@ -696,8 +723,9 @@ query = '{{"id": "{{{{id}}}}"}}'
         slow.json(),
         serde_json::json!({"data": {"slow": [{"name": "x"}]}})
     );
-    // and the service is fine afterwards
+    // and the service is fine afterwards, every connection back in the pool
     c.get("/thing/api").await.expect_status(200);
+    c.until_connections_in_use("db", 0).await;
 }
 
 /// After a write was cut off mid-request: the service answers again within 10 s, the farms
