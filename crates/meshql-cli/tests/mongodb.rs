@@ -179,8 +179,9 @@ async fn a_connection_lost_mid_request_answers_503_and_writes_nothing() {
     .await
     .expect_status(201);
 
-    // the next write is on the wire when the network fails
-    proxy.pause();
+    // the next write is on the wire when the network fails: its first request draws its
+    // change-feed positions (`$inc` on the feed clock), and is held with its connection
+    proxy.hold_request_with(b"$inc");
     let writer = server.client();
     let doomed = tokio::spawn(async move {
         writer
@@ -190,8 +191,6 @@ async fn a_connection_lost_mid_request_answers_503_and_writes_nothing() {
             )
             .await
     });
-    // the write's first request draws its change-feed positions (`$inc` on the feed
-    // clock); the driver's heartbeats and the feed's polls do not count
     proxy
         .until_request_held(b"$inc", Duration::from_secs(10))
         .await;

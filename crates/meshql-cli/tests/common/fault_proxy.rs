@@ -1,6 +1,7 @@
 //! A TCP proxy between meshql and a database server that a test can pause (bytes are held,
-//! not lost, until it resumes) and cut (every open connection is dropped, as a network
-//! failure or a server crash would). Runs on the test's tokio runtime.
+//! not lost, until it resumes), make hold one request (the first carrying a given name, while
+//! all other traffic flows) and cut (every open connection is dropped, as a network failure
+//! or a server crash would). Runs on the test's tokio runtime.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -10,8 +11,14 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-/// Bytes held towards the server since the last pause.
-type Held = Arc<Mutex<Vec<u8>>>;
+/// What the connections towards the server share with the test.
+#[derive(Default)]
+struct Towards {
+    /// Bytes held since the last pause or hold.
+    held: Mutex<Vec<u8>>,
+    /// Set by [`FaultProxy::hold_request_with`]: a read carrying it stops its connection.
+    hold_on: Mutex<Option<Vec<u8>>>,
+}
 
 /// Held bytes kept for [`FaultProxy::until_request_held`] to search.
 const HELD_KEPT: usize = 1 << 20;
@@ -21,9 +28,9 @@ pub struct FaultProxy {
     paused: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
-    /// Bytes meshql sent towards the server since the last pause (held while paused), up
-    /// to [`HELD_KEPT`].
-    held: Held,
+    /// Bytes meshql sent towards the server since the last pause or hold (those held), up
+    /// to [`HELD_KEPT`], and the hold's needle.
+    towards: Arc<Towards>,
 }
 
 impl FaultProxy {
@@ -33,8 +40,8 @@ impl FaultProxy {
         let addr = listener.local_addr().expect("local addr");
         let (paused, _) = watch::channel(false);
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
-        let held = Held::default();
-        let (tx, conns, sent) = (paused.clone(), connections.clone(), held.clone());
+        let towards = Arc::<Towards>::default();
+        let (tx, conns, sent) = (paused.clone(), connections.clone(), towards.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(upstream).await else {
@@ -50,7 +57,7 @@ impl FaultProxy {
             paused,
             connections,
             accept,
-            held,
+            towards,
         }
     }
 
@@ -61,22 +68,24 @@ impl FaultProxy {
 
     /// Holds every byte in either direction until [`resume`](Self::resume).
     pub fn pause(&self) {
-        self.held.lock().unwrap().clear();
+        self.towards.held.lock().unwrap().clear();
         self.paused.send_replace(true);
     }
 
+    /// From now on, the first request towards the server that carries `needle` (a name or
+    /// value in it) is held, and its connection with it, until [`cut`](Self::cut); every
+    /// other connection flows (the driver's handshakes and heartbeats, the feed's polls).
+    pub fn hold_request_with(&self, needle: &[u8]) {
+        self.towards.held.lock().unwrap().clear();
+        *self.towards.hold_on.lock().unwrap() = Some(needle.to_vec());
+    }
+
     /// Waits until a request holding `needle` (a name or value it carries) is held on the
-    /// wire since the pause, holding its connection: other traffic (the driver's heartbeats,
-    /// the change feed's polls) does not count. Panics after `limit`.
+    /// wire since the pause or hold, holding its connection: other traffic (the driver's
+    /// heartbeats, the change feed's polls) does not count. Panics after `limit`.
     pub async fn until_request_held(&self, needle: &[u8], limit: Duration) {
         let deadline = Instant::now() + limit;
-        while !self
-            .held
-            .lock()
-            .unwrap()
-            .windows(needle.len())
-            .any(|w| w == needle)
-        {
+        while !contains(&self.towards.held.lock().unwrap(), needle) {
             assert!(
                 Instant::now() < deadline,
                 "no request with {:?} reached the paused proxy within {limit:?}",
@@ -92,6 +101,7 @@ impl FaultProxy {
 
     /// Drops every open connection (what was held is lost), then forwards new ones again.
     pub fn cut(&self) {
+        *self.towards.hold_on.lock().unwrap() = None;
         for c in self.connections.lock().unwrap().drain(..) {
             c.abort();
         }
@@ -106,23 +116,33 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn forward(client: TcpStream, server: TcpStream, paused: watch::Receiver<bool>, held: Held) {
+async fn forward(
+    client: TcpStream,
+    server: TcpStream,
+    paused: watch::Receiver<bool>,
+    towards: Arc<Towards>,
+) {
     let (cr, cw) = client.into_split();
     let (sr, sw) = server.into_split();
     // either direction ending ends the connection
     tokio::select! {
-        _ = pump(cr, sw, paused.clone(), Some(held)) => {}
+        _ = pump(cr, sw, paused.clone(), Some(towards)) => {}
         _ = pump(sr, cw, paused, None) => {}
     }
 }
 
-/// Copies `from` to `to`; while paused it reads one buffer ahead (kept in `held`) and
-/// holds it until the pause ends.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Copies `from` to `to`; while paused it reads one buffer ahead (kept in `towards`) and
+/// holds it until the pause ends. Towards the server (`towards` given), a read carrying the
+/// hold's needle is kept and never sent: the connection stalls until it is cut.
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut paused: watch::Receiver<bool>,
-    held: Option<Held>,
+    towards: Option<Arc<Towards>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -130,12 +150,22 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        if *paused.borrow() {
-            if let Some(held) = &held {
-                let mut held = held.lock().unwrap();
+        let hold = towards.as_ref().is_some_and(|h| {
+            h.hold_on
+                .lock()
+                .unwrap()
+                .as_deref()
+                .is_some_and(|needle| contains(&buf[..n], needle))
+        });
+        if *paused.borrow() || hold {
+            if let Some(towards) = &towards {
+                let mut held = towards.held.lock().unwrap();
                 let room = HELD_KEPT.saturating_sub(held.len());
                 held.extend_from_slice(&buf[..n.min(room)]);
             }
+        }
+        if hold {
+            return std::future::pending().await;
         }
         if paused.wait_for(|p| !*p).await.is_err() {
             return;
