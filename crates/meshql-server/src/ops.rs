@@ -61,65 +61,72 @@ pub async fn ready(State(ops): State<Arc<Ops>>) -> Response {
     }
 }
 
+/// Whose counters a storage series shows: each entity's store, or each storage's.
+#[derive(Clone, Copy)]
+enum Per {
+    Entity,
+    Storage,
+}
+
+/// One storage series of `/metrics`: name, help, type, whose, and the value from a store's
+/// counters (`None`: the backend does not count it).
+type StoreSeries = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Per,
+    fn(&meshql_core::StoreStats) -> Option<u64>,
+);
+
+const STORE_SERIES: [StoreSeries; 5] = [
+    (
+        "meshql_storage_reads_total",
+        "Read statements executed by the entity's store.",
+        "counter",
+        Per::Entity,
+        |s| Some(s.reads),
+    ),
+    (
+        "meshql_storage_writes_total",
+        "Document versions written by the entity's store.",
+        "counter",
+        Per::Entity,
+        |s| Some(s.writes),
+    ),
+    (
+        "meshql_storage_commits_total",
+        "Transactions committed by the storage (shared by its entities).",
+        "counter",
+        Per::Storage,
+        |s| Some(s.commits),
+    ),
+    (
+        "meshql_storage_read_connections",
+        "Connections the storage keeps open for reads (idle or in use).",
+        "gauge",
+        Per::Storage,
+        |s| s.read_connections,
+    ),
+    (
+        "meshql_storage_connections_in_use",
+        "Connections of the storage's pool lent to an operation (at pool_size, the next one waits).",
+        "gauge",
+        Per::Storage,
+        |s| s.connections_in_use,
+    ),
+];
+
 pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     let mut out = String::new();
-    type Series = (
-        &'static str,
-        &'static str,
-        fn(&meshql_core::StoreStats) -> u64,
-    );
-    let per_entity: [Series; 2] = [
-        (
-            "meshql_storage_reads_total",
-            "Read statements executed by the entity's store.",
-            |s| s.reads,
-        ),
-        (
-            "meshql_storage_writes_total",
-            "Document versions written by the entity's store.",
-            |s| s.writes,
-        ),
-    ];
-    for (name, help, get) in per_entity {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-        for (entity, store) in &ops.stores {
-            let _ = writeln!(out, "{name}{{entity=\"{entity}\"}} {}", get(&store.stats()));
-        }
-    }
-    let name = "meshql_storage_commits_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Transactions committed by the storage (shared by its entities).\n# TYPE {name} counter"
-    );
-    for (storage, store) in &ops.storages {
-        let _ = writeln!(
-            out,
-            "{name}{{storage=\"{storage}\"}} {}",
-            store.stats().commits
-        );
-    }
-    type Gauge = (
-        &'static str,
-        &'static str,
-        fn(&meshql_core::StoreStats) -> Option<u64>,
-    );
-    let per_storage: [Gauge; 2] = [
-        (
-            "meshql_storage_read_connections",
-            "Connections the storage keeps open for reads (idle or in use).",
-            |s| s.read_connections,
-        ),
-        (
-            "meshql_storage_connections_in_use",
-            "Connections of the storage's pool lent to an operation (at pool_size, the next one waits).",
-            |s| s.connections_in_use,
-        ),
-    ];
-    for (name, help, get) in per_storage {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (storage, store) in &ops.storages {
+    for (name, help, kind, per, get) in STORE_SERIES {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let (label, stores) = match per {
+            Per::Entity => ("entity", &ops.stores),
+            Per::Storage => ("storage", &ops.storages),
+        };
+        for (key, store) in stores {
             if let Some(n) = get(&store.stats()) {
-                let _ = writeln!(out, "{name}{{storage=\"{storage}\"}} {n}");
+                let _ = writeln!(out, "{name}{{{label}=\"{key}\"}} {n}");
             }
         }
     }
