@@ -695,26 +695,27 @@ impl StoreWriter for PostgresStore {
         let id = doc.resolve_id();
         let created_at = doc.created_at;
         let payload = doc.into_payload_text(&id);
+        let version = Version {
+            id: &id,
+            payload,
+            created_at,
+            deleted: false,
+            tokens: ctx.create_tokens(),
+            fresh_id,
+            correlation_id: ctx.correlation_id.as_deref(),
+        };
         let mut client = self.db.write.get().await.map_err(pool_error)?;
-        let tx = client.transaction().await.map_err(pg_error)?;
-        if !fresh_id {
+        let env = if fresh_id {
+            // a fresh id has no other version to read, lock or clear: the INSERT alone is
+            // the write, one statement in its own transaction (no BEGIN and COMMIT round trips)
+            self.append(&client, version).await?
+        } else {
+            let tx = client.transaction().await.map_err(pg_error)?;
             self.lock(&tx, &id).await?;
-        }
-        let env = self
-            .append(
-                &tx,
-                Version {
-                    id: &id,
-                    payload,
-                    created_at,
-                    deleted: false,
-                    tokens: ctx.create_tokens(),
-                    fresh_id,
-                    correlation_id: ctx.correlation_id.as_deref(),
-                },
-            )
-            .await?;
-        tx.commit().await.map_err(pg_error)?;
+            let env = self.append(&tx, version).await?;
+            tx.commit().await.map_err(pg_error)?;
+            env
+        };
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.signal.notify();
