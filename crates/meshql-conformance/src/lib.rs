@@ -1395,6 +1395,85 @@ pub async fn concurrent_writes_all_land(store: DynStore) {
     );
 }
 
+/// Writers updating and removing one id at once: every write lands as its own version, and
+/// exactly one version is the latest (the newest), whatever order the writes took.
+pub async fn concurrent_writes_of_one_id_keep_one_latest(store: DynStore) {
+    let id = create(&store, json!({"name": "v0"})).await;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let (store, id) = (store.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..5 {
+                store
+                    .update(
+                        &id,
+                        NewDocument::new(payload(json!({"name": format!("w{w}-{i}")}))),
+                        &W,
+                    )
+                    .await
+                    .expect("no update may fail under concurrency");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let ctx = meshql_core::ReadContext::new(&ALL, None);
+    let versions = store.versions(&id).await.unwrap();
+    assert_eq!(versions.len(), 41, "every update is a version");
+    let newest = versions.iter().max_by_key(|v| v.created_at).unwrap();
+    let listed: Vec<_> = store
+        .list(&ctx)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.id == id)
+        .collect();
+    assert_eq!(listed.len(), 1, "one version of the id is the latest");
+    assert_eq!(
+        listed[0].payload, newest.payload,
+        "the latest is the newest"
+    );
+    let read = store.read(&id, &ctx).await.unwrap().unwrap();
+    assert_eq!(read.payload, newest.payload);
+
+    // a remove racing updates: the id ends removed or updated after it, never both listed
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let (store, id) = (store.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            match w {
+                0 => {
+                    store.remove(&id, &W).await.unwrap();
+                }
+                _ => {
+                    store
+                        .update(&id, NewDocument::new(payload(json!({"name": "late"}))), &W)
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let versions = store.versions(&id).await.unwrap();
+    let newest = versions.iter().max_by_key(|v| v.created_at).unwrap();
+    let listed = store
+        .list(&ctx)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.id == id)
+        .count();
+    let read = store.read(&id, &ctx).await.unwrap();
+    match newest.deleted {
+        true => assert!(listed == 0 && read.is_none(), "removed last: gone"),
+        false => assert!(listed == 1 && read.is_some(), "updated last: one latest"),
+    }
+}
+
 pub async fn same_millisecond_updates_keep_every_version(store: DynStore) {
     let id = create(&store, json!({"name": "v0"})).await;
     for i in 1..=5 {
@@ -1785,6 +1864,7 @@ macro_rules! conformance_tests {
             token_filtering,
             update_keeps_the_owner_unless_told_otherwise,
             concurrent_writes_all_land,
+            concurrent_writes_of_one_id_keep_one_latest,
             same_millisecond_updates_keep_every_version,
             feed_records_every_write_once,
             feed_resumes_after_any_cursor,

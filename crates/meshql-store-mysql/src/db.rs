@@ -173,13 +173,23 @@ fn pool(opts: Opts, size: usize) -> Result<Pool, StoreError> {
     let size = size.max(1);
     let constraints = PoolConstraints::new(size, size)
         .ok_or_else(|| StoreError::Invalid("bad pool size".into()))?;
-    let opts = OptsBuilder::from_opts(opts).stmt_cache_size(256).pool_opts(
-        PoolOpts::default()
-            .with_constraints(constraints)
-            // COM_RESET_CONNECTION on every return would drop the prepared-statement
-            // cache (and cost a round trip); sessions carry no per-request state here
-            .with_reset_connection(false),
-    );
+    // READ COMMITTED for the write transactions (reads are single statements): a write
+    // serialises on the row lock of its id's latest version (`SELECT ... FOR UPDATE`), and
+    // under REPEATABLE READ the gap locks around that row, held by concurrent writers of the
+    // same id too, made their inserts wait on each other until InnoDB killed one (error 1213;
+    // conformance `concurrent_writes_of_one_id_keep_one_latest`)
+    let opts = OptsBuilder::from_opts(opts)
+        .init(vec![
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        ])
+        .stmt_cache_size(256)
+        .pool_opts(
+            PoolOpts::default()
+                .with_constraints(constraints)
+                // COM_RESET_CONNECTION on every return would drop the prepared-statement
+                // cache (and cost a round trip); sessions carry no per-request state here
+                .with_reset_connection(false),
+        );
     Ok(Pool::new(opts))
 }
 

@@ -87,9 +87,11 @@ impl TableSql {
                 format!("SELECT {COLUMNS} FROM {t} t WHERE {at}{TOKENS}{ORDER}"),
             ],
             page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
+            // by the (latest, id) index: the optimiser may take (latest, deleted, seq, _id),
+            // which locks every latest row it passes, in an order that deadlocks writers
             current: format!(
                 "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
-                 FROM {t} WHERE id = ? AND latest = 1 FOR UPDATE"
+                 FROM {t} FORCE INDEX (k_latest_id) WHERE id = ? AND latest = 1 FOR UPDATE"
             ),
             clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?"),
             insert: format!(
