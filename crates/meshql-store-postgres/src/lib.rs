@@ -29,6 +29,7 @@
 //! one per level.
 
 mod db;
+mod pipeline;
 mod settings;
 mod sql;
 mod store;

@@ -1,6 +1,7 @@
 //! [`PostgresStore`]: one entity table.
 
 use crate::db::{pg_error, pool_error, PostgresDatabase};
+use crate::pipeline::{pipelined, pipelined_all};
 use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
@@ -174,13 +175,25 @@ struct Current {
     seq: i64,
 }
 
+impl Current {
+    fn of_row(r: &tokio_postgres::Row) -> Self {
+        Current {
+            rowid: r.get(0),
+            payload: r.get(1),
+            created_at: r.get(2),
+            deleted: r.get(3),
+            tokens: r.get(4),
+            seq: r.get(5),
+        }
+    }
+}
+
 struct Version<'a> {
     id: &'a str,
     payload: String,
     created_at: Option<Millis>,
     deleted: bool,
     tokens: &'a [String],
-    fresh_id: bool,
     correlation_id: Option<&'a str>,
 }
 
@@ -281,29 +294,43 @@ impl PostgresStore {
             .await
             .map_err(pg_error)?;
         let row = client.query_opt(&stmt, &[&id]).await.map_err(pg_error)?;
-        Ok(row.map(|r| Current {
-            rowid: r.get(0),
-            payload: r.get(1),
-            created_at: r.get(2),
-            deleted: r.get(3),
-            tokens: r.get(4),
-            seq: r.get(5),
-        }))
+        Ok(row.as_ref().map(Current::of_row))
     }
 
-    /// Appends a version inside the caller's transaction (which holds the id's lock unless
-    /// the id is fresh).
+    /// The id's lock, then its newest version, in one round trip: the two statements are
+    /// pipelined, and PostgreSQL runs the read (with its own snapshot) once the lock is held.
+    async fn locked_current<C: GenericClient>(
+        &self,
+        client: &C,
+        id: &str,
+    ) -> Result<Option<Current>, StoreError> {
+        let lock = client
+            .prepare_cached(&self.sql.lock)
+            .await
+            .map_err(pg_error)?;
+        let current = client
+            .prepare_cached(&self.sql.current)
+            .await
+            .map_err(pg_error)?;
+        let key = self.lock_key(id);
+        let (_, row) = pipelined(
+            client.execute(&lock, &[&key]),
+            client.query_opt(&current, &[&id]),
+        )
+        .await
+        .map_err(pg_error)?;
+        Ok(row.as_ref().map(Current::of_row))
+    }
+
+    /// Appends a version after `current` (the id's newest version, read under its lock;
+    /// `None` for a fresh id) inside the caller's transaction.
     async fn append<C: GenericClient>(
         &self,
         client: &C,
         v: Version<'_>,
+        current: Option<&Current>,
     ) -> Result<Envelope, StoreError> {
-        let current = if v.fresh_id {
-            None
-        } else {
-            self.current(client, v.id).await?
-        };
-        let cur_time = current.as_ref().map(|c| c.created_at);
+        let cur_time = current.map(|c| c.created_at);
         let mut place = Placement::new(v.created_at, cur_time, now_millis());
         if place.check_collisions {
             let mut stamp = place.stamp;
@@ -322,39 +349,42 @@ impl PostgresStore {
             place = place.settle(stamp, cur_time);
         }
         let (stamp, is_latest) = (place.stamp, place.latest);
-        if let (true, Some(cur)) = (is_latest, &current) {
-            let clear = client
-                .prepare_cached(&self.sql.clear_latest)
-                .await
-                .map_err(pg_error)?;
-            client
-                .execute(&clear, &[&cur.rowid])
-                .await
-                .map_err(pg_error)?;
-        }
         let insert = client
             .prepare_cached(&self.sql.insert)
             .await
             .map_err(pg_error)?;
-        let seq = current.as_ref().map(|c| c.seq);
+        let seq = current.map(|c| c.seq);
         let tokens = v.tokens.to_vec();
         meshql_core::fault::check(&v.payload)?;
-        let row = client
-            .query_one(
-                &insert,
-                &[
-                    &v.id,
-                    &v.payload,
-                    &stamp,
-                    &v.deleted,
-                    &tokens,
-                    &is_latest,
-                    &seq,
-                    &v.correlation_id,
-                ],
-            )
-            .await
-            .map_err(pg_error)?;
+        let params: [&(dyn ToSql + Sync); 8] = [
+            &v.id,
+            &v.payload,
+            &stamp,
+            &v.deleted,
+            &tokens,
+            &is_latest,
+            &seq,
+            &v.correlation_id,
+        ];
+        let row = match (is_latest, current) {
+            (true, Some(cur)) => {
+                // the older version's flag is cleared and the new one inserted in one round
+                // trip: pipelined, run in this order
+                let clear = client
+                    .prepare_cached(&self.sql.clear_latest)
+                    .await
+                    .map_err(pg_error)?;
+                let older: [&(dyn ToSql + Sync); 1] = [&cur.rowid];
+                let (_, row) = pipelined(
+                    client.execute(&clear, &older),
+                    client.query_one(&insert, &params),
+                )
+                .await
+                .map_err(pg_error)?;
+                row
+            }
+            _ => client.query_one(&insert, &params).await.map_err(pg_error)?,
+        };
         Ok(Envelope {
             id: v.id.to_owned(),
             payload: row.get(0),
@@ -364,14 +394,9 @@ impl PostgresStore {
         })
     }
 
-    async fn lock<C: GenericClient>(&self, client: &C, id: &str) -> Result<(), StoreError> {
-        let stmt = client
-            .prepare_cached(&self.sql.lock)
-            .await
-            .map_err(pg_error)?;
-        let key = format!("{}/{}", self.table, id);
-        client.execute(&stmt, &[&key]).await.map_err(pg_error)?;
-        Ok(())
+    /// The key of an id's advisory lock (hashed by the lock statement).
+    fn lock_key(&self, id: &str) -> String {
+        format!("{}/{}", self.table, id)
     }
 
     /// Takes the locks of several ids, in one order whatever the caller's (so that two
@@ -381,9 +406,16 @@ impl PostgresStore {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        for id in ids {
-            self.lock(client, id).await?;
-        }
+        let lock = client
+            .prepare_cached(&self.sql.lock)
+            .await
+            .map_err(pg_error)?;
+        let keys: Vec<String> = ids.into_iter().map(|id| self.lock_key(id)).collect();
+        // pipelined: sent, and taken, in this order
+        let params: Vec<[&(dyn ToSql + Sync); 1]> = keys.iter().map(|key| [key as _]).collect();
+        pipelined_all(params.iter().map(|p| client.execute(&lock, p)))
+            .await
+            .map_err(pg_error)?;
         Ok(())
     }
 
@@ -393,25 +425,26 @@ impl PostgresStore {
         id: &str,
         ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
-        self.lock(client, id).await?;
-        match self.current(client, id).await? {
+        match self.locked_current(client, id).await? {
             None => Ok(RemoveOutcome::NotFound),
             Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
                 Ok(RemoveOutcome::NotFound)
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
-            Some(cur) => {
+            Some(mut cur) => {
+                // the tombstone keeps the last payload (`append` reads no payload of `cur`)
+                let payload = std::mem::take(&mut cur.payload);
                 self.append(
                     client,
                     Version {
                         id,
-                        payload: cur.payload,
+                        payload,
                         created_at: None,
                         deleted: true,
                         tokens: &cur.tokens,
-                        fresh_id: false,
                         correlation_id: ctx.correlation_id.as_deref(),
                     },
+                    Some(&cur),
                 )
                 .await?;
                 Ok(RemoveOutcome::Removed)
@@ -701,18 +734,17 @@ impl StoreWriter for PostgresStore {
             created_at,
             deleted: false,
             tokens: ctx.create_tokens(),
-            fresh_id,
             correlation_id: ctx.correlation_id.as_deref(),
         };
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let env = if fresh_id {
             // a fresh id has no other version to read, lock or clear: the INSERT alone is
             // the write, one statement in its own transaction (no BEGIN and COMMIT round trips)
-            self.append(&client, version).await?
+            self.append(&client, version, None).await?
         } else {
             let tx = client.transaction().await.map_err(pg_error)?;
-            self.lock(&tx, &id).await?;
-            let env = self.append(&tx, version).await?;
+            let current = self.locked_current(&tx, &id).await?;
+            let env = self.append(&tx, version, current.as_ref()).await?;
             tx.commit().await.map_err(pg_error)?;
             env
         };
@@ -737,6 +769,10 @@ impl StoreWriter for PostgresStore {
             let id = doc.resolve_id();
             let created_at = doc.created_at;
             let payload = doc.into_payload_text(&id);
+            let current = match fresh_id {
+                true => None,
+                false => self.current(&tx, &id).await?,
+            };
             out.push(
                 self.append(
                     &tx,
@@ -746,9 +782,9 @@ impl StoreWriter for PostgresStore {
                         created_at,
                         deleted: false,
                         tokens: ctx.create_tokens(),
-                        fresh_id,
                         correlation_id: ctx.correlation_id.as_deref(),
                     },
+                    current.as_ref(),
                 )
                 .await?,
             );
@@ -770,8 +806,7 @@ impl StoreWriter for PostgresStore {
         let payload = doc.into_payload_text(id);
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
-        self.lock(&tx, id).await?;
-        let env = match self.current(&tx, id).await? {
+        let env = match self.locked_current(&tx, id).await? {
             Some(cur)
                 if !cur.deleted && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
             {
@@ -785,9 +820,9 @@ impl StoreWriter for PostgresStore {
                             created_at,
                             deleted: false,
                             tokens,
-                            fresh_id: false,
                             correlation_id: ctx.correlation_id.as_deref(),
                         },
+                        Some(&cur),
                     )
                     .await?,
                 )
