@@ -16,7 +16,9 @@
 //! Writes of one id are serialised with a transaction-scoped advisory lock (so `latest`
 //! stays exact under concurrent updates); a single document with a fresh server-generated id
 //! takes no lock and is one `INSERT` in its own transaction, without `BEGIN` and `COMMIT`
-//! round trips (REST POST 4.6–5.0k → 6.7–7.3k req/s, docs/BENCHMARKS.md).
+//! round trips; other writes pipeline their lock with the read of the latest version, and
+//! the flag update with the `INSERT` ([`pipeline`]; docs/BENCHMARKS.md, "PostgreSQL writes:
+//! fewer round trips").
 //! Reads use a separate pool when a read URL (a replica) is configured. Every statement is
 //! prepared once per connection; templates filter on `payload->>'field'`, for which
 //! expression indexes are created.
