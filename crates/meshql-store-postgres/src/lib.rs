@@ -17,7 +17,7 @@
 //! stays exact under concurrent updates); a single document with a fresh server-generated id
 //! takes no lock and is one `INSERT` in its own transaction, without `BEGIN` and `COMMIT`
 //! round trips; other writes pipeline their lock with the read of the latest version, and
-//! the flag update with the `INSERT` ([`pipeline`]; docs/BENCHMARKS.md, "PostgreSQL writes:
+//! the flag update with the `INSERT` (`pipeline.rs`; docs/BENCHMARKS.md, "PostgreSQL writes:
 //! fewer round trips").
 //! Reads use a separate pool when a read URL (a replica) is configured. Every statement is
 //! prepared once per connection; templates filter on `payload->>'field'`, for which
