@@ -39,6 +39,14 @@ struct WriteTx<'a> {
     inserted: Vec<u64>,
 }
 
+/// A subquery that fails (error 1242, more than one row) where it is evaluated: the stamp
+/// of [`TableSql::stamp_one_and_commit`] evaluates it when the clock's row was not there to
+/// update, so the text stops before its `COMMIT`.
+const NO_CLOCK: &str = "(SELECT 1 UNION ALL SELECT 1)";
+
+/// MySQL's code for a subquery that returned more than one row ([`NO_CLOCK`]).
+const SUBQUERY_ROWS: u16 = 1242;
+
 struct TableSql {
     read_latest: String,
     read_at: String,
@@ -54,6 +62,10 @@ struct TableSql {
     versions: String,
     tick: String,
     stamp_one: String,
+    /// A text query that takes one position, stamps it on the row whose `_id` ends the text,
+    /// and commits: see [`MysqlStore::stamp_positions`]. `None` for a table name that is not
+    /// plain (letters, digits, `_`), which then goes the prepared way.
+    stamp_one_and_commit: Option<String>,
     stamp_many: String,
     changes: String,
 }
@@ -103,6 +115,16 @@ impl TableSql {
             tick: "UPDATE meshql_feed_clock SET pos = LAST_INSERT_ID(pos + ?) WHERE name = ?"
                 .to_owned(),
             stamp_one: format!("UPDATE {t} SET pos = ? WHERE _id = ?"),
+            stamp_one_and_commit: table
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                .then(|| {
+                    format!(
+                        "UPDATE meshql_feed_clock SET pos = LAST_INSERT_ID(pos + 1) \
+                         WHERE name = '{table}'; UPDATE {t} SET pos = IF(ROW_COUNT() = 1, \
+                         LAST_INSERT_ID(), {NO_CLOCK}) WHERE _id = "
+                    )
+                }),
             stamp_many: format!(
                 "UPDATE {t} t JOIN JSON_TABLE(?, '$[*]' COLUMNS (rid BIGINT PATH '$[0]', \
                  p BIGINT PATH '$[1]')) k ON t._id = k.rid SET t.pos = k.p"
@@ -439,6 +461,13 @@ impl MysqlStore {
         }
     }
 
+    fn missing_clock(&self) -> StoreError {
+        StoreError::Query(format!(
+            "the feed clock of `{}` is missing (meshql_feed_clock)",
+            self.table
+        ))
+    }
+
     /// Gives the rows a transaction inserted their feed positions, as its last statements.
     ///
     /// The positions come from the table's row in `meshql_feed_clock`, whose lock the
@@ -452,18 +481,24 @@ impl MysqlStore {
         if n == 0 {
             return Ok(());
         }
+        if let ([rowid], Some(text)) = (&w.inserted[..], &self.sql.stamp_one_and_commit) {
+            // one round trip while the clock is held, not three (take, stamp, commit): the
+            // values in the text are integers and the table's plain name, and a missing
+            // clock stops it before `COMMIT` (the caller's `commit` is then a no-op)
+            return match w.tx.query_drop(format!("{text}{rowid}; COMMIT")).await {
+                Err(mysql_async::Error::Server(e)) if e.code == SUBQUERY_ROWS => {
+                    Err(self.missing_clock())
+                }
+                other => other.map_err(my_error),
+            };
+        }
         w.tx.exec_drop(&self.sql.tick, (n, self.table.as_str()))
             .await
             .map_err(my_error)?;
         let top =
             w.tx.last_insert_id()
                 .filter(|_| w.tx.affected_rows() == 1)
-                .ok_or_else(|| {
-                    StoreError::Query(format!(
-                        "the feed clock of `{}` is missing (meshql_feed_clock)",
-                        self.table
-                    ))
-                })?;
+                .ok_or_else(|| self.missing_clock())?;
         let first = top + 1 - n;
         if let [rowid] = w.inserted[..] {
             w.tx.exec_drop(&self.sql.stamp_one, (first, rowid))

@@ -2,7 +2,7 @@
 //! (between taking its position and committing) makes the next writer wait for its commit,
 //! so positions never commit out of order and a reader can never skip one.
 
-use meshql_core::{ChangeFeed, Cursor, NewDocument, Store, StoreWriter, WriteContext};
+use meshql_core::{ChangeFeed, Cursor, NewDocument, Store, StoreReader, StoreWriter, WriteContext};
 use meshql_store_mysql::{MysqlDatabase, MysqlOptions, MysqlStore};
 use mysql_async::prelude::Queryable;
 use serde_json::json;
@@ -62,5 +62,61 @@ async fn positions_are_taken_in_commit_order() {
     assert_eq!(order[0], ("slow", Cursor::seq(1)));
     assert_eq!(order[1].1, Cursor::seq(2));
     drop(slow);
+    store.shutdown().await;
+}
+
+/// A table whose clock row went missing (an operator deleted it) refuses writes with a clear
+/// error and stores nothing: one document (its position taken, stamped and committed in one
+/// text query) and a batch (statement by statement) alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_clock_refuses_writes_and_stores_nothing() {
+    let url = mysql_url();
+    let db = MysqlDatabase::connect(&MysqlOptions::new(url.clone())).expect("pool");
+    let table = format!("clock_{}", uuid::Uuid::new_v4().simple());
+    let store = Arc::new(MysqlStore::new(db, &table));
+    store.prepare(&[]).await.expect("prepare");
+    let doc = |name: &str| NewDocument::new(json!({"name": name}).as_object().unwrap().clone());
+    store
+        .create(doc("kept"), &WriteContext::SYSTEM)
+        .await
+        .expect("a write with its clock");
+
+    let mut admin = mysql_async::Conn::from_url(url.as_str())
+        .await
+        .expect("connect");
+    admin
+        .exec_drop(
+            "DELETE FROM meshql_feed_clock WHERE name = ?",
+            (table.as_str(),),
+        )
+        .await
+        .unwrap();
+    let one = store.create(doc("lost"), &WriteContext::SYSTEM).await;
+    let many = store
+        .create_many(vec![doc("lost 1"), doc("lost 2")], &WriteContext::SYSTEM)
+        .await;
+    for refused in [one.map(|_| ()), many.map(|_| ())] {
+        let e = refused.expect_err("no clock, no write");
+        assert!(
+            e.to_string().contains("feed clock") && e.to_string().contains(&table),
+            "{e}"
+        );
+    }
+    let names: Vec<String> = store
+        .list(&meshql_core::ReadContext::LATEST)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| {
+            e.payload_map().unwrap()["name"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(names, ["kept"]);
+    let feed = store.changes(Cursor::START, 10).await.unwrap();
+    assert_eq!(feed.len(), 1);
+    drop(admin);
     store.shutdown().await;
 }
