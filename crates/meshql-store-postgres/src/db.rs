@@ -229,4 +229,39 @@ mod tests {
         );
         assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
     }
+
+    /// Against the real server (`MESHQL_TEST_POSTGRES_URL`, or started by the services
+    /// script): connections held count once, in whichever pool they were taken from.
+    #[tokio::test]
+    async fn connections_in_use_counts_both_pools_once() {
+        let url = meshql_conformance::test_server_url("postgres", "MESHQL_TEST_POSTGRES_URL");
+        let shared = super::PostgresDatabase::connect(&super::PostgresOptions::new(&url)).unwrap();
+        let held = shared.write.get().await.unwrap();
+        assert_eq!(
+            shared.connections_in_use(),
+            1,
+            "reads share the writers' pool"
+        );
+        let also = shared.read.get().await.unwrap();
+        assert_eq!(shared.connections_in_use(), 2);
+        drop((held, also));
+        assert_eq!(shared.connections_in_use(), 0);
+
+        let options = super::PostgresOptions {
+            read_url: Some(url.clone()),
+            ..super::PostgresOptions::new(&url)
+        };
+        let split = super::PostgresDatabase::connect(&options).unwrap();
+        let held = split.write.get().await.unwrap();
+        let read = split.read.get().await.unwrap();
+        assert_eq!(
+            split.connections_in_use(),
+            2,
+            "a read pool of its own counts too"
+        );
+        drop(read);
+        assert_eq!(split.connections_in_use(), 1);
+        drop(held);
+        assert_eq!(split.connections_in_use(), 0);
+    }
 }

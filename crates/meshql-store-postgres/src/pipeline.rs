@@ -112,4 +112,18 @@ mod tests {
         let r: Result<Vec<&str>, String> = pipelined_all(Vec::<std::future::Ready<_>>::new()).await;
         assert_eq!(r.unwrap(), Vec::<&str>::new());
     }
+
+    #[tokio::test]
+    async fn futures_ready_on_their_first_poll_are_not_polled_again() {
+        let ready = |r: Result<&'static str, String>| std::future::ready(r);
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let both = pipelined(ready(Ok("lock")), step("read", log.clone(), false)).await;
+        assert_eq!(both.unwrap(), ("lock", "read"));
+        let failed = pipelined(ready(Err("lock failed".into())), step("read", log, false)).await;
+        assert_eq!(failed.unwrap_err(), "lock failed");
+        let all = pipelined_all([ready(Ok("a")), ready(Ok("b"))]).await;
+        assert_eq!(all.unwrap(), ["a", "b"]);
+        let failed = pipelined_all([ready(Ok("a")), ready(Err("b failed".into()))]).await;
+        assert_eq!(failed.unwrap_err(), "b failed");
+    }
 }

@@ -166,6 +166,14 @@ fn envelope(row: &tokio_postgres::Row) -> Envelope {
     }
 }
 
+/// `sql` prepared on this connection, from its statement cache after the first time.
+async fn prepared<C: GenericClient>(
+    client: &C,
+    sql: &str,
+) -> Result<tokio_postgres::Statement, StoreError> {
+    client.prepare_cached(sql).await.map_err(pg_error)
+}
+
 struct Current {
     rowid: i64,
     payload: String,
@@ -289,10 +297,7 @@ impl PostgresStore {
         client: &C,
         id: &str,
     ) -> Result<Option<Current>, StoreError> {
-        let stmt = client
-            .prepare_cached(&self.sql.current)
-            .await
-            .map_err(pg_error)?;
+        let stmt = prepared(client, &self.sql.current).await?;
         let row = client.query_opt(&stmt, &[&id]).await.map_err(pg_error)?;
         Ok(row.as_ref().map(Current::of_row))
     }
@@ -304,14 +309,8 @@ impl PostgresStore {
         client: &C,
         id: &str,
     ) -> Result<Option<Current>, StoreError> {
-        let lock = client
-            .prepare_cached(&self.sql.lock)
-            .await
-            .map_err(pg_error)?;
-        let current = client
-            .prepare_cached(&self.sql.current)
-            .await
-            .map_err(pg_error)?;
+        let lock = prepared(client, &self.sql.lock).await?;
+        let current = prepared(client, &self.sql.current).await?;
         let key = self.lock_key(id);
         let (_, row) = pipelined(
             client.execute(&lock, &[&key]),
@@ -334,10 +333,7 @@ impl PostgresStore {
         let mut place = Placement::new(v.created_at, cur_time, now_millis());
         if place.check_collisions {
             let mut stamp = place.stamp;
-            let exists = client
-                .prepare_cached(&self.sql.version_exists)
-                .await
-                .map_err(pg_error)?;
+            let exists = prepared(client, &self.sql.version_exists).await?;
             while client
                 .query_opt(&exists, &[&v.id, &stamp])
                 .await
@@ -349,10 +345,7 @@ impl PostgresStore {
             place = place.settle(stamp, cur_time);
         }
         let (stamp, is_latest) = (place.stamp, place.latest);
-        let insert = client
-            .prepare_cached(&self.sql.insert)
-            .await
-            .map_err(pg_error)?;
+        let insert = prepared(client, &self.sql.insert).await?;
         let seq = current.map(|c| c.seq);
         let tokens = v.tokens.to_vec();
         meshql_core::fault::check(&v.payload)?;
@@ -370,10 +363,7 @@ impl PostgresStore {
             (true, Some(cur)) => {
                 // the older version's flag is cleared and the new one inserted in one round
                 // trip: pipelined, run in this order
-                let clear = client
-                    .prepare_cached(&self.sql.clear_latest)
-                    .await
-                    .map_err(pg_error)?;
+                let clear = prepared(client, &self.sql.clear_latest).await?;
                 let older: [&(dyn ToSql + Sync); 1] = [&cur.rowid];
                 let (_, row) = pipelined(
                     client.execute(&clear, &older),
@@ -406,10 +396,7 @@ impl PostgresStore {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let lock = client
-            .prepare_cached(&self.sql.lock)
-            .await
-            .map_err(pg_error)?;
+        let lock = prepared(client, &self.sql.lock).await?;
         let keys: Vec<String> = ids.into_iter().map(|id| self.lock_key(id)).collect();
         // pipelined: sent, and taken, in this order
         let params: Vec<[&(dyn ToSql + Sync); 1]> = keys.iter().map(|key| [key as _]).collect();
@@ -459,7 +446,7 @@ impl PostgresStore {
     ) -> Result<Vec<Envelope>, StoreError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client.prepare_cached(sql_text).await.map_err(pg_error)?;
+        let stmt = prepared(&client, sql_text).await?;
         let rows = client.query(&stmt, params).await.map_err(pg_error)?;
         Ok(rows.iter().map(envelope).collect())
     }
@@ -596,10 +583,7 @@ impl StoreReader for PostgresStore {
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.reads.fetch_add(1, Ordering::Relaxed);
         let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&compiled.sql)
-            .await
-            .map_err(pg_error)?;
+        let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
         Ok(rows
             .iter()
@@ -639,10 +623,7 @@ impl StoreReader for PostgresStore {
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.reads.fetch_add(1, Ordering::Relaxed);
         let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&compiled.sql)
-            .await
-            .map_err(pg_error)?;
+        let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
         Ok(rows
             .iter()
@@ -692,10 +673,7 @@ impl StoreReader for PostgresStore {
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.reads.fetch_add(1, Ordering::Relaxed);
         let client = self.db.read.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&compiled.sql)
-            .await
-            .map_err(pg_error)?;
+        let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
         let rows = rows.iter().map(|row| {
             let payload: &str = row.get(3);
@@ -883,10 +861,7 @@ impl ChangeFeed for PostgresStore {
     async fn changes(&self, after: Cursor, limit: usize) -> Result<Vec<StoreChange>, StoreError> {
         // read on the primary: the horizon must be the writers' own
         let client = self.db.write.get().await.map_err(pool_error)?;
-        let stmt = client
-            .prepare_cached(&self.sql.changes)
-            .await
-            .map_err(pg_error)?;
+        let stmt = prepared(&client, &self.sql.changes).await?;
         let tx_after = after.0.to_string();
         let row_after = i64::try_from(after.1).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
