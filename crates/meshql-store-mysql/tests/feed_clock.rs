@@ -13,13 +13,19 @@ fn mysql_url() -> String {
     meshql_conformance::test_server_url("mariadb", "MESHQL_TEST_MYSQL_URL")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn positions_are_taken_in_commit_order() {
+/// The server's URL, a fresh table's name, and its store.
+async fn fresh_store() -> (String, String, Arc<MysqlStore>) {
     let url = mysql_url();
     let db = MysqlDatabase::connect(&MysqlOptions::new(url.clone())).expect("pool");
     let table = format!("clock_{}", uuid::Uuid::new_v4().simple());
     let store = Arc::new(MysqlStore::new(db, &table));
     store.prepare(&[]).await.expect("prepare");
+    (url, table, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_are_taken_in_commit_order() {
+    let (url, table, store) = fresh_store().await;
 
     // a slow writer in its last step: it has taken position 1 and written its version, but
     // not committed
@@ -70,11 +76,7 @@ async fn positions_are_taken_in_commit_order() {
 /// text query) and a batch (statement by statement) alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_clock_refuses_writes_and_stores_nothing() {
-    let url = mysql_url();
-    let db = MysqlDatabase::connect(&MysqlOptions::new(url.clone())).expect("pool");
-    let table = format!("clock_{}", uuid::Uuid::new_v4().simple());
-    let store = Arc::new(MysqlStore::new(db, &table));
-    store.prepare(&[]).await.expect("prepare");
+    let (url, table, store) = fresh_store().await;
     let doc = |name: &str| NewDocument::new(json!({"name": name}).as_object().unwrap().clone());
     store
         .create(doc("kept"), &WriteContext::SYSTEM)
