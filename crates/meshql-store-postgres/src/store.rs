@@ -304,6 +304,8 @@ impl PostgresStore {
 
     /// The id's lock, then its newest version, in one round trip: the two statements are
     /// pipelined, and PostgreSQL runs the read (with its own snapshot) once the lock is held.
+    /// Not [`Self::current`] inside `pipelined`: both statements must be prepared
+    /// before either is sent, so that each goes out on its first poll (see `pipeline.rs`).
     async fn locked_current<C: GenericClient>(
         &self,
         client: &C,
