@@ -138,20 +138,36 @@ pub fn read_page(
     limit: usize,
     filter: &FeedFilter,
 ) -> Result<Page, LogError> {
-    let mut page = Page {
-        changes: Vec::new(),
-        last: since,
-    };
+    let mut changes = Vec::new();
+    let last = scan(source, since, limit, filter, |record, change| {
+        changes.push((record.offset, change))
+    })?;
+    Ok(Page { changes, last })
+}
+
+/// What [`read_page`] does, handing each admitted change to `admit` (its log record, whose
+/// data is the stored form, and its published form) instead of collecting them. Returns the
+/// position to resume after: the last change examined (`since` when there was nothing after
+/// it).
+pub(crate) fn scan(
+    source: &dyn FeedSource,
+    since: u64,
+    limit: usize,
+    filter: &FeedFilter,
+    mut admit: impl FnMut(&Record, Vec<u8>),
+) -> Result<u64, LogError> {
+    let mut last = since;
+    let mut admitted = 0;
     let mut examined = 0;
-    while page.changes.len() < limit && examined < SCAN_LIMIT {
-        let want = (limit - page.changes.len()).clamp(16, 1024);
-        let records = source.read_records(page.last, want, ROUND_BYTES)?;
+    while admitted < limit && examined < SCAN_LIMIT {
+        let want = (limit - admitted).clamp(16, 1024);
+        let records = source.read_records(last, want, ROUND_BYTES)?;
         if records.is_empty() {
             break;
         }
         for r in records {
             examined += 1;
-            page.last = r.offset;
+            last = r.offset;
             match Head::parse(&r.data) {
                 Ok(head) if filter.admits(&head) => {
                     let mut out = Vec::with_capacity(r.data.len() + 24);
@@ -159,8 +175,9 @@ pub fn read_page(
                     if let Some(mask) = filter.mask(&head.entity) {
                         out = masked(out, mask);
                     }
-                    page.changes.push((r.offset, out));
-                    if page.changes.len() == limit {
+                    admit(&r, out);
+                    admitted += 1;
+                    if admitted == limit {
                         break;
                     }
                 }
@@ -171,5 +188,5 @@ pub fn read_page(
             }
         }
     }
-    Ok(page)
+    Ok(last)
 }

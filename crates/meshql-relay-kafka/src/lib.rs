@@ -349,7 +349,7 @@ mod tests {
         let json = format!(
             r#"{{"position":7,"change_id":"hen:h1:1700000000123","entity":"hen","id":"h1","created_at":1700000000123,"op":"{op}","authorized_tokens":["a"],"correlation_id":"c-1","source":"0.1","payload":{{"name":"chuck","id":"h1"}}}}"#
         );
-        RelayChange::parse(7, json.into_bytes()).unwrap()
+        RelayChange::parse(7, 1_700_000_000_200, json.into_bytes()).unwrap()
     }
 
     #[test]

@@ -86,7 +86,7 @@ fn change(
         "source": "0.1",
         "payload": {"name": format!("v{position}"), "id": id},
     });
-    RelayChange::parse(position, serde_json::to_vec(&json).unwrap()).unwrap()
+    RelayChange::parse(position, created_at, serde_json::to_vec(&json).unwrap()).unwrap()
 }
 
 fn config(run: &str, naming: TopicNaming, format: Format) -> KafkaSinkConfig {

@@ -30,7 +30,7 @@ fn change(
         "source": "0.1",
         "payload": {"name": format!("v{position}"), "id": id},
     });
-    RelayChange::parse(position, serde_json::to_vec(&json).unwrap()).unwrap()
+    RelayChange::parse(position, created_at, serde_json::to_vec(&json).unwrap()).unwrap()
 }
 
 /// Every message of `stream`: (subject, headers, body).

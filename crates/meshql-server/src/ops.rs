@@ -187,7 +187,7 @@ fn write_relay_metrics(out: &mut String, stats: &[meshql_changes::RelayStats]) {
             "meshql_relay_sent_total",
             "counter",
             "Changes the relay's broker acknowledged (a batch sent again counts again).",
-            |s| s.sent.to_string(),
+            |s| s.delivered.to_string(),
         ),
         (
             "meshql_relay_errors_total",
