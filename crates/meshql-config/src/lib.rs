@@ -20,8 +20,8 @@ pub mod resolve;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{ConsoleConfig, GraphqlLimits, ServiceConfig, WriteResponse};
 pub use resolve::{
-    load, ChangesSpec, RelaySpec, ResolvedConfig, ResolvedEntity, ResolvedGraph, ResolvedQuery,
-    ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
+    load, ChangesSpec, ProcessorSpec, RelaySpec, ResolvedConfig, ResolvedEntity, ResolvedGraph,
+    ResolvedQuery, ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
 };
 
 /// The well-known config file name looked up inside a directory argument.

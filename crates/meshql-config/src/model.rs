@@ -71,6 +71,12 @@ pub struct ServiceConfig {
     /// The entities served.
     #[serde(default, rename = "entity")]
     pub entities: Vec<EntityConfig>,
+    /// Processors (`[[processor]]`): consumers of the change feed that write entities, such
+    /// as projections (materialised read models) computed from events. `type` selects the
+    /// kind; its other fields are the kind's (see `meshql_process`).
+    #[serde(default, rename = "processor")]
+    #[schemars(with = "Vec<ProcessorConfig>")]
+    pub processors: Vec<Spanned<ProcessorConfig>>,
 }
 
 /// What REST creates and updates answer (see [`ServiceConfig::write_response`]).
@@ -468,6 +474,82 @@ impl JsonSchema for RelayConfig {
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
             "description": "A relay of the change feed: `type` selects the relay, `name`, `batch` and `retry_backoff_max_ms` are every relay's, the other fields are that relay's. Every message carries the change's `change_id` (`entity:id:created_at`), the same on every delivery: consumers de-duplicate on it to be exactly once.",
+            "type": "object",
+            "properties": { "type": { "type": "string" }, "name": { "type": "string" } },
+            "required": ["name", "type"]
+        })
+    }
+}
+
+/// A processor (`[[processor]]`): `name` and `type` are typed here; every other field
+/// belongs to the processor's kind, which checks it (the config crate knows no processor).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessorConfig {
+    pub name: Spanned<String>,
+    /// The `type` field.
+    pub kind: Spanned<String>,
+    /// Every other field, as JSON.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Where each field starts in the config text (byte offsets; every field included).
+    pub offsets: BTreeMap<String, usize>,
+}
+
+impl<'de> Deserialize<'de> for ProcessorConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = ProcessorConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a processor's fields")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<ProcessorConfig, A::Error> {
+                use serde::de::Error;
+                let (mut name, mut kind) = (None, None);
+                let mut settings = serde_json::Map::new();
+                let mut offsets = BTreeMap::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    let start = match key.as_str() {
+                        "name" => name.insert(map.next_value::<Spanned<String>>()?).span(),
+                        "type" => kind.insert(map.next_value::<Spanned<String>>()?).span(),
+                        _ => {
+                            let value = map.next_value::<Spanned<toml::Value>>()?;
+                            let span = value.span();
+                            let value = serde_json::to_value(value.into_inner())
+                                .map_err(A::Error::custom)?;
+                            settings.insert(key.clone(), value);
+                            span
+                        }
+                    }
+                    .start;
+                    offsets.insert(key, start);
+                }
+                Ok(ProcessorConfig {
+                    name: name.ok_or_else(|| A::Error::missing_field("name"))?,
+                    kind: kind.ok_or_else(|| A::Error::missing_field("type"))?,
+                    settings,
+                    offsets,
+                })
+            }
+        }
+
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+impl JsonSchema for ProcessorConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ProcessorConfig".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A processor of the change feed: `type` selects the kind (`projection`, `script`, `rust`), `name` is unique among processors (its consumer group in the log is `processor-<name>`); the other fields are the kind's.",
             "type": "object",
             "properties": { "type": { "type": "string" }, "name": { "type": "string" } },
             "required": ["name", "type"]

@@ -77,6 +77,8 @@ pub struct ResolvedConfig {
     /// Storage by name (only the ones some entity uses).
     pub storages: BTreeMap<String, StorageSpec>,
     pub entities: Vec<ResolvedEntity>,
+    /// `[[processor]]`, names checked (the processor crate checks the rest).
+    pub processors: Vec<ProcessorSpec>,
     /// Problems that do not stop a service but make some queries answer less than they ask
     /// (e.g. a projection field the target graphlette does not have).
     pub warnings: Vec<ConfigError>,
@@ -554,6 +556,7 @@ impl Resolver {
             }
         }
         let relays = self.resolve_relays(&model.changes);
+        let processors = self.resolve_processors(&model.processors, model.changes.enabled);
         let auth = self.resolve_auth(&model.auth);
         let Some(auth) = auth.filter(|_| self.errors.is_empty()) else {
             return Err(ConfigErrors(self.errors));
@@ -587,6 +590,7 @@ impl Resolver {
             console: model.console,
             storages: used_storage,
             entities,
+            processors,
             warnings,
         })
     }
@@ -1158,7 +1162,9 @@ mod auth;
 mod permissions;
 pub use auth::{AuthSpec, CasbinFiles};
 pub use permissions::PermissionsSpec;
+mod processors;
 mod relays;
+pub use processors::ProcessorSpec;
 pub use relays::RelaySpec;
 mod server;
 pub use server::{read_cert_chain, read_private_key, ServerSpec, TlsSpec};

@@ -960,7 +960,7 @@ pub async fn nested_search_matches_level_by_level(store: DynStore) {
     assert_eq!(checked, 6);
 }
 
-fn projection(fields: &[&str]) -> meshql_core::Projection {
+fn projection(fields: &[&str]) -> meshql_core::FieldSet {
     fields.iter().map(|f| f.to_string()).collect()
 }
 

@@ -11,9 +11,10 @@ pub mod change;
 pub mod envelope;
 pub mod error;
 pub mod fault;
+pub mod field_set;
 pub mod memo;
 pub mod nested;
-pub mod projection;
+pub mod output;
 pub mod registry;
 pub mod store;
 pub mod template;
@@ -28,7 +29,8 @@ pub use backend::{
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};
-pub use projection::{parse_payload, Projection};
+pub use field_set::{parse_payload, FieldSet};
+pub use output::{DeadLetter, OutputBatch, OutputStore, OutputWrite, StateWrite};
 pub use store::{
     in_request_order, page_as_of, BatchRows, BatchSearch, ChangeFeed, Document, DynReader,
     DynStore, DynWriter, KeyedRows, Nested, NestedRow, Placement, ReadContext, Relation,

@@ -16,7 +16,7 @@ use std::hash::{Hash, Hasher};
 
 use serde_json::{Map, Value};
 
-use crate::{Nested, NestedRow, Projection, QueryTemplate};
+use crate::{FieldSet, Nested, NestedRow, QueryTemplate};
 
 /// A relationship of a nested statement: the rows of `table` matching `template` with its
 /// `id` argument bound to the parent's `key_field`.
@@ -126,7 +126,7 @@ fn row_key<'r>(
 /// reader's, [`crate::Search::fields`] or [`Nested::fields`]) when they hold the key field of
 /// every one of them, without which the rows below could not be found; else `None` (every
 /// field).
-pub fn keeping_keys(fields: Option<&Projection>, below: &[Nested]) -> Option<Projection> {
+pub fn keeping_keys(fields: Option<&FieldSet>, below: &[Nested]) -> Option<FieldSet> {
     fields
         .filter(|f| {
             below
@@ -138,8 +138,8 @@ pub fn keeping_keys(fields: Option<&Projection>, below: &[Nested]) -> Option<Pro
 
 /// The payload fields to parse per relationship of a nested statement (0: the search, whose
 /// reader reads `root`; then `nested` depth first), by [`keeping_keys`].
-pub fn projections(root: Option<&Projection>, nested: &[Nested]) -> Vec<Option<Projection>> {
-    fn walk(levels: &[Nested], out: &mut Vec<Option<Projection>>) {
+pub fn field_sets(root: Option<&FieldSet>, nested: &[Nested]) -> Vec<Option<FieldSet>> {
+    fn walk(levels: &[Nested], out: &mut Vec<Option<FieldSet>>) {
         for level in levels {
             out.push(keeping_keys(level.fields.as_ref(), &level.children));
             walk(&level.children, out);
@@ -152,14 +152,14 @@ pub fn projections(root: Option<&Projection>, nested: &[Nested]) -> Vec<Option<P
 
 /// [`assemble`] for rows whose payloads are JSON text, as SQL drivers return them:
 /// `(relationship, key, id, payload, order)`; each payload is parsed into the fields its
-/// relationship's reader reads (`root`: the search's, [`projections`]).
+/// relationship's reader reads (`root`: the search's, [`field_sets`]).
 pub fn assemble_text<P: AsRef<str>>(
     nested: &[Nested],
-    root: Option<&Projection>,
+    root: Option<&FieldSet>,
     rows: impl IntoIterator<Item = (usize, Option<String>, String, P, i64)>,
 ) -> Result<Vec<NestedRow>, crate::StoreError> {
     let corrupt = crate::StoreError::Corrupt;
-    let fields = projections(root, nested);
+    let fields = field_sets(root, nested);
     let flat = rows
         .into_iter()
         .map(|(relationship, key, id, payload, order)| {

@@ -111,8 +111,8 @@ pub struct Nested {
     pub template: QueryTemplate,
     /// The payload fields read of this level's rows (`None`: all), the key fields of
     /// `children` among them; a store may leave the others out of [`NestedRow::payload`]
-    /// ([`crate::projection`]).
-    pub fields: Option<crate::Projection>,
+    /// ([`crate::field_set`]).
+    pub fields: Option<crate::FieldSet>,
     /// The relationships below this one.
     pub children: Vec<Nested>,
 }
@@ -183,7 +183,7 @@ pub struct Search<'a> {
     pub limit: Option<usize>,
     /// The payload fields the caller reads (`None`: all). A hint: a store may return only
     /// these ([`StoreReader::find_nested`] on SQLite does), or the whole payload.
-    pub fields: Option<&'a crate::Projection>,
+    pub fields: Option<&'a crate::FieldSet>,
 }
 
 impl<'a> Search<'a> {
@@ -197,7 +197,7 @@ impl<'a> Search<'a> {
     }
 
     /// The same search, for a caller that reads only `fields` of each payload.
-    pub fn reading(self, fields: Option<&'a crate::Projection>) -> Self {
+    pub fn reading(self, fields: Option<&'a crate::FieldSet>) -> Self {
         Self { fields, ..self }
     }
 }
@@ -357,7 +357,7 @@ pub trait ChangeFeed: Send + Sync + 'static {
 
 /// Storage for one entity: its reader, writer and change feed, and its lifecycle.
 #[async_trait]
-pub trait Store: StoreReader + StoreWriter + ChangeFeed {
+pub trait Store: StoreReader + StoreWriter + ChangeFeed + crate::OutputStore {
     /// Creates tables and the indexes the given templates need. Called once at start-up.
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError>;
 

@@ -1,7 +1,7 @@
 //! Putting a nested statement's flat rows back into a tree, without a database.
 
-use meshql_core::nested::{assemble, assemble_text, projections, relationship_parents, FlatRow};
-use meshql_core::{DynStore, Nested, NestedRow, Projection, QueryTemplate};
+use meshql_core::nested::{assemble, assemble_text, field_sets, relationship_parents, FlatRow};
+use meshql_core::{DynStore, FieldSet, Nested, NestedRow, QueryTemplate};
 use meshql_store_memory::MemoryStore;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -95,7 +95,7 @@ fn keys_that_are_not_scalars_and_rows_out_of_step() {
     assert_eq!(assemble(&tree(), Vec::new()).unwrap(), Vec::new());
 }
 
-fn fields(names: &[&str]) -> Option<Projection> {
+fn fields(names: &[&str]) -> Option<FieldSet> {
     Some(names.iter().map(|n| n.to_string()).collect())
 }
 
@@ -109,8 +109,8 @@ fn text_rows_are_parsed_into_the_fields_their_reader_reads() {
     tree[0].children[1].fields = fields(&["name"]); // a coop's farm
     tree[1].fields = None; // tags: everything
     let root = fields(&["name", "code"]);
-    let per = projections(root.as_ref(), &tree);
-    let names = |p: &Option<Projection>| p.as_ref().map(|f| f.to_vec());
+    let per = field_sets(root.as_ref(), &tree);
+    let names = |p: &Option<FieldSet>| p.as_ref().map(|f| f.to_vec());
     assert_eq!(
         per.iter().map(names).collect::<Vec<_>>(),
         [

@@ -342,6 +342,45 @@ impl EntityService {
         Ok(Value::Object(map))
     }
 
+    /// A processor's outputs, committed with its input position in one transaction
+    /// ([`meshql_core::output`]): every `Put` is checked against the entity's JSON Schema and
+    /// the caller's grants (create, update; delete for a `Delete`) before anything is
+    /// written. A `Put` of an id with a current version keeps its tokens unless the entity
+    /// configures tokens.
+    pub async fn apply_output(
+        &self,
+        session: &Session,
+        batch: meshql_core::OutputBatch,
+    ) -> Result<Vec<Envelope>, EngineError> {
+        use meshql_core::OutputWrite;
+        let mut checked_put = false;
+        let mut checked_delete = false;
+        for write in &batch.writes {
+            match write {
+                OutputWrite::Put { payload, .. } => {
+                    if !checked_put {
+                        self.check(session, Action::Create)?;
+                        self.check(session, Action::Update)?;
+                        checked_put = true;
+                    }
+                    let value: Value = serde_json::from_str(payload)
+                        .map_err(|_| EngineError::WrongShape("object"))?;
+                    self.validate(value)?;
+                }
+                OutputWrite::Delete { .. } => {
+                    if !checked_delete {
+                        self.check(session, Action::Delete)?;
+                        checked_delete = true;
+                    }
+                }
+            }
+        }
+        Ok(self
+            .writer
+            .apply_output(batch, &self.write_context(session, false))
+            .await?)
+    }
+
     pub async fn remove(&self, session: &Session, id: &str) -> Result<RemoveOutcome, EngineError> {
         self.check(session, Action::Delete)?;
         Ok(self

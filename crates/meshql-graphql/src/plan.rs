@@ -11,7 +11,7 @@ use apollo_compiler::executable::{
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Node, Schema};
 use meshql_config::GraphqlLimits;
-use meshql_core::{Nested, Projection};
+use meshql_core::{FieldSet, Nested};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 use std::fmt::Write;
@@ -125,8 +125,8 @@ pub struct SelectionPlan {
     pub nested: Option<Vec<Nested>>,
     /// The payload fields this selection reads of a document: its leaf and embedded fields
     /// and its relationships' key fields (`__typename` reads none). Documents are parsed
-    /// into these alone ([`meshql_core::projection`]).
-    pub reads: Projection,
+    /// into these alone ([`meshql_core::field_set`]).
+    pub reads: FieldSet,
 }
 
 #[derive(Debug)]
@@ -1008,7 +1008,7 @@ fn widen_at_variables(document: &mut ast::Document, schema: &Schema) {
 
 /// The payload fields read by a selection of `fields` with `resolvers` (see
 /// [`SelectionPlan::reads`]), each once, in the order first read.
-fn payload_reads(fields: &[FieldPlan], resolvers: &[ResolverPlan]) -> Projection {
+fn payload_reads(fields: &[FieldPlan], resolvers: &[ResolverPlan]) -> FieldSet {
     let mut reads: Vec<String> = Vec::new();
     let named = fields.iter().filter_map(|f| match f.kind {
         FieldKind::Leaf(_) | FieldKind::Embedded(_) => Some(&f.field_name),

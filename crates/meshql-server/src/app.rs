@@ -60,6 +60,8 @@ pub struct App {
     hub: Option<Arc<Hub>>,
     /// Relays of the change feed to Kafka / NATS (stopped after the hub).
     relays: Arc<crate::relays::Relays>,
+    /// Processors of the change feed (stopped after the hub, before the relays).
+    processors: Arc<meshql_process::Processors>,
     /// Set when the server starts shutting down (ends change streams).
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
 }
@@ -81,6 +83,7 @@ impl App {
         if let Some(hub) = &self.hub {
             hub.stop().await;
         }
+        self.processors.stop().await;
         self.relays.stop().await;
         for db in &self.databases {
             db.close().await;
@@ -305,6 +308,18 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         None
     };
     let relays = crate::relays::start(config, hub.as_deref()).await?;
+    let processors = Arc::new(match &hub {
+        Some(hub) => {
+            crate::processors::start(
+                config,
+                hub.log().clone(),
+                &services,
+                meshql_process::StartOptions::default(),
+            )
+            .await?
+        }
+        None => meshql_process::Processors::default(),
+    });
 
     let mut storages: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {
@@ -318,6 +333,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         storages,
         hub: hub.clone(),
         relays: relays.clone(),
+        processors: processors.clone(),
         requests: requests.clone(),
     });
     let ops_router = Router::new()
@@ -358,6 +374,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         databases: databases.into_values().collect(),
         hub,
         relays,
+        processors,
         closing,
     })
 }

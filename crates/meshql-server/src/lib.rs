@@ -13,6 +13,7 @@ mod graphql_routes;
 mod listener;
 mod ops;
 mod preflight;
+mod processors;
 mod relays;
 mod request_metrics;
 mod served;

@@ -19,6 +19,8 @@ pub struct Ops {
     /// Relays of the change feed (their state is in `/metrics`, never in `/ready`: a broker
     /// that is down does not make the service unready).
     pub relays: Arc<crate::relays::Relays>,
+    /// Processors of the change feed (their state is in `/metrics` and the console).
+    pub processors: Arc<meshql_process::Processors>,
     /// Latency per route, method and status.
     pub requests: Arc<crate::request_metrics::RequestMetrics>,
 }
@@ -134,6 +136,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
         write_feed_metrics(&mut out, hub);
     }
     write_relay_metrics(&mut out, &ops.relays.stats());
+    crate::processors::write_metrics(&mut out, &ops.processors.stats());
     crate::connection::write_metrics(&mut out);
     ops.requests.write(&mut out);
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)

@@ -315,3 +315,64 @@ impl Store for Served {
         self.inner.shutdown().await
     }
 }
+
+#[async_trait]
+impl meshql_core::OutputStore for Served {
+    fn supports_outputs(&self) -> bool {
+        self.inner.supports_outputs()
+    }
+
+    async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
+        self.gate()?;
+        self.inner.output_position(consumer).await
+    }
+
+    async fn output_state(
+        &self,
+        consumer: &str,
+        keys: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        self.gate()?;
+        self.inner.output_state(consumer, keys).await
+    }
+
+    async fn output_group(
+        &self,
+        consumer: &str,
+        group: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.gate()?;
+        self.inner.output_group(consumer, group).await
+    }
+
+    async fn apply_output(
+        &self,
+        batch: meshql_core::OutputBatch,
+        ctx: &WriteContext,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.gate()?;
+        self.inner
+            .apply_output(batch, ctx)
+            .instrument(self.span("apply_output"))
+            .await
+    }
+
+    async fn dead_letters(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, meshql_core::DeadLetter)>, StoreError> {
+        self.gate()?;
+        self.inner.dead_letters(consumer, limit).await
+    }
+
+    async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
+        self.gate()?;
+        self.inner.dead_letter_count(consumer).await
+    }
+
+    async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {
+        self.gate()?;
+        self.inner.reset_output(consumer).await
+    }
+}

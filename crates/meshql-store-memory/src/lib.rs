@@ -134,6 +134,18 @@ pub struct MemoryStore {
     writes: AtomicU64,
     commits: AtomicU64,
     signal: CommitSignal,
+    /// Processors' positions, state and dead letters (see `meshql_core::output`).
+    outputs: parking_lot::Mutex<Outputs>,
+}
+
+/// What consumers committed with their outputs to this store.
+#[derive(Default)]
+struct Outputs {
+    positions: std::collections::HashMap<String, u64>,
+    /// Per consumer: key -> (group, value).
+    state: std::collections::HashMap<String, BTreeMap<String, (Option<String>, String)>>,
+    /// `(consumer, letter)` in commit order.
+    dead: Vec<(String, meshql_core::DeadLetter)>,
 }
 
 impl MemoryStore {
@@ -500,4 +512,146 @@ impl meshql_core::Database for MemoryDatabase {
         Arc::new(MemoryStore::new())
     }
     async fn close(&self) {}
+}
+
+#[async_trait]
+impl meshql_core::OutputStore for MemoryStore {
+    fn supports_outputs(&self) -> bool {
+        true
+    }
+
+    async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.outputs.lock().positions.get(consumer).copied())
+    }
+
+    async fn output_state(
+        &self,
+        consumer: &str,
+        keys: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
+        let outputs = self.outputs.lock();
+        let Some(rows) = outputs.state.get(consumer) else {
+            return Ok(Default::default());
+        };
+        Ok(keys
+            .iter()
+            .filter_map(|k| rows.get(k).map(|(_, v)| (k.clone(), v.clone())))
+            .collect())
+    }
+
+    async fn output_group(
+        &self,
+        consumer: &str,
+        group: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let outputs = self.outputs.lock();
+        Ok(outputs
+            .state
+            .get(consumer)
+            .map(|rows| {
+                rows.iter()
+                    .filter(|(_, (g, _))| g.as_deref() == Some(group))
+                    .map(|(k, (_, v))| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    async fn apply_output(
+        &self,
+        batch: meshql_core::OutputBatch,
+        ctx: &WriteContext,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        use meshql_core::OutputWrite;
+        // every version is made (and checked) before anything is applied: all or nothing
+        let mut data = self.data.write();
+        let mut planned = Vec::with_capacity(batch.writes.len());
+        for write in batch.writes {
+            match write {
+                OutputWrite::Put { id, payload } => {
+                    let map: Map<String, Value> = serde_json::from_str(&payload)
+                        .map_err(|e| StoreError::Invalid(format!("output payload: {e}")))?;
+                    let kept = data
+                        .at(&id, None)
+                        .filter(|v| !v.deleted)
+                        .map(|v| v.tokens.clone());
+                    let tokens = ctx.tokens.clone().or(kept).unwrap_or_default();
+                    let (id, v, explicit) = Self::version(NewDocument::with_id(id, map), &tokens)?;
+                    planned.push((id, Some(v), explicit));
+                }
+                OutputWrite::Delete { id } => planned.push((id, None, false)),
+            }
+        }
+        let mut outputs = self.outputs.lock();
+        let mut written = Vec::with_capacity(planned.len());
+        for (id, version, explicit) in planned {
+            match version {
+                Some(v) => {
+                    written.push(data.append(&id, v, explicit, ctx.correlation_id.as_deref()))
+                }
+                None => {
+                    if Self::remove_locked(&mut data, &id, &WriteContext::SYSTEM)
+                        == RemoveOutcome::Removed
+                    {
+                        if let Some(v) = data.at(&id, None) {
+                            written.push(envelope(&id, v));
+                        }
+                    }
+                }
+            }
+        }
+        let rows = outputs.state.entry(batch.consumer.clone()).or_default();
+        for s in batch.state {
+            match s.value {
+                Some(v) => {
+                    rows.insert(s.key, (s.group, v));
+                }
+                None => {
+                    rows.remove(&s.key);
+                }
+            }
+        }
+        for letter in batch.dead_letters {
+            outputs.dead.push((batch.consumer.clone(), letter));
+        }
+        outputs.positions.insert(batch.consumer, batch.position);
+        drop(outputs);
+        drop(data);
+        self.writes
+            .fetch_add(written.len() as u64, Ordering::Relaxed);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        if !written.is_empty() {
+            self.signal.notify();
+        }
+        Ok(written)
+    }
+
+    async fn dead_letters(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, meshql_core::DeadLetter)>, StoreError> {
+        let outputs = self.outputs.lock();
+        Ok(outputs
+            .dead
+            .iter()
+            .rev()
+            .filter(|(c, _)| consumer.is_none_or(|want| c == want))
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
+        let outputs = self.outputs.lock();
+        Ok(outputs.dead.iter().filter(|(c, _)| c == consumer).count() as u64)
+    }
+
+    async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {
+        let mut outputs = self.outputs.lock();
+        outputs.positions.remove(consumer);
+        outputs.state.remove(consumer);
+        outputs.dead.retain(|(c, _)| c != consumer);
+        Ok(())
+    }
 }

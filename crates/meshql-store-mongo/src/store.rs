@@ -1716,3 +1716,6 @@ impl meshql_core::Database for MongoDatabase {
         MongoDatabase::close(self).await;
     }
 }
+
+/// Processor outputs are not wired on this backend yet (see `meshql_core::output`).
+impl meshql_core::OutputStore for MongoStore {}

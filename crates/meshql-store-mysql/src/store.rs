@@ -1059,3 +1059,6 @@ impl Store for MysqlStore {
         self.db.close().await;
     }
 }
+
+/// Processor outputs are not wired on this backend yet (see `meshql_core::output`).
+impl meshql_core::OutputStore for MysqlStore {}

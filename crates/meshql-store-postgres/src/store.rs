@@ -951,3 +951,6 @@ impl Store for PostgresStore {
         self.db.close();
     }
 }
+
+/// Processor outputs are not wired on this backend yet (see `meshql_core::output`).
+impl meshql_core::OutputStore for PostgresStore {}

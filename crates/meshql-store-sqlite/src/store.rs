@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 mod nested;
+mod outputs;
 
 /// One entity's table.
 pub struct SqliteStore {
@@ -926,6 +927,8 @@ impl ChangeFeed for SqliteStore {
 impl Store for SqliteStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
         let mut ddl = sql::create_table(&self.table);
+        ddl.push_str(";\n");
+        ddl.push_str(outputs::DDL);
         for t in templates {
             for path in t.filtered_paths() {
                 if let Some(idx) = sql::create_field_index(&self.table, &path) {

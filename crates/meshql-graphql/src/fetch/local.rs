@@ -5,7 +5,7 @@ use crate::plan::TargetPlan;
 use crate::tree::FieldError;
 use futures::future::BoxFuture;
 use meshql_core::{
-    BatchSearch, BoundArgs, DynReader, KeyedRows, Nested, NestedRow, Projection, QueryTemplate,
+    BatchSearch, BoundArgs, DynReader, FieldSet, KeyedRows, Nested, NestedRow, QueryTemplate,
     ReadContext, Row, Search, StoreError,
 };
 
@@ -37,7 +37,7 @@ impl InProcess {
         args: &BoundArgs,
         limit: Option<usize>,
         nested: Option<&[Nested]>,
-        reads: &Projection,
+        reads: &FieldSet,
         ctx: &ReadContext<'_>,
     ) -> Result<RootRows, StoreError> {
         let search = Search::new(&self.templates[query], args, limit).reading(Some(reads));

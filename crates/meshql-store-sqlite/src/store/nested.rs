@@ -16,7 +16,7 @@
 //! rows keep their statement's order (creation order, or the template's sort), and a row
 //! that several parents share is cloned for all but its last appearance. Payloads are parsed
 //! into the fields the caller reads ([`Search::fields`], [`Nested::fields`]) plus the key
-//! fields of the levels below ([`meshql_core::projection`]).
+//! fields of the levels below ([`meshql_core::field_set`]).
 //!
 //! [`StoreReader::find`]: meshql_core::StoreReader::find
 //! [`StoreReader::find_batch`]: meshql_core::StoreReader::find_batch
@@ -25,8 +25,7 @@ use super::{is_scan, query_error, tokens_json, SqliteStore};
 use crate::sql::{self, Compiled, Shape};
 use meshql_core::nested::{join_levels, keeping_keys, key_text, Level};
 use meshql_core::{
-    parse_payload, BoundArgs, Millis, Nested, NestedRow, Projection, ReadContext, Search,
-    StoreError,
+    parse_payload, BoundArgs, FieldSet, Millis, Nested, NestedRow, ReadContext, Search, StoreError,
 };
 use rusqlite::Connection;
 use serde_json::{Map, Value};
@@ -54,7 +53,7 @@ struct LevelPlan {
     key_field: String,
     vector: bool,
     /// The payload fields parsed of this level's rows (`None`: all).
-    fields: Option<Projection>,
+    fields: Option<FieldSet>,
     children: Vec<LevelPlan>,
 }
 
@@ -489,7 +488,7 @@ mod tests {
             let hen = serde_json::json!({"name": name, "coop_id": coop, "breed": "leghorn"});
             hens.create(doc(hen), &w).await.unwrap();
         }
-        let fields = |names: &[&str]| -> Option<Projection> {
+        let fields = |names: &[&str]| -> Option<FieldSet> {
             Some(names.iter().map(|n| n.to_string()).collect())
         };
         let level = |store: &Arc<SqliteStore>, key: &str, template: &QueryTemplate| Nested {

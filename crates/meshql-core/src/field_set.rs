@@ -8,7 +8,7 @@
 //! (serde's `IgnoredAny`: no allocation). The fields kept are exactly those of the full
 //! parse: same values, same order, a repeated key keeping its last value.
 //!
-//! A [`Projection`] is a hint: a reader that is given one may still receive more fields (a
+//! A [`FieldSet`] is a hint: a reader that is given one may still receive more fields (a
 //! store that does not project returns the whole payload), never fewer.
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -17,7 +17,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The top-level payload fields a reader uses (`None` where one is expected: all of them).
-pub type Projection = Arc<[String]>;
+pub type FieldSet = Arc<[String]>;
 
 /// The payload `text` as a JSON object, with only the fields in `fields` (all of them for
 /// `None`). Fails as a full parse would: on text that is not JSON, or not an object.

@@ -1,0 +1,479 @@
+//! Declarative projections: a document per key, its fields aggregates of input documents.
+//!
+//! # State
+//!
+//! For every input document and every `[[processor.from]]` it feeds, the projection keeps
+//! its *contribution* — the key it counted under and one accumulator piece per field
+//! ([`crate::acc`]) — and for every key a *group*: the merged accumulators and how many
+//! inputs count. Both are state rows of the output store, committed with the documents and
+//! the input position in one transaction ([`meshql_core::output`]):
+//!
+//! ```text
+//! c/<from>/<input id>  (group = key)  {"key":…,"p":[piece, …]}
+//! g/<key>                             {"key":…,"n":3,"f":[acc, …]}
+//! ```
+//!
+//! # One batch
+//!
+//! 1. each input change becomes its new contributions (none for a delete, a filtered-out
+//!    document or a missing key); an input that cannot be read (a field that is not a number,
+//!    a time that does not parse) is a dead letter and changes nothing;
+//! 2. the old contributions and the groups they and the new ones touch are read, each once;
+//! 3. inputs are applied in log order: the old piece is subtracted where the aggregate allows
+//!    it ([`crate::acc::Acc::unmerge`]) — else the group is marked to be folded again from
+//!    its stored contributions —, and the new piece merged;
+//! 4. every touched group becomes one document version (a tombstone when no input counts any
+//!    more): its key, aggregates, lookups and derived fields. A batch of 500 lay reports of 50
+//!    hens writes 50 versions, not 500.
+//!
+//! An update of an input therefore moves its contribution (a corrected report does not count
+//! twice, a report moved to another key leaves the first), a delete removes it, and a change
+//! seen again after a crash finds its contribution already there and changes nothing.
+
+pub mod spec;
+
+use crate::acc::Acc;
+use crate::FieldPath;
+use async_trait::async_trait;
+use meshql_core::{ChangeOp, OutputWrite, StateWrite, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use spec::ProjectionSpec;
+use std::collections::{HashMap, HashSet};
+
+/// One input change, as a projection reads it.
+#[derive(Debug, Clone)]
+pub struct Input {
+    pub position: u64,
+    pub entity: String,
+    pub id: String,
+    pub op: ChangeOp,
+    /// The document (ignored for a delete).
+    pub payload: Map<String, Value>,
+    /// Orders inputs for `last`: the version's time, then the position.
+    pub order: (i64, u64),
+}
+
+/// What a projection reads besides its inputs.
+#[async_trait]
+pub trait ProjectionIo: Send + Sync {
+    /// Committed state rows among `keys`.
+    async fn state(&self, keys: &[String]) -> Result<HashMap<String, String>, StoreError>;
+    /// Committed state rows of a group.
+    async fn group(&self, group: &str) -> Result<Vec<(String, String)>, StoreError>;
+    /// The current document `id` of `entity`.
+    async fn lookup(
+        &self,
+        entity: &str,
+        id: &str,
+    ) -> Result<Option<Map<String, Value>>, StoreError>;
+}
+
+/// What a batch comes to.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Document writes, with the indexes of the inputs that touched each.
+    pub writes: Vec<(OutputWrite, Vec<usize>)>,
+    pub state: Vec<StateWrite>,
+    /// Inputs that could not be read: `(index, reason)`.
+    pub dead: Vec<(usize, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Contribution {
+    key: Value,
+    /// One piece per field of its `from`, in order.
+    p: Vec<Acc>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Group {
+    key: Value,
+    n: i64,
+    /// One accumulator per aggregate of the projection, in order.
+    f: Vec<Acc>,
+}
+
+/// The text of a key: a string as it is, anything else as JSON.
+pub fn key_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn contribution_key(from: usize, id: &str) -> String {
+    format!("c/{from}/{id}")
+}
+
+fn group_key(key: &str) -> String {
+    format!("g/{key}")
+}
+
+/// A compiled projection.
+#[derive(Debug, Clone)]
+pub struct Projection {
+    pub spec: ProjectionSpec,
+    /// Per `from`, per field: the index of its aggregate in `spec.aggregates`.
+    slots: Vec<Vec<usize>>,
+}
+
+/// A group being changed by a batch.
+struct Touched {
+    group: Group,
+    refold: bool,
+    inputs: Vec<usize>,
+}
+
+impl Projection {
+    pub fn new(spec: ProjectionSpec) -> Self {
+        let slots = spec
+            .from
+            .iter()
+            .map(|f| {
+                f.fields
+                    .iter()
+                    .map(|(name, _)| {
+                        spec.aggregates
+                            .iter()
+                            .position(|(a, _)| a == name)
+                            .expect("every field has an aggregate")
+                    })
+                    .collect()
+            })
+            .collect();
+        Self { spec, slots }
+    }
+
+    /// The id of the document of `key`: the same on every run and rebuild.
+    pub fn document_id(&self, key: &str) -> String {
+        uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("meshql:{}:{key}", self.spec.output).as_bytes(),
+        )
+        .to_string()
+    }
+
+    fn empty_group(&self, key: Value) -> Group {
+        Group {
+            key,
+            n: 0,
+            f: self
+                .spec
+                .aggregates
+                .iter()
+                .map(|(_, a)| a.empty())
+                .collect(),
+        }
+    }
+
+    /// The contributions of one input (`(from, contribution)`), or why it cannot be read.
+    fn contributions(&self, input: &Input) -> Result<Vec<(usize, Option<Contribution>)>, String> {
+        let mut out = Vec::new();
+        for (fi, from) in self.spec.from.iter().enumerate() {
+            if from.entity != input.entity {
+                continue;
+            }
+            if input.op == ChangeOp::Delete {
+                out.push((fi, None));
+                continue;
+            }
+            let mut doc = input.payload.clone();
+            for (k, v) in &from.defaults {
+                if doc.get(k).is_none_or(Value::is_null) {
+                    doc.insert(k.clone(), v.clone());
+                }
+            }
+            let admitted = from.filter.iter().all(|(path, allowed)| {
+                let v = path.get(&doc).unwrap_or(&Value::Null);
+                allowed.iter().any(|a| a == v)
+            });
+            let key = from.key.get(&doc).filter(|k| !k.is_null());
+            let (true, Some(key)) = (admitted, key) else {
+                out.push((fi, None));
+                continue;
+            };
+            let pieces = from
+                .fields
+                .iter()
+                .map(|(name, agg)| {
+                    agg.piece(&doc, input.order)
+                        .map_err(|e| format!("field `{name}`: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            out.push((
+                fi,
+                Some(Contribution {
+                    key: key.clone(),
+                    p: pieces,
+                }),
+            ));
+        }
+        Ok(out)
+    }
+
+    /// Plans one batch (see the module docs).
+    pub async fn plan(
+        &self,
+        io: &dyn ProjectionIo,
+        inputs: &[Input],
+    ) -> Result<Outcome, StoreError> {
+        let mut outcome = Outcome::default();
+        // 1. new contributions
+        let mut planned: Vec<(usize, Vec<(usize, Option<Contribution>)>)> = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            match self.contributions(input) {
+                Ok(c) if !c.is_empty() => planned.push((i, c)),
+                Ok(_) => {}
+                Err(reason) => outcome.dead.push((i, reason)),
+            }
+        }
+        // 2. old contributions and the groups, each read once
+        let mut ckeys: Vec<String> = Vec::new();
+        let mut seen = HashSet::new();
+        for (i, cs) in &planned {
+            for (fi, _) in cs {
+                let k = contribution_key(*fi, &inputs[*i].id);
+                if seen.insert(k.clone()) {
+                    ckeys.push(k);
+                }
+            }
+        }
+        let mut staged: HashMap<String, Option<Contribution>> = HashMap::new();
+        let stored = io.state(&ckeys).await?;
+        for k in &ckeys {
+            let c = match stored.get(k) {
+                Some(text) => Some(
+                    serde_json::from_str::<Contribution>(text)
+                        .map_err(|e| StoreError::Corrupt(format!("projection state `{k}`: {e}")))?,
+                ),
+                None => None,
+            };
+            staged.insert(k.clone(), c);
+        }
+        let committed: HashMap<String, Option<Contribution>> = staged.clone();
+        let mut gkeys: Vec<String> = Vec::new();
+        let mut gseen = HashSet::new();
+        let mut want_group = |key: &Value| {
+            let g = group_key(&key_text(key));
+            if gseen.insert(g.clone()) {
+                gkeys.push(g);
+            }
+        };
+        for c in staged.values().flatten() {
+            want_group(&c.key);
+        }
+        for (_, cs) in &planned {
+            for (_, c) in cs.iter() {
+                if let Some(c) = c {
+                    want_group(&c.key);
+                }
+            }
+        }
+        let stored_groups = io.state(&gkeys).await?;
+        let mut groups: HashMap<String, Touched> = HashMap::new();
+        let mut order: Vec<String> = Vec::new();
+        // 3. apply in order
+        for (i, cs) in planned {
+            for (fi, new) in cs {
+                let ck = contribution_key(fi, &inputs[i].id);
+                let old = staged.get(&ck).cloned().flatten();
+                if old == new {
+                    continue; // a replay, or an update that changes nothing counted
+                }
+                if let Some(old) = &old {
+                    let g = self.touch(&mut groups, &mut order, &stored_groups, &old.key, i)?;
+                    g.group.n -= 1;
+                    for (piece, slot) in old.p.iter().zip(&self.slots[fi]) {
+                        if !g.group.f[*slot].unmerge(piece) {
+                            g.refold = true;
+                        }
+                    }
+                }
+                if let Some(new) = &new {
+                    let g = self.touch(&mut groups, &mut order, &stored_groups, &new.key, i)?;
+                    g.group.n += 1;
+                    for (piece, slot) in new.p.iter().zip(&self.slots[fi]) {
+                        g.group.f[*slot].merge(piece);
+                    }
+                }
+                staged.insert(ck, new);
+            }
+        }
+        // refold what could not be undone, from the stored contributions and this batch's
+        for key in &order {
+            let touched = groups.get_mut(key).expect("ordered groups are touched");
+            if !touched.refold {
+                continue;
+            }
+            let mut fresh = self.empty_group(touched.group.key.clone());
+            let mut counted: HashSet<String> = HashSet::new();
+            for (ck, text) in io.group(key).await? {
+                if let Some(now) = staged.get(&ck) {
+                    // this batch changed it: its staged value is counted below
+                    let _ = now;
+                    continue;
+                }
+                let c: Contribution = serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("projection state `{ck}`: {e}")))?;
+                self.fold_into(&mut fresh, &ck, &c);
+                counted.insert(ck);
+            }
+            for (ck, c) in &staged {
+                if let Some(c) = c {
+                    if key_text(&c.key) == *key && counted.insert(ck.clone()) {
+                        self.fold_into(&mut fresh, ck, c);
+                    }
+                }
+            }
+            touched.group = fresh;
+        }
+        // state rows: contributions that changed, and groups
+        let mut ck_sorted: Vec<&String> = staged.keys().collect();
+        ck_sorted.sort();
+        for ck in ck_sorted {
+            let now = &staged[ck];
+            if committed.get(ck) == Some(now) {
+                continue;
+            }
+            outcome.state.push(StateWrite {
+                key: ck.clone(),
+                group: now.as_ref().map(|c| key_text(&c.key)),
+                value: now
+                    .as_ref()
+                    .map(|c| serde_json::to_string(c).expect("state serialises")),
+            });
+        }
+        // 4. one document per touched group
+        let mut looked_up: HashMap<(String, String), Option<Map<String, Value>>> = HashMap::new();
+        for key in order {
+            let touched = &groups[&key];
+            let id = self.document_id(&key);
+            if touched.group.n <= 0 {
+                outcome.state.push(StateWrite {
+                    key: group_key(&key),
+                    group: None,
+                    value: None,
+                });
+                outcome
+                    .writes
+                    .push((OutputWrite::Delete { id }, touched.inputs.clone()));
+                continue;
+            }
+            outcome.state.push(StateWrite {
+                key: group_key(&key),
+                group: None,
+                value: Some(serde_json::to_string(&touched.group).expect("state serialises")),
+            });
+            let doc = self.document(&touched.group, io, &mut looked_up).await?;
+            outcome.writes.push((
+                OutputWrite::Put {
+                    id,
+                    payload: serde_json::to_string(&doc).expect("a map serialises"),
+                },
+                touched.inputs.clone(),
+            ));
+        }
+        Ok(outcome)
+    }
+
+    fn fold_into(&self, group: &mut Group, ck: &str, c: &Contribution) {
+        let fi: usize = ck
+            .split('/')
+            .nth(1)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or(usize::MAX);
+        let Some(slots) = self.slots.get(fi) else {
+            return; // a `from` no longer declared
+        };
+        group.n += 1;
+        for (piece, slot) in c.p.iter().zip(slots) {
+            group.f[*slot].merge(piece);
+        }
+    }
+
+    fn touch<'g>(
+        &self,
+        groups: &'g mut HashMap<String, Touched>,
+        order: &mut Vec<String>,
+        stored: &HashMap<String, String>,
+        key: &Value,
+        input: usize,
+    ) -> Result<&'g mut Touched, StoreError> {
+        let k = key_text(key);
+        if !groups.contains_key(&k) {
+            let group = match stored.get(&group_key(&k)) {
+                Some(text) => serde_json::from_str(text)
+                    .map_err(|e| StoreError::Corrupt(format!("projection state `g/{k}`: {e}")))?,
+                None => self.empty_group(key.clone()),
+            };
+            order.push(k.clone());
+            groups.insert(
+                k.clone(),
+                Touched {
+                    group,
+                    refold: false,
+                    inputs: Vec::new(),
+                },
+            );
+        }
+        let t = groups.get_mut(&k).expect("inserted above");
+        if t.inputs.last() != Some(&input) {
+            t.inputs.push(input);
+        }
+        Ok(t)
+    }
+
+    /// The document of a group: key, aggregates, derived fields (nulls left out).
+    async fn document(
+        &self,
+        group: &Group,
+        io: &dyn ProjectionIo,
+        cache: &mut HashMap<(String, String), Option<Map<String, Value>>>,
+    ) -> Result<Map<String, Value>, StoreError> {
+        let mut doc = Map::new();
+        doc.insert(self.spec.key.clone(), group.key.clone());
+        let mut hidden = Map::new();
+        for ((name, _), acc) in self.spec.aggregates.iter().zip(&group.f) {
+            let v = acc.value();
+            if name.starts_with('_') {
+                hidden.insert(name.clone(), v);
+            } else if !v.is_null() {
+                doc.insert(name.clone(), v);
+            }
+        }
+        if self.spec.derive.is_empty() {
+            return Ok(doc);
+        }
+        let mut related: HashMap<&str, Option<Map<String, Value>>> = HashMap::new();
+        for l in &self.spec.lookups {
+            let found = match doc.get(&l.id) {
+                Some(Value::String(id)) => {
+                    let k = (l.entity.clone(), id.clone());
+                    if !cache.contains_key(&k) {
+                        let d = io.lookup(&l.entity, id).await?;
+                        cache.insert(k.clone(), d);
+                    }
+                    cache[&k].clone()
+                }
+                _ => None,
+            };
+            related.insert(&l.name, found);
+        }
+        let mut own = doc.clone();
+        own.extend(hidden);
+        for (name, expr) in &self.spec.derive {
+            let v = expr.eval(&|f| own.get(f).cloned().unwrap_or(Value::Null), &|l, f| {
+                related
+                    .get(l)
+                    .and_then(|d| d.as_ref())
+                    .and_then(|d| FieldPath::new(f).get(d).cloned())
+                    .unwrap_or(Value::Null)
+            });
+            if !v.is_null() {
+                doc.insert(name.clone(), v);
+            }
+        }
+        Ok(doc)
+    }
+}

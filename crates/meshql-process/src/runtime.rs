@@ -1,0 +1,405 @@
+//! Running processors: one consumer of the log per processor, its batches applied through
+//! the output entity's [`EntityService`].
+
+use crate::projection::{Input, Projection, ProjectionIo};
+use crate::ProcessorPlan;
+use async_trait::async_trait;
+use meshql_changes::{
+    confirmed, Change, Confirmation, Consumer, ConsumerError, ConsumerOptions, Handler,
+    HandlerError,
+};
+use meshql_core::{
+    now_millis, Credentials, DeadLetter, Grants, OutputBatch, OutputWrite, ReadContext, StoreError,
+};
+use meshql_engine::{EntityService, Session};
+use meshql_log::Log;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ProcessError {
+    #[error("processor \"{processor}\": entity `{entity}` is not served by this config")]
+    UnknownEntity { processor: String, entity: String },
+    #[error(
+        "processor \"{processor}\": the storage of `{entity}` cannot commit a processor's \
+         outputs with its position yet (use a sqlite or memory storage for it)"
+    )]
+    OutputUnsupported { processor: String, entity: String },
+    #[error("processor \"{processor}\": reading its position in `{entity}`: {source}")]
+    Store {
+        processor: String,
+        entity: String,
+        source: StoreError,
+    },
+    #[error(
+        "processor \"{processor}\": its output is at position {checkpoint} but the change log \
+         ends at {last}: the log was replaced since; rebuild the projection \
+         (`meshql projections rebuild {processor}`)"
+    )]
+    CheckpointAhead {
+        processor: String,
+        checkpoint: u64,
+        last: u64,
+    },
+    #[error(transparent)]
+    Consumer(#[from] ConsumerError),
+}
+
+/// Which processors to start.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Only this one (`meshql process --only NAME`).
+    pub only: Option<String>,
+}
+
+/// What a processor has done, for `/metrics` and the console.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessorStats {
+    pub name: String,
+    pub kind: &'static str,
+    pub output: String,
+    pub inputs: Vec<String>,
+    /// Input changes applied since start.
+    pub processed: u64,
+    /// Output versions written since start.
+    pub written: u64,
+    /// Batches committed since start.
+    pub batches: u64,
+    /// Dead letters in the output store (all time).
+    pub dead_letters: u64,
+    /// Failed batches since start (each retried).
+    pub errors: u64,
+    /// The last input position whose effects are committed.
+    pub position: u64,
+    /// Changes in the log after the consumer's committed position.
+    pub lag: u64,
+    /// Age of the oldest change not yet processed (0 when caught up).
+    pub lag_seconds: f64,
+}
+
+#[derive(Default)]
+struct Counters {
+    processed: AtomicU64,
+    written: AtomicU64,
+    batches: AtomicU64,
+    dead: AtomicU64,
+}
+
+struct ProjectionHandler {
+    name: String,
+    projection: Projection,
+    output: Arc<EntityService>,
+    lookups: HashMap<String, Arc<EntityService>>,
+    grants: Arc<Grants>,
+    /// The last input position committed with the output.
+    position: AtomicU64,
+    counters: Counters,
+}
+
+struct Io<'a>(&'a ProjectionHandler);
+
+#[async_trait]
+impl ProjectionIo for Io<'_> {
+    async fn state(&self, keys: &[String]) -> Result<HashMap<String, String>, StoreError> {
+        self.0
+            .output
+            .writer()
+            .output_state(&self.0.name, keys)
+            .await
+    }
+
+    async fn group(&self, group: &str) -> Result<Vec<(String, String)>, StoreError> {
+        self.0
+            .output
+            .writer()
+            .output_group(&self.0.name, group)
+            .await
+    }
+
+    async fn lookup(
+        &self,
+        entity: &str,
+        id: &str,
+    ) -> Result<Option<Map<String, Value>>, StoreError> {
+        let Some(service) = self.0.lookups.get(entity) else {
+            return Ok(None);
+        };
+        let found = service.writer().read(id, &ReadContext::LATEST).await?;
+        Ok(found.and_then(|e| e.payload_map().ok()))
+    }
+}
+
+impl ProjectionHandler {
+    fn letter(change: &Change, reason: String) -> DeadLetter {
+        DeadLetter {
+            position: change.position,
+            change_id: change.change_id.clone(),
+            entity: change.entity.clone(),
+            reason,
+            input: String::from_utf8_lossy(&change.json).into_owned(),
+            at: now_millis(),
+        }
+    }
+
+    async fn process(&self, batch: &[Change]) -> Result<(), HandlerError> {
+        let done = self.position.load(Ordering::Acquire);
+        let Some(last) = batch.last().map(|c| c.position) else {
+            return Ok(());
+        };
+        if last <= done {
+            return Ok(()); // redelivered after a crash: already committed
+        }
+        let mut letters = Vec::new();
+        let mut inputs: Vec<(&Change, Input)> = Vec::new();
+        for c in batch.iter().filter(|c| c.position > done) {
+            match serde_json::from_str::<Map<String, Value>>(c.payload.get()) {
+                Ok(payload) => inputs.push((
+                    c,
+                    Input {
+                        position: c.position,
+                        entity: c.entity.clone(),
+                        id: c.id.clone(),
+                        op: c.op,
+                        payload,
+                        order: (c.created_at, c.position),
+                    },
+                )),
+                Err(e) => letters.push(Self::letter(
+                    c,
+                    format!("the payload is not a JSON object: {e}"),
+                )),
+            }
+        }
+        let mut excluded = vec![false; inputs.len()];
+        loop {
+            let active: Vec<usize> = (0..inputs.len()).filter(|i| !excluded[*i]).collect();
+            let plan_inputs: Vec<Input> = active.iter().map(|i| inputs[*i].1.clone()).collect();
+            let outcome = self
+                .projection
+                .plan(&Io(self), &plan_inputs)
+                .await
+                .map_err(HandlerError::new)?;
+            for (ai, reason) in &outcome.dead {
+                let i = active[*ai];
+                excluded[i] = true;
+                letters.push(Self::letter(inputs[i].0, reason.clone()));
+            }
+            // an output the entity's schema refuses: blame the last input that touched it,
+            // set it aside and plan again
+            let mut culprit = None;
+            for (write, touching) in &outcome.writes {
+                let OutputWrite::Put { payload, .. } = write else {
+                    continue;
+                };
+                let value: Value = serde_json::from_str(payload).unwrap_or(Value::Null);
+                if let Err(e) = self.output.validate(value) {
+                    let details = match &e {
+                        meshql_engine::EngineError::Invalid(v) => {
+                            serde_json::to_string(v).unwrap_or_default()
+                        }
+                        other => other.to_string(),
+                    };
+                    if let Some(ai) = touching.iter().rev().find(|ai| !excluded[active[**ai]]) {
+                        culprit = Some((
+                            active[*ai],
+                            format!(
+                                "the `{}` document it leads to is invalid: {details}",
+                                self.projection.spec.output
+                            ),
+                        ));
+                    }
+                    break;
+                }
+            }
+            if let Some((i, reason)) = culprit {
+                excluded[i] = true;
+                letters.push(Self::letter(inputs[i].0, reason));
+                continue;
+            }
+            let applied = excluded.iter().filter(|x| !**x).count() as u64;
+            let dead = letters.len() as u64;
+            let mut out = OutputBatch::new(self.name.clone(), last);
+            out.writes = outcome.writes.into_iter().map(|(w, _)| w).collect();
+            out.state = outcome.state;
+            out.dead_letters = std::mem::take(&mut letters);
+            let session = Session {
+                credentials: Credentials::Unrestricted,
+                grants: self.grants.clone(),
+                correlation_id: format!("{}:{last}", self.name),
+            };
+            let written = self
+                .output
+                .apply_output(&session, out)
+                .await
+                .map_err(HandlerError::new)?;
+            self.position.store(last, Ordering::Release);
+            let c = &self.counters;
+            c.processed.fetch_add(applied, Ordering::Relaxed);
+            c.written.fetch_add(written.len() as u64, Ordering::Relaxed);
+            c.batches.fetch_add(1, Ordering::Relaxed);
+            c.dead.fetch_add(dead, Ordering::Relaxed);
+            if dead > 0 {
+                tracing::warn!(processor = %self.name, dead, position = last, "inputs set aside as dead letters");
+            }
+            return Ok(());
+        }
+    }
+}
+
+#[async_trait]
+impl Handler for ProjectionHandler {
+    fn kind(&self) -> &'static str {
+        "projection"
+    }
+
+    async fn enqueue(&self, batch: &[Change]) -> Result<Confirmation, HandlerError> {
+        self.process(batch).await?;
+        Ok(confirmed())
+    }
+}
+
+struct Running {
+    plan: ProcessorPlan,
+    consumer: Consumer,
+    handler: Arc<ProjectionHandler>,
+}
+
+/// The running processors of a service.
+#[derive(Default)]
+pub struct Processors {
+    running: Vec<Running>,
+}
+
+impl Processors {
+    pub fn stats(&self) -> Vec<ProcessorStats> {
+        self.running
+            .iter()
+            .map(|r| {
+                let c = r.consumer.stats();
+                let h = &r.handler.counters;
+                ProcessorStats {
+                    name: r.plan.name().to_owned(),
+                    kind: r.plan.kind(),
+                    output: r.plan.output().to_owned(),
+                    inputs: r.plan.inputs(),
+                    processed: h.processed.load(Ordering::Relaxed),
+                    written: h.written.load(Ordering::Relaxed),
+                    batches: h.batches.load(Ordering::Relaxed),
+                    dead_letters: h.dead.load(Ordering::Relaxed),
+                    errors: c.errors,
+                    position: r.handler.position.load(Ordering::Relaxed),
+                    lag: c.lag,
+                    lag_seconds: c.lag_seconds,
+                }
+            })
+            .collect()
+    }
+
+    /// Stops every processor after it applied what the log holds (bounded by the consumer's
+    /// drain time).
+    pub async fn stop(&self) {
+        for r in &self.running {
+            r.consumer.stop().await;
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+}
+
+/// Starts the processors of `plans` on `log` (each resuming after the position its output
+/// committed), writing through `services`.
+pub async fn start(
+    plans: &[ProcessorPlan],
+    services: &HashMap<String, Arc<EntityService>>,
+    log: Log,
+    options: StartOptions,
+) -> Result<Processors, ProcessError> {
+    let mut running = Vec::new();
+    for plan in plans {
+        if !plan.enabled() || options.only.as_deref().is_some_and(|o| o != plan.name()) {
+            continue;
+        }
+        let ProcessorPlan::Projection(spec) = plan;
+        let name = plan.name().to_owned();
+        let service = |entity: &str| {
+            services
+                .get(entity)
+                .cloned()
+                .ok_or_else(|| ProcessError::UnknownEntity {
+                    processor: name.clone(),
+                    entity: entity.to_owned(),
+                })
+        };
+        let output = service(&spec.output)?;
+        if !output.writer().supports_outputs() {
+            return Err(ProcessError::OutputUnsupported {
+                processor: name,
+                entity: spec.output.clone(),
+            });
+        }
+        let mut lookups = HashMap::new();
+        for l in &spec.lookups {
+            lookups.insert(l.entity.clone(), service(&l.entity)?);
+        }
+        let store_error = |source| ProcessError::Store {
+            processor: name.clone(),
+            entity: spec.output.clone(),
+            source,
+        };
+        let position = output
+            .writer()
+            .output_position(&name)
+            .await
+            .map_err(store_error)?
+            .unwrap_or(0);
+        let dead = output
+            .writer()
+            .dead_letter_count(&name)
+            .await
+            .map_err(store_error)?;
+        if position > log.last_offset() {
+            return Err(ProcessError::CheckpointAhead {
+                processor: name,
+                checkpoint: position,
+                last: log.last_offset(),
+            });
+        }
+        let handler = Arc::new(ProjectionHandler {
+            name: name.clone(),
+            projection: Projection::new(spec.clone()),
+            output,
+            lookups,
+            grants: Arc::new(Grants::unrestricted()),
+            position: AtomicU64::new(position),
+            counters: Counters {
+                dead: AtomicU64::new(dead),
+                ..Counters::default()
+            },
+        });
+        let consumer = Consumer::start(
+            &name,
+            &format!("processor-{name}"),
+            log.clone(),
+            handler.clone(),
+            ConsumerOptions {
+                batch: spec.batch,
+                // a batch's state depends on the one before it
+                in_flight: 1,
+                entities: Some(plan.inputs()),
+                ..ConsumerOptions::default()
+            },
+        )?;
+        tracing::info!(processor = %name, output = %spec.output, after = position, "processor started");
+        running.push(Running {
+            plan: plan.clone(),
+            consumer,
+            handler,
+        });
+    }
+    Ok(Processors { running })
+}

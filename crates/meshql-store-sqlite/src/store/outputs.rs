@@ -1,0 +1,321 @@
+//! Processor outputs committed with their input position (`meshql_core::output`).
+//!
+//! Three tables per database file, beside the entity tables, created with the first store
+//! prepared in the file:
+//!
+//! | table | holds |
+//! |---|---|
+//! | `_meshql_outputs` | `consumer → position`: the last input committed |
+//! | `_meshql_output_state` | `(consumer, key) → (grp, value)`, with an index on `(consumer, grp)` |
+//! | `_meshql_dead_letters` | inputs a consumer gave up on, with the reason |
+//!
+//! [`OutputStore::apply_output`] is one job of the file's writer: the document versions, the
+//! state rows, the dead letters and the position are written in the same transaction (the
+//! writer's group commit), so they are committed together or not at all.
+
+use super::{Current, SqliteStore, Version};
+use crate::db::query_error;
+use crate::sql::quote_ident;
+use async_trait::async_trait;
+use meshql_core::{
+    DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, RemoveOutcome, StoreError,
+    WriteContext,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// The tables, created if missing (run by `prepare`).
+pub(super) const DDL: &str = "
+CREATE TABLE IF NOT EXISTS _meshql_outputs (
+  consumer TEXT PRIMARY KEY,
+  position INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _meshql_output_state (
+  consumer TEXT NOT NULL,
+  key TEXT NOT NULL,
+  grp TEXT,
+  value TEXT NOT NULL,
+  PRIMARY KEY (consumer, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS _meshql_output_state_grp
+  ON _meshql_output_state (consumer, grp) WHERE grp IS NOT NULL;
+CREATE TABLE IF NOT EXISTS _meshql_dead_letters (
+  seq INTEGER PRIMARY KEY,
+  consumer TEXT NOT NULL,
+  position INTEGER NOT NULL,
+  change_id TEXT NOT NULL,
+  entity TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  input TEXT NOT NULL,
+  at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS _meshql_dead_letters_consumer
+  ON _meshql_dead_letters (consumer, seq);
+";
+
+impl SqliteStore {
+    /// A `Put`: the next version of `id`, keeping its tokens unless `ctx` sets them.
+    fn put(
+        conn: &Connection,
+        sql: &super::TableSql,
+        id: &str,
+        payload: String,
+        ctx: &WriteContext,
+    ) -> Result<Envelope, StoreError> {
+        let current: Option<Current> = Self::current(conn, sql, id)?;
+        let tokens = match (&ctx.tokens, current) {
+            (Some(t), _) => t.clone(),
+            (None, Some(cur)) if !cur.deleted => cur.tokens,
+            (None, _) => Vec::new(),
+        };
+        Self::append(
+            conn,
+            sql,
+            Version {
+                id,
+                payload,
+                created_at: None,
+                deleted: false,
+                tokens: &tokens,
+                fresh_id: false,
+                correlation_id: ctx.correlation_id.as_deref(),
+            },
+        )
+    }
+
+    /// The stored text of an output payload with `"id"` set to `id`.
+    fn with_id(id: &str, payload: &str) -> Result<String, StoreError> {
+        let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
+            .map_err(|e| StoreError::Invalid(format!("output payload of `{id}`: {e}")))?;
+        Ok(meshql_core::NewDocument::with_id(id, map).into_payload_text(id))
+    }
+}
+
+fn letter_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, DeadLetter)> {
+    Ok((
+        r.get(0)?,
+        DeadLetter {
+            position: r.get::<_, i64>(1)? as u64,
+            change_id: r.get(2)?,
+            entity: r.get(3)?,
+            reason: r.get(4)?,
+            input: r.get(5)?,
+            at: r.get(6)?,
+        },
+    ))
+}
+
+#[async_trait]
+impl OutputStore for SqliteStore {
+    fn supports_outputs(&self) -> bool {
+        true
+    }
+
+    async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
+        self.db.read(|conn| {
+            conn.prepare_cached("SELECT position FROM _meshql_outputs WHERE consumer = ?1")
+                .map_err(query_error)?
+                .query_row(params![consumer], |r| r.get::<_, i64>(0))
+                .optional()
+                .map(|p| p.map(|p| p as u64))
+                .map_err(query_error)
+        })
+    }
+
+    async fn output_state(
+        &self,
+        consumer: &str,
+        keys: &[String],
+    ) -> Result<HashMap<String, String>, StoreError> {
+        self.db.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT value FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2",
+                )
+                .map_err(query_error)?;
+            let mut found = HashMap::with_capacity(keys.len());
+            for key in keys {
+                if let Some(v) = stmt
+                    .query_row(params![consumer, key], |r| r.get::<_, String>(0))
+                    .optional()
+                    .map_err(query_error)?
+                {
+                    found.insert(key.clone(), v);
+                }
+            }
+            Ok(found)
+        })
+    }
+
+    async fn output_group(
+        &self,
+        consumer: &str,
+        group: &str,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.db.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT key, value FROM _meshql_output_state \
+                     WHERE consumer = ?1 AND grp = ?2 ORDER BY key",
+                )
+                .map_err(query_error)?;
+            let rows = stmt
+                .query_map(params![consumer, group], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(query_error)?;
+            rows.map(|r| r.map_err(query_error)).collect()
+        })
+    }
+
+    async fn apply_output(
+        &self,
+        batch: OutputBatch,
+        ctx: &WriteContext,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let sql = self.sql.clone();
+        let ctx = ctx.clone();
+        let written = self
+            .db
+            .write(move |conn| {
+                let mut written = Vec::with_capacity(batch.writes.len());
+                for write in batch.writes {
+                    match write {
+                        OutputWrite::Put { id, payload } => {
+                            let payload = Self::with_id(&id, &payload)?;
+                            written.push(Self::put(conn, &sql, &id, payload, &ctx)?);
+                        }
+                        OutputWrite::Delete { id } => {
+                            if Self::remove_one(conn, &sql, &id, &WriteContext::SYSTEM)?
+                                == RemoveOutcome::Removed
+                            {
+                                if let Some(cur) = Self::current(conn, &sql, &id)? {
+                                    written.push(Envelope {
+                                        id,
+                                        payload: cur.payload,
+                                        created_at: cur.created_at,
+                                        deleted: true,
+                                        authorized_tokens: cur.tokens,
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+                let mut upsert = conn
+                    .prepare_cached(
+                        "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
+                         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (consumer, key) \
+                         DO UPDATE SET grp = excluded.grp, value = excluded.value",
+                    )
+                    .map_err(query_error)?;
+                let mut delete = conn
+                    .prepare_cached(
+                        "DELETE FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2",
+                    )
+                    .map_err(query_error)?;
+                for s in &batch.state {
+                    match &s.value {
+                        Some(v) => upsert.execute(params![batch.consumer, s.key, s.group, v]),
+                        None => delete.execute(params![batch.consumer, s.key]),
+                    }
+                    .map_err(query_error)?;
+                }
+                let mut letter = conn
+                    .prepare_cached(
+                        "INSERT INTO _meshql_dead_letters \
+                         (consumer, position, change_id, entity, reason, input, at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )
+                    .map_err(query_error)?;
+                for d in &batch.dead_letters {
+                    letter
+                        .execute(params![
+                            batch.consumer,
+                            d.position as i64,
+                            d.change_id,
+                            d.entity,
+                            d.reason,
+                            d.input,
+                            d.at
+                        ])
+                        .map_err(query_error)?;
+                }
+                conn.prepare_cached(
+                    "INSERT INTO _meshql_outputs (consumer, position) VALUES (?1, ?2) \
+                     ON CONFLICT (consumer) DO UPDATE SET position = excluded.position",
+                )
+                .map_err(query_error)?
+                .execute(params![batch.consumer, batch.position as i64])
+                .map_err(query_error)?;
+                Ok(written)
+            })
+            .await?;
+        if !written.is_empty() {
+            self.writes
+                .fetch_add(written.len() as u64, Ordering::Relaxed);
+            self.signal.notify();
+        }
+        Ok(written)
+    }
+
+    async fn dead_letters(
+        &self,
+        consumer: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, DeadLetter)>, StoreError> {
+        const COLUMNS: &str = "consumer, position, change_id, entity, reason, input, at";
+        let limit = limit.min(i64::MAX as usize) as i64;
+        self.db.read(|conn| {
+            let rows: Vec<_> = match consumer {
+                Some(c) => conn
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM _meshql_dead_letters WHERE consumer = ?1 \
+                         ORDER BY seq DESC LIMIT ?2"
+                    ))
+                    .map_err(query_error)?
+                    .query_map(params![c, limit], letter_from_row)
+                    .map_err(query_error)?
+                    .collect(),
+                None => conn
+                    .prepare_cached(&format!(
+                        "SELECT {COLUMNS} FROM _meshql_dead_letters ORDER BY seq DESC LIMIT ?1"
+                    ))
+                    .map_err(query_error)?
+                    .query_map(params![limit], letter_from_row)
+                    .map_err(query_error)?
+                    .collect(),
+            };
+            rows.into_iter().map(|r| r.map_err(query_error)).collect()
+        })
+    }
+
+    async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
+        self.db.read(|conn| {
+            conn.prepare_cached("SELECT COUNT(*) FROM _meshql_dead_letters WHERE consumer = ?1")
+                .map_err(query_error)?
+                .query_row(params![consumer], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(query_error)
+        })
+    }
+
+    async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {
+        let consumer = consumer.to_owned();
+        self.db
+            .write(move |conn| {
+                for table in [
+                    "_meshql_outputs",
+                    "_meshql_output_state",
+                    "_meshql_dead_letters",
+                ] {
+                    conn.execute(
+                        &format!("DELETE FROM {} WHERE consumer = ?1", quote_ident(table)),
+                        params![consumer],
+                    )
+                    .map_err(query_error)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+}
