@@ -164,7 +164,8 @@ impl ProjectionHandler {
                         id: c.id.clone(),
                         op: c.op,
                         payload,
-                        order: (c.created_at, c.position),
+                        // `last` follows the log: the most recent change wins
+                        order: (0, c.position),
                     },
                 )),
                 Err(e) => letters.push(Self::letter(

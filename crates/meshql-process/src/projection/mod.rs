@@ -50,7 +50,7 @@ pub struct Input {
     pub op: ChangeOp,
     /// The document (ignored for a delete).
     pub payload: Map<String, Value>,
-    /// Orders inputs for `last`: the version's time, then the position.
+    /// Orders inputs for `last` (the runtime uses the log position).
     pub order: (i64, u64),
 }
 
