@@ -1,0 +1,321 @@
+//! Processors through the binary: the egg-economy projections computed live, under load,
+//! with corrections and deletes of inputs, across `kill -9` of the server; each time the
+//! projections must equal a recomputation from the inputs stored (nothing lost, nothing
+//! counted twice).
+
+mod common;
+
+use common::{examples_dir, Server};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// (date, ISO week, month) off a calendar: 2026-11-27 is a Friday.
+const DATES: [(&str, &str, &str); 6] = [
+    ("2026-10-30", "W44", "10"),
+    ("2026-11-02", "W45", "11"),
+    ("2026-11-05", "W45", "11"),
+    ("2026-11-23", "W48", "11"),
+    ("2026-11-27", "W48", "11"),
+    ("2026-12-01", "W49", "12"),
+];
+const GOOD: [&str; 2] = ["grade_a", "double_yolk"];
+const QUALITIES: [&str; 4] = ["grade_a", "grade_b", "cracked", "double_yolk"];
+
+fn hen(i: usize) -> String {
+    format!("00000000-0000-4000-8000-00000000000{i}")
+}
+fn farm_of(i: usize) -> String {
+    format!("00000000-0000-4000-9000-00000000000{}", i % 2)
+}
+/// The two containers' ids (server-generated, set once by the test).
+static CONTAINERS: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
+
+fn container(i: usize) -> String {
+    CONTAINERS.get().expect("containers created")[i].clone()
+}
+
+fn kill_9(server: &Server) {
+    let status = std::process::Command::new("kill")
+        .args(["-9", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// One writer's loop: lay reports created, corrected and deleted, deposits and
+/// withdrawals, until stopped or the server is gone.
+async fn write_load(base: String, seed: u64, stop: Arc<AtomicBool>, done: Arc<Mutex<u64>>) {
+    let http = reqwest::Client::new();
+    let mut x = seed;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n) as usize
+    };
+    let mut mine: Vec<String> = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let h = next(4);
+        let report = json!({
+            "hen_id": hen(h), "coop_id": hen(9), "farm_id": farm_of(h),
+            "eggs": next(9), "quality": QUALITIES[next(4)],
+            "timestamp": format!("{}T08:00:00Z", DATES[next(DATES.len() as u64)].0),
+        });
+        let sent = match next(10) {
+            0..=4 => {
+                http.post(format!("{base}/lay_report/api"))
+                    .json(&report)
+                    .send()
+                    .await
+            }
+            5 | 6 if !mine.is_empty() => {
+                let id = &mine[next(mine.len() as u64)];
+                http.put(format!("{base}/lay_report/api/{id}"))
+                    .json(&report)
+                    .send()
+                    .await
+            }
+            7 if !mine.is_empty() => {
+                let id = mine.swap_remove(next(mine.len() as u64));
+                http.delete(format!("{base}/lay_report/api/{id}"))
+                    .send()
+                    .await
+            }
+            8 => {
+                let body = json!({
+                    "container_id": container(next(2)), "source_type": "farm",
+                    "source_id": farm_of(0), "eggs": 1 + next(20), "timestamp": "2026-11-27",
+                });
+                http.post(format!("{base}/storage_deposit/api"))
+                    .json(&body)
+                    .send()
+                    .await
+            }
+            _ => {
+                let body = json!({
+                    "container_id": container(next(2)), "reason": "breakage",
+                    "eggs": 1 + next(5), "timestamp": "2026-11-27",
+                });
+                http.post(format!("{base}/storage_withdrawal/api"))
+                    .json(&body)
+                    .send()
+                    .await
+            }
+        };
+        let Ok(r) = sent else { return };
+        if r.status() == 201 && r.url().path() == "/lay_report/api" {
+            if let Ok(v) = r.json::<Value>().await {
+                if let Some(id) = v["id"].as_str() {
+                    mine.push(id.to_owned());
+                }
+            }
+        }
+        *done.lock().unwrap() += 1;
+    }
+}
+
+async fn list(http: &reqwest::Client, base: &str, entity: &str) -> Vec<Value> {
+    http.get(format!("{base}/{entity}/api"))
+        .send()
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// hen_productivity and container_inventory as they must be, from the stored inputs alone.
+fn expected(reports: &[Value], deposits: &[Value], withdrawals: &[Value]) -> Value {
+    let date_of = |r: &Value| {
+        let t = r["timestamp"].as_str().unwrap();
+        DATES.iter().find(|d| t.starts_with(d.0)).unwrap()
+    };
+    let mut by_hen: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for r in reports {
+        by_hen
+            .entry(r["hen_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push(r);
+    }
+    let mut hens = serde_json::Map::new();
+    for (h, rs) in by_hen {
+        let eggs = |r: &&Value| r["eggs"].as_i64().unwrap();
+        let total: i64 = rs.iter().map(eggs).sum();
+        let newest = rs.iter().map(|r| date_of(r).0).max().unwrap();
+        let nd = DATES.iter().find(|d| d.0 == newest).unwrap();
+        let sum = |f: &dyn Fn(&(&str, &str, &str)) -> bool| -> i64 {
+            rs.iter().filter(|r| f(date_of(r))).map(eggs).sum()
+        };
+        let good: i64 = rs
+            .iter()
+            .filter(|r| GOOD.contains(&r["quality"].as_str().unwrap()))
+            .map(eggs)
+            .sum();
+        let weeks: BTreeSet<&str> = rs.iter().map(|r| date_of(r).1).collect();
+        let mut v = json!({
+            "hen_id": h, "farm_id": rs[0]["farm_id"], "total_eggs": total,
+            "eggs_today": sum(&|d| d.0 == nd.0), "eggs_week": sum(&|d| d.1 == nd.1),
+            "eggs_month": sum(&|d| d.2 == nd.2),
+            "avg_per_week": ((total as f64 / weeks.len() as f64) * 100.0).round() / 100.0,
+        });
+        if total > 0 {
+            v["quality_rate"] = json!(good as f64 / total as f64);
+        }
+        hens.insert(h, v);
+    }
+    let mut containers: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for d in deposits {
+        containers
+            .entry(d["container_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .0 += d["eggs"].as_i64().unwrap();
+    }
+    for w in withdrawals {
+        containers
+            .entry(w["container_id"].as_str().unwrap().to_owned())
+            .or_default()
+            .1 += w["eggs"].as_i64().unwrap();
+    }
+    let inventory: serde_json::Map<String, Value> = containers
+        .into_iter()
+        .map(|(c, (dep, wd))| {
+            let current = (dep - wd).max(0);
+            let v = json!({
+                "container_id": c, "total_deposits": dep, "total_withdrawals": wd,
+                "total_transfers_in": 0, "total_transfers_out": 0, "total_consumed": 0,
+                "current_eggs": current,
+                "utilization_pct": ((current.min(50) as f64 * 100.0 / 50.0) * 100.0).round() / 100.0,
+            });
+            (c, v)
+        })
+        .collect();
+    json!({ "hens": hens, "inventory": inventory })
+}
+
+/// The projections as served, keyed like [`expected`].
+async fn served(http: &reqwest::Client, base: &str) -> Value {
+    let keyed = |docs: Vec<Value>, key: &str| -> serde_json::Map<String, Value> {
+        docs.into_iter()
+            .map(|mut d| {
+                d.as_object_mut().unwrap().remove("id");
+                (d[key].as_str().unwrap().to_owned(), d)
+            })
+            .collect()
+    };
+    json!({
+        "hens": keyed(list(http, base, "hen_productivity").await, "hen_id"),
+        "inventory": keyed(list(http, base, "container_inventory").await, "container_id"),
+    })
+}
+
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-9
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+        }
+        _ => a == b,
+    }
+}
+
+/// Waits until the served projections equal the recomputation from the stored inputs.
+async fn converges(base: &str) {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let want = expected(
+            &list(&http, base, "lay_report").await,
+            &list(&http, base, "storage_deposit").await,
+            &list(&http, base, "storage_withdrawal").await,
+        );
+        let got = served(&http, base).await;
+        if same(&got, &want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "projections differ from the recomputation:\n got  {got}\n want {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projections_survive_kill_9_mid_stream_exactly_once() {
+    let data = tempfile::tempdir().unwrap();
+    let config = examples_dir().join("egg-economy");
+    let mut server = Server::start_with_data_dir(&config, data.path(), &[]);
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for c in 0..2 {
+        let body = json!({"name": format!("c{c}"), "container_type": "fridge", "capacity": 50, "zone": "n"});
+        let r = http
+            .post(server.url("/container/api"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        ids.push(
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    CONTAINERS.set([ids[0].clone(), ids[1].clone()]).unwrap();
+    let mut total_writes = 0;
+    for round in 0..3 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(Mutex::new(0u64));
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                tokio::spawn(write_load(
+                    server.url(""),
+                    0x9e37_79b9 + w * 7919 + round * 104_729,
+                    stop.clone(),
+                    done.clone(),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(600 + 150 * round)).await;
+        kill_9(&server);
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            let _ = w.await;
+        }
+        let writes = *done.lock().unwrap();
+        assert!(writes > 30, "round {round}: the load ran ({writes} writes)");
+        total_writes += writes;
+        drop(server);
+        server = Server::start_with_data_dir(&config, data.path(), &[]);
+        converges(&server.url("")).await;
+    }
+    // a clean stop and start changes nothing either
+    let before = served(&http, &server.url("")).await;
+    server.stop_gracefully();
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    converges(&server.url("")).await;
+    assert!(same(&served(&http, &server.url("")).await, &before));
+    let metrics = http
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("meshql_processor_dead_letters{processor=\"hen_productivity\",type=\"projection\",output=\"hen_productivity\"} 0"),
+        "{metrics}"
+    );
+    assert!(total_writes > 100);
+}
