@@ -212,23 +212,20 @@ impl Acc {
         match (self, piece) {
             (Acc::Count { n }, Acc::Count { n: m }) => *n += m,
             (Acc::Sum { s }, Acc::Sum { s: t }) => *s = s.add(*t),
-            (Acc::Min { v }, Acc::Min { v: Some(w) }) => {
-                if v.as_ref().is_none_or(|v| compare(w, v) == Ordering::Less) {
-                    *v = Some(w.clone());
-                }
+            (Acc::Min { v }, Acc::Min { v: Some(w) })
+                if v.as_ref().is_none_or(|v| compare(w, v) == Ordering::Less) =>
+            {
+                *v = Some(w.clone());
             }
-            (Acc::Max { v }, Acc::Max { v: Some(w) }) => {
+            (Acc::Max { v }, Acc::Max { v: Some(w) })
                 if v.as_ref()
-                    .is_none_or(|v| compare(w, v) == Ordering::Greater)
-                {
-                    *v = Some(w.clone());
-                }
+                    .is_none_or(|v| compare(w, v) == Ordering::Greater) =>
+            {
+                *v = Some(w.clone());
             }
-            (Acc::Last { at, v }, Acc::Last { at: Some(b), v: w }) => {
-                if at.is_none_or(|a| *b > a) {
-                    *at = Some(*b);
-                    *v = w.clone();
-                }
+            (Acc::Last { at, v }, Acc::Last { at: Some(b), v: w }) if at.is_none_or(|a| *b > a) => {
+                *at = Some(*b);
+                *v = w.clone();
             }
             (Acc::Avg { s, n }, Acc::Avg { s: t, n: m }) => {
                 *s = s.add(*t);

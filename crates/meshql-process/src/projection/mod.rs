@@ -86,6 +86,9 @@ struct Contribution {
     p: Vec<Acc>,
 }
 
+/// An input's contributions: `(from, contribution)`, none where it no longer counts.
+type Contributions = Vec<(usize, Option<Contribution>)>;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Group {
     key: Value,
@@ -168,7 +171,7 @@ impl Projection {
     }
 
     /// The contributions of one input (`(from, contribution)`), or why it cannot be read.
-    fn contributions(&self, input: &Input) -> Result<Vec<(usize, Option<Contribution>)>, String> {
+    fn contributions(&self, input: &Input) -> Result<Contributions, String> {
         let mut out = Vec::new();
         for (fi, from) in self.spec.from.iter().enumerate() {
             if from.entity != input.entity {
@@ -220,7 +223,7 @@ impl Projection {
     ) -> Result<Outcome, StoreError> {
         let mut outcome = Outcome::default();
         // 1. new contributions
-        let mut planned: Vec<(usize, Vec<(usize, Option<Contribution>)>)> = Vec::new();
+        let mut planned: Vec<(usize, Contributions)> = Vec::new();
         for (i, input) in inputs.iter().enumerate() {
             match self.contributions(input) {
                 Ok(c) if !c.is_empty() => planned.push((i, c)),
