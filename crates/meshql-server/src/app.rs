@@ -344,7 +344,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let origin = HeaderValue::from_str(&config.cors_origin)
         .map_err(|_| BuildError::Cors(config.cors_origin.clone()))?;
     if config.console.enabled {
-        let console = Arc::new(crate::console::Console::new(config, &services));
+        let console = Arc::new(crate::console::Console::new(
+            config,
+            &services,
+            processors.clone(),
+        ));
         router = router.merge(crate::console::router(console));
     }
     let router = router

@@ -79,11 +79,17 @@ pub struct Console {
     path: String,
     changes: bool,
     entities: Vec<Entity>,
+    /// The processors of the change feed, with their lag and dead letters on the landing page.
+    processors: Arc<meshql_process::Processors>,
 }
 
 impl Console {
     /// Describes every entity of `config`; `services` are the engine's, by entity name.
-    pub fn new(config: &ResolvedConfig, services: &HashMap<String, Arc<EntityService>>) -> Self {
+    pub fn new(
+        config: &ResolvedConfig,
+        services: &HashMap<String, Arc<EntityService>>,
+        processors: Arc<meshql_process::Processors>,
+    ) -> Self {
         let graph_entity: HashMap<&str, &str> = config
             .entities
             .iter()
@@ -147,7 +153,44 @@ impl Console {
             path: config.console.path.clone(),
             changes: config.changes.config.enabled,
             entities,
+            processors,
         }
+    }
+
+    /// Each processor with its lag, position and newest dead letters.
+    async fn processors(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for p in self.processors.stats() {
+            let letters = match self.entities.iter().find(|e| e.name == p.output) {
+                Some(e) => e
+                    .service
+                    .writer()
+                    .dead_letters(Some(&p.name), 5)
+                    .await
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            out.push(json!({
+                "name": p.name,
+                "type": p.kind,
+                "output": p.output,
+                "inputs": p.inputs,
+                "position": p.position,
+                "lag": p.lag,
+                "lag_seconds": p.lag_seconds,
+                "processed": p.processed,
+                "dead_letters": p.dead_letters,
+                "errors": p.errors,
+                "recent_dead_letters": letters.into_iter().map(|(_, l)| json!({
+                    "position": l.position,
+                    "change_id": l.change_id,
+                    "entity": l.entity,
+                    "reason": l.reason,
+                    "at": l.at,
+                })).collect::<Vec<_>>(),
+            }));
+        }
+        out
     }
 
     fn entity(&self, name: &str) -> Result<&Entity, ApiError> {
@@ -312,6 +355,7 @@ async fn service(State(console): State<Arc<Console>>, headers: HeaderMap) -> Res
             "health": "/health",
             "ready": "/ready",
             "entities": entities,
+            "processors": console.processors().await,
         }))
         .into_response(),
     )

@@ -324,6 +324,30 @@ function landing() {
     el('table', { id: 'entities', class: 'grid' },
       el('thead', {}, el('tr', {}, ['entity', 'documents', 'storage', 'REST', 'GraphQL'].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows)),
+    processorsSection(s.processors || []),
+  );
+}
+
+// Processors of the change feed: what each reads and writes, how far behind it is, and the
+// inputs it set aside (dead letters, newest first).
+function processorsSection(processors) {
+  if (processors.length === 0) return el('div', {});
+  const rows = processors.map((p) =>
+    el('tr', { dataset: { processor: p.name } },
+      el('td', {}, p.name, el('span', { class: 'muted' }, ` (${p.type})`)),
+      el('td', {}, p.inputs.join(', '), ' → ', el('a', { href: `#/e/${encodeURIComponent(p.output)}` }, p.output)),
+      el('td', { class: 'num lag' }, `${p.lag}`, el('span', { class: 'muted' }, p.lag ? ` (${p.lag_seconds.toFixed(1)} s)` : '')),
+      el('td', { class: 'num' }, `${p.position}`),
+      el('td', { class: 'num dead' }, `${p.dead_letters}`),
+    ));
+  const letters = processors.flatMap((p) => p.recent_dead_letters.map((d) =>
+    el('li', {}, el('code', {}, p.name), ' ', el('code', {}, d.change_id), ': ', d.reason)));
+  return el('div', {},
+    el('h2', {}, 'Processors'),
+    el('table', { id: 'processors', class: 'grid' },
+      el('thead', {}, el('tr', {}, ['processor', 'reads → writes', 'lag (changes)', 'position', 'dead letters'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, rows)),
+    letters.length ? el('div', { id: 'dead-letters' }, el('h3', {}, 'Recent dead letters'), el('ul', {}, letters)) : el('div', {}),
   );
 }
 
