@@ -65,10 +65,11 @@ impl Resolver {
                 );
             }
             if !changes_enabled {
-                self.error(
-                    Some(block),
+                // serving goes on without it (a run with the feed off, `meshql bench changes`)
+                self.warn(
+                    block,
                     path.clone(),
-                    "a processor reads the change feed: it needs `[changes] enabled = true`",
+                    "does not run: a processor reads the change feed, which `[changes] enabled = false` turns off",
                 );
             }
             resolved.push(ProcessorSpec {
