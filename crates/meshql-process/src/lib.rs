@@ -15,7 +15,8 @@
 //!                                                     (one transaction) ──▶ its own changes
 //! ```
 //!
-//! Kinds: `projection` ([`projection`]): declared aggregates per key. Outputs go through
+//! Kinds: `projection` ([`projection`]): declared aggregates per key; `rust` and `script`
+//! ([`transform`], [`script`]): a function per input change. Outputs go through
 //! [`meshql_engine::EntityService`] (JSON Schema validation, grants, the output's own
 //! change in the feed), never through HTTP. An input that cannot be processed is a *dead
 //! letter* — kept with the reason and the input in the output store, in the same
@@ -23,9 +24,12 @@
 
 pub mod acc;
 pub mod expr;
+pub mod plan;
 pub mod projection;
 mod runtime;
+pub mod script;
 pub mod time;
+pub mod transform;
 
 pub use runtime::{start, ProcessError, ProcessorStats, Processors, StartOptions};
 
@@ -78,18 +82,22 @@ impl EntityInfo {
 #[derive(Debug, Clone)]
 pub enum ProcessorPlan {
     Projection(projection::spec::ProjectionSpec),
+    /// `rust` and `script` processors.
+    Transform(transform::TransformSpec),
 }
 
 impl ProcessorPlan {
     pub fn name(&self) -> &str {
         match self {
             ProcessorPlan::Projection(p) => &p.name,
+            ProcessorPlan::Transform(t) => &t.name,
         }
     }
 
     pub fn kind(&self) -> &'static str {
         match self {
             ProcessorPlan::Projection(_) => "projection",
+            ProcessorPlan::Transform(t) => t.kind,
         }
     }
 
@@ -97,6 +105,7 @@ impl ProcessorPlan {
     pub fn output(&self) -> &str {
         match self {
             ProcessorPlan::Projection(p) => &p.output,
+            ProcessorPlan::Transform(t) => &t.output,
         }
     }
 
@@ -104,30 +113,67 @@ impl ProcessorPlan {
     pub fn inputs(&self) -> Vec<String> {
         match self {
             ProcessorPlan::Projection(p) => p.inputs(),
+            ProcessorPlan::Transform(t) => t.inputs.clone(),
         }
     }
 
     pub fn enabled(&self) -> bool {
         match self {
             ProcessorPlan::Projection(p) => p.enabled,
+            ProcessorPlan::Transform(t) => t.enabled,
+        }
+    }
+
+    /// Changes per output transaction at most.
+    pub fn batch(&self) -> usize {
+        match self {
+            ProcessorPlan::Projection(p) => p.batch,
+            ProcessorPlan::Transform(t) => t.batch,
+        }
+    }
+
+    /// The entities it reads documents of besides its inputs (lookups).
+    pub fn lookups(&self) -> Vec<String> {
+        match self {
+            ProcessorPlan::Projection(p) => p.lookups.iter().map(|l| l.entity.clone()).collect(),
+            ProcessorPlan::Transform(_) => Vec::new(),
+        }
+    }
+
+    /// The batch logic.
+    pub fn planner(&self) -> std::sync::Arc<dyn plan::Planner> {
+        match self {
+            ProcessorPlan::Projection(p) => {
+                std::sync::Arc::new(projection::Projection::new(p.clone()))
+            }
+            ProcessorPlan::Transform(t) => {
+                std::sync::Arc::new(transform::TransformPlanner { spec: t.clone() })
+            }
         }
     }
 }
 
 /// The kinds of processor this build knows.
-pub const KINDS: &[&str] = &["projection"];
+pub const KINDS: &[&str] = &["projection", "rust", "script"];
 
-/// Checks one `[[processor]]` entry: its `type` and its fields against the entities.
+/// Checks one `[[processor]]` entry: its `type` and its fields against the entities; `base`
+/// is the config file's directory (script files are relative to it).
 pub fn configure(
     name: &str,
     kind: &str,
     settings: &Value,
     entities: &[EntityInfo],
+    base: &std::path::Path,
 ) -> Result<ProcessorPlan, SettingError> {
     match kind {
         "projection" => {
             projection::spec::compile(name, settings, entities).map(ProcessorPlan::Projection)
         }
+        "rust" => {
+            transform::compile(name, "rust", settings, entities, base).map(ProcessorPlan::Transform)
+        }
+        "script" => transform::compile(name, "script", settings, entities, base)
+            .map(ProcessorPlan::Transform),
         other => Err(SettingError::new(
             "type",
             format!(
@@ -143,8 +189,9 @@ pub fn configure(
 pub fn check_plans(plans: &[ProcessorPlan]) -> Result<(), (usize, SettingError)> {
     let projections: Vec<&projection::spec::ProjectionSpec> = plans
         .iter()
-        .map(|p| match p {
-            ProcessorPlan::Projection(s) => s,
+        .filter_map(|p| match p {
+            ProcessorPlan::Projection(s) => Some(s),
+            ProcessorPlan::Transform(_) => None,
         })
         .collect();
     projection::spec::check_outputs(&projections)

@@ -1,7 +1,7 @@
 //! Running processors: one consumer of the log per processor, its batches applied through
 //! the output entity's [`EntityService`].
 
-use crate::projection::{Input, Projection, ProjectionIo};
+use crate::plan::{Input, PlanIo, Planner};
 use crate::ProcessorPlan;
 use async_trait::async_trait;
 use meshql_changes::{
@@ -88,9 +88,11 @@ struct Counters {
     dead: AtomicU64,
 }
 
-struct ProjectionHandler {
+struct ProcessorHandler {
     name: String,
-    projection: Projection,
+    kind: &'static str,
+    output_entity: String,
+    planner: Arc<dyn Planner>,
     output: Arc<EntityService>,
     lookups: HashMap<String, Arc<EntityService>>,
     grants: Arc<Grants>,
@@ -99,10 +101,10 @@ struct ProjectionHandler {
     counters: Counters,
 }
 
-struct Io<'a>(&'a ProjectionHandler);
+struct Io<'a>(&'a ProcessorHandler);
 
 #[async_trait]
-impl ProjectionIo for Io<'_> {
+impl PlanIo for Io<'_> {
     async fn state(&self, keys: &[String]) -> Result<HashMap<String, String>, StoreError> {
         self.0
             .output
@@ -132,7 +134,7 @@ impl ProjectionIo for Io<'_> {
     }
 }
 
-impl ProjectionHandler {
+impl ProcessorHandler {
     fn letter(change: &Change, reason: String) -> DeadLetter {
         DeadLetter {
             position: change.position,
@@ -160,9 +162,12 @@ impl ProjectionHandler {
                     c,
                     Input {
                         position: c.position,
+                        change_id: c.change_id.clone(),
                         entity: c.entity.clone(),
                         id: c.id.clone(),
                         op: c.op,
+                        created_at: c.created_at,
+                        correlation_id: c.correlation_id.clone(),
                         payload,
                         // `last` follows the log: the most recent change wins
                         order: (0, c.position),
@@ -179,7 +184,7 @@ impl ProjectionHandler {
             let active: Vec<usize> = (0..inputs.len()).filter(|i| !excluded[*i]).collect();
             let plan_inputs: Vec<Input> = active.iter().map(|i| inputs[*i].1.clone()).collect();
             let outcome = self
-                .projection
+                .planner
                 .plan(&Io(self), &plan_inputs)
                 .await
                 .map_err(HandlerError::new)?;
@@ -208,7 +213,7 @@ impl ProjectionHandler {
                             active[*ai],
                             format!(
                                 "the `{}` document it leads to is invalid: {details}",
-                                self.projection.spec.output
+                                self.output_entity
                             ),
                         ));
                     }
@@ -251,9 +256,9 @@ impl ProjectionHandler {
 }
 
 #[async_trait]
-impl Handler for ProjectionHandler {
+impl Handler for ProcessorHandler {
     fn kind(&self) -> &'static str {
-        "projection"
+        self.kind
     }
 
     async fn enqueue(&self, batch: &[Change]) -> Result<Confirmation, HandlerError> {
@@ -265,7 +270,7 @@ impl Handler for ProjectionHandler {
 struct Running {
     plan: ProcessorPlan,
     consumer: Consumer,
-    handler: Arc<ProjectionHandler>,
+    handler: Arc<ProcessorHandler>,
 }
 
 /// The running processors of a service.
@@ -325,7 +330,6 @@ pub async fn start(
         if !plan.enabled() || options.only.as_deref().is_some_and(|o| o != plan.name()) {
             continue;
         }
-        let ProcessorPlan::Projection(spec) = plan;
         let name = plan.name().to_owned();
         let service = |entity: &str| {
             services
@@ -336,20 +340,21 @@ pub async fn start(
                     entity: entity.to_owned(),
                 })
         };
-        let output = service(&spec.output)?;
+        let output_entity = plan.output().to_owned();
+        let output = service(&output_entity)?;
         if !output.writer().supports_outputs() {
             return Err(ProcessError::OutputUnsupported {
                 processor: name,
-                entity: spec.output.clone(),
+                entity: output_entity,
             });
         }
         let mut lookups = HashMap::new();
-        for l in &spec.lookups {
-            lookups.insert(l.entity.clone(), service(&l.entity)?);
+        for entity in plan.lookups() {
+            lookups.insert(entity.clone(), service(&entity)?);
         }
         let store_error = |source| ProcessError::Store {
             processor: name.clone(),
-            entity: spec.output.clone(),
+            entity: output_entity.clone(),
             source,
         };
         let position = output
@@ -370,9 +375,11 @@ pub async fn start(
                 last: log.last_offset(),
             });
         }
-        let handler = Arc::new(ProjectionHandler {
+        let handler = Arc::new(ProcessorHandler {
             name: name.clone(),
-            projection: Projection::new(spec.clone()),
+            kind: plan.kind(),
+            output_entity: output_entity.clone(),
+            planner: plan.planner(),
             output,
             lookups,
             grants: Arc::new(Grants::unrestricted()),
@@ -388,14 +395,14 @@ pub async fn start(
             log.clone(),
             handler.clone(),
             ConsumerOptions {
-                batch: spec.batch,
+                batch: plan.batch(),
                 // a batch's state depends on the one before it
                 in_flight: 1,
                 entities: Some(plan.inputs()),
                 ..ConsumerOptions::default()
             },
         )?;
-        tracing::info!(processor = %name, output = %spec.output, after = position, "processor started");
+        tracing::info!(processor = %name, output = %output_entity, after = position, "processor started");
         running.push(Running {
             plan: plan.clone(),
             consumer,

@@ -203,8 +203,22 @@ fn plans() -> Vec<ProcessorPlan> {
         }
     });
     vec![
-        configure("hen_productivity", "projection", &hen, &entities).unwrap(),
-        configure("farm_output", "projection", &farm, &entities).unwrap(),
+        configure(
+            "hen_productivity",
+            "projection",
+            &hen,
+            &entities,
+            std::path::Path::new("."),
+        )
+        .unwrap(),
+        configure(
+            "farm_output",
+            "projection",
+            &farm,
+            &entities,
+            std::path::Path::new("."),
+        )
+        .unwrap(),
     ]
 }
 

@@ -37,7 +37,8 @@ pub fn configure(config: &ResolvedConfig) -> Result<Vec<ProcessorPlan>, Vec<Conf
         message: e.message,
     };
     for spec in &config.processors {
-        match meshql_process::configure(&spec.name, &spec.kind, &spec.settings, &entities) {
+        let base = config.file.parent().unwrap_or(std::path::Path::new("."));
+        match meshql_process::configure(&spec.name, &spec.kind, &spec.settings, &entities, base) {
             Ok(plan) => plans.push(plan),
             Err(e) => problems.push(error(spec, e)),
         }

@@ -33,51 +33,13 @@
 pub mod spec;
 
 use crate::acc::Acc;
+use crate::plan::{Input, Outcome, PlanIo, Planner};
 use crate::FieldPath;
-use async_trait::async_trait;
 use meshql_core::{ChangeOp, OutputWrite, StateWrite, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use spec::ProjectionSpec;
 use std::collections::{HashMap, HashSet};
-
-/// One input change, as a projection reads it.
-#[derive(Debug, Clone)]
-pub struct Input {
-    pub position: u64,
-    pub entity: String,
-    pub id: String,
-    pub op: ChangeOp,
-    /// The document (ignored for a delete).
-    pub payload: Map<String, Value>,
-    /// Orders inputs for `last` (the runtime uses the log position).
-    pub order: (i64, u64),
-}
-
-/// What a projection reads besides its inputs.
-#[async_trait]
-pub trait ProjectionIo: Send + Sync {
-    /// Committed state rows among `keys`.
-    async fn state(&self, keys: &[String]) -> Result<HashMap<String, String>, StoreError>;
-    /// Committed state rows of a group.
-    async fn group(&self, group: &str) -> Result<Vec<(String, String)>, StoreError>;
-    /// The current document `id` of `entity`.
-    async fn lookup(
-        &self,
-        entity: &str,
-        id: &str,
-    ) -> Result<Option<Map<String, Value>>, StoreError>;
-}
-
-/// What a batch comes to.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// Document writes, with the indexes of the inputs that touched each.
-    pub writes: Vec<(OutputWrite, Vec<usize>)>,
-    pub state: Vec<StateWrite>,
-    /// Inputs that could not be read: `(index, reason)`.
-    pub dead: Vec<(usize, String)>,
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Contribution {
@@ -216,9 +178,9 @@ impl Projection {
     }
 
     /// Plans one batch (see the module docs).
-    pub async fn plan(
+    pub async fn plan_batch(
         &self,
-        io: &dyn ProjectionIo,
+        io: &dyn PlanIo,
         inputs: &[Input],
     ) -> Result<Outcome, StoreError> {
         let mut outcome = Outcome::default();
@@ -431,7 +393,7 @@ impl Projection {
     async fn document(
         &self,
         group: &Group,
-        io: &dyn ProjectionIo,
+        io: &dyn PlanIo,
         cache: &mut HashMap<(String, String), Option<Map<String, Value>>>,
     ) -> Result<Map<String, Value>, StoreError> {
         let mut doc = Map::new();
@@ -478,5 +440,16 @@ impl Projection {
             }
         }
         Ok(doc)
+    }
+}
+
+#[async_trait::async_trait]
+impl Planner for Projection {
+    fn kind(&self) -> &'static str {
+        "projection"
+    }
+
+    async fn plan(&self, io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError> {
+        self.plan_batch(io, inputs).await
     }
 }

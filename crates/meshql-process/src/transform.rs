@@ -1,0 +1,405 @@
+//! Per-change transforms: logic a declaration cannot express, as compiled Rust
+//! (`type = "rust"`, a [`Transform`] registered by name) or as a script (`type = "script"`,
+//! [`crate::script`]).
+//!
+//! ```toml
+//! [[processor]]
+//! name = "events-processor"
+//! type = "rust"
+//! function = "events.enrich"     # a registered Transform
+//! inputs = ["event"]             # the entities whose changes it reads
+//! output = "processedevent"      # the entity it writes
+//! ```
+//!
+//! A transform turns one input change into documents of the output entity ([`Emit`]). A
+//! document without an id gets one derived from the input's `change_id` and its place in the
+//! transform's answer, so the same input always writes the same document: with the output's
+//! position committed in the same transaction that is exactly once, and even a replay would
+//! only add a version, never a second document. A transform that fails on an input sends it
+//! to the dead letters with its message.
+
+use crate::plan::{Input, Outcome, PlanIo, Planner};
+use crate::EntityInfo;
+use meshql_core::{parse_settings, ChangeOp, OutputWrite, SettingError, StoreError};
+use parking_lot::RwLock;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+/// One document a transform writes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Emit {
+    /// The document's id (`None`: derived from the input, see the module docs).
+    pub id: Option<String>,
+    /// The document; `None` deletes `id`.
+    pub payload: Option<Map<String, Value>>,
+}
+
+impl Emit {
+    /// A document with a derived id.
+    pub fn document(payload: Map<String, Value>) -> Self {
+        Self {
+            id: None,
+            payload: Some(payload),
+        }
+    }
+}
+
+/// Logic compiled into the binary, registered under a name ([`register_transform`]).
+pub trait Transform: Send + Sync + 'static {
+    /// The documents one input change leads to (none is fine), or why it cannot be
+    /// processed (the input becomes a dead letter).
+    fn transform(&self, input: &Input) -> Result<Vec<Emit>, String>;
+}
+
+fn registry() -> &'static RwLock<HashMap<String, Arc<dyn Transform>>> {
+    static REGISTRY: OnceLock<RwLock<HashMap<String, Arc<dyn Transform>>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut builtins: HashMap<String, Arc<dyn Transform>> = HashMap::new();
+        builtins.insert("events.enrich".into(), Arc::new(EnrichEvents));
+        RwLock::new(builtins)
+    })
+}
+
+/// Makes `transform` available to `type = "rust"` processors as `function = name` (call it
+/// before the config is checked; a later registration of a name replaces the earlier one).
+pub fn register_transform(name: &str, transform: Arc<dyn Transform>) {
+    registry().write().insert(name.to_owned(), transform);
+}
+
+/// The registered names, sorted.
+pub fn transform_names() -> Vec<String> {
+    let mut names: Vec<String> = registry().read().keys().cloned().collect();
+    names.sort();
+    names
+}
+
+fn lookup(name: &str) -> Option<Arc<dyn Transform>> {
+    registry().read().get(name).cloned()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    #[serde(default)]
+    function: Option<String>,
+    #[serde(default)]
+    script: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    memory_bytes: Option<usize>,
+    inputs: Vec<String>,
+    output: String,
+    #[serde(default)]
+    batch: Option<usize>,
+    #[serde(default = "yes")]
+    enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A checked transform processor.
+#[derive(Clone)]
+pub struct TransformSpec {
+    pub name: String,
+    pub kind: &'static str,
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub batch: usize,
+    pub enabled: bool,
+    pub transform: Arc<dyn Transform>,
+}
+
+impl std::fmt::Debug for TransformSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransformSpec")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("inputs", &self.inputs)
+            .field("output", &self.output)
+            .finish()
+    }
+}
+
+/// Checks a `rust` or `script` processor; `base` is the directory script paths are relative
+/// to (the config file's).
+pub fn compile(
+    name: &str,
+    kind: &'static str,
+    settings: &Value,
+    entities: &[EntityInfo],
+    base: &std::path::Path,
+) -> Result<TransformSpec, SettingError> {
+    let s: Settings = parse_settings(settings)?;
+    let known = |e: &str, field: &str| -> Result<(), SettingError> {
+        if entities.iter().any(|x| x.name == e) {
+            Ok(())
+        } else {
+            let names: Vec<&str> = entities.iter().map(|x| x.name.as_str()).collect();
+            Err(SettingError::new(
+                field,
+                format!(
+                    "unknown entity `{e}` (this config has: {})",
+                    names.join(", ")
+                ),
+            ))
+        }
+    };
+    known(&s.output, "output")?;
+    if s.inputs.is_empty() {
+        return Err(SettingError::new(
+            "inputs",
+            "name at least one entity to read",
+        ));
+    }
+    for (i, e) in s.inputs.iter().enumerate() {
+        known(e, &format!("inputs[{i}]"))?;
+    }
+    if let Some(b) = s.batch {
+        if !(1..=10_000).contains(&b) {
+            return Err(SettingError::new("batch", "must be between 1 and 10000"));
+        }
+    }
+    let transform: Arc<dyn Transform> = match kind {
+        "rust" => {
+            if s.script.is_some() || s.timeout_ms.is_some() || s.memory_bytes.is_some() {
+                return Err(SettingError::new(
+                    "script",
+                    "`script`, `timeout_ms` and `memory_bytes` are for `type = \"script\"`",
+                ));
+            }
+            let Some(function) = s.function else {
+                return Err(SettingError::new(
+                    "function",
+                    "name the registered function to run",
+                ));
+            };
+            lookup(&function).ok_or_else(|| {
+                SettingError::new(
+                    "function",
+                    format!(
+                        "no function `{function}` is registered in this build (it has: {})",
+                        transform_names().join(", ")
+                    ),
+                )
+            })?
+        }
+        _ => {
+            if s.function.is_some() {
+                return Err(SettingError::new(
+                    "function",
+                    "`function` is for `type = \"rust\"`; a script processor takes `script`",
+                ));
+            }
+            let Some(script) = s.script else {
+                return Err(SettingError::new(
+                    "script",
+                    "the script's file, relative to the config file",
+                ));
+            };
+            let path = base.join(&script);
+            let source = std::fs::read_to_string(&path).map_err(|e| {
+                SettingError::new("script", format!("cannot read {}: {e}", path.display()))
+            })?;
+            let limits = crate::script::Limits {
+                timeout: std::time::Duration::from_millis(s.timeout_ms.unwrap_or(100).max(1)),
+                memory_bytes: s.memory_bytes.unwrap_or(16 << 20).max(1 << 20),
+            };
+            Arc::new(
+                crate::script::Script::new(&path.display().to_string(), &source, limits)
+                    .map_err(|e| SettingError::new("script", e))?,
+            )
+        }
+    };
+    Ok(TransformSpec {
+        name: name.to_owned(),
+        kind,
+        inputs: s.inputs,
+        output: s.output,
+        batch: s.batch.unwrap_or(100),
+        enabled: s.enabled,
+        transform,
+    })
+}
+
+/// A transform processor's batches.
+pub struct TransformPlanner {
+    pub spec: TransformSpec,
+}
+
+impl TransformPlanner {
+    fn derived_id(&self, input: &Input, index: usize) -> String {
+        uuid::Uuid::new_v5(
+            &uuid::Uuid::NAMESPACE_OID,
+            format!("meshql:{}:{}:{index}", self.spec.name, input.change_id).as_bytes(),
+        )
+        .to_string()
+    }
+}
+
+#[async_trait::async_trait]
+impl Planner for TransformPlanner {
+    fn kind(&self) -> &'static str {
+        self.spec.kind
+    }
+
+    async fn plan(&self, _io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError> {
+        let mut outcome = Outcome::default();
+        for (i, input) in inputs.iter().enumerate() {
+            let emits = match self.spec.transform.transform(input) {
+                Ok(e) => e,
+                Err(reason) => {
+                    outcome.dead.push((i, reason));
+                    continue;
+                }
+            };
+            for (k, emit) in emits.into_iter().enumerate() {
+                let id = emit.id.unwrap_or_else(|| self.derived_id(input, k));
+                let write = match emit.payload {
+                    Some(payload) => OutputWrite::Put {
+                        id,
+                        payload: serde_json::to_string(&payload).expect("a map serialises"),
+                    },
+                    None => OutputWrite::Delete { id },
+                };
+                outcome.writes.push((write, vec![i]));
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` of milliseconds since the epoch.
+pub fn iso_time(ms: i64) -> String {
+    let (y, mo, d) = crate::acc::civil_from_days(ms.div_euclid(86_400_000));
+    let day_ms = ms.rem_euclid(86_400_000);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000
+    )
+}
+
+/// MeshQL's events processor (CONTRACT §7.2): an `event` becomes a `processedevent` whose
+/// `processed_data` is the event's `data` (parsed when it is JSON text, else kept as
+/// `raw_data`) with `enriched`, `processed_at` and `processor_version`. Deletes and documents
+/// without a `name` (initialisation documents) lead to nothing.
+pub struct EnrichEvents;
+
+impl Transform for EnrichEvents {
+    fn transform(&self, input: &Input) -> Result<Vec<Emit>, String> {
+        let started = std::time::Instant::now();
+        if input.op == ChangeOp::Delete {
+            return Ok(Vec::new());
+        }
+        let Some(name) = input.payload.get("name").and_then(Value::as_str) else {
+            return Ok(Vec::new());
+        };
+        let mut data = match input.payload.get("data") {
+            Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(m)) => m,
+                _ => Map::from_iter([("raw_data".to_owned(), Value::String(text.clone()))]),
+            },
+            Some(Value::Object(m)) => m.clone(),
+            Some(other) => Map::from_iter([("raw_data".to_owned(), other.clone())]),
+            None => Map::new(),
+        };
+        let now = iso_time(meshql_core::now_millis());
+        data.insert("enriched".into(), Value::Bool(true));
+        data.insert("processed_at".into(), Value::String(now.clone()));
+        data.insert("processor_version".into(), Value::String("1.0.0".into()));
+        let mut out = Map::new();
+        out.insert("raw_event_id".into(), Value::String(input.id.clone()));
+        out.insert("name".into(), Value::String(name.to_owned()));
+        if let Some(c) = input.payload.get("correlationId").filter(|c| !c.is_null()) {
+            out.insert("correlationId".into(), c.clone());
+        }
+        out.insert(
+            "processed_data".into(),
+            Value::String(serde_json::to_string(&data).expect("a map serialises")),
+        );
+        out.insert("processed_timestamp".into(), Value::String(now));
+        out.insert("status".into(), Value::String("SUCCESS".into()));
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        out.insert(
+            "processing_time_ms".into(),
+            crate::expr::number((ms * 1000.0).ceil() / 1000.0),
+        );
+        Ok(vec![Emit::document(out)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn input(payload: Value, op: ChangeOp) -> Input {
+        Input {
+            position: 7,
+            change_id: "event:e1:5".into(),
+            entity: "event".into(),
+            id: "e1".into(),
+            op,
+            created_at: 5,
+            correlation_id: None,
+            payload: payload.as_object().unwrap().clone(),
+            order: (0, 7),
+        }
+    }
+
+    #[test]
+    fn iso_times() {
+        assert_eq!(iso_time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso_time(1_709_513_023_456), "2024-03-04T00:43:43.456Z");
+    }
+
+    #[test]
+    fn events_are_enriched_as_meshql_does() {
+        let e = input(
+            json!({"name": "signup", "correlationId": "c-1", "data": "{\"user_id\":\"u1\",\"username\":\"ann\"}"}),
+            ChangeOp::Create,
+        );
+        let out = EnrichEvents.transform(&e).unwrap();
+        assert_eq!(out.len(), 1);
+        let doc = out[0].payload.as_ref().unwrap();
+        assert_eq!(doc["raw_event_id"], "e1");
+        assert_eq!(doc["name"], "signup");
+        assert_eq!(doc["correlationId"], "c-1");
+        assert_eq!(doc["status"], "SUCCESS");
+        assert!(doc["processing_time_ms"].as_f64().unwrap() > 0.0);
+        let data: Value = serde_json::from_str(doc["processed_data"].as_str().unwrap()).unwrap();
+        assert_eq!(data["user_id"], "u1");
+        assert_eq!(data["username"], "ann");
+        assert_eq!(data["enriched"], true);
+        assert_eq!(data["processor_version"], "1.0.0");
+        // not JSON: kept as raw_data; no name or a delete: nothing
+        let raw = EnrichEvents
+            .transform(&input(
+                json!({"name": "x", "data": "plain"}),
+                ChangeOp::Create,
+            ))
+            .unwrap();
+        let data: Value = serde_json::from_str(
+            raw[0].payload.as_ref().unwrap()["processed_data"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(data["raw_data"], "plain");
+        assert!(EnrichEvents
+            .transform(&input(json!({"data": "{}"}), ChangeOp::Create))
+            .unwrap()
+            .is_empty());
+        assert!(EnrichEvents
+            .transform(&input(json!({"name": "x"}), ChangeOp::Delete))
+            .unwrap()
+            .is_empty());
+    }
+}
