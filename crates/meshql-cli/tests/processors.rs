@@ -319,3 +319,150 @@ async fn projections_survive_kill_9_mid_stream_exactly_once() {
     );
     assert!(total_writes > 100);
 }
+
+/// Every stored event has exactly one processed event, and every processed event an event.
+async fn events_processed_once(base: &str) -> usize {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let events = list(&http, base, "event").await;
+        let processed = list(&http, base, "processedevent").await;
+        let ids: BTreeSet<&str> = events.iter().map(|e| e["id"].as_str().unwrap()).collect();
+        let mut per_event: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in &processed {
+            *per_event
+                .entry(p["raw_event_id"].as_str().unwrap())
+                .or_default() += 1;
+        }
+        let done = per_event.len() == ids.len()
+            && per_event.iter().all(|(k, n)| *n == 1 && ids.contains(k));
+        if done {
+            return ids.len();
+        }
+        assert!(
+            per_event.values().all(|n| *n == 1),
+            "an event processed twice: {per_event:?}"
+        );
+        assert!(
+            per_event.keys().all(|k| ids.contains(k)),
+            "a processed event without its event"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{} events, {} processed",
+            ids.len(),
+            per_event.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_example_enriches_every_event_once_across_kill_9() {
+    let data = tempfile::tempdir().unwrap();
+    let config = examples_dir().join("events");
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    let http = reqwest::Client::new();
+    // CONTRACT §7.3, end to end: the processed event carries the event's data, enriched
+    let r = http
+        .post(server.url("/event/api"))
+        .json(&json!({
+            "name": "e2e", "correlationId": "corr-1", "source": "test", "version": "1",
+            "timestamp": "2026-11-27T10:00:00Z",
+            "data": "{\"user_id\":\"user_e2e\",\"username\":\"test_user\"}",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let query = json!({ "query": format!(
+        "{{ getById(id: \"{id}\") {{ name processedEvents {{ raw_event_id name status correlationId processing_time_ms processed_data }} }} }}"
+    )});
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let processed = loop {
+        let d: Value = http
+            .post(server.url("/event/graph"))
+            .json(&query)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let list = d["data"]["getById"]["processedEvents"].clone();
+        if list.as_array().is_some_and(|l| !l.is_empty()) {
+            break list[0].clone();
+        }
+        assert!(Instant::now() < deadline, "never processed: {d}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(processed["raw_event_id"], id.as_str());
+    assert_eq!(processed["name"], "e2e");
+    assert_eq!(processed["status"], "SUCCESS");
+    assert_eq!(processed["correlationId"], "corr-1");
+    assert!(processed["processing_time_ms"].as_f64().unwrap() > 0.0);
+    let enriched: Value =
+        serde_json::from_str(processed["processed_data"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &enriched["user_id"],
+            &enriched["username"],
+            &enriched["enriched"]
+        ),
+        (&json!("user_e2e"), &json!("test_user"), &json!(true))
+    );
+    // the way back: processedevent.rawEvent
+    let back: Value = http
+        .post(server.url("/processedevent/graph"))
+        .json(&json!({ "query": format!("{{ getByEvent(id: \"{id}\") {{ rawEvent {{ id name }} }} }}") }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        back["data"]["getByEvent"][0]["rawEvent"]["id"],
+        id.as_str(),
+        "{back}"
+    );
+
+    // under load, killed mid-stream twice: every stored event is processed exactly once
+    let mut server = server;
+    for round in 0..2 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4)
+            .map(|w| {
+                let (url, stop) = (server.url("/event/api"), stop.clone());
+                tokio::spawn(async move {
+                    let http = reqwest::Client::new();
+                    let mut i = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let body = json!({"name": format!("r{round}-w{w}-{i}"), "data": "{}", "timestamp": "2026-11-27T10:00:00Z"});
+                        if http.post(&url).json(&body).send().await.is_err() {
+                            return i;
+                        }
+                        i += 1;
+                    }
+                    i
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        kill_9(&server);
+        stop.store(true, Ordering::Relaxed);
+        let mut sent = 0;
+        for w in writers {
+            sent += w.await.unwrap();
+        }
+        assert!(sent > 20, "round {round}: the load ran ({sent})");
+        drop(server);
+        server = Server::start_with_data_dir(&config, data.path(), &[]);
+        let n = events_processed_once(&server.url("")).await;
+        assert!(n > 20);
+    }
+}
