@@ -53,9 +53,9 @@ const GOAL_P99_MS: f64 = 5.0;
 /// Arrival rates of the latency runs.
 const RATES: [f64; 2] = [1_000.0, 10_000.0];
 /// How long after a run changes may still arrive before they count as missing.
-const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Histograms: microseconds up to one minute.
-const MAX_MICROS: u64 = 60_000_000;
+pub(super) const MAX_MICROS: u64 = 60_000_000;
 /// The entity written.
 const PATH: &str = "/farm/api";
 
@@ -83,17 +83,19 @@ impl Workload for Post {
 /// Send, due and arrival instants of one latency run, indexed by the sequence number in the
 /// correlation id (`<prefix><seq>`). Instants are nanoseconds after `base`, plus one (0 =
 /// not yet).
-struct Tracker {
+pub(super) struct Tracker {
     base: Instant,
-    prefix: String,
-    next: AtomicUsize,
-    sent: Vec<AtomicU64>,
-    due: Vec<AtomicU64>,
-    ok: Vec<AtomicBool>,
+    pub(super) prefix: String,
+    /// A change's payload field holding the key, instead of its `correlation_id`.
+    payload_key: Option<&'static str>,
+    pub(super) next: AtomicUsize,
+    pub(super) sent: Vec<AtomicU64>,
+    pub(super) due: Vec<AtomicU64>,
+    pub(super) ok: Vec<AtomicBool>,
     arrived: Vec<AtomicU64>,
-    duplicates: AtomicU64,
+    pub(super) duplicates: AtomicU64,
     /// Changes on the stream that are not this run's (other writers).
-    foreign: AtomicU64,
+    pub(super) foreign: AtomicU64,
     /// The reader stopped (stream ended or failed): nothing more will arrive.
     reader_gone: AtomicBool,
 }
@@ -103,10 +105,11 @@ fn slots<T>(n: usize, f: impl Fn() -> T) -> Vec<T> {
 }
 
 impl Tracker {
-    fn new(capacity: usize, prefix: String) -> Self {
+    pub(super) fn new(capacity: usize, prefix: String) -> Self {
         Self {
             base: Instant::now(),
             prefix,
+            payload_key: None,
             next: AtomicUsize::new(0),
             sent: slots(capacity, || AtomicU64::new(0)),
             due: slots(capacity, || AtomicU64::new(0)),
@@ -118,7 +121,14 @@ impl Tracker {
         }
     }
 
-    fn stamp(&self, at: Instant) -> u64 {
+    /// Matches changes by the payload's `field` instead of their correlation id (a
+    /// processor's output carries its input's key in its document).
+    pub(super) fn keyed_by_payload(mut self, field: &'static str) -> Self {
+        self.payload_key = Some(field);
+        self
+    }
+
+    pub(super) fn stamp(&self, at: Instant) -> u64 {
         at.saturating_duration_since(self.base).as_nanos() as u64 + 1
     }
 
@@ -130,6 +140,13 @@ impl Tracker {
             correlation_id: Option<Cow<'a, str>>,
         }
         if event.event != "change" {
+            return;
+        }
+        if let Some(field) = self.payload_key {
+            let key = serde_json::from_str::<Value>(&event.data)
+                .ok()
+                .and_then(|v| v["payload"][field].as_str().map(str::to_owned));
+            self.arrive_correlated(key.as_deref(), at);
             return;
         }
         let head = serde_json::from_str::<Head>(&event.data).ok();
@@ -154,7 +171,7 @@ impl Tracker {
     }
 
     /// Sequence numbers of the POSTs answered 2xx.
-    fn expected(&self) -> Vec<usize> {
+    pub(super) fn expected(&self) -> Vec<usize> {
         let n = self.next.load(Ordering::Relaxed).min(self.ok.len());
         (0..n)
             .filter(|&i| self.ok[i].load(Ordering::Relaxed))
@@ -163,7 +180,7 @@ impl Tracker {
 
     /// Waits until every expected change has arrived, the reader is gone, or `timeout`;
     /// returns the ones still missing.
-    async fn wait_for(&self, mut pending: Vec<usize>, timeout: Duration) -> Vec<usize> {
+    pub(super) async fn wait_for(&self, mut pending: Vec<usize>, timeout: Duration) -> Vec<usize> {
         let deadline = Instant::now() + timeout;
         loop {
             pending.retain(|&i| self.arrived[i].load(Ordering::Relaxed) == 0);
@@ -178,7 +195,7 @@ impl Tracker {
     }
 
     /// Latencies (from send, from due) of every expected change that arrived.
-    fn latencies(&self, expected: &[usize]) -> (Histogram<u64>, Histogram<u64>) {
+    pub(super) fn latencies(&self, expected: &[usize]) -> (Histogram<u64>, Histogram<u64>) {
         let new = || Histogram::new_with_bounds(1, MAX_MICROS, 3).expect("static bounds");
         let (mut from_send, mut from_due) = (new(), new());
         for &i in expected {
@@ -228,7 +245,7 @@ impl Workload for TrackedPost {
 }
 
 /// The event-stream reader, on a thread of its own.
-struct Reader {
+pub(super) struct Reader {
     stop: Option<oneshot::Sender<()>>,
     done: oneshot::Receiver<Option<String>>,
 }
@@ -237,8 +254,17 @@ impl Reader {
     /// Opens the stream; returns once the server has answered with its head (from then on
     /// every change after `since=now` is on it).
     async fn start(target: &Target, tracker: Arc<Tracker>) -> Result<Self, String> {
+        Self::start_on(target, "/_changes?since=now", tracker).await
+    }
+
+    /// The reader of the event stream at `path` (a `/_changes` query).
+    pub(super) async fn start_on(
+        target: &Target,
+        path: &str,
+        tracker: Arc<Tracker>,
+    ) -> Result<Self, String> {
         let authority = target.authority().to_string();
-        let path = target.path("/_changes?since=now");
+        let path = target.path(path);
         let (ready_tx, ready_rx) = oneshot::channel::<Result<(), String>>();
         let (stop_tx, mut stop_rx) = oneshot::channel::<()>();
         let (done_tx, done_rx) = oneshot::channel::<Option<String>>();
@@ -296,7 +322,7 @@ impl Reader {
     }
 
     /// Stops the reader; returns why it had stopped by itself, if it had.
-    async fn stop(mut self) -> Option<String> {
+    pub(super) async fn stop(mut self) -> Option<String> {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -304,7 +330,7 @@ impl Reader {
     }
 }
 
-fn open_model(rate: f64, duration: Duration) -> OpenModel {
+pub(super) fn open_model(rate: f64, duration: Duration) -> OpenModel {
     let pre = ((rate / 10.0) as usize).clamp(10, 100);
     OpenModel {
         rate,
@@ -324,7 +350,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn ms(micros: u64) -> f64 {
+pub(super) fn ms(micros: u64) -> f64 {
     micros as f64 / 1000.0
 }
 

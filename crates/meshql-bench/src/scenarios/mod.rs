@@ -4,6 +4,7 @@
 
 pub use soak::{least_squares, LinearFit, RssTrend};
 
+mod cdc;
 mod changes;
 mod core_scaling;
 mod egg_economy;
@@ -30,6 +31,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Example {
     EggEconomy,
+    Events,
     Farm,
     Products,
 }
@@ -38,6 +40,7 @@ impl Example {
     pub fn dir(self) -> &'static str {
         match self {
             Example::EggEconomy => "egg-economy",
+            Example::Events => "events",
             Example::Farm => "farm",
             Example::Products => "products",
         }
@@ -82,6 +85,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(fan_out::FanOut),
         Box::new(core_scaling::CoreScaling),
         Box::new(changes::Changes),
+        Box::new(cdc::Cdc),
         Box::new(soak::Soak),
     ]
 }
