@@ -31,7 +31,8 @@
 use crate::feed::{scan, FeedFilter};
 use async_trait::async_trait;
 use meshql_core::ChangeOp;
-use meshql_log::{Log, LogError};
+use crate::feed::FeedSource;
+use meshql_log::{Log, LogError, LogReader};
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -230,12 +231,116 @@ struct Counters {
     progress: Mutex<Instant>,
 }
 
+/// The log a consumer reads and commits its group's position to: the writer's own [`Log`]
+/// in the serving process, or a [`TailedReader`] in another process (`meshql process`).
+pub trait ConsumerLog: FeedSource + Send + Sync {
+    /// The position of the newest record (0 when it cannot be read).
+    fn last(&self) -> u64;
+    /// The oldest position the log still keeps.
+    fn first(&self) -> u64;
+    fn committed(&self, group: &str) -> Result<Option<u64>, LogError>;
+    fn commit(&self, group: &str, position: u64) -> Result<(), LogError>;
+    /// Changes value after appends.
+    fn appended(&self) -> watch::Receiver<u64>;
+}
+
+impl ConsumerLog for Log {
+    fn last(&self) -> u64 {
+        self.last_offset()
+    }
+    fn first(&self) -> u64 {
+        self.first_offset()
+    }
+    fn committed(&self, group: &str) -> Result<Option<u64>, LogError> {
+        Log::committed(self, group)
+    }
+    fn commit(&self, group: &str, position: u64) -> Result<(), LogError> {
+        Log::commit(self, group, position)
+    }
+    fn appended(&self) -> watch::Receiver<u64> {
+        self.subscribe()
+    }
+}
+
+/// A [`LogReader`] (the log of a server in another process) that notices appends by
+/// looking at the log's end every `poll`.
+pub struct TailedReader {
+    reader: Arc<LogReader>,
+    poll: Duration,
+    appended: Mutex<Option<watch::Sender<u64>>>,
+}
+
+impl TailedReader {
+    pub fn new(reader: LogReader, poll: Duration) -> Self {
+        Self {
+            reader: Arc::new(reader),
+            poll,
+            appended: Mutex::new(None),
+        }
+    }
+}
+
+impl FeedSource for TailedReader {
+    fn read_records(
+        &self,
+        after: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<meshql_log::Record>, LogError> {
+        self.reader.read(after, max, max_bytes)
+    }
+    fn last_position(&self) -> Result<u64, LogError> {
+        self.reader.last_offset()
+    }
+}
+
+impl ConsumerLog for TailedReader {
+    fn last(&self) -> u64 {
+        self.reader.last_offset().unwrap_or(0)
+    }
+    fn first(&self) -> u64 {
+        self.reader.first_offset().unwrap_or(0)
+    }
+    fn committed(&self, group: &str) -> Result<Option<u64>, LogError> {
+        self.reader.committed(group)
+    }
+    fn commit(&self, group: &str, position: u64) -> Result<(), LogError> {
+        self.reader.commit(group, position)
+    }
+    /// Starts the poller on first use (inside the consumer's runtime); it ends when every
+    /// receiver is gone.
+    fn appended(&self) -> watch::Receiver<u64> {
+        let mut slot = self.appended.lock();
+        if let Some(tx) = slot.as_ref() {
+            return tx.subscribe();
+        }
+        let (tx, rx) = watch::channel(self.last());
+        let (reader, poll, sender) = (self.reader.clone(), self.poll, tx.clone());
+        tokio::spawn(async move {
+            let mut seen = *sender.borrow();
+            loop {
+                tokio::time::sleep(poll).await;
+                if sender.is_closed() {
+                    return;
+                }
+                let now = reader.last_offset().unwrap_or(seen);
+                if now != seen {
+                    seen = now;
+                    sender.send_replace(now);
+                }
+            }
+        });
+        *slot = Some(tx);
+        rx
+    }
+}
+
 /// A running consumer (see the module docs).
 pub struct Consumer {
     name: String,
     group: String,
     kind: &'static str,
-    log: Log,
+    log: Arc<dyn ConsumerLog>,
     counters: Arc<Counters>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -250,6 +355,18 @@ impl Consumer {
         name: &str,
         group: &str,
         log: Log,
+        handler: Arc<dyn Handler>,
+        options: ConsumerOptions,
+    ) -> Result<Consumer, ConsumerError> {
+        Self::start_on(name, group, Arc::new(log), handler, options)
+    }
+
+    /// [`Consumer::start`] on any [`ConsumerLog`]: the writer's [`Log`], or a
+    /// [`TailedReader`] of the log of a server running in another process.
+    pub fn start_on(
+        name: &str,
+        group: &str,
+        log: Arc<dyn ConsumerLog>,
         handler: Arc<dyn Handler>,
         options: ConsumerOptions,
     ) -> Result<Consumer, ConsumerError> {
@@ -321,7 +438,7 @@ impl Consumer {
     /// `committed`).
     pub fn stats(&self) -> ConsumerStats {
         let committed = self.counters.committed.load(Ordering::Relaxed);
-        let lag = self.log.last_offset().saturating_sub(committed);
+        let lag = self.log.last().saturating_sub(committed);
         ConsumerStats {
             name: self.name.clone(),
             kind: self.kind,
@@ -345,7 +462,7 @@ impl Consumer {
     /// Seconds since the oldest change after `position` was appended (0 when there is none
     /// or it cannot be read).
     fn age_after(&self, position: u64) -> f64 {
-        match self.log.read(position, 1, 1) {
+        match self.log.read_records(position, 1, 1) {
             Ok(records) => records.first().map_or(0.0, |r| {
                 now_ms().saturating_sub(r.timestamp_ms).max(0) as f64 / 1000.0
             }),
@@ -381,7 +498,7 @@ fn now_ms() -> i64 {
 struct Worker {
     name: String,
     group: String,
-    log: Log,
+    log: Arc<dyn ConsumerLog>,
     handler: Arc<dyn Handler>,
     counters: Arc<Counters>,
     /// What the handler wants (the entities of the options).
@@ -440,7 +557,7 @@ impl Worker {
     fn read_page(&self, after: u64) -> Result<(Vec<Change>, u64), LogError> {
         let mut batch = Vec::new();
         let last = scan(
-            &self.log,
+            &*self.log,
             after,
             self.options.batch.max(1),
             &self.filter,
@@ -458,7 +575,7 @@ impl Worker {
     }
 
     async fn run(mut self, committed: u64) {
-        let mut appended = self.log.subscribe();
+        let mut appended = self.log.appended();
         let mut failures: u32 = 0;
         // every change up to `after` is confirmed and committed; up to `read_to` enqueued
         let mut after = committed;
@@ -587,7 +704,7 @@ impl Worker {
             );
         }
         let committed = self.counters.committed.load(Ordering::Relaxed);
-        let left = self.log.last_offset().saturating_sub(committed);
+        let left = self.log.last().saturating_sub(committed);
         if left > 0 {
             tracing::warn!(
                 consumer = %self.name,
@@ -603,7 +720,7 @@ impl Worker {
 
     /// Warns when the log no longer holds the changes right after `after`.
     fn warn_if_retention_overtook(&self, after: u64) {
-        let first_kept = self.log.first_offset();
+        let first_kept = self.log.first();
         if first_kept > after + 1 {
             tracing::warn!(
                 consumer = %self.name,
@@ -640,7 +757,7 @@ impl Worker {
         if due {
             let behind = self
                 .log
-                .last_offset()
+                .last()
                 .saturating_sub(self.counters.committed.load(Ordering::Relaxed));
             tracing::warn!(
                 consumer = %self.name,

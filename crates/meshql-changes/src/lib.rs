@@ -37,7 +37,7 @@ pub mod relay;
 
 pub use consumer::{
     confirmed, Change, Confirmation, Consumer, ConsumerError, ConsumerOptions, ConsumerStats,
-    Handler, HandlerError,
+    ConsumerLog, Handler, HandlerError, TailedReader,
 };
 pub use feed::{FeedFilter, FeedSource, Page};
 pub use hub::{EntityFeedStats, Hub, HubError, HubOptions};

@@ -2,6 +2,7 @@
 
 mod bench;
 mod changes;
+mod process;
 #[cfg(target_os = "linux")]
 mod startup_pages;
 
@@ -62,6 +63,9 @@ enum Command {
             overrides_with = "log_format"
         )]
         log_format: LogFormat,
+        /// Do not run the config's processors here (they run in `meshql process`).
+        #[arg(long)]
+        no_processors: bool,
     },
     /// Validate a config and every file it names; exit non-zero on any error.
     Check {
@@ -72,6 +76,8 @@ enum Command {
     ConfigSchema,
     /// Print the change feed (one JSON object per line) from the config's change log.
     Changes(changes::ChangesArgs),
+    /// Run the config's processors in this process, beside `meshql serve --no-processors`.
+    Process(process::ProcessArgs),
     /// Load-test a server with the scenarios of the seed reports (starts a fresh meshql per
     /// scenario unless --url is given) and write JSON, Markdown and HTML reports.
     #[command(args_conflicts_with_subcommands = true)]
@@ -88,6 +94,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
+        Command::Process(args) => {
+            init_tracing("info", LogFormat::Text);
+            process::run(args)
+        }
         Command::ConfigSchema => {
             println!(
                 "{}",
@@ -138,6 +148,7 @@ fn main() -> ExitCode {
             workers,
             log_level,
             log_format,
+            no_processors,
         } => {
             let started = Instant::now();
             init_tracing(&log_level, log_format);
@@ -156,6 +167,9 @@ fn main() -> ExitCode {
             }
             if let Some(d) = data_dir {
                 resolved.set_data_dir(d);
+            }
+            if no_processors {
+                resolved.processors.clear();
             }
             let mut runtime = tokio::runtime::Builder::new_multi_thread();
             runtime.enable_all();

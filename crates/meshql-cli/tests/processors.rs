@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{examples_dir, Server};
+use common::{example_copy, examples_dir, meshql_bin, Server};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,12 +30,6 @@ fn hen(i: usize) -> String {
 fn farm_of(i: usize) -> String {
     format!("00000000-0000-4000-9000-00000000000{}", i % 2)
 }
-/// The two containers' ids (server-generated, set once by the test).
-static CONTAINERS: std::sync::OnceLock<[String; 2]> = std::sync::OnceLock::new();
-
-fn container(i: usize) -> String {
-    CONTAINERS.get().expect("containers created")[i].clone()
-}
 
 fn kill_9(server: &Server) {
     let status = std::process::Command::new("kill")
@@ -47,7 +41,14 @@ fn kill_9(server: &Server) {
 
 /// One writer's loop: lay reports created, corrected and deleted, deposits and
 /// withdrawals, until stopped or the server is gone.
-async fn write_load(base: String, seed: u64, stop: Arc<AtomicBool>, done: Arc<Mutex<u64>>) {
+async fn write_load(
+    base: String,
+    containers: Arc<Vec<String>>,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+    done: Arc<Mutex<u64>>,
+) {
+    let container = |i: usize| containers[i].clone();
     let http = reqwest::Client::new();
     let mut x = seed;
     let mut next = |n: u64| {
@@ -271,7 +272,7 @@ async fn projections_survive_kill_9_mid_stream_exactly_once() {
                 .to_owned(),
         );
     }
-    CONTAINERS.set([ids[0].clone(), ids[1].clone()]).unwrap();
+    let containers = Arc::new(ids);
     let mut total_writes = 0;
     for round in 0..3 {
         let stop = Arc::new(AtomicBool::new(false));
@@ -280,6 +281,7 @@ async fn projections_survive_kill_9_mid_stream_exactly_once() {
             .map(|w| {
                 tokio::spawn(write_load(
                     server.url(""),
+                    containers.clone(),
                     0x9e37_79b9 + w * 7919 + round * 104_729,
                     stop.clone(),
                     done.clone(),
@@ -465,4 +467,112 @@ async fn the_events_example_enriches_every_event_once_across_kill_9() {
         let n = events_processed_once(&server.url("")).await;
         assert!(n > 20);
     }
+}
+
+/// `meshql process` on a config and data directory, its output in `log`.
+fn spawn_process(
+    config: &std::path::Path,
+    data: &std::path::Path,
+    log: &std::path::Path,
+) -> std::process::Child {
+    let out = std::fs::File::create(log).unwrap();
+    std::process::Command::new(meshql_bin())
+        .arg("process")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--status-every")
+        .arg("1")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meshql_process_runs_the_projections_beside_the_server_across_kill_9() {
+    // SQLite files shared between the two processes
+    let dir = example_copy("egg-economy", |t| {
+        t.replace(
+            "synchronous_full = ${MESHQL_SQLITE_FULL:-false}",
+            "synchronous_full = false\nexclusive = false",
+        )
+    });
+    let config = dir.path().join("meshql.toml");
+    let data = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+
+    // a processor runs in one process at a time: not beside a server that runs it
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    let mut refused = spawn_process(&config, data.path(), &logs.path().join("refused.log"));
+    let status = refused.wait().unwrap();
+    let said = std::fs::read_to_string(logs.path().join("refused.log")).unwrap();
+    assert!(!status.success(), "{said}");
+    assert!(said.contains("runs in another process"), "{said}");
+    drop(server);
+
+    let server = Server::start_with_data_dir(&config, data.path(), &["--no-processors"]);
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !metrics.contains("meshql_processor_"),
+        "the server runs no processor"
+    );
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for c in 0..2 {
+        let body = json!({"name": format!("c{c}"), "container_type": "fridge", "capacity": 50, "zone": "n"});
+        let r = http
+            .post(server.url("/container/api"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        ids.push(
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    let containers = Arc::new(ids);
+    let mut process = spawn_process(&config, data.path(), &logs.path().join("p0.log"));
+    for round in 0..2u64 {
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(Mutex::new(0u64));
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                tokio::spawn(write_load(
+                    server.url(""),
+                    containers.clone(),
+                    0x51ed + w * 31 + round * 977,
+                    stop.clone(),
+                    done.clone(),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        // the processors die mid-stream; the server and its writers go on
+        process.kill().unwrap();
+        process.wait().unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.await.unwrap();
+        }
+        assert!(*done.lock().unwrap() > 30, "round {round}: the load ran");
+        process = spawn_process(
+            &config,
+            data.path(),
+            &logs.path().join(format!("p{}.log", round + 1)),
+        );
+        converges(&server.url("")).await;
+    }
+    process.kill().unwrap();
+    process.wait().unwrap();
 }

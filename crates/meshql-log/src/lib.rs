@@ -109,6 +109,26 @@ pub use crate::frame::{HEADER_LEN, MAX_RECORD_BYTES};
 pub use crate::log::{Log, Recovery};
 pub use crate::reader::LogReader;
 
+/// An exclusive advisory lock (`flock`) on a file, held until dropped or the process ends:
+/// what lets one process, of several on a machine, own a task (a processor of the log).
+#[derive(Debug)]
+pub struct FileLock {
+    _lock: lock::DirLock,
+}
+
+impl FileLock {
+    /// Takes the lock on `path` (created if missing) without waiting;
+    /// [`LogError::Locked`] with the holder's pid when another process has it.
+    pub fn acquire(path: &std::path::Path) -> Result<FileLock, LogError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(crate::error::io_at(dir))?;
+        }
+        Ok(FileLock {
+            _lock: lock::acquire_file(path, path)?,
+        })
+    }
+}
+
 /// When the writer fsyncs appended data (see the crate docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncPolicy {

@@ -14,7 +14,14 @@ pub(crate) struct DirLock {
 
 /// Takes an exclusive `flock` on `dir/LOCK` without waiting, and writes our pid into it.
 pub(crate) fn acquire(dir: &Path) -> Result<DirLock, LogError> {
-    let path = dir.join("LOCK");
+    acquire_file(&dir.join("LOCK"), dir)
+}
+
+/// Takes an exclusive `flock` on `path` without waiting (creating it), and writes our pid
+/// into it; [`LogError::Locked`] names `owner` when another process holds it.
+pub(crate) fn acquire_file(path: &Path, owner: &Path) -> Result<DirLock, LogError> {
+    let path = path.to_path_buf();
+    let dir = owner;
     let mut file = OpenOptions::new()
         .read(true)
         .write(true)

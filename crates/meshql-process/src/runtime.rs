@@ -5,14 +5,14 @@ use crate::plan::{Input, PlanIo, Planner};
 use crate::ProcessorPlan;
 use async_trait::async_trait;
 use meshql_changes::{
-    confirmed, Change, Confirmation, Consumer, ConsumerError, ConsumerOptions, Handler,
-    HandlerError,
+    confirmed, Change, Confirmation, Consumer, ConsumerError, ConsumerLog, ConsumerOptions,
+    Handler, HandlerError,
 };
 use meshql_core::{
     now_millis, Credentials, DeadLetter, Grants, OutputBatch, OutputWrite, ReadContext, StoreError,
 };
 use meshql_engine::{EntityService, Session};
-use meshql_log::Log;
+use meshql_log::{FileLock, LogError};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +44,11 @@ pub enum ProcessError {
         checkpoint: u64,
         last: u64,
     },
+    #[error(
+        "processor \"{processor}\" runs in another process on this machine ({source}): run each \
+         processor once (`meshql serve --no-processors` beside `meshql process`)"
+    )]
+    RunningElsewhere { processor: String, source: LogError },
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
 }
@@ -53,6 +58,9 @@ pub enum ProcessError {
 pub struct StartOptions {
     /// Only this one (`meshql process --only NAME`).
     pub only: Option<String>,
+    /// Where each running processor holds a lock file (`<name>.lock`), so that a processor
+    /// runs in one process of the machine at a time.
+    pub lock_dir: Option<std::path::PathBuf>,
 }
 
 /// What a processor has done, for `/metrics` and the console.
@@ -268,6 +276,7 @@ impl Handler for ProcessorHandler {
 }
 
 struct Running {
+    _lock: Option<FileLock>,
     plan: ProcessorPlan,
     consumer: Consumer,
     handler: Arc<ProcessorHandler>,
@@ -322,7 +331,7 @@ impl Processors {
 pub async fn start(
     plans: &[ProcessorPlan],
     services: &HashMap<String, Arc<EntityService>>,
-    log: Log,
+    log: Arc<dyn ConsumerLog>,
     options: StartOptions,
 ) -> Result<Processors, ProcessError> {
     let mut running = Vec::new();
@@ -339,6 +348,17 @@ pub async fn start(
                     processor: name.clone(),
                     entity: entity.to_owned(),
                 })
+        };
+        let lock = match &options.lock_dir {
+            Some(dir) => Some(
+                FileLock::acquire(&dir.join(format!("{name}.lock"))).map_err(|source| {
+                    ProcessError::RunningElsewhere {
+                        processor: name.clone(),
+                        source,
+                    }
+                })?,
+            ),
+            None => None,
         };
         let output_entity = plan.output().to_owned();
         let output = service(&output_entity)?;
@@ -368,11 +388,11 @@ pub async fn start(
             .dead_letter_count(&name)
             .await
             .map_err(store_error)?;
-        if position > log.last_offset() {
+        if position > log.last() {
             return Err(ProcessError::CheckpointAhead {
                 processor: name,
                 checkpoint: position,
-                last: log.last_offset(),
+                last: log.last(),
             });
         }
         let handler = Arc::new(ProcessorHandler {
@@ -389,7 +409,7 @@ pub async fn start(
                 ..Counters::default()
             },
         });
-        let consumer = Consumer::start(
+        let consumer = Consumer::start_on(
             &name,
             &format!("processor-{name}"),
             log.clone(),
@@ -404,6 +424,7 @@ pub async fn start(
         )?;
         tracing::info!(processor = %name, output = %output_entity, after = position, "processor started");
         running.push(Running {
+            _lock: lock,
             plan: plan.clone(),
             consumer,
             handler,

@@ -274,7 +274,7 @@ impl World {
         start(
             &plans(),
             &self.services,
-            self.hub.log().clone(),
+            Arc::new(self.hub.log().clone()),
             StartOptions::default(),
         )
         .await

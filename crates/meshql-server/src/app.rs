@@ -312,7 +312,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         Some(hub) => {
             crate::processors::start(
                 config,
-                hub.log().clone(),
+                Arc::new(hub.log().clone()),
                 &services,
                 meshql_process::StartOptions::default(),
             )

@@ -63,12 +63,13 @@ pub fn configure(config: &ResolvedConfig) -> Result<Vec<ProcessorPlan>, Vec<Conf
 /// Starts every enabled processor of the config on `log`.
 pub async fn start(
     config: &ResolvedConfig,
-    log: meshql_log::Log,
+    log: Arc<dyn meshql_changes::ConsumerLog>,
     services: &HashMap<String, Arc<EntityService>>,
-    options: StartOptions,
+    mut options: StartOptions,
 ) -> Result<Processors, BuildError> {
     let plans = configure(config)
         .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
+    options.lock_dir = Some(config.changes.dir.join("processors"));
     meshql_process::start(&plans, services, log, options)
         .await
         .map_err(|e| BuildError::Changes {
@@ -111,4 +112,130 @@ pub fn write_metrics(out: &mut String, stats: &[ProcessorStats]) {
             );
         }
     }
+}
+
+/// Processors running on their own (`meshql process`), beside a server that serves the same
+/// config on this machine: they read its change log as a reader in another process and write
+/// their outputs to the config's storage directly.
+pub struct ProcessorHost {
+    processors: Processors,
+    databases: Vec<meshql_core::DynDatabase>,
+}
+
+impl ProcessorHost {
+    pub fn stats(&self) -> Vec<ProcessorStats> {
+        self.processors.stats()
+    }
+
+    /// Stops every processor (after it applied what the log holds, bounded) and closes the
+    /// storage it opened.
+    pub async fn stop(&self) {
+        self.processors.stop().await;
+        for db in &self.databases {
+            db.close().await;
+        }
+    }
+}
+
+/// Starts the config's processors (or only `only`) in this process: opens the storage of
+/// their output and lookup entities, and reads the log under the config's data directory.
+pub async fn host(
+    config: &ResolvedConfig,
+    only: Option<String>,
+) -> Result<ProcessorHost, BuildError> {
+    let plans = configure(config)
+        .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
+    if let Some(name) = &only {
+        if !plans.iter().any(|p| p.name() == name) {
+            let names: Vec<&str> = plans.iter().map(|p| p.name()).collect();
+            return Err(BuildError::Preflight(vec![format!(
+                "{}: no processor named \"{name}\" (the config has: {})",
+                config.file.display(),
+                names.join(", ")
+            )]));
+        }
+    }
+    if plans.is_empty() {
+        return Err(BuildError::Preflight(vec![format!(
+            "{}: declares no [[processor]]",
+            config.file.display()
+        )]));
+    }
+    if !config.changes.config.enabled {
+        return Err(BuildError::Preflight(vec![format!(
+            "{}: the change feed is off ([changes] enabled = false): processors have nothing to read",
+            config.file.display()
+        )]));
+    }
+    let mut wanted: Vec<String> = Vec::new();
+    for p in plans
+        .iter()
+        .filter(|p| only.as_deref().is_none_or(|o| o == p.name()))
+    {
+        for e in std::iter::once(p.output().to_owned()).chain(p.lookups()) {
+            if !wanted.contains(&e) {
+                wanted.push(e);
+            }
+        }
+    }
+    let targets = crate::backends::configure(config)
+        .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
+    let mut databases: HashMap<String, meshql_core::DynDatabase> = HashMap::new();
+    let mut services = HashMap::new();
+    for entity in config.entities.iter().filter(|e| wanted.contains(&e.name)) {
+        let target = &targets[&entity.storage];
+        let storage_error = |source| BuildError::Storage {
+            entity: entity.name.clone(),
+            source,
+        };
+        let db = match databases.get(&target.target()) {
+            Some(db) => db.clone(),
+            None => {
+                let db = target.open().await.map_err(storage_error)?;
+                databases.insert(target.target(), db.clone());
+                db
+            }
+        };
+        let store = db.store(&entity.table);
+        let templates: Vec<_> = entity
+            .graph
+            .iter()
+            .flat_map(|g| g.queries.iter().map(|q| q.template.clone()))
+            .collect();
+        store.prepare(&templates).await.map_err(storage_error)?;
+        let validator = entity
+            .rest
+            .as_ref()
+            .and_then(|r| r.schema.as_ref())
+            .map(meshql_engine::PayloadValidator::new)
+            .transpose()
+            .map_err(|e| BuildError::Schema {
+                entity: entity.name.clone(),
+                file: String::new(),
+                message: e.0,
+            })?;
+        services.insert(
+            entity.name.clone(),
+            Arc::new(EntityService::new(
+                &entity.name,
+                store,
+                validator,
+                entity.tokens.clone(),
+                Arc::new(meshql_core::NoAuth),
+            )),
+        );
+    }
+    let reader = meshql_log::LogReader::open(&config.changes.dir).map_err(|e| BuildError::Changes {
+        dir: config.changes.dir.display().to_string(),
+        message: format!("{e} (is a server serving this config on this machine?)"),
+    })?;
+    let log = Arc::new(meshql_changes::TailedReader::new(
+        reader,
+        std::time::Duration::from_millis(20),
+    ));
+    let processors = start(config, log, &services, StartOptions { only, lock_dir: None }).await?;
+    Ok(ProcessorHost {
+        processors,
+        databases: databases.into_values().collect(),
+    })
 }
