@@ -11,6 +11,7 @@ mod egg_economy;
 mod fan_out;
 mod farm_graph;
 mod products;
+mod projections;
 mod soak;
 mod throughput;
 
@@ -31,6 +32,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Example {
     EggEconomy,
+    /// egg-economy with its live projections on.
+    EggEconomyProjections,
     Events,
     Farm,
     Products,
@@ -39,7 +42,7 @@ pub enum Example {
 impl Example {
     pub fn dir(self) -> &'static str {
         match self {
-            Example::EggEconomy => "egg-economy",
+            Example::EggEconomy | Example::EggEconomyProjections => "egg-economy",
             Example::Events => "events",
             Example::Farm => "farm",
             Example::Products => "products",
@@ -86,6 +89,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(core_scaling::CoreScaling),
         Box::new(changes::Changes),
         Box::new(cdc::Cdc),
+        Box::new(projections::Projections),
         Box::new(soak::Soak),
     ]
 }
