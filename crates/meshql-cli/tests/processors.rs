@@ -576,3 +576,100 @@ async fn meshql_process_runs_the_projections_beside_the_server_across_kill_9() {
     process.kill().unwrap();
     process.wait().unwrap();
 }
+
+fn kafka_brokers() -> String {
+    meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS")
+}
+
+/// MeshQL's CDC pipeline pointed at meshql: one service publishes its events to Kafka in
+/// Debezium's envelope (a relay), another runs the enrichment processor on that topic. Every
+/// event is processed once, across `kill -9` of the processing service under load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_processor_reads_debezium_events_from_kafka_once_across_kill_9() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let brokers = kafka_brokers();
+    let topic = format!("k{run}.events_development.event");
+    let publisher = example_copy("events", |t| {
+        format!(
+            "{t}\n[[changes.relay]]\nname = \"kafka\"\ntype = \"kafka\"\nbrokers = \"{brokers}\"\ntopic_naming = \"debezium\"\ntopic_prefix = \"k{run}\"\ndb = \"events_development\"\nformat = \"debezium\"\n"
+        )
+    });
+    let consumer_config = example_copy("events", |t| {
+        t.replace(
+            "output = \"processedevent\"\n",
+            &format!("output = \"processedevent\"\nsource = {{ type = \"kafka\", brokers = \"{brokers}\", topics = [\"{topic}\"] }}\n"),
+        )
+    });
+    let a = Server::start(&publisher.path().join("meshql.toml"), &["--no-processors"]);
+    let data = tempfile::tempdir().unwrap();
+    let b_config = consumer_config.path().join("meshql.toml");
+    let mut b = Server::start_with_data_dir(&b_config, data.path(), &[]);
+    let http = reqwest::Client::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (url, stop) = (a.url("/event/api"), stop.clone());
+        tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 3000 {
+                let body = json!({"name": format!("k-{n}"), "data": "{\"user_id\":\"u\"}", "timestamp": "2026-11-27T10:00:00Z"});
+                let r = http.post(&url).json(&body).send().await.unwrap();
+                assert_eq!(r.status(), 201);
+                n += 1;
+            }
+            n
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kill_9(&b);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(b);
+    b = Server::start_with_data_dir(&b_config, data.path(), &[]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    assert!(written > 50, "the load ran ({written} events)");
+    // every event of the publisher is processed exactly once by the consumer
+    let events: BTreeSet<String> = list(&http, &a.url(""), "event")
+        .await
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(events.len() as u64, written);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let processed = list(&http, &b.url(""), "processedevent").await;
+        let mut per: BTreeMap<String, usize> = BTreeMap::new();
+        for p in &processed {
+            *per.entry(p["raw_event_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        assert!(per.values().all(|n| *n == 1), "an event processed twice");
+        assert!(
+            per.keys().all(|k| events.contains(k)),
+            "a processed event from nowhere"
+        );
+        if per.len() == events.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} events processed",
+            per.len(),
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let metrics = http
+        .get(b.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("meshql_processor_dead_letters{processor=\"events-processor\",type=\"rust\",output=\"processedevent\"} 0"),
+        "{metrics}"
+    );
+}

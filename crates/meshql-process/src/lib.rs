@@ -24,6 +24,7 @@
 
 pub mod acc;
 pub mod expr;
+pub mod kafka;
 pub mod plan;
 pub mod projection;
 mod runtime;
@@ -140,6 +141,14 @@ impl ProcessorPlan {
         }
     }
 
+    /// Where it reads (`None`: the service's change log).
+    pub fn source(&self) -> Option<&kafka::KafkaSource> {
+        match self {
+            ProcessorPlan::Projection(p) => p.source.as_ref(),
+            ProcessorPlan::Transform(t) => t.source.as_ref(),
+        }
+    }
+
     /// The batch logic.
     pub fn planner(&self) -> std::sync::Arc<dyn plan::Planner> {
         match self {
@@ -165,7 +174,14 @@ pub fn configure(
     entities: &[EntityInfo],
     base: &std::path::Path,
 ) -> Result<ProcessorPlan, SettingError> {
-    match kind {
+    // `source` is every kind's: checked here, the rest by the kind
+    let mut settings = settings.clone();
+    let source = match settings.as_object_mut().and_then(|m| m.remove("source")) {
+        Some(s) => Some(kafka::compile(&s)?),
+        None => None,
+    };
+    let settings = &settings;
+    let mut plan = match kind {
         "projection" => {
             projection::spec::compile(name, settings, entities).map(ProcessorPlan::Projection)
         }
@@ -181,7 +197,12 @@ pub fn configure(
                 KINDS.join(", ")
             ),
         )),
+    }?;
+    match &mut plan {
+        ProcessorPlan::Projection(p) => p.source = source,
+        ProcessorPlan::Transform(t) => t.source = source,
     }
+    Ok(plan)
 }
 
 /// Checks that no two processors write one entity (their documents would collide): the

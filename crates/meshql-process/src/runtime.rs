@@ -96,16 +96,16 @@ struct Counters {
     dead: AtomicU64,
 }
 
-struct ProcessorHandler {
-    name: String,
+pub(crate) struct ProcessorHandler {
+    pub(crate) name: String,
     kind: &'static str,
     output_entity: String,
     planner: Arc<dyn Planner>,
-    output: Arc<EntityService>,
+    pub(crate) output: Arc<EntityService>,
     lookups: HashMap<String, Arc<EntityService>>,
     grants: Arc<Grants>,
     /// The last input position committed with the output.
-    position: AtomicU64,
+    pub(crate) position: AtomicU64,
     counters: Counters,
 }
 
@@ -142,6 +142,26 @@ impl PlanIo for Io<'_> {
     }
 }
 
+/// An input as the runtime carries it: what the planner reads, and what a dead letter keeps.
+pub(crate) struct Item {
+    pub input: Input,
+    /// The input as read (JSON text), for its dead letter.
+    pub raw: String,
+}
+
+impl Item {
+    pub(crate) fn letter(&self, reason: String) -> DeadLetter {
+        DeadLetter {
+            position: self.input.position,
+            change_id: self.input.change_id.clone(),
+            entity: self.input.entity.clone(),
+            reason,
+            input: self.raw.clone(),
+            at: now_millis(),
+        }
+    }
+}
+
 impl ProcessorHandler {
     fn letter(change: &Change, reason: String) -> DeadLetter {
         DeadLetter {
@@ -163,12 +183,11 @@ impl ProcessorHandler {
             return Ok(()); // redelivered after a crash: already committed
         }
         let mut letters = Vec::new();
-        let mut inputs: Vec<(&Change, Input)> = Vec::new();
+        let mut items = Vec::new();
         for c in batch.iter().filter(|c| c.position > done) {
             match serde_json::from_str::<Map<String, Value>>(c.payload.get()) {
-                Ok(payload) => inputs.push((
-                    c,
-                    Input {
+                Ok(payload) => items.push(Item {
+                    input: Input {
                         position: c.position,
                         change_id: c.change_id.clone(),
                         entity: c.entity.clone(),
@@ -180,17 +199,30 @@ impl ProcessorHandler {
                         // `last` follows the log: the most recent change wins
                         order: (0, c.position),
                     },
-                )),
+                    raw: String::from_utf8_lossy(&c.json).into_owned(),
+                }),
                 Err(e) => letters.push(Self::letter(
                     c,
                     format!("the payload is not a JSON object: {e}"),
                 )),
             }
         }
-        let mut excluded = vec![false; inputs.len()];
+        self.apply(items, letters, last, Vec::new()).await
+    }
+
+    /// Plans `items`, sets aside what cannot be applied, and commits the writes, the state,
+    /// `extra` state rows (a source's own positions) and the dead letters with `position`.
+    pub(crate) async fn apply(
+        &self,
+        items: Vec<Item>,
+        mut letters: Vec<DeadLetter>,
+        last: u64,
+        extra: Vec<meshql_core::StateWrite>,
+    ) -> Result<(), HandlerError> {
+        let mut excluded = vec![false; items.len()];
         loop {
-            let active: Vec<usize> = (0..inputs.len()).filter(|i| !excluded[*i]).collect();
-            let plan_inputs: Vec<Input> = active.iter().map(|i| inputs[*i].1.clone()).collect();
+            let active: Vec<usize> = (0..items.len()).filter(|i| !excluded[*i]).collect();
+            let plan_inputs: Vec<Input> = active.iter().map(|i| items[*i].input.clone()).collect();
             let outcome = self
                 .planner
                 .plan(&Io(self), &plan_inputs)
@@ -199,7 +231,7 @@ impl ProcessorHandler {
             for (ai, reason) in &outcome.dead {
                 let i = active[*ai];
                 excluded[i] = true;
-                letters.push(Self::letter(inputs[i].0, reason.clone()));
+                letters.push(items[i].letter(reason.clone()));
             }
             // an output the entity's schema refuses: blame the last input that touched it,
             // set it aside and plan again
@@ -230,7 +262,7 @@ impl ProcessorHandler {
             }
             if let Some((i, reason)) = culprit {
                 excluded[i] = true;
-                letters.push(Self::letter(inputs[i].0, reason));
+                letters.push(items[i].letter(reason));
                 continue;
             }
             let applied = excluded.iter().filter(|x| !**x).count() as u64;
@@ -238,7 +270,8 @@ impl ProcessorHandler {
             let mut out = OutputBatch::new(self.name.clone(), last);
             out.writes = outcome.writes.into_iter().map(|(w, _)| w).collect();
             out.state = outcome.state;
-            out.dead_letters = std::mem::take(&mut letters);
+            out.state.extend(extra);
+            out.dead_letters = letters;
             let session = Session {
                 credentials: Credentials::Unrestricted,
                 grants: self.grants.clone(),
@@ -275,10 +308,22 @@ impl Handler for ProcessorHandler {
     }
 }
 
+/// What feeds a running processor.
+enum Feed {
+    /// The service's change log.
+    Log(Consumer),
+    /// Kafka topics ([`crate::kafka`]).
+    Kafka {
+        stop: tokio::sync::watch::Sender<bool>,
+        task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
+        counters: Arc<crate::kafka::KafkaCounters>,
+    },
+}
+
 struct Running {
     _lock: Option<FileLock>,
     plan: ProcessorPlan,
-    consumer: Consumer,
+    feed: Feed,
     handler: Arc<ProcessorHandler>,
 }
 
@@ -293,7 +338,17 @@ impl Processors {
         self.running
             .iter()
             .map(|r| {
-                let c = r.consumer.stats();
+                let (errors, lag, lag_seconds) = match &r.feed {
+                    Feed::Log(consumer) => {
+                        let c = consumer.stats();
+                        (c.errors, c.lag, c.lag_seconds)
+                    }
+                    Feed::Kafka { counters, .. } => (
+                        counters.errors.load(Ordering::Relaxed),
+                        counters.lag.load(Ordering::Relaxed),
+                        0.0,
+                    ),
+                };
                 let h = &r.handler.counters;
                 ProcessorStats {
                     name: r.plan.name().to_owned(),
@@ -304,10 +359,10 @@ impl Processors {
                     written: h.written.load(Ordering::Relaxed),
                     batches: h.batches.load(Ordering::Relaxed),
                     dead_letters: h.dead.load(Ordering::Relaxed),
-                    errors: c.errors,
+                    errors,
                     position: r.handler.position.load(Ordering::Relaxed),
-                    lag: c.lag,
-                    lag_seconds: c.lag_seconds,
+                    lag,
+                    lag_seconds,
                 }
             })
             .collect()
@@ -317,7 +372,16 @@ impl Processors {
     /// drain time).
     pub async fn stop(&self) {
         for r in &self.running {
-            r.consumer.stop().await;
+            match &r.feed {
+                Feed::Log(consumer) => consumer.stop().await,
+                Feed::Kafka { stop, task, .. } => {
+                    stop.send_replace(true);
+                    let task = task.lock().take();
+                    if let Some(task) = task {
+                        let _ = task.await;
+                    }
+                }
+            }
         }
     }
 
@@ -388,7 +452,8 @@ pub async fn start(
             .dead_letter_count(&name)
             .await
             .map_err(store_error)?;
-        if position > log.last() {
+        // (a Kafka source counts its own positions)
+        if plan.source().is_none() && position > log.last() {
             return Err(ProcessError::CheckpointAhead {
                 processor: name,
                 checkpoint: position,
@@ -409,24 +474,44 @@ pub async fn start(
                 ..Counters::default()
             },
         });
-        let consumer = Consumer::start_on(
-            &name,
-            &format!("processor-{name}"),
-            log.clone(),
-            handler.clone(),
-            ConsumerOptions {
-                batch: plan.batch(),
-                // a batch's state depends on the one before it
-                in_flight: 1,
-                entities: Some(plan.inputs()),
-                ..ConsumerOptions::default()
-            },
-        )?;
+        let feed = match plan.source() {
+            None => Feed::Log(Consumer::start_on(
+                &name,
+                &format!("processor-{name}"),
+                log.clone(),
+                handler.clone(),
+                ConsumerOptions {
+                    batch: plan.batch(),
+                    // a batch's state depends on the one before it
+                    in_flight: 1,
+                    entities: Some(plan.inputs()),
+                    ..ConsumerOptions::default()
+                },
+            )?),
+            Some(source) => {
+                let (stop, stop_rx) = tokio::sync::watch::channel(false);
+                let counters = Arc::new(crate::kafka::KafkaCounters::default());
+                let task = tokio::spawn(crate::kafka::run(
+                    name.clone(),
+                    source.clone(),
+                    plan.inputs(),
+                    plan.batch(),
+                    handler.clone(),
+                    counters.clone(),
+                    stop_rx,
+                ));
+                Feed::Kafka {
+                    stop,
+                    task: parking_lot::Mutex::new(Some(task)),
+                    counters,
+                }
+            }
+        };
         tracing::info!(processor = %name, output = %output_entity, after = position, "processor started");
         running.push(Running {
             _lock: lock,
             plan: plan.clone(),
-            consumer,
+            feed,
             handler,
         });
     }

@@ -112,6 +112,8 @@ pub struct TransformSpec {
     pub batch: usize,
     pub enabled: bool,
     pub transform: Arc<dyn Transform>,
+    /// Kafka topics to read instead of the service's change log.
+    pub source: Option<crate::kafka::KafkaSource>,
 }
 
 impl std::fmt::Debug for TransformSpec {
@@ -223,6 +225,7 @@ pub fn compile(
         batch: s.batch.unwrap_or(100),
         enabled: s.enabled,
         transform,
+        source: None,
     })
 }
 

@@ -158,6 +158,8 @@ pub struct ProjectionSpec {
     pub aggregates: Vec<(String, Aggregate)>,
     pub lookups: Vec<Lookup>,
     pub derive: Vec<(String, Expr)>,
+    /// Kafka topics to read instead of the service's change log.
+    pub source: Option<crate::kafka::KafkaSource>,
 }
 
 impl ProjectionSpec {
@@ -360,6 +362,7 @@ pub fn compile(
         aggregates: kinds,
         lookups,
         derive,
+        source: None,
     })
 }
 

@@ -1,0 +1,507 @@
+//! Kafka topics as a processor's input (`source = { type = "kafka", … }`), so that a
+//! MeshQL/Debezium pipeline can point at meshql unchanged.
+//!
+//! ```toml
+//! [[processor]]
+//! name = "events-processor"
+//! type = "rust"
+//! function = "events.enrich"
+//! inputs = ["event"]
+//! output = "processedevent"
+//! source = { type = "kafka", brokers = "127.0.0.1:9092", topics = ["events.events_development.event"] }
+//! ```
+//!
+//! Formats (`format`): `debezium` (default) — Debezium change events, schemaless or inside
+//! `{"schema", "payload"}`, `after`/`before` as JSON text (the MongoDB connector) or objects;
+//! a document in MeshQL's layout (`{id, payload: {…}, …}`) yields its `payload`, any other
+//! document (a table row) itself; `op` `c`/`r` create, `u` update, `d` delete. `meshql` — the
+//! changes a meshql Kafka relay publishes (`{"change_id", "entity", "id", "op", "payload", …}`).
+//! The entity of a message: `entities = { "<topic>" = "<entity>" }`, else the envelope's
+//! (`entity`, or Debezium's `source.collection` / `source.table`), else the topic's last
+//! segment.
+//!
+//! **Exactly once.** Each partition's next offset is a state row of the processor
+//! (`kafka/<topic>/<partition>`), committed with the batch's outputs in one transaction; at
+//! start the consumer is *assigned* its partitions at those offsets (the beginning for the
+//! others), so a restart — after `kill -9` or a broker restart — reads on where the outputs
+//! stopped, whatever Kafka's own group offsets say. A broker that is down is retried with
+//! backoff; the processor's `errors` count meanwhile.
+
+use crate::plan::Input;
+use crate::runtime::{Item, ProcessorHandler};
+use meshql_core::{parse_settings, ChangeOp, SettingError, StateWrite};
+use rdkafka::consumer::{Consumer as _, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    #[default]
+    Debezium,
+    Meshql,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    #[serde(rename = "type")]
+    kind: String,
+    brokers: String,
+    topics: Vec<String>,
+    #[serde(default)]
+    format: Format,
+    #[serde(default)]
+    entities: BTreeMap<String, String>,
+    /// librdkafka consumer properties passed through.
+    #[serde(default)]
+    options: BTreeMap<String, Value>,
+}
+
+/// A checked Kafka source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KafkaSource {
+    pub brokers: String,
+    pub topics: Vec<String>,
+    pub format: Format,
+    pub entities: BTreeMap<String, String>,
+    pub options: BTreeMap<String, String>,
+}
+
+/// Checks a processor's `source` block.
+pub fn compile(settings: &Value) -> Result<KafkaSource, SettingError> {
+    let s: Settings = parse_settings(settings).map_err(|e| SettingError {
+        field: Some(match e.field {
+            Some(f) => format!("source.{f}"),
+            None => "source".into(),
+        }),
+        message: e.message,
+    })?;
+    if s.kind != "kafka" {
+        return Err(SettingError::new(
+            "source.type",
+            format!("unknown source `{}` (this build has: kafka; leave `source` out to read the service's own change log)", s.kind),
+        ));
+    }
+    if s.brokers.trim().is_empty() {
+        return Err(SettingError::new("source.brokers", "name at least one broker"));
+    }
+    if s.topics.is_empty() {
+        return Err(SettingError::new("source.topics", "name at least one topic"));
+    }
+    let options = s
+        .options
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            (k, text)
+        })
+        .collect();
+    Ok(KafkaSource {
+        brokers: s.brokers,
+        topics: s.topics,
+        format: s.format,
+        entities: s.entities,
+        options,
+    })
+}
+
+fn offset_key(topic: &str, partition: i32) -> String {
+    format!("kafka/{topic}/{partition}")
+}
+
+/// A JSON value that may be JSON text (Debezium's MongoDB connector writes documents so).
+fn document(v: &Value) -> Option<Map<String, Value>> {
+    match v {
+        Value::Object(m) => Some(m.clone()),
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Object(m)) => Some(m),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn id_of(doc: &Map<String, Value>) -> Option<String> {
+    match doc.get("id").or_else(|| doc.get("_id")) {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Object(o)) => o.get("$oid").and_then(Value::as_str).map(str::to_owned),
+        Some(Value::Null) | None => None,
+        Some(other) => Some(other.to_string()),
+    }
+}
+
+/// One message as an input (`Err`: why it cannot be read).
+pub(crate) fn input_of(
+    source: &KafkaSource,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    timestamp: Option<i64>,
+    value: &[u8],
+    position: u64,
+) -> Result<Input, String> {
+    let v: Value =
+        serde_json::from_slice(value).map_err(|e| format!("the message is not JSON: {e}"))?;
+    let fallback_id = format!("{topic}:{partition}:{offset}");
+    let mapped = source.entities.get(topic).cloned();
+    let last_segment = topic.rsplit('.').next().unwrap_or(topic).to_owned();
+    match source.format {
+        Format::Meshql => {
+            let entity = mapped
+                .or_else(|| v["entity"].as_str().map(str::to_owned))
+                .unwrap_or(last_segment);
+            let op: ChangeOp = serde_json::from_value(v["op"].clone())
+                .map_err(|_| "no `op` of create, update or delete".to_string())?;
+            let payload = document(&v["payload"]).ok_or("no `payload` object")?;
+            let id = v["id"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| id_of(&payload))
+                .ok_or("no `id`")?;
+            Ok(Input {
+                position,
+                change_id: v["change_id"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or(fallback_id),
+                entity,
+                id,
+                op,
+                created_at: v["created_at"].as_i64().or(timestamp).unwrap_or(0),
+                correlation_id: v["correlation_id"].as_str().map(str::to_owned),
+                payload,
+                order: (0, position),
+            })
+        }
+        Format::Debezium => {
+            let env = match v.get("payload") {
+                Some(p) if p.get("op").is_some() => p,
+                _ => &v,
+            };
+            let op = match env["op"].as_str() {
+                Some("c") | Some("r") => ChangeOp::Create,
+                Some("u") => ChangeOp::Update,
+                Some("d") => ChangeOp::Delete,
+                other => return Err(format!("Debezium `op` is {other:?}, not c, r, u or d")),
+            };
+            let doc = match op {
+                ChangeOp::Delete => document(&env["before"]).unwrap_or_default(),
+                _ => document(&env["after"]).ok_or("no `after` document")?,
+            };
+            let entity = mapped
+                .or_else(|| env["source"]["collection"].as_str().map(str::to_owned))
+                .or_else(|| env["source"]["table"].as_str().map(str::to_owned))
+                .unwrap_or(last_segment);
+            // MeshQL's stored layout: the document's data is its `payload`
+            let (id, payload) = match doc.get("payload") {
+                Some(Value::Object(p)) => (id_of(&doc), p.clone()),
+                _ => (id_of(&doc), doc.clone()),
+            };
+            let id = id.unwrap_or_else(|| fallback_id.clone());
+            Ok(Input {
+                position,
+                change_id: env["source"]["change_id"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or(fallback_id),
+                entity,
+                id,
+                op,
+                created_at: doc
+                    .get("created_at")
+                    .and_then(Value::as_i64)
+                    .or(env["ts_ms"].as_i64())
+                    .or(timestamp)
+                    .unwrap_or(0),
+                correlation_id: None,
+                payload,
+                order: (0, position),
+            })
+        }
+    }
+}
+
+/// What the runner shares with the processor's stats.
+#[derive(Default)]
+pub(crate) struct KafkaCounters {
+    pub errors: AtomicU64,
+    pub lag: AtomicU64,
+}
+
+/// Reads the topics into `handler` until `stop`.
+pub(crate) async fn run(
+    name: String,
+    source: KafkaSource,
+    inputs: Vec<String>,
+    batch: usize,
+    handler: Arc<ProcessorHandler>,
+    counters: Arc<KafkaCounters>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut failures: u32 = 0;
+    'connect: loop {
+        if *stop.borrow() {
+            return;
+        }
+        if failures > 0 {
+            let delay = Duration::from_millis(100 * (1u64 << failures.min(7)));
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = stop.changed() => return,
+            }
+        }
+        let consumer = match connect(&name, &source, &handler).await {
+            Ok(c) => c,
+            Err(e) => {
+                failures += 1;
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(processor = %name, error = %e, "kafka source cannot start; retrying");
+                continue;
+            }
+        };
+        let mut position = handler.position.load(Ordering::Acquire);
+        let mut lag_checked = std::time::Instant::now();
+        loop {
+            let first = tokio::select! {
+                m = consumer.recv() => m,
+                _ = stop.changed() => return,
+            };
+            type Owned = (String, i32, i64, Option<i64>, Option<Vec<u8>>);
+            fn take(messages: &mut Vec<Owned>, m: rdkafka::message::BorrowedMessage<'_>) {
+                messages.push((
+                    m.topic().to_owned(),
+                    m.partition(),
+                    m.offset(),
+                    m.timestamp().to_millis(),
+                    m.payload().map(<[u8]>::to_vec),
+                ));
+            }
+            let mut messages: Vec<Owned> = Vec::with_capacity(batch);
+            match first {
+                Ok(m) => take(&mut messages, m),
+                Err(e) => {
+                    failures += 1;
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(processor = %name, error = %e, "kafka source: receiving failed; reconnecting");
+                    continue 'connect;
+                }
+            }
+            while messages.len() < batch {
+                match tokio::time::timeout(Duration::from_millis(2), consumer.recv()).await {
+                    Ok(Ok(m)) => take(&mut messages, m),
+                    _ => break,
+                }
+            }
+            let mut items = Vec::with_capacity(messages.len());
+            let mut letters = Vec::new();
+            let mut next: HashMap<(String, i32), i64> = HashMap::new();
+            for (topic, partition, offset, timestamp, value) in messages {
+                position += 1;
+                next.insert((topic.clone(), partition), offset + 1);
+                let raw = value
+                    .as_deref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default();
+                let Some(value) = value else {
+                    continue; // a tombstone (null value) after a Debezium delete: nothing
+                };
+                match input_of(&source, &topic, partition, offset, timestamp, &value, position) {
+                    Ok(input) if inputs.contains(&input.entity) => {
+                        items.push(Item { input, raw })
+                    }
+                    Ok(_) => {} // another entity's change on the topic
+                    Err(reason) => letters.push(meshql_core::DeadLetter {
+                        position,
+                        change_id: format!("{topic}:{partition}:{offset}"),
+                        entity: source.entities.get(&topic).cloned().unwrap_or(topic),
+                        reason,
+                        input: raw,
+                        at: meshql_core::now_millis(),
+                    }),
+                }
+            }
+            let extra = next
+                .iter()
+                .map(|((t, p), o)| StateWrite {
+                    key: offset_key(t, *p),
+                    group: None,
+                    value: Some(o.to_string()),
+                })
+                .collect();
+            if let Err(e) = handler.apply(items, letters, position, extra).await {
+                failures += 1;
+                counters.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(processor = %name, error = %e.0, "kafka source: a batch failed; reading it again");
+                // the store did not take the batch: start again from its offsets
+                continue 'connect;
+            }
+            failures = 0;
+            if lag_checked.elapsed() > Duration::from_secs(1) {
+                lag_checked = std::time::Instant::now();
+                counters.lag.store(lag(&consumer), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Messages after the consumer's positions, over its assigned partitions.
+fn lag(consumer: &StreamConsumer) -> u64 {
+    let Ok(assigned) = consumer.assignment() else {
+        return 0;
+    };
+    let Ok(positions) = consumer.position() else {
+        return 0;
+    };
+    let mut total = 0u64;
+    for e in assigned.elements() {
+        let high = consumer
+            .fetch_watermarks(e.topic(), e.partition(), Duration::from_millis(200))
+            .map(|(_, h)| h)
+            .unwrap_or(0);
+        let at = positions
+            .find_partition(e.topic(), e.partition())
+            .and_then(|p| match p.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(high);
+        total += (high - at).max(0) as u64;
+    }
+    total
+}
+
+/// A consumer assigned every partition of the topics at the offsets the output committed.
+async fn connect(
+    name: &str,
+    source: &KafkaSource,
+    handler: &ProcessorHandler,
+) -> Result<StreamConsumer, String> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &source.brokers)
+        .set("group.id", format!("meshql-processor-{name}"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("client.id", format!("meshql-processor-{name}"));
+    for (k, v) in &source.options {
+        config.set(k, v);
+    }
+    let consumer: StreamConsumer = config.create().map_err(|e| e.to_string())?;
+    let consumer = Arc::new(consumer);
+    let topics = source.topics.clone();
+    let c = consumer.clone();
+    let partitions: Vec<(String, i32)> = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        for t in &topics {
+            let md = c
+                .fetch_metadata(Some(t), Duration::from_secs(5))
+                .map_err(|e| format!("metadata of {t}: {e}"))?;
+            for topic in md.topics() {
+                if let Some(e) = topic.error() {
+                    return Err(format!("topic {t}: {e:?}"));
+                }
+                for p in topic.partitions() {
+                    out.push((t.clone(), p.id()));
+                }
+            }
+        }
+        Ok::<_, String>(out)
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    if partitions.is_empty() {
+        return Err(format!("the topics {:?} have no partitions yet", source.topics));
+    }
+    let keys: Vec<String> = partitions.iter().map(|(t, p)| offset_key(t, *p)).collect();
+    let stored = handler
+        .output
+        .writer()
+        .output_state(&handler.name, &keys)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut list = TopicPartitionList::new();
+    for ((t, p), key) in partitions.iter().zip(&keys) {
+        let offset = stored
+            .get(key)
+            .and_then(|o| o.parse::<i64>().ok())
+            .map(Offset::Offset)
+            .unwrap_or(Offset::Beginning);
+        list.add_partition_offset(t, *p, offset)
+            .map_err(|e| e.to_string())?;
+    }
+    consumer.assign(&list).map_err(|e| e.to_string())?;
+    Arc::try_unwrap(consumer).map_err(|_| "the consumer is still shared".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn source(format: Format) -> KafkaSource {
+        KafkaSource {
+            brokers: "b".into(),
+            topics: vec!["events.events_development.event".into()],
+            format,
+            entities: BTreeMap::new(),
+            options: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn debezium_mongodb_events_read_as_meshql_documents() {
+        let after = json!({"_id": {"$oid": "65f0"}, "id": "e1", "payload": {"name": "signup", "data": "{}"}, "created_at": 5, "deleted": false}).to_string();
+        let msg = json!({"schema": {}, "payload": {"before": null, "after": after, "op": "c", "ts_ms": 9,
+            "source": {"db": "events_development", "collection": "event"}}});
+        let i = input_of(&source(Format::Debezium), "events.events_development.event", 0, 3, None, msg.to_string().as_bytes(), 1).unwrap();
+        assert_eq!((i.entity.as_str(), i.id.as_str(), i.op), ("event", "e1", ChangeOp::Create));
+        assert_eq!(i.payload["name"], "signup");
+        assert_eq!(i.created_at, 5);
+        assert_eq!(i.change_id, "events.events_development.event:0:3");
+        // a row of a table (no MeshQL layout), a delete with its before, a bad op
+        let row = json!({"before": null, "after": {"ID": 7, "name": "x"}, "op": "r", "source": {"table": "t"}});
+        let i = input_of(&source(Format::Debezium), "p.s.t", 1, 0, Some(4), row.to_string().as_bytes(), 2).unwrap();
+        assert_eq!((i.entity.as_str(), i.payload["name"].as_str()), ("t", Some("x")));
+        let del = json!({"before": {"id": "e1", "payload": {"name": "x"}}, "after": null, "op": "d"});
+        let i = input_of(&source(Format::Debezium), "a.b.event", 0, 1, None, del.to_string().as_bytes(), 3).unwrap();
+        assert_eq!((i.op, i.entity.as_str(), i.id.as_str()), (ChangeOp::Delete, "event", "e1"));
+        let bad = json!({"op": "x"});
+        assert!(input_of(&source(Format::Debezium), "t", 0, 0, None, bad.to_string().as_bytes(), 4).unwrap_err().contains("not c, r, u or d"));
+        assert!(input_of(&source(Format::Debezium), "t", 0, 0, None, b"nope", 5).unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn meshql_relay_changes_read_as_they_were_published() {
+        let msg = json!({"position": 7, "change_id": "hen:h1:5", "entity": "hen", "id": "h1", "created_at": 5,
+            "op": "update", "authorized_tokens": [], "correlation_id": "c-1", "payload": {"name": "chuck", "id": "h1"}});
+        let mut s = source(Format::Meshql);
+        let i = input_of(&s, "meshql.hen", 0, 0, None, msg.to_string().as_bytes(), 1).unwrap();
+        assert_eq!((i.entity.as_str(), i.op, i.change_id.as_str()), ("hen", ChangeOp::Update, "hen:h1:5"));
+        assert_eq!(i.correlation_id.as_deref(), Some("c-1"));
+        s.entities.insert("meshql.hen".into(), "chicken".into());
+        let i = input_of(&s, "meshql.hen", 0, 0, None, msg.to_string().as_bytes(), 1).unwrap();
+        assert_eq!(i.entity, "chicken");
+    }
+
+    #[test]
+    fn sources_are_checked() {
+        assert!(compile(&json!({"type": "kafka", "brokers": "h:1", "topics": ["t"]})).is_ok());
+        let e = compile(&json!({"type": "nats", "brokers": "h:1", "topics": ["t"]})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("source.type"));
+        let e = compile(&json!({"type": "kafka", "brokers": "h:1", "topics": []})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("source.topics"));
+        let e = compile(&json!({"type": "kafka", "brokers": "h:1", "topics": ["t"], "colour": 1})).unwrap_err();
+        assert!(e.field.as_deref().unwrap().starts_with("source"), "{e:?}");
+    }
+}
