@@ -1,5 +1,7 @@
 //! The change feed through the binary: `/_changes` (pages, long polling, Server-Sent Events,
-//! token filtering, bad input), `meshql changes`, and what survives `kill -9`.
+//! token filtering, bad input), failed writes leaving no change, order per entity and per
+//! document, `meshql changes`, and what survives `kill -9` (per document, the feed equals the
+//! stored versions).
 
 mod common;
 
@@ -55,7 +57,7 @@ fn list(body: &Value) -> &Vec<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_rest_write_is_one_change_in_order() {
+async fn every_rest_write_is_one_change_in_order_per_entity() {
     let server = Server::start(&farm_config(), &[]);
     let c = server.client();
     let farm = create(
@@ -94,48 +96,56 @@ async fn every_rest_write_is_one_change_in_order() {
 
     let body = changes_after(&c, 0, 5, "").await;
     let changes = list(&body);
-    let summary: Vec<(String, String, String)> = changes
-        .iter()
-        .map(|ch| {
-            (
-                ch["entity"].as_str().unwrap().to_owned(),
-                ch["op"].as_str().unwrap().to_owned(),
-                ch["payload"]["name"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
-    let s = |e: &str, o: &str, n: &str| (e.to_owned(), o.to_owned(), n.to_owned());
+    assert_eq!(changes.len(), 5, "one change per write: {changes:?}");
+    // The feed promises commit order per document, and per entity for writes where one began
+    // after the other was acknowledged (each entity's store numbers its own commits). The hub
+    // copies each entity's feed on its own, so how farm and coop changes interleave is not
+    // promised, even for these sequential writes: each entity is checked on its own.
+    let of = |entity: &str| -> Vec<(String, String)> {
+        changes
+            .iter()
+            .filter(|ch| ch["entity"] == entity)
+            .map(|ch| {
+                (
+                    ch["op"].as_str().unwrap().to_owned(),
+                    ch["payload"]["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let s = |o: &str, n: &str| (o.to_owned(), n.to_owned());
     assert_eq!(
-        summary,
+        of("farm"),
         vec![
-            s("farm", "create", "Emerdale"),
-            s("farm", "update", "Emmerdale"),
-            s("coop", "create", "red"),
-            s("coop", "create", "blue"),
-            s("farm", "delete", "Emmerdale"),
+            s("create", "Emerdale"),
+            s("update", "Emmerdale"),
+            s("delete", "Emmerdale"),
         ]
     );
+    assert_eq!(of("coop"), vec![s("create", "red"), s("create", "blue")]);
     let positions: Vec<u64> = changes
         .iter()
         .map(|c| c["position"].as_u64().unwrap())
         .collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
     assert_eq!(body["last"], positions[4]);
-    assert_eq!(changes[0]["correlation_id"], "req-1");
-    assert_eq!(changes[2]["correlation_id"], "bulk-7");
+    let farm_changes: Vec<&Value> = changes.iter().filter(|c| c["entity"] == "farm").collect();
+    let coop_changes: Vec<&Value> = changes.iter().filter(|c| c["entity"] == "coop").collect();
+    assert_eq!(farm_changes[0]["correlation_id"], "req-1");
+    assert_eq!(coop_changes[0]["correlation_id"], "bulk-7");
     assert_eq!(
-        changes[3]["correlation_id"], "bulk-7",
+        coop_changes[1]["correlation_id"], "bulk-7",
         "one request, one correlation id"
     );
     assert!(
-        changes[1]["correlation_id"].as_str().unwrap().len() >= 32,
+        farm_changes[1]["correlation_id"].as_str().unwrap().len() >= 32,
         "a fresh one when none is given"
     );
-    assert_eq!(changes[0]["id"], farm.as_str());
-    assert_eq!(changes[0]["payload"]["id"], farm.as_str());
+    assert_eq!(farm_changes[0]["id"], farm.as_str());
+    assert_eq!(farm_changes[0]["payload"]["id"], farm.as_str());
     assert_eq!(
-        changes[0]["change_id"],
-        format!("farm:{farm}:{}", changes[0]["created_at"])
+        farm_changes[0]["change_id"],
+        format!("farm:{farm}:{}", farm_changes[0]["created_at"])
     );
 
     // resume, page, filter
@@ -179,31 +189,113 @@ async fn every_rest_write_is_one_change_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_poll_answers_when_a_change_lands() {
+async fn a_failed_write_leaves_no_change() {
     let server = Server::start(&farm_config(), &[]);
     let c = server.client();
+    // refused by validation: a field the schema does not allow, a required field missing, a
+    // body that is not JSON
+    c.post_json("/farm/api", &json!({"name": "x", "nope": 1}))
+        .await
+        .expect_status(400);
+    c.post_json("/farm/api", &json!({}))
+        .await
+        .expect_status(400);
+    c.post_raw("/farm/api", b"{\"name\": ")
+        .await
+        .expect_status(400);
+    // an unknown id: nothing to replace, nothing to delete
+    let unknown = "00000000-0000-4000-8000-000000000000";
+    c.put_json(&format!("/farm/api/{unknown}"), &json!({"name": "ghost"}))
+        .await
+        .expect_status(404);
+    c.delete(&format!("/farm/api/{unknown}"))
+        .await
+        .expect_status(404);
+    // a bulk create with one invalid item: all or nothing, so none of its valid items
+    let r = c
+        .post_json(
+            "/farm/api/bulk",
+            &json!([{"name": "bulk-ok-1"}, {"name": "bulk-ok-2"}, {"nope": true}]),
+        )
+        .await;
+    r.expect_status(400);
+    assert!(c.list("/farm/api").await.is_empty(), "nothing was stored");
+
+    // then one good write, on the same store: its change lands after anything the failed
+    // writes could have committed before it
+    let good = create(&c, "/farm/api", json!({"name": "good"}), &[]).await;
+    let body = changes_after(&c, 0, 1, "").await;
+    let changes = list(&body);
+    assert_eq!(changes.len(), 1, "exactly the good write: {changes:?}");
+    assert_eq!(changes[0]["id"], good.as_str());
+    assert_eq!(changes[0]["op"], "create");
+    assert_eq!(changes[0]["payload"]["name"], "good");
+    // and nothing arrives after it
+    let last = body["last"].as_u64().unwrap();
+    let r = c.get(&format!("/_changes?since={last}&wait_ms=500")).await;
+    assert_eq!(r.json(), json!({"changes": [], "last": last}));
+    let metrics = c.get("/metrics").await.text;
+    assert!(
+        metrics.contains("meshql_changes_copied_total{entity=\"farm\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_answers_when_a_change_lands() {
+    const WAIT_MS: u64 = 30_000;
+    let server = Server::start(&farm_config(), &[]);
+    let c = server.client();
+    let poll_sent = Instant::now();
     let waiting = {
         let c = server.client();
         tokio::spawn(async move {
-            let started = Instant::now();
-            let r = c.get("/_changes?since=0&wait_ms=20000").await;
-            (r, started.elapsed())
+            let r = c.get(&format!("/_changes?since=0&wait_ms={WAIT_MS}")).await;
+            (r, Instant::now())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // the write comes a second after the poll went out: the poll is waiting for it by then
+    // (this delay is the scenario, not a synchronisation: nothing else is waited for)
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!waiting.is_finished(), "an empty long poll waits");
-    create(&c, "/farm/api", json!({"name": "late"}), &[]).await;
-    let (r, took) = waiting.await.unwrap();
+    let write_sent = Instant::now();
+    let id = create(&c, "/farm/api", json!({"name": "late"}), &[]).await;
+    let write_acknowledged = Instant::now();
+    let (r, answered) = tokio::time::timeout(Duration::from_millis(WAIT_MS + 5_000), waiting)
+        .await
+        .expect("the long poll answers")
+        .unwrap();
     r.expect_status(200);
     let body = r.json();
-    assert_eq!(list(&body).len(), 1);
+    // it returned that change...
+    assert_eq!(list(&body).len(), 1, "{body}");
+    assert_eq!(list(&body)[0]["id"], id.as_str());
+    assert_eq!(list(&body)[0]["op"], "create");
     assert_eq!(list(&body)[0]["payload"]["name"], "late");
-    // the change in the body shows it was answered by the change, not the wait's end
-    eprintln!("long poll answered {took:?} after it started");
-    // with nothing arriving it answers empty when the wait is over
+    // ...after the write was sent, and far sooner than the wait's end: the change answered
+    // it, not the time running out (a correctness bound, not a latency target)
+    assert!(
+        answered > write_sent,
+        "answered {:?} before the write was sent",
+        write_sent - answered
+    );
+    let open_for = answered - poll_sent;
+    assert!(
+        open_for < Duration::from_millis(WAIT_MS / 3),
+        "the poll was open {open_for:?} of its {WAIT_MS} ms"
+    );
+    eprintln!(
+        "long poll: open {open_for:?}; answered {:?} after the write was sent ({:?} after it \
+         was acknowledged)",
+        answered - write_sent,
+        answered.saturating_duration_since(write_acknowledged)
+    );
+    // with nothing arriving it answers empty when the wait is over, not before
     let last = body["last"].as_u64().unwrap();
-    let r = c.get(&format!("/_changes?since={last}&wait_ms=200")).await;
+    let started = Instant::now();
+    let r = c.get(&format!("/_changes?since={last}&wait_ms=300")).await;
     assert_eq!(r.json(), json!({"changes": [], "last": last}));
+    assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
 /// Reads a Server-Sent Events response until `until` holds for the events seen.
@@ -400,21 +492,24 @@ async fn fifty_concurrent_writers_each_change_once_in_order_per_document() {
     }
 }
 
-/// POSTs `body`; the new id when the server acknowledged it (201), `None` when the request
+/// Sends a write; its status and JSON body when the server answered, `None` when the request
 /// failed (the server died under it).
-async fn post_lenient(http: &reqwest::Client, url: &str, body: Value) -> Option<String> {
-    let r = http
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .ok()?;
-    if r.status() != 201 {
-        return None;
+async fn send_lenient(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<Value>,
+) -> Option<(u16, Value)> {
+    let mut req = http.request(method, url);
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_string());
     }
+    let r = req.send().await.ok()?;
+    let status = r.status().as_u16();
     let v: Value = r.json().await.ok()?;
-    v["id"].as_str().map(str::to_owned)
+    Some((status, v))
 }
 
 fn kill_9(server: &Server) {
@@ -447,25 +542,54 @@ fn cli_changes(config: &Path, data_dir: &Path, extra: &[&str]) -> Vec<Value> {
         .collect()
 }
 
+/// One change or stored version as the kill -9 test compares them: op, payload, created_at.
+type Step = (String, Value, Value);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_the_feed_equals_the_stored_versions() {
+    use reqwest::Method;
     let data = tempfile::tempdir().unwrap();
     let config = farm_config();
     let server = Server::start_with_data_dir(&config, data.path(), &[]);
-    let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // every acknowledged write: (id, op, name)
+    type Acked = Vec<(String, &'static str, String)>;
+    let acknowledged = std::sync::Arc::new(std::sync::Mutex::new(Acked::new()));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut writers = Vec::new();
     for w in 0..8 {
-        let url = server.url("/farm/api");
+        let base = server.url("/farm/api");
         let (acknowledged, stop) = (acknowledged.clone(), stop.clone());
         writers.push(tokio::spawn(async move {
             let http = reqwest::Client::new();
+            let ack = |id: &str, op: &'static str, name: String| {
+                acknowledged.lock().unwrap().push((id.to_owned(), op, name))
+            };
+            // creates, updates of acknowledged ids, and deletes of some of them
             let mut i = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) && i < 10_000 {
-                let r = post_lenient(&http, &url, json!({"name": format!("k{w}-{i}")})).await;
-                match r {
-                    Some(id) => acknowledged.lock().unwrap().push(id),
-                    None => return,
+                let name = format!("k{w}-{i}");
+                let Some((201, v)) =
+                    send_lenient(&http, Method::POST, &base, Some(json!({ "name": name }))).await
+                else {
+                    return;
+                };
+                let id = v["id"].as_str().unwrap().to_owned();
+                ack(&id, "create", name.clone());
+                let url = format!("{base}/{id}");
+                for u in 1..=(i % 3) {
+                    let name = format!("{name}-v{u}");
+                    match send_lenient(&http, Method::PUT, &url, Some(json!({ "name": name })))
+                        .await
+                    {
+                        Some((200, _)) => ack(&id, "update", name),
+                        _ => return,
+                    }
+                }
+                if i % 4 == 1 {
+                    match send_lenient(&http, Method::DELETE, &url, None).await {
+                        Some((200, _)) => ack(&id, "delete", String::new()),
+                        _ => return,
+                    }
                 }
                 i += 1;
             }
@@ -479,30 +603,122 @@ async fn after_kill_9_the_feed_equals_the_stored_versions() {
     }
     drop(server);
     let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(acknowledged.len() > 50, "load ran: {}", acknowledged.len());
+    let count = |op: &str| acknowledged.iter().filter(|a| a.1 == op).count();
+    assert!(
+        count("create") > 20 && count("update") > 10 && count("delete") > 5,
+        "load ran: {} creates, {} updates, {} deletes",
+        count("create"),
+        count("update"),
+        count("delete")
+    );
 
     // restart on the same data: the feed catches up to exactly the stored versions
     let server = Server::start_with_data_dir(&config, data.path(), &[]);
     let c = server.client();
-    let stored = c.list("/farm/api").await;
-    let body = changes_after(&c, 0, stored.len(), "&entity=farm").await;
+    // every stored id: those listed (alive), those acknowledged (deletes target only those);
+    // a create whose answer was lost in the kill and that nothing deleted is listed
+    let mut ids: BTreeSet<String> = c
+        .list("/farm/api")
+        .await
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.extend(acknowledged.iter().map(|a| a.0.clone()));
+    let mut stored: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    for id in &ids {
+        let r = c
+            .get(&format!(
+                "/_meshql/console/api/entities/farm/documents/{id}/versions"
+            ))
+            .await;
+        r.expect_status(200);
+        let versions = r.json()["versions"].as_array().unwrap().clone();
+        let steps = versions
+            .iter()
+            .enumerate()
+            .map(|(n, v)| {
+                let op = if v["deleted"] == true {
+                    "delete"
+                } else if n == 0 {
+                    "create"
+                } else {
+                    "update"
+                };
+                (op.to_owned(), v["payload"].clone(), v["created_at"].clone())
+            })
+            .collect();
+        stored.insert(id.clone(), steps);
+    }
+    let total: usize = stored.values().map(Vec::len).sum();
+    let body = changes_after(&c, 0, total, "&entity=farm").await;
+    let mut fed: BTreeMap<String, Vec<Step>> = BTreeMap::new();
+    for ch in list(&body) {
+        fed.entry(ch["id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push((
+                ch["op"].as_str().unwrap().to_owned(),
+                ch["payload"].clone(),
+                ch["created_at"].clone(),
+            ));
+    }
+    let change_ids: BTreeSet<&str> = list(&body)
+        .iter()
+        .map(|c| c["change_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(change_ids.len(), list(&body).len(), "no change twice");
+    // per id, in order: nothing missing, nothing twice, the same ops and payloads
+    for (id, versions) in &stored {
+        assert_eq!(
+            fed.get(id),
+            Some(versions),
+            "the feed of {id} differs from its stored versions"
+        );
+    }
+    let unknown: Vec<&String> = fed.keys().filter(|id| !stored.contains_key(*id)).collect();
+    assert!(
+        unknown.is_empty(),
+        "changes of no stored document: {unknown:?}"
+    );
+    assert_eq!(list(&body).len(), total);
+    // every acknowledged write is among them, in the order it was acknowledged
+    let mut acked_per_id: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for (id, op, name) in &acknowledged {
+        acked_per_id
+            .entry(id.as_str())
+            .or_default()
+            .push((op, name.as_str()));
+    }
+    for (id, acked) in &acked_per_id {
+        let versions = &stored[*id];
+        let names: Vec<(&str, &str)> = versions
+            .iter()
+            .map(|(op, payload, _)| (op.as_str(), payload["name"].as_str().unwrap_or_default()))
+            .collect();
+        // a write acknowledged is stored; the one after the last acknowledged may be stored
+        // too (committed, its answer lost in the kill)
+        let stored_prefix: Vec<(&str, &str)> = names
+            .iter()
+            .take(acked.len())
+            .map(|(op, name)| (*op, if *op == "delete" { "" } else { *name }))
+            .collect();
+        assert_eq!(&stored_prefix, acked, "{id}");
+        assert!(
+            names.len() <= acked.len() + 1,
+            "{id}: {names:?} of {acked:?}"
+        );
+    }
+    let ops: BTreeMap<&str, usize> = list(&body).iter().fold(BTreeMap::new(), |mut m, c| {
+        *m.entry(c["op"].as_str().unwrap()).or_default() += 1;
+        m
+    });
+    eprintln!(
+        "kill -9: {} ids, {total} stored versions, {ops:?}",
+        stored.len()
+    );
     let ids: Vec<&str> = list(&body)
         .iter()
         .map(|c| c["id"].as_str().unwrap())
         .collect();
-    let unique: BTreeSet<&str> = ids.iter().copied().collect();
-    assert_eq!(ids.len(), unique.len(), "no change twice");
-    let stored_ids: BTreeSet<&str> = stored.iter().map(|d| d["id"].as_str().unwrap()).collect();
-    assert_eq!(
-        unique, stored_ids,
-        "the feed holds exactly the stored documents"
-    );
-    for id in &acknowledged {
-        assert!(
-            unique.contains(id.as_str()),
-            "acknowledged {id} is in the feed"
-        );
-    }
     // another process reads the same log
     let printed = cli_changes(&config, data.path(), &["--entity", "farm"]);
     assert_eq!(printed.len(), ids.len());
