@@ -7,9 +7,13 @@
 //! ```
 //!
 //! Each case is a plain async function taking the store, so a failure names its case.
+//! [`operator_tests!`] and [`output_tests!`] (processor outputs, `meshql_core::output`) are
+//! run the same way.
 
 pub mod operators;
+pub mod outputs;
 pub use operators::*;
+pub use outputs::*;
 
 use meshql_core::{
     BoundArgs, ChangeOp, Cursor, DynStore, Millis, Nested, NestedRow, NewDocument, QueryTemplate,

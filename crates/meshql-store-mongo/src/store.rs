@@ -1717,5 +1717,6 @@ impl meshql_core::Database for MongoDatabase {
     }
 }
 
-/// Processor outputs are not wired on this backend yet (see `meshql_core::output`).
+/// Processor outputs are not supported: no multi-document transactions on the servers this
+/// store is tested against (see the crate docs, "Processor outputs: not supported").
 impl meshql_core::OutputStore for MongoStore {}

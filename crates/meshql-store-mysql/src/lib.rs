@@ -12,6 +12,11 @@
 //! the same database are one statement ([`meshql_core::Store::find_nested`]), as on
 //! PostgreSQL; over loopback MariaDB answered it slower than a batched lookup per level
 //! (docs/BENCHMARKS.md), so it is kept for databases whose round trips cost more.
+//!
+//! Processor outputs ([`meshql_core::OutputStore`]) are supported: a batch's document
+//! versions, state rows, dead letters and input position are one transaction, beside the
+//! entity tables in `_meshql_outputs`, `_meshql_output_state` and `_meshql_dead_letters`
+//! (`store/outputs.rs`).
 
 mod db;
 mod settings;

@@ -16,6 +16,8 @@ use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod outputs;
+
 /// [`Relation::backend`] of MySQL / MariaDB tables.
 const BACKEND: &str = "mysql";
 
@@ -56,6 +58,9 @@ struct TableSql {
     /// [`StoreReader::list_page`], by [`page_index`].
     page: [String; 8],
     current: String,
+    /// [`Self::current`] of several ids (a JSON array, sorted: the rows are locked in its
+    /// order), the id first.
+    current_many: String,
     clear_latest: String,
     insert: String,
     version_exists: String,
@@ -104,6 +109,17 @@ impl TableSql {
             current: format!(
                 "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
                  FROM {t} FORCE INDEX (k_latest_id) WHERE id = ? AND latest = 1 FOR UPDATE"
+            ),
+            // the ids drive the join (STRAIGHT_JOIN), each looked up by the same index as
+            // `current`, so only their rows are locked, in the array's order; the ids' column
+            // is utf8mb4 like the table's (a JSON_TABLE column otherwise takes the database's
+            // default character set, latin1 on a default MariaDB)
+            current_many: format!(
+                "SELECT STRAIGHT_JOIN t.id, t._id, t.payload, t.created_at, t.deleted, \
+                 t.authorized_tokens, COALESCE(t.seq, t._id) \
+                 FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(255) CHARACTER SET utf8mb4 \
+                 COLLATE utf8mb4_bin PATH '$')) k \
+                 JOIN {t} t FORCE INDEX (k_latest_id) ON t.latest = 1 AND t.id = k.kv FOR UPDATE"
             ),
             clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?"),
             insert: format!(
@@ -183,6 +199,22 @@ struct Current {
     deleted: bool,
     tokens: Vec<String>,
     seq: i64,
+}
+
+impl Current {
+    /// The columns of [`TableSql::current`] from column `k` on.
+    fn of_row_at(r: &mysql_async::Row, k: usize) -> Result<Self, StoreError> {
+        let tokens: String = r.get(k + 4).unwrap_or_default();
+        Ok(Current {
+            rowid: r.get(k).unwrap_or_default(),
+            payload: r.get(k + 1).unwrap_or_default(),
+            created_at: r.get(k + 2).unwrap_or_default(),
+            deleted: r.get::<i64, _>(k + 3).unwrap_or_default() != 0,
+            tokens: serde_json::from_str(&tokens)
+                .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
+            seq: r.get(k + 5).unwrap_or_default(),
+        })
+    }
 }
 
 struct Version<'a> {
@@ -300,28 +332,27 @@ impl MysqlStore {
             .exec_first(&self.sql.current, (id,))
             .await
             .map_err(my_error)?;
-        row.map(|r| {
-            let tokens: String = r.get(4).unwrap_or_default();
-            Ok(Current {
-                rowid: r.get(0).unwrap_or_default(),
-                payload: r.get(1).unwrap_or_default(),
-                created_at: r.get(2).unwrap_or_default(),
-                deleted: r.get::<i64, _>(3).unwrap_or_default() != 0,
-                tokens: serde_json::from_str(&tokens)
-                    .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
-                seq: r.get(5).unwrap_or_default(),
-            })
-        })
-        .transpose()
+        row.map(|r| Current::of_row_at(&r, 0)).transpose()
     }
 
     async fn append(&self, w: &mut WriteTx<'_>, v: Version<'_>) -> Result<Envelope, StoreError> {
-        let q = &mut w.tx;
         let current = if v.fresh_id {
             None
         } else {
-            self.current(q, v.id).await?
+            self.current(&mut w.tx, v.id).await?
         };
+        self.append_after(w, v, current).await
+    }
+
+    /// Appends a version after `current`, the id's newest version read (and locked) in this
+    /// transaction; `None` when it has none.
+    async fn append_after(
+        &self,
+        w: &mut WriteTx<'_>,
+        v: Version<'_>,
+        current: Option<Current>,
+    ) -> Result<Envelope, StoreError> {
+        let q = &mut w.tx;
         let cur_time = current.as_ref().map(|c| c.created_at);
         let mut place = Placement::new(v.created_at, cur_time, now_millis());
         if place.check_collisions {
@@ -390,22 +421,38 @@ impl MysqlStore {
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
             Some(cur) => {
-                self.append(
-                    w,
-                    Version {
-                        id,
-                        payload: cur.payload,
-                        created_at: None,
-                        deleted: true,
-                        tokens: &cur.tokens,
-                        fresh_id: false,
-                        correlation_id: ctx.correlation_id.as_deref(),
-                    },
-                )
-                .await?;
+                self.tombstone(w, id, cur, ctx.correlation_id.as_deref())
+                    .await?;
                 Ok(RemoveOutcome::Removed)
             }
         }
+    }
+
+    /// Appends the tombstone of `id` after `cur`, its current (not deleted) version, read
+    /// and locked in this transaction: the last payload, the same tokens.
+    async fn tombstone(
+        &self,
+        w: &mut WriteTx<'_>,
+        id: &str,
+        mut cur: Current,
+        correlation_id: Option<&str>,
+    ) -> Result<Envelope, StoreError> {
+        let payload = std::mem::take(&mut cur.payload);
+        let tokens = std::mem::take(&mut cur.tokens);
+        self.append_after(
+            w,
+            Version {
+                id,
+                payload,
+                created_at: None,
+                deleted: true,
+                tokens: &tokens,
+                fresh_id: false,
+                correlation_id,
+            },
+            Some(cur),
+        )
+        .await
     }
 
     async fn envelopes(&self, text: &str, params: Params) -> Result<Vec<Envelope>, StoreError> {
@@ -1005,6 +1052,7 @@ impl Store for MysqlStore {
             .await
             .map_err(my_error)?;
         let mut ddl = vec![sql::create_table(&self.table), sql::CREATE_CLOCK.to_owned()];
+        ddl.extend(outputs::DDL.iter().map(|s| s.to_string()));
         ddl.extend(sql::upgrade_for_feed(&self.table));
         for t in templates {
             for path in t.filtered_paths() {
@@ -1059,6 +1107,3 @@ impl Store for MysqlStore {
         self.db.close().await;
     }
 }
-
-/// Processor outputs are not wired on this backend yet (see `meshql_core::output`).
-impl meshql_core::OutputStore for MysqlStore {}

@@ -26,3 +26,4 @@ async fn fresh_store() -> DynStore {
 
 meshql_conformance::conformance_tests!(fresh_store());
 meshql_conformance::operator_tests!(fresh_store());
+meshql_conformance::output_tests!(fresh_store());

@@ -29,6 +29,11 @@
 //! rows of every level come back together to be put into a tree
 //! ([`meshql_core::nested::assemble`]), so a depth-3 query costs one round trip instead of
 //! one per level.
+//!
+//! Processor outputs ([`meshql_core::OutputStore`]) are supported: a batch's document
+//! versions, state rows, dead letters and input position are one transaction, beside the
+//! entity tables in `_meshql_outputs`, `_meshql_output_state` and `_meshql_dead_letters`
+//! (`store/outputs.rs`).
 
 mod db;
 mod pipeline;

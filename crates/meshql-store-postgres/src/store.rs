@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 
+mod outputs;
+
 type SqlParam = Box<dyn ToSql + Sync + Send>;
 
 /// [`Relation::backend`] of PostgreSQL tables.
@@ -45,6 +47,8 @@ struct TableSql {
     /// [`StoreReader::list_page`], by [`page_index`].
     page: [String; 8],
     current: String,
+    /// [`Self::current`] of several ids: the id first, then the same columns.
+    current_many: String,
     clear_latest: String,
     insert: String,
     version_exists: String,
@@ -93,6 +97,10 @@ impl TableSql {
             current: format!(
                 "SELECT _id, payload::text, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
                  FROM {t} WHERE id = $1 AND latest"
+            ),
+            current_many: format!(
+                "SELECT id, _id, payload::text, created_at, deleted, authorized_tokens, \
+                 COALESCE(seq, _id) FROM {t} WHERE id = ANY($1::text[]) AND latest"
             ),
             clear_latest: format!("UPDATE {t} SET latest = false WHERE _id = $1"),
             insert: format!(
@@ -185,13 +193,18 @@ struct Current {
 
 impl Current {
     fn of_row(r: &tokio_postgres::Row) -> Self {
+        Self::of_row_at(r, 0)
+    }
+
+    /// The columns of [`TableSql::current`] from column `k` on.
+    fn of_row_at(r: &tokio_postgres::Row, k: usize) -> Self {
         Current {
-            rowid: r.get(0),
-            payload: r.get(1),
-            created_at: r.get(2),
-            deleted: r.get(3),
-            tokens: r.get(4),
-            seq: r.get(5),
+            rowid: r.get(k),
+            payload: r.get(k + 1),
+            created_at: r.get(k + 2),
+            deleted: r.get(k + 3),
+            tokens: r.get(k + 4),
+            seq: r.get(k + 5),
         }
     }
 }
@@ -420,25 +433,38 @@ impl PostgresStore {
                 Ok(RemoveOutcome::NotFound)
             }
             Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
-            Some(mut cur) => {
-                // the tombstone keeps the last payload (`append` reads no payload of `cur`)
-                let payload = std::mem::take(&mut cur.payload);
-                self.append(
-                    client,
-                    Version {
-                        id,
-                        payload,
-                        created_at: None,
-                        deleted: true,
-                        tokens: &cur.tokens,
-                        correlation_id: ctx.correlation_id.as_deref(),
-                    },
-                    Some(&cur),
-                )
-                .await?;
+            Some(cur) => {
+                self.tombstone(client, id, cur, ctx.correlation_id.as_deref())
+                    .await?;
                 Ok(RemoveOutcome::Removed)
             }
         }
+    }
+
+    /// Appends the tombstone of `id` after `cur`, its current (not deleted) version, read
+    /// under its lock.
+    async fn tombstone<C: GenericClient>(
+        &self,
+        client: &C,
+        id: &str,
+        mut cur: Current,
+        correlation_id: Option<&str>,
+    ) -> Result<Envelope, StoreError> {
+        // the tombstone keeps the last payload (`append` reads no payload of `cur`)
+        let payload = std::mem::take(&mut cur.payload);
+        self.append(
+            client,
+            Version {
+                id,
+                payload,
+                created_at: None,
+                deleted: true,
+                tokens: &cur.tokens,
+                correlation_id,
+            },
+            Some(&cur),
+        )
+        .await
     }
 
     async fn query_envelopes(
@@ -891,6 +917,8 @@ impl ChangeFeed for PostgresStore {
 impl Store for PostgresStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
         let mut ddl = sql::create_table(&self.table);
+        ddl.push_str(";\n");
+        ddl.push_str(outputs::DDL);
         for t in templates {
             for path in t.filtered_paths() {
                 if let Some(idx) = sql::create_field_index(&self.table, &path) {
@@ -951,6 +979,3 @@ impl Store for PostgresStore {
         self.db.close();
     }
 }
-
-/// Processor outputs are not wired on this backend yet (see `meshql_core::output`).
-impl meshql_core::OutputStore for PostgresStore {}
