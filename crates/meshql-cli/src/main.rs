@@ -3,6 +3,7 @@
 mod bench;
 mod changes;
 mod process;
+mod projections;
 #[cfg(target_os = "linux")]
 mod startup_pages;
 
@@ -78,6 +79,8 @@ enum Command {
     Changes(changes::ChangesArgs),
     /// Run the config's processors in this process, beside `meshql serve --no-processors`.
     Process(process::ProcessArgs),
+    /// Operate a running server's projections (`rebuild NAME`).
+    Projections(projections::ProjectionsArgs),
     /// Load-test a server with the scenarios of the seed reports (starts a fresh meshql per
     /// scenario unless --url is given) and write JSON, Markdown and HTML reports.
     #[command(args_conflicts_with_subcommands = true)]
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
+        Command::Projections(args) => projections::run(args),
         Command::Process(args) => {
             init_tracing("info", LogFormat::Text);
             process::run(args)

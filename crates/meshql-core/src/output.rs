@@ -164,6 +164,21 @@ pub trait OutputStore: Send + Sync {
         let _ = consumer;
         Err(unsupported())
     }
+
+    /// A store on a new, empty table beside this one, for a rebuild: what a rebuild writes,
+    /// while reads still see this table. Any earlier rebuild table is dropped.
+    async fn rebuild_store(&self) -> Result<crate::DynStore, StoreError> {
+        Err(unsupported())
+    }
+
+    /// In one transaction: the rebuild table (from [`OutputStore::rebuild_store`]) takes
+    /// this table's place (the old rows are dropped), and consumer `from`'s position, state
+    /// and dead letters become `to`'s (replacing `to`'s). Readers see the old table or the
+    /// new one, never a mix. The new table's versions are not replayed into the change feed.
+    async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let _ = (from, to);
+        Err(unsupported())
+    }
 }
 
 fn unsupported() -> StoreError {

@@ -53,7 +53,7 @@ pub struct EntityService {
     name: String,
     reader: DynReader,
     writer: DynStore,
-    validator: Option<PayloadValidator>,
+    validator: Option<Arc<PayloadValidator>>,
     /// Tokens stamped on every write (when empty: the writer's own).
     tokens: Vec<String>,
     authorizer: Arc<dyn Authorizer>,
@@ -82,7 +82,7 @@ impl EntityService {
             name: name.into(),
             reader: store.clone(),
             writer: store,
-            validator,
+            validator: validator.map(Arc::new),
             tokens,
             authorizer,
             policy: Arc::new(AllowAll::default()),
@@ -97,6 +97,21 @@ impl EntityService {
             .then(|| Arc::new(Grants::unrestricted()));
         self.policy = policy;
         self
+    }
+
+    /// The same service (validation, tokens, caller rules) over another store: what a
+    /// projection rebuild writes before its table takes the entity's place.
+    pub fn on_store(&self, store: DynStore) -> EntityService {
+        EntityService {
+            name: self.name.clone(),
+            reader: store.clone(),
+            writer: store,
+            validator: self.validator.clone(),
+            tokens: self.tokens.clone(),
+            authorizer: self.authorizer.clone(),
+            policy: self.policy.clone(),
+            everything: self.everything.clone(),
+        }
     }
 
     /// Serves reads from `reader` (a replica, a cache) instead of the writer's store.

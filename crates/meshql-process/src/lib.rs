@@ -32,7 +32,9 @@ pub mod script;
 pub mod time;
 pub mod transform;
 
-pub use runtime::{start, ProcessError, ProcessorStats, Processors, StartOptions};
+pub use runtime::{
+    start, ProcessError, ProcessorStats, Processors, RebuildError, RebuildState, StartOptions,
+};
 
 use meshql_core::SettingError;
 use serde_json::{Map, Value};

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -25,7 +26,8 @@ pub enum ProcessError {
     UnknownEntity { processor: String, entity: String },
     #[error(
         "processor \"{processor}\": the storage of `{entity}` cannot commit a processor's \
-         outputs with its position yet (use a sqlite or memory storage for it)"
+         outputs with its position (MongoDB: see the meshql-store-mongo docs; use SQLite, \
+         PostgreSQL, MySQL/MariaDB or memory storage for a processor's output)"
     )]
     OutputUnsupported { processor: String, entity: String },
     #[error("processor \"{processor}\": reading its position in `{entity}`: {source}")]
@@ -320,37 +322,146 @@ enum Feed {
     },
 }
 
+impl Feed {
+    /// Stops after what the source holds is applied (bounded).
+    async fn stop(&self) {
+        match self {
+            Feed::Log(consumer) => consumer.stop().await,
+            Feed::Kafka { stop, task, .. } => {
+                stop.send_replace(true);
+                let task = task.lock().take();
+                if let Some(task) = task {
+                    let _ = task.await;
+                }
+            }
+        }
+    }
+
+    /// (errors, lag, lag in seconds)
+    fn progress(&self) -> (u64, u64, f64) {
+        match self {
+            Feed::Log(consumer) => {
+                let c = consumer.stats();
+                (c.errors, c.lag, c.lag_seconds)
+            }
+            Feed::Kafka { counters, .. } => (
+                counters.errors.load(Ordering::Relaxed),
+                counters.lag.load(Ordering::Relaxed),
+                0.0,
+            ),
+        }
+    }
+}
+
+/// A processor's feed and handler while it runs.
+struct Active {
+    feed: Feed,
+    handler: Arc<ProcessorHandler>,
+}
+
+/// Where a rebuild is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RebuildState {
+    /// No rebuild since start.
+    Idle,
+    /// Recomputing from the start of the log into a new table; reads see the old one.
+    Running { position: u64, lag: u64 },
+    /// Done: the new table took the old one's place.
+    Done { position: u64, seconds: f64 },
+    Failed { reason: String },
+}
+
 struct Running {
     _lock: Option<FileLock>,
     plan: ProcessorPlan,
-    feed: Feed,
-    handler: Arc<ProcessorHandler>,
+    output: Arc<EntityService>,
+    lookups: HashMap<String, Arc<EntityService>>,
+    active: parking_lot::Mutex<Option<Arc<Active>>>,
+    rebuild: parking_lot::Mutex<RebuildState>,
+    /// One rebuild at a time.
+    rebuilding: tokio::sync::Mutex<()>,
 }
 
 /// The running processors of a service.
 #[derive(Default)]
 pub struct Processors {
     running: Vec<Running>,
+    log: Option<Arc<dyn ConsumerLog>>,
+}
+
+/// Why a rebuild did not start or did not finish.
+#[derive(Debug, Error)]
+pub enum RebuildError {
+    #[error("no processor named \"{0}\" runs here")]
+    Unknown(String),
+    #[error("processor \"{0}\" reads Kafka topics: only processors of the change log can be rebuilt")]
+    NotFromLog(String),
+    #[error("processor \"{0}\" is being rebuilt already")]
+    Busy(String),
+    #[error(
+        "the change log no longer holds its first changes (it starts at position {first}): \
+         a rebuild needs the whole log ([changes] retention)"
+    )]
+    LogTrimmed { first: u64 },
+    #[error("processor \"{processor}\": {message}")]
+    Failed { processor: String, message: String },
+}
+
+fn handler_for(
+    plan: &ProcessorPlan,
+    name: &str,
+    output: Arc<EntityService>,
+    lookups: HashMap<String, Arc<EntityService>>,
+    position: u64,
+    dead: u64,
+) -> Arc<ProcessorHandler> {
+    Arc::new(ProcessorHandler {
+        name: name.to_owned(),
+        kind: plan.kind(),
+        output_entity: plan.output().to_owned(),
+        planner: plan.planner(),
+        output,
+        lookups,
+        grants: Arc::new(Grants::unrestricted()),
+        position: AtomicU64::new(position),
+        counters: Counters {
+            dead: AtomicU64::new(dead),
+            ..Counters::default()
+        },
+    })
+}
+
+fn log_feed(
+    plan: &ProcessorPlan,
+    name: &str,
+    group: &str,
+    log: Arc<dyn ConsumerLog>,
+    handler: Arc<ProcessorHandler>,
+) -> Result<Feed, ConsumerError> {
+    Ok(Feed::Log(Consumer::start_on(
+        name,
+        group,
+        log,
+        handler,
+        ConsumerOptions {
+            batch: plan.batch(),
+            // a batch's state depends on the one before it
+            in_flight: 1,
+            entities: Some(plan.inputs()),
+            ..ConsumerOptions::default()
+        },
+    )?))
 }
 
 impl Processors {
     pub fn stats(&self) -> Vec<ProcessorStats> {
         self.running
             .iter()
-            .map(|r| {
-                let (errors, lag, lag_seconds) = match &r.feed {
-                    Feed::Log(consumer) => {
-                        let c = consumer.stats();
-                        (c.errors, c.lag, c.lag_seconds)
-                    }
-                    Feed::Kafka { counters, .. } => (
-                        counters.errors.load(Ordering::Relaxed),
-                        counters.lag.load(Ordering::Relaxed),
-                        0.0,
-                    ),
-                };
-                let h = &r.handler.counters;
-                ProcessorStats {
+            .filter_map(|r| {
+                let active = r.active.lock().clone()?;
+                let (errors, lag, lag_seconds) = active.feed.progress();
+                let h = &active.handler.counters;
+                Some(ProcessorStats {
                     name: r.plan.name().to_owned(),
                     kind: r.plan.kind(),
                     output: r.plan.output().to_owned(),
@@ -360,10 +471,10 @@ impl Processors {
                     batches: h.batches.load(Ordering::Relaxed),
                     dead_letters: h.dead.load(Ordering::Relaxed),
                     errors,
-                    position: r.handler.position.load(Ordering::Relaxed),
+                    position: active.handler.position.load(Ordering::Relaxed),
                     lag,
                     lag_seconds,
-                }
+                })
             })
             .collect()
     }
@@ -372,21 +483,149 @@ impl Processors {
     /// drain time).
     pub async fn stop(&self) {
         for r in &self.running {
-            match &r.feed {
-                Feed::Log(consumer) => consumer.stop().await,
-                Feed::Kafka { stop, task, .. } => {
-                    stop.send_replace(true);
-                    let task = task.lock().take();
-                    if let Some(task) = task {
-                        let _ = task.await;
-                    }
-                }
+            let active = r.active.lock().take();
+            if let Some(active) = active {
+                active.feed.stop().await;
             }
         }
     }
 
     pub fn is_empty(&self) -> bool {
         self.running.is_empty()
+    }
+
+    /// Where the last rebuild of `name` is.
+    pub fn rebuild_state(&self, name: &str) -> Option<RebuildState> {
+        self.running
+            .iter()
+            .find(|r| r.plan.name() == name)
+            .map(|r| r.rebuild.lock().clone())
+    }
+
+    /// Recomputes processor `name` from the start of the log into a new table and swaps it
+    /// in (see `OutputStore::swap_rebuilt`): reads see the old table until the swap, which is
+    /// one transaction. The live processor goes on meanwhile; it stops only for the last
+    /// catch-up and the swap, and starts again after the rebuild's position. REST writes to
+    /// the output entity during a rebuild are lost with the old table.
+    pub async fn rebuild(&self, name: &str) -> Result<RebuildState, RebuildError> {
+        let r = self
+            .running
+            .iter()
+            .find(|r| r.plan.name() == name)
+            .ok_or_else(|| RebuildError::Unknown(name.to_owned()))?;
+        if r.plan.source().is_some() {
+            return Err(RebuildError::NotFromLog(name.to_owned()));
+        }
+        let Ok(_one) = r.rebuilding.try_lock() else {
+            return Err(RebuildError::Busy(name.to_owned()));
+        };
+        let log = self.log.clone().expect("processors that read the log have it");
+        if log.first() > 1 {
+            return Err(RebuildError::LogTrimmed { first: log.first() });
+        }
+        let started = std::time::Instant::now();
+        let result = self.rebuild_running(r, log).await;
+        let state = match &result {
+            Ok(position) => RebuildState::Done {
+                position: *position,
+                seconds: started.elapsed().as_secs_f64(),
+            },
+            Err(e) => RebuildState::Failed {
+                reason: e.to_string(),
+            },
+        };
+        *r.rebuild.lock() = state.clone();
+        match result {
+            Ok(_) => {
+                tracing::info!(processor = %name, ?state, "rebuilt");
+                Ok(state)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn rebuild_running(
+        &self,
+        r: &Running,
+        log: Arc<dyn ConsumerLog>,
+    ) -> Result<u64, RebuildError> {
+        let name = r.plan.name().to_owned();
+        let failed = |message: String| RebuildError::Failed {
+            processor: name.clone(),
+            message,
+        };
+        let shadow = r
+            .output
+            .writer()
+            .rebuild_store()
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let shadow_name = format!("{name}#rebuild");
+        let group = format!("processor-{name}-rebuild");
+        log.commit(&group, 0).map_err(|e| failed(e.to_string()))?;
+        let handler = handler_for(
+            &r.plan,
+            &shadow_name,
+            Arc::new(r.output.on_store(shadow)),
+            r.lookups.clone(),
+            0,
+            0,
+        );
+        let feed = log_feed(&r.plan, &shadow_name, &group, log.clone(), handler.clone())
+            .map_err(|e| failed(e.to_string()))?;
+        caught_up(r, &feed, &handler).await;
+        // the live processor stops for the last catch-up and the swap
+        let live = r.active.lock().take();
+        if let Some(live) = &live {
+            live.feed.stop().await;
+        }
+        caught_up(r, &feed, &handler).await;
+        feed.stop().await;
+        let position = handler.position.load(Ordering::Acquire);
+        let swapped = r
+            .output
+            .writer()
+            .swap_rebuilt(&shadow_name, &name)
+            .await
+            .map_err(|e| failed(e.to_string()));
+        let committed = log.committed(&group).ok().flatten().unwrap_or(position);
+        if swapped.is_ok() {
+            let _ = log.commit(&format!("processor-{name}"), committed);
+        }
+        // the live processor starts again: after the rebuild's position, or where it was
+        let resume = if swapped.is_ok() {
+            position
+        } else {
+            live.as_ref()
+                .map(|l| l.handler.position.load(Ordering::Acquire))
+                .unwrap_or(0)
+        };
+        let dead = r
+            .output
+            .writer()
+            .dead_letter_count(&name)
+            .await
+            .unwrap_or(0);
+        let handler = handler_for(&r.plan, &name, r.output.clone(), r.lookups.clone(), resume, dead);
+        let feed = log_feed(&r.plan, &name, &format!("processor-{name}"), log, handler.clone())
+            .map_err(|e| failed(e.to_string()))?;
+        *r.active.lock() = Some(Arc::new(Active { feed, handler }));
+        swapped.map(|_| position)
+    }
+}
+
+/// Waits until a rebuild's feed has read the whole log, reporting its progress.
+async fn caught_up(r: &Running, feed: &Feed, handler: &ProcessorHandler) {
+    loop {
+        let (_, lag, _) = feed.progress();
+        *r.rebuild.lock() = RebuildState::Running {
+            position: handler.position.load(Ordering::Relaxed),
+            lag,
+        };
+        if lag == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -460,34 +699,15 @@ pub async fn start(
                 last: log.last(),
             });
         }
-        let handler = Arc::new(ProcessorHandler {
-            name: name.clone(),
-            kind: plan.kind(),
-            output_entity: output_entity.clone(),
-            planner: plan.planner(),
-            output,
-            lookups,
-            grants: Arc::new(Grants::unrestricted()),
-            position: AtomicU64::new(position),
-            counters: Counters {
-                dead: AtomicU64::new(dead),
-                ..Counters::default()
-            },
-        });
+        let handler = handler_for(plan, &name, output.clone(), lookups.clone(), position, dead);
         let feed = match plan.source() {
-            None => Feed::Log(Consumer::start_on(
+            None => log_feed(
+                plan,
                 &name,
                 &format!("processor-{name}"),
                 log.clone(),
                 handler.clone(),
-                ConsumerOptions {
-                    batch: plan.batch(),
-                    // a batch's state depends on the one before it
-                    in_flight: 1,
-                    entities: Some(plan.inputs()),
-                    ..ConsumerOptions::default()
-                },
-            )?),
+            )?,
             Some(source) => {
                 let (stop, stop_rx) = tokio::sync::watch::channel(false);
                 let counters = Arc::new(crate::kafka::KafkaCounters::default());
@@ -511,9 +731,15 @@ pub async fn start(
         running.push(Running {
             _lock: lock,
             plan: plan.clone(),
-            feed,
-            handler,
+            output,
+            lookups,
+            active: parking_lot::Mutex::new(Some(Arc::new(Active { feed, handler }))),
+            rebuild: parking_lot::Mutex::new(RebuildState::Idle),
+            rebuilding: tokio::sync::Mutex::new(()),
         });
     }
-    Ok(Processors { running })
+    Ok(Processors {
+        running,
+        log: Some(log),
+    })
 }

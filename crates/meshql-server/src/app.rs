@@ -343,6 +343,12 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         .with_state(ops);
     let origin = HeaderValue::from_str(&config.cors_origin)
         .map_err(|_| BuildError::Cors(config.cors_origin.clone()))?;
+    router = router.merge(crate::processors::router(Arc::new(
+        crate::processors::ProcessorsEndpoint {
+            processors: processors.clone(),
+            services: services.clone(),
+        },
+    )));
     if config.console.enabled {
         let console = Arc::new(crate::console::Console::new(
             config,

@@ -375,4 +375,14 @@ impl meshql_core::OutputStore for Served {
         self.gate()?;
         self.inner.reset_output(consumer).await
     }
+
+    async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
+        self.gate()?;
+        self.inner.rebuild_store().await
+    }
+
+    async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        self.gate()?;
+        self.inner.swap_rebuilt(from, to).await
+    }
 }

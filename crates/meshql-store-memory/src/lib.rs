@@ -136,6 +136,8 @@ pub struct MemoryStore {
     signal: CommitSignal,
     /// Processors' positions, state and dead letters (see `meshql_core::output`).
     outputs: parking_lot::Mutex<Outputs>,
+    /// The store a rebuild writes (`OutputStore::rebuild_store`).
+    rebuild: parking_lot::Mutex<Option<Arc<MemoryStore>>>,
 }
 
 /// What consumers committed with their outputs to this store.
@@ -590,7 +592,11 @@ impl meshql_core::OutputStore for MemoryStore {
                     written.push(data.append(&id, v, explicit, ctx.correlation_id.as_deref()))
                 }
                 None => {
-                    if Self::remove_locked(&mut data, &id, &WriteContext::SYSTEM)
+                    let system = WriteContext {
+                        filter: TokenFilter::All,
+                        ..ctx.clone()
+                    };
+                    if Self::remove_locked(&mut data, &id, &system)
                         == RemoveOutcome::Removed
                     {
                         if let Some(v) = data.at(&id, None) {
@@ -645,6 +651,39 @@ impl meshql_core::OutputStore for MemoryStore {
     async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
         let outputs = self.outputs.lock();
         Ok(outputs.dead.iter().filter(|(c, _)| c == consumer).count() as u64)
+    }
+
+    async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
+        let fresh = Arc::new(MemoryStore::new());
+        *self.rebuild.lock() = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let Some(rebuilt) = self.rebuild.lock().take() else {
+            return Err(StoreError::Invalid("no rebuild to swap in".into()));
+        };
+        let mut data = self.data.write();
+        let mut outputs = self.outputs.lock();
+        let new = rebuilt.data.read();
+        data.docs = new.docs.clone();
+        data.order = new.order.clone();
+        let mut theirs = rebuilt.outputs.lock();
+        outputs.positions.remove(to);
+        outputs.state.remove(to);
+        outputs.dead.retain(|(c, _)| c != to);
+        if let Some(p) = theirs.positions.remove(from) {
+            outputs.positions.insert(to.to_owned(), p);
+        }
+        if let Some(rows) = theirs.state.remove(from) {
+            outputs.state.insert(to.to_owned(), rows);
+        }
+        for (c, letter) in theirs.dead.drain(..) {
+            if c == from {
+                outputs.dead.push((to.to_owned(), letter));
+            }
+        }
+        Ok(())
     }
 
     async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {

@@ -31,6 +31,8 @@ pub struct SqliteStore {
     reads: Arc<AtomicU64>,
     writes: Arc<AtomicU64>,
     signal: CommitSignal,
+    /// The templates [`Store::prepare`] was given (a rebuild table gets the same indexes).
+    templates: parking_lot::Mutex<Vec<QueryTemplate>>,
 }
 
 /// Statement texts that do not depend on templates.
@@ -259,6 +261,7 @@ impl SqliteStore {
             reads: Arc::new(AtomicU64::new(0)),
             writes: Arc::new(AtomicU64::new(0)),
             signal: CommitSignal::default(),
+            templates: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -926,6 +929,7 @@ impl ChangeFeed for SqliteStore {
 #[async_trait]
 impl Store for SqliteStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        *self.templates.lock() = templates.to_vec();
         let mut ddl = sql::create_table(&self.table);
         ddl.push_str(";\n");
         ddl.push_str(outputs::DDL);

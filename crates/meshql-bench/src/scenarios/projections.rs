@@ -41,7 +41,7 @@ fn report(i: usize) -> Value {
     let hen = i % HENS;
     json!({
         "hen_id": uuid_of(1, hen), "coop_id": uuid_of(2, hen / 10), "farm_id": uuid_of(3, hen / 10),
-        "eggs": 1 + i % 3, "quality": if i % 7 == 0 { "cracked" } else { "grade_a" },
+        "eggs": 1 + i % 3, "quality": if i % 7 == 6 { "cracked" } else { "grade_a" },
         "timestamp": format!("2026-11-{:02}T06:00:00Z", 10 + (i / HENS) % 10),
     })
 }

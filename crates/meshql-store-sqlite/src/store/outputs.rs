@@ -54,6 +54,11 @@ CREATE INDEX IF NOT EXISTS _meshql_dead_letters_consumer
   ON _meshql_dead_letters (consumer, seq);
 ";
 
+/// The table a rebuild of `table` writes.
+fn rebuild_table(table: &str) -> String {
+    format!("{table}__rebuild")
+}
+
 impl SqliteStore {
     /// A `Put`: the next version of `id`, keeping its tokens unless `ctx` sets them.
     fn put(
@@ -185,7 +190,11 @@ impl OutputStore for SqliteStore {
                             written.push(Self::put(conn, &sql, &id, payload, &ctx)?);
                         }
                         OutputWrite::Delete { id } => {
-                            if Self::remove_one(conn, &sql, &id, &WriteContext::SYSTEM)?
+                            let ctx = WriteContext {
+                                filter: meshql_core::TokenFilter::All,
+                                ..ctx.clone()
+                            };
+                            if Self::remove_one(conn, &sql, &id, &ctx)?
                                 == RemoveOutcome::Removed
                             {
                                 if let Some(cur) = Self::current(conn, &sql, &id)? {
@@ -297,6 +306,91 @@ impl OutputStore for SqliteStore {
                 .map(|n| n as u64)
                 .map_err(query_error)
         })
+    }
+
+    async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
+        let shadow = rebuild_table(&self.table);
+        let drop = format!("DROP TABLE IF EXISTS {}", quote_ident(&shadow));
+        self.db
+            .write(move |conn| conn.execute_batch(&drop).map_err(query_error))
+            .await?;
+        let store = SqliteStore::new(self.db.clone(), &shadow);
+        let templates = self.templates.lock().clone();
+        meshql_core::Store::prepare(&store, &templates).await?;
+        Ok(std::sync::Arc::new(store))
+    }
+
+    async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let table = self.table.clone();
+        let shadow = rebuild_table(&table);
+        let templates = self.templates.lock().clone();
+        let (from, to) = (from.to_owned(), to.to_owned());
+        self.db
+            .write(move |conn| {
+                let old = format!("{table}__old");
+                let seq: i64 = conn
+                    .query_row(
+                        "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = ?1",
+                        params![table],
+                        |r| r.get(0),
+                    )
+                    .map_err(query_error)?;
+                // the rebuild table's indexes carry its name: drop them, the table takes the
+                // live name, and the live names' indexes are made on it
+                let shadow_indexes: Vec<String> = conn
+                    .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 AND sql IS NOT NULL")
+                    .and_then(|mut s| {
+                        s.query_map(params![shadow], |r| r.get(0))?
+                            .collect::<Result<Vec<String>, _>>()
+                    })
+                    .map_err(query_error)?;
+                let mut ddl = String::new();
+                for idx in shadow_indexes {
+                    ddl.push_str(&format!("DROP INDEX {};\n", quote_ident(&idx)));
+                }
+                ddl.push_str(&format!(
+                    "ALTER TABLE {} RENAME TO {};\nALTER TABLE {} RENAME TO {};\nDROP TABLE {};\n",
+                    quote_ident(&table),
+                    quote_ident(&old),
+                    quote_ident(&shadow),
+                    quote_ident(&table),
+                    quote_ident(&old),
+                ));
+                ddl.push_str(&crate::sql::create_table(&table));
+                for t in &templates {
+                    for path in t.filtered_paths() {
+                        if let Some(idx) = crate::sql::create_field_index(&table, &path) {
+                            ddl.push_str(";\n");
+                            ddl.push_str(&idx);
+                        }
+                    }
+                }
+                conn.execute_batch(&ddl).map_err(query_error)?;
+                // row ids go on from the old table's: the change feed's cursor stays valid
+                conn.execute(
+                    "UPDATE sqlite_sequence SET seq = MAX(seq, ?2) WHERE name = ?1",
+                    params![table, seq],
+                )
+                .map_err(query_error)?;
+                conn.execute(
+                    "INSERT INTO sqlite_sequence (name, seq) SELECT ?1, ?2 \
+                     WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = ?1)",
+                    params![table, seq],
+                )
+                .map_err(query_error)?;
+                for t in ["_meshql_outputs", "_meshql_output_state", "_meshql_dead_letters"] {
+                    let t = quote_ident(t);
+                    conn.execute(&format!("DELETE FROM {t} WHERE consumer = ?1"), params![to])
+                        .map_err(query_error)?;
+                    conn.execute(
+                        &format!("UPDATE {t} SET consumer = ?2 WHERE consumer = ?1"),
+                        params![from, to],
+                    )
+                    .map_err(query_error)?;
+                }
+                Ok(())
+            })
+            .await
     }
 
     async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {
