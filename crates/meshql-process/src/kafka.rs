@@ -387,6 +387,7 @@ async fn connect(
     source: &KafkaSource,
     handler: &ProcessorHandler,
 ) -> Result<StreamConsumer, String> {
+    handler.ensure_loaded().await.map_err(|e| e.0)?;
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &source.brokers)

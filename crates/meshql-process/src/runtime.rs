@@ -108,6 +108,12 @@ pub(crate) struct ProcessorHandler {
     grants: Arc<Grants>,
     /// The last input position committed with the output.
     pub(crate) position: AtomicU64,
+    /// Whether `position` (and the dead-letter count) were read from the output store: at
+    /// the first batch, so that a store unreachable at start-up delays the processor
+    /// instead of the server.
+    loaded: std::sync::atomic::AtomicBool,
+    /// The log whose end the stored position may not be past (log-fed processors).
+    log: Option<Arc<dyn ConsumerLog>>,
     counters: Counters,
 }
 
@@ -176,7 +182,38 @@ impl ProcessorHandler {
         }
     }
 
+    /// Reads the committed position and the dead-letter count, once.
+    pub(crate) async fn ensure_loaded(&self) -> Result<(), HandlerError> {
+        if self.loaded.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let writer = self.output.writer();
+        let position = writer
+            .output_position(&self.name)
+            .await
+            .map_err(HandlerError::new)?
+            .unwrap_or(0);
+        let dead = writer
+            .dead_letter_count(&self.name)
+            .await
+            .map_err(HandlerError::new)?;
+        if let Some(log) = &self.log {
+            if position > log.last() {
+                return Err(HandlerError::new(ProcessError::CheckpointAhead {
+                    processor: self.name.clone(),
+                    checkpoint: position,
+                    last: log.last(),
+                }));
+            }
+        }
+        self.position.store(position, Ordering::Release);
+        self.counters.dead.store(dead, Ordering::Relaxed);
+        self.loaded.store(true, Ordering::Release);
+        Ok(())
+    }
+
     async fn process(&self, batch: &[Change]) -> Result<(), HandlerError> {
+        self.ensure_loaded().await?;
         let done = self.position.load(Ordering::Acquire);
         let Some(last) = batch.last().map(|c| c.position) else {
             return Ok(());
@@ -407,14 +444,17 @@ pub enum RebuildError {
     Failed { processor: String, message: String },
 }
 
+/// A processor's handler; `known` is its committed position and dead-letter count when the
+/// caller knows them (else they are read at the first batch).
 fn handler_for(
     plan: &ProcessorPlan,
     name: &str,
     output: Arc<EntityService>,
     lookups: HashMap<String, Arc<EntityService>>,
-    position: u64,
-    dead: u64,
+    known: Option<(u64, u64)>,
+    log: Option<Arc<dyn ConsumerLog>>,
 ) -> Arc<ProcessorHandler> {
+    let (position, dead) = known.unwrap_or((0, 0));
     Arc::new(ProcessorHandler {
         name: name.to_owned(),
         kind: plan.kind(),
@@ -424,6 +464,8 @@ fn handler_for(
         lookups,
         grants: Arc::new(Grants::unrestricted()),
         position: AtomicU64::new(position),
+        loaded: std::sync::atomic::AtomicBool::new(known.is_some()),
+        log,
         counters: Counters {
             dead: AtomicU64::new(dead),
             ..Counters::default()
@@ -568,8 +610,8 @@ impl Processors {
             &shadow_name,
             Arc::new(r.output.on_store(shadow)),
             r.lookups.clone(),
-            0,
-            0,
+            Some((0, 0)),
+            None,
         );
         let feed = log_feed(&r.plan, &shadow_name, &group, log.clone(), handler.clone())
             .map_err(|e| failed(e.to_string()))?;
@@ -606,7 +648,14 @@ impl Processors {
             .dead_letter_count(&name)
             .await
             .unwrap_or(0);
-        let handler = handler_for(&r.plan, &name, r.output.clone(), r.lookups.clone(), resume, dead);
+        let handler = handler_for(
+            &r.plan,
+            &name,
+            r.output.clone(),
+            r.lookups.clone(),
+            Some((resume, dead)),
+            Some(log.clone()),
+        );
         let feed = log_feed(&r.plan, &name, &format!("processor-{name}"), log, handler.clone())
             .map_err(|e| failed(e.to_string()))?;
         *r.active.lock() = Some(Arc::new(Active { feed, handler }));
@@ -675,31 +724,10 @@ pub async fn start(
         for entity in plan.lookups() {
             lookups.insert(entity.clone(), service(&entity)?);
         }
-        let store_error = |source| ProcessError::Store {
-            processor: name.clone(),
-            entity: output_entity.clone(),
-            source,
-        };
-        let position = output
-            .writer()
-            .output_position(&name)
-            .await
-            .map_err(store_error)?
-            .unwrap_or(0);
-        let dead = output
-            .writer()
-            .dead_letter_count(&name)
-            .await
-            .map_err(store_error)?;
-        // (a Kafka source counts its own positions)
-        if plan.source().is_none() && position > log.last() {
-            return Err(ProcessError::CheckpointAhead {
-                processor: name,
-                checkpoint: position,
-                last: log.last(),
-            });
-        }
-        let handler = handler_for(plan, &name, output.clone(), lookups.clone(), position, dead);
+        // the position is read at the first batch: a store that is down now delays this
+        // processor, not the service
+        let log_bound = plan.source().is_none().then(|| log.clone());
+        let handler = handler_for(plan, &name, output.clone(), lookups.clone(), None, log_bound);
         let feed = match plan.source() {
             None => log_feed(
                 plan,
@@ -727,7 +755,7 @@ pub async fn start(
                 }
             }
         };
-        tracing::info!(processor = %name, output = %output_entity, after = position, "processor started");
+        tracing::info!(processor = %name, output = %output_entity, "processor started");
         running.push(Running {
             _lock: lock,
             plan: plan.clone(),
