@@ -71,7 +71,9 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
             "products",
             "fan-out",
             "core-scaling",
-            "changes"
+            "changes",
+            "cdc",
+            "projections"
         ]
     );
     for s in scenarios {

@@ -53,10 +53,6 @@ impl Example {
     pub fn env(self) -> Vec<(String, String)> {
         match self {
             Example::Farm => vec![("PLATFORM_URL".into(), "{url}".into())],
-            // the scenarios seed the projections through REST and their gates read those
-            // (as MeshQL's k6 suite does): the example's live projections stay off so the
-            // workload is the one measured before they existed
-            Example::EggEconomy => vec![("MESHQL_PROJECTIONS".into(), "false".into())],
             _ => vec![],
         }
     }

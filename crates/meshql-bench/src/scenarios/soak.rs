@@ -224,11 +224,11 @@ impl Scenario for Soak {
         let mut s = ctx.session();
         gate_rest_crud(&mut s).await?;
         let yard = seed_farmyard(&mut s, 3, 3, 5).await?;
-        seed_projections(&mut s, &yard).await?;
+        let projections = seed_projections(&mut s, &yard).await?;
         gate_farmyard(&mut s, &yard).await?;
         gate_queries(&mut s, &yard).await?;
         gate_depth(&mut s, &yard).await?;
-        gate_mixed(&mut s, &yard).await?;
+        gate_mixed(&mut s, &yard, projections).await?;
         let parts: Vec<Arc<dyn Workload>> = vec![
             Arc::new(RestCrudLoad),
             Arc::new(QueriesLoad { yard: yard.clone() }),
