@@ -36,8 +36,8 @@ pub mod registry;
 pub mod relay;
 
 pub use consumer::{
-    confirmed, Change, Confirmation, Consumer, ConsumerError, ConsumerOptions, ConsumerStats,
-    ConsumerLog, Handler, HandlerError, TailedReader,
+    confirmed, Change, Confirmation, Consumer, ConsumerError, ConsumerLog, ConsumerOptions,
+    ConsumerStats, Handler, HandlerError, TailedReader,
 };
 pub use feed::{FeedFilter, FeedSource, Page};
 pub use hub::{EntityFeedStats, Hub, HubError, HubOptions};

@@ -91,10 +91,16 @@ pub fn compile(settings: &Value) -> Result<KafkaSource, SettingError> {
         ));
     }
     if s.brokers.trim().is_empty() {
-        return Err(SettingError::new("source.brokers", "name at least one broker"));
+        return Err(SettingError::new(
+            "source.brokers",
+            "name at least one broker",
+        ));
     }
     if s.topics.is_empty() {
-        return Err(SettingError::new("source.topics", "name at least one topic"));
+        return Err(SettingError::new(
+            "source.topics",
+            "name at least one topic",
+        ));
     }
     let options = s
         .options
@@ -316,10 +322,10 @@ pub(crate) async fn run(
                 let Some(value) = value else {
                     continue; // a tombstone (null value) after a Debezium delete: nothing
                 };
-                match input_of(&source, &topic, partition, offset, timestamp, &value, position) {
-                    Ok(input) if inputs.contains(&input.entity) => {
-                        items.push(Item { input, raw })
-                    }
+                match input_of(
+                    &source, &topic, partition, offset, timestamp, &value, position,
+                ) {
+                    Ok(input) if inputs.contains(&input.entity) => items.push(Item { input, raw }),
                     Ok(_) => {} // another entity's change on the topic
                     Err(reason) => letters.push(meshql_core::DeadLetter {
                         position,
@@ -422,7 +428,10 @@ async fn connect(
     .await
     .map_err(|e| e.to_string())??;
     if partitions.is_empty() {
-        return Err(format!("the topics {:?} have no partitions yet", source.topics));
+        return Err(format!(
+            "the topics {:?} have no partitions yet",
+            source.topics
+        ));
     }
     let keys: Vec<String> = partitions.iter().map(|(t, p)| offset_key(t, *p)).collect();
     let stored = handler
@@ -465,21 +474,72 @@ mod tests {
         let after = json!({"_id": {"$oid": "65f0"}, "id": "e1", "payload": {"name": "signup", "data": "{}"}, "created_at": 5, "deleted": false}).to_string();
         let msg = json!({"schema": {}, "payload": {"before": null, "after": after, "op": "c", "ts_ms": 9,
             "source": {"db": "events_development", "collection": "event"}}});
-        let i = input_of(&source(Format::Debezium), "events.events_development.event", 0, 3, None, msg.to_string().as_bytes(), 1).unwrap();
-        assert_eq!((i.entity.as_str(), i.id.as_str(), i.op), ("event", "e1", ChangeOp::Create));
+        let i = input_of(
+            &source(Format::Debezium),
+            "events.events_development.event",
+            0,
+            3,
+            None,
+            msg.to_string().as_bytes(),
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            (i.entity.as_str(), i.id.as_str(), i.op),
+            ("event", "e1", ChangeOp::Create)
+        );
         assert_eq!(i.payload["name"], "signup");
         assert_eq!(i.created_at, 5);
         assert_eq!(i.change_id, "events.events_development.event:0:3");
         // a row of a table (no MeshQL layout), a delete with its before, a bad op
         let row = json!({"before": null, "after": {"ID": 7, "name": "x"}, "op": "r", "source": {"table": "t"}});
-        let i = input_of(&source(Format::Debezium), "p.s.t", 1, 0, Some(4), row.to_string().as_bytes(), 2).unwrap();
-        assert_eq!((i.entity.as_str(), i.payload["name"].as_str()), ("t", Some("x")));
-        let del = json!({"before": {"id": "e1", "payload": {"name": "x"}}, "after": null, "op": "d"});
-        let i = input_of(&source(Format::Debezium), "a.b.event", 0, 1, None, del.to_string().as_bytes(), 3).unwrap();
-        assert_eq!((i.op, i.entity.as_str(), i.id.as_str()), (ChangeOp::Delete, "event", "e1"));
+        let i = input_of(
+            &source(Format::Debezium),
+            "p.s.t",
+            1,
+            0,
+            Some(4),
+            row.to_string().as_bytes(),
+            2,
+        )
+        .unwrap();
+        assert_eq!(
+            (i.entity.as_str(), i.payload["name"].as_str()),
+            ("t", Some("x"))
+        );
+        let del =
+            json!({"before": {"id": "e1", "payload": {"name": "x"}}, "after": null, "op": "d"});
+        let i = input_of(
+            &source(Format::Debezium),
+            "a.b.event",
+            0,
+            1,
+            None,
+            del.to_string().as_bytes(),
+            3,
+        )
+        .unwrap();
+        assert_eq!(
+            (i.op, i.entity.as_str(), i.id.as_str()),
+            (ChangeOp::Delete, "event", "e1")
+        );
         let bad = json!({"op": "x"});
-        assert!(input_of(&source(Format::Debezium), "t", 0, 0, None, bad.to_string().as_bytes(), 4).unwrap_err().contains("not c, r, u or d"));
-        assert!(input_of(&source(Format::Debezium), "t", 0, 0, None, b"nope", 5).unwrap_err().contains("not JSON"));
+        assert!(input_of(
+            &source(Format::Debezium),
+            "t",
+            0,
+            0,
+            None,
+            bad.to_string().as_bytes(),
+            4
+        )
+        .unwrap_err()
+        .contains("not c, r, u or d"));
+        assert!(
+            input_of(&source(Format::Debezium), "t", 0, 0, None, b"nope", 5)
+                .unwrap_err()
+                .contains("not JSON")
+        );
     }
 
     #[test]
@@ -488,7 +548,10 @@ mod tests {
             "op": "update", "authorized_tokens": [], "correlation_id": "c-1", "payload": {"name": "chuck", "id": "h1"}});
         let mut s = source(Format::Meshql);
         let i = input_of(&s, "meshql.hen", 0, 0, None, msg.to_string().as_bytes(), 1).unwrap();
-        assert_eq!((i.entity.as_str(), i.op, i.change_id.as_str()), ("hen", ChangeOp::Update, "hen:h1:5"));
+        assert_eq!(
+            (i.entity.as_str(), i.op, i.change_id.as_str()),
+            ("hen", ChangeOp::Update, "hen:h1:5")
+        );
         assert_eq!(i.correlation_id.as_deref(), Some("c-1"));
         s.entities.insert("meshql.hen".into(), "chicken".into());
         let i = input_of(&s, "meshql.hen", 0, 0, None, msg.to_string().as_bytes(), 1).unwrap();
@@ -502,7 +565,8 @@ mod tests {
         assert_eq!(e.field.as_deref(), Some("source.type"));
         let e = compile(&json!({"type": "kafka", "brokers": "h:1", "topics": []})).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("source.topics"));
-        let e = compile(&json!({"type": "kafka", "brokers": "h:1", "topics": ["t"], "colour": 1})).unwrap_err();
+        let e = compile(&json!({"type": "kafka", "brokers": "h:1", "topics": ["t"], "colour": 1}))
+            .unwrap_err();
         assert!(e.field.as_deref().unwrap().starts_with("source"), "{e:?}");
     }
 }

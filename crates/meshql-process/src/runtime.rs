@@ -402,10 +402,18 @@ pub enum RebuildState {
     /// No rebuild since start.
     Idle,
     /// Recomputing from the start of the log into a new table; reads see the old one.
-    Running { position: u64, lag: u64 },
+    Running {
+        position: u64,
+        lag: u64,
+    },
     /// Done: the new table took the old one's place.
-    Done { position: u64, seconds: f64 },
-    Failed { reason: String },
+    Done {
+        position: u64,
+        seconds: f64,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 struct Running {
@@ -431,7 +439,9 @@ pub struct Processors {
 pub enum RebuildError {
     #[error("no processor named \"{0}\" runs here")]
     Unknown(String),
-    #[error("processor \"{0}\" reads Kafka topics: only processors of the change log can be rebuilt")]
+    #[error(
+        "processor \"{0}\" reads Kafka topics: only processors of the change log can be rebuilt"
+    )]
     NotFromLog(String),
     #[error("processor \"{0}\" is being rebuilt already")]
     Busy(String),
@@ -490,6 +500,8 @@ fn log_feed(
             // a batch's state depends on the one before it
             in_flight: 1,
             entities: Some(plan.inputs()),
+            // the position that counts is committed with the outputs
+            commit_every: Duration::from_secs(1),
             ..ConsumerOptions::default()
         },
     )?))
@@ -561,7 +573,10 @@ impl Processors {
         let Ok(_one) = r.rebuilding.try_lock() else {
             return Err(RebuildError::Busy(name.to_owned()));
         };
-        let log = self.log.clone().expect("processors that read the log have it");
+        let log = self
+            .log
+            .clone()
+            .expect("processors that read the log have it");
         if log.first() > 1 {
             return Err(RebuildError::LogTrimmed { first: log.first() });
         }
@@ -656,8 +671,14 @@ impl Processors {
             Some((resume, dead)),
             Some(log.clone()),
         );
-        let feed = log_feed(&r.plan, &name, &format!("processor-{name}"), log, handler.clone())
-            .map_err(|e| failed(e.to_string()))?;
+        let feed = log_feed(
+            &r.plan,
+            &name,
+            &format!("processor-{name}"),
+            log,
+            handler.clone(),
+        )
+        .map_err(|e| failed(e.to_string()))?;
         *r.active.lock() = Some(Arc::new(Active { feed, handler }));
         swapped.map(|_| position)
     }
@@ -727,7 +748,14 @@ pub async fn start(
         // the position is read at the first batch: a store that is down now delays this
         // processor, not the service
         let log_bound = plan.source().is_none().then(|| log.clone());
-        let handler = handler_for(plan, &name, output.clone(), lookups.clone(), None, log_bound);
+        let handler = handler_for(
+            plan,
+            &name,
+            output.clone(),
+            lookups.clone(),
+            None,
+            log_bound,
+        );
         let feed = match plan.source() {
             None => log_feed(
                 plan,
