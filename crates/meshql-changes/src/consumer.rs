@@ -178,6 +178,11 @@ pub struct ConsumerOptions {
     /// (a processor commits it with its outputs) loses nothing by committing seldom, and
     /// spares the disk a sync per batch. The last position is always committed on stop.
     pub commit_every: Duration,
+    /// When woken by an append after being caught up, wait this long before reading, so
+    /// that one batch takes what arrives meanwhile (zero: read at once). A handler with a
+    /// cost per batch (a processor's transaction) trades this much latency for far fewer
+    /// batches under a stream of small writes.
+    pub linger: Duration,
 }
 
 impl Default for ConsumerOptions {
@@ -191,6 +196,7 @@ impl Default for ConsumerOptions {
             warn_every: Duration::from_secs(30),
             entities: None,
             commit_every: Duration::ZERO,
+            linger: Duration::ZERO,
         }
     }
 }
@@ -652,10 +658,19 @@ impl Worker {
                     } else {
                         Duration::from_secs(3600)
                     };
-                    tokio::select! {
-                        _ = appended.changed() => {}
-                        _ = self.stop.changed() => {}
-                        _ = tokio::time::sleep(quiet) => self.flush_commit(),
+                    let woken = tokio::select! {
+                        _ = appended.changed() => true,
+                        _ = self.stop.changed() => false,
+                        _ = tokio::time::sleep(quiet) => {
+                            self.flush_commit();
+                            false
+                        }
+                    };
+                    if woken && !self.options.linger.is_zero() {
+                        tokio::select! {
+                            _ = tokio::time::sleep(self.options.linger) => {}
+                            _ = self.stop.changed() => {}
+                        }
                     }
                     continue;
                 }
@@ -902,6 +917,7 @@ mod tests {
             warn_every: Duration::from_secs(30),
             entities: None,
             commit_every: Duration::ZERO,
+            linger: Duration::ZERO,
         }
     }
 

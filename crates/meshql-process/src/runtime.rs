@@ -502,6 +502,9 @@ fn log_feed(
             entities: Some(plan.inputs()),
             // the position that counts is committed with the outputs
             commit_every: Duration::from_secs(1),
+            // a transaction per batch: under a stream of single writes, gather a few
+            // milliseconds of them into one
+            linger: Duration::from_millis(3),
             ..ConsumerOptions::default()
         },
     )?))
