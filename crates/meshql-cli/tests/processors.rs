@@ -118,6 +118,29 @@ async fn write_load(
     }
 }
 
+/// Two fridges of 50 eggs; their server-generated ids.
+async fn two_containers(base: &str) -> Vec<String> {
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for c in 0..2 {
+        let body = json!({"name": format!("c{c}"), "container_type": "fridge", "capacity": 50, "zone": "n"});
+        let r = http
+            .post(format!("{base}/container/api"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        ids.push(
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    ids
+}
+
 async fn list(http: &reqwest::Client, base: &str, entity: &str) -> Vec<Value> {
     http.get(format!("{base}/{entity}/api"))
         .send()
@@ -255,24 +278,7 @@ async fn projections_survive_kill_9_mid_stream_exactly_once() {
     let config = examples_dir().join("egg-economy");
     let mut server = Server::start_with_data_dir(&config, data.path(), &[]);
     let http = reqwest::Client::new();
-    let mut ids = Vec::new();
-    for c in 0..2 {
-        let body = json!({"name": format!("c{c}"), "container_type": "fridge", "capacity": 50, "zone": "n"});
-        let r = http
-            .post(server.url("/container/api"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
-        ids.push(
-            r.json::<Value>().await.unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
-    let containers = Arc::new(ids);
+    let containers = Arc::new(two_containers(&server.url("")).await);
     let mut total_writes = 0;
     for round in 0..3 {
         let stop = Arc::new(AtomicBool::new(false));
@@ -523,24 +529,7 @@ async fn meshql_process_runs_the_projections_beside_the_server_across_kill_9() {
         !metrics.contains("meshql_processor_"),
         "the server runs no processor"
     );
-    let http = reqwest::Client::new();
-    let mut ids = Vec::new();
-    for c in 0..2 {
-        let body = json!({"name": format!("c{c}"), "container_type": "fridge", "capacity": 50, "zone": "n"});
-        let r = http
-            .post(server.url("/container/api"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        ids.push(
-            r.json::<Value>().await.unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
-    let containers = Arc::new(ids);
+    let containers = Arc::new(two_containers(&server.url("")).await);
     let mut process = spawn_process(&config, data.path(), &logs.path().join("p0.log"));
     for round in 0..2u64 {
         let stop = Arc::new(AtomicBool::new(false));
@@ -683,23 +672,7 @@ async fn a_rebuild_swaps_in_a_recomputed_projection_without_downtime() {
     let config = examples_dir().join("egg-economy");
     let server = Server::start_with_data_dir(&config, data.path(), &[]);
     let http = reqwest::Client::new();
-    let mut ids = Vec::new();
-    for c in 0..2 {
-        let body = json!({"name": format!("c{c}"), "container_type": "fridge", "capacity": 50, "zone": "n"});
-        let r = http
-            .post(server.url("/container/api"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        ids.push(
-            r.json::<Value>().await.unwrap()["id"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
-    let containers = Arc::new(ids);
+    let containers = Arc::new(two_containers(&server.url("")).await);
     // history first, so that the rebuild has something to recompute
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(Mutex::new(0u64));
