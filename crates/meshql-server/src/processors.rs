@@ -225,15 +225,25 @@ pub async fn host(
             )),
         );
     }
-    let reader = meshql_log::LogReader::open(&config.changes.dir).map_err(|e| BuildError::Changes {
-        dir: config.changes.dir.display().to_string(),
-        message: format!("{e} (is a server serving this config on this machine?)"),
-    })?;
+    let reader =
+        meshql_log::LogReader::open(&config.changes.dir).map_err(|e| BuildError::Changes {
+            dir: config.changes.dir.display().to_string(),
+            message: format!("{e} (is a server serving this config on this machine?)"),
+        })?;
     let log = Arc::new(meshql_changes::TailedReader::new(
         reader,
         std::time::Duration::from_millis(20),
     ));
-    let processors = start(config, log, &services, StartOptions { only, lock_dir: None }).await?;
+    let processors = start(
+        config,
+        log,
+        &services,
+        StartOptions {
+            only,
+            lock_dir: None,
+        },
+    )
+    .await?;
     Ok(ProcessorHost {
         processors,
         databases: databases.into_values().collect(),
@@ -285,7 +295,10 @@ async fn list_processors(
         .iter()
         .map(|s| describe(&endpoint, s))
         .collect();
-    json_reply(axum::http::StatusCode::OK, serde_json::json!({ "processors": all }))
+    json_reply(
+        axum::http::StatusCode::OK,
+        serde_json::json!({ "processors": all }),
+    )
 }
 
 async fn one_processor(
@@ -309,7 +322,12 @@ async fn start_rebuild(
     headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
     use axum::http::StatusCode;
-    let Some(stats) = endpoint.processors.stats().into_iter().find(|s| s.name == name) else {
+    let Some(stats) = endpoint
+        .processors
+        .stats()
+        .into_iter()
+        .find(|s| s.name == name)
+    else {
         return json_reply(
             StatusCode::NOT_FOUND,
             serde_json::json!({"error": format!("no processor named \"{name}\" runs here")}),

@@ -596,9 +596,7 @@ impl meshql_core::OutputStore for MemoryStore {
                         filter: TokenFilter::All,
                         ..ctx.clone()
                     };
-                    if Self::remove_locked(&mut data, &id, &system)
-                        == RemoveOutcome::Removed
-                    {
+                    if Self::remove_locked(&mut data, &id, &system) == RemoveOutcome::Removed {
                         if let Some(v) = data.at(&id, None) {
                             written.push(envelope(&id, v));
                         }

@@ -97,7 +97,11 @@ async fn absorption(ctx: &mut Ctx) -> GateResult<()> {
             "the server runs no hen_productivity / farm_output processor (is MESHQL_PROJECTIONS=false set?)".to_string()
         },
     )?;
-    let reports = if ctx.opts.duration.is_some_and(|d| d < Duration::from_secs(5)) {
+    let reports = if ctx
+        .opts
+        .duration
+        .is_some_and(|d| d < Duration::from_secs(5))
+    {
         SMOKE_REPORTS
     } else {
         REPORTS

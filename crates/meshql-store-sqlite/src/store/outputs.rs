@@ -194,9 +194,7 @@ impl OutputStore for SqliteStore {
                                 filter: meshql_core::TokenFilter::All,
                                 ..ctx.clone()
                             };
-                            if Self::remove_one(conn, &sql, &id, &ctx)?
-                                == RemoveOutcome::Removed
-                            {
+                            if Self::remove_one(conn, &sql, &id, &ctx)? == RemoveOutcome::Removed {
                                 if let Some(cur) = Self::current(conn, &sql, &id)? {
                                     written.push(Envelope {
                                         id,
