@@ -188,6 +188,8 @@ pub(crate) fn input_of(
                 correlation_id: v["correlation_id"].as_str().map(str::to_owned),
                 payload,
                 order: (0, position),
+                // a topic may hold a message twice: look its contribution up
+                fresh: false,
             })
         }
         Format::Debezium => {
@@ -233,6 +235,8 @@ pub(crate) fn input_of(
                 correlation_id: None,
                 payload,
                 order: (0, position),
+                // a topic may hold a message twice: look its contribution up
+                fresh: false,
             })
         }
     }

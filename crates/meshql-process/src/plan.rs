@@ -24,6 +24,10 @@ pub struct Input {
     pub payload: Map<String, Value>,
     /// Orders inputs for `last` (the runtime uses the log position).
     pub order: (i64, u64),
+    /// Certainly the first version of its document this processor sees (a create read from
+    /// the service's own log, past the committed position): nothing of it is stored yet, so
+    /// a projection need not look its contribution up.
+    pub fresh: bool,
 }
 
 /// What a processor reads besides its inputs.

@@ -237,6 +237,9 @@ impl ProcessorHandler {
                         payload,
                         // `last` follows the log: the most recent change wins
                         order: (0, c.position),
+                        // the log holds a change once, and this processor's position says
+                        // it was not applied: a create has no contribution yet
+                        fresh: c.op == meshql_core::ChangeOp::Create,
                     },
                     raw: String::from_utf8_lossy(&c.json).into_owned(),
                 }),

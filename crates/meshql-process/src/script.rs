@@ -270,6 +270,7 @@ mod tests {
             correlation_id: Some("c".into()),
             payload: payload.as_object().unwrap().clone(),
             order: (0, 1),
+            fresh: false,
         }
     }
 

@@ -354,6 +354,7 @@ mod tests {
             correlation_id: None,
             payload: payload.as_object().unwrap().clone(),
             order: (0, 7),
+            fresh: false,
         }
     }
 

@@ -195,16 +195,25 @@ impl Projection {
         }
         // 2. old contributions and the groups, each read once
         let mut ckeys: Vec<String> = Vec::new();
+        let mut absent: Vec<String> = Vec::new();
         let mut seen = HashSet::new();
         for (i, cs) in &planned {
             for (fi, _) in cs {
                 let k = contribution_key(*fi, &inputs[*i].id);
                 if seen.insert(k.clone()) {
-                    ckeys.push(k);
+                    // a fresh create has no stored contribution: one read less per input
+                    if inputs[*i].fresh {
+                        absent.push(k);
+                    } else {
+                        ckeys.push(k);
+                    }
                 }
             }
         }
         let mut staged: HashMap<String, Option<Contribution>> = HashMap::new();
+        for k in absent {
+            staged.insert(k, None);
+        }
         let stored = io.state(&ckeys).await?;
         for k in &ckeys {
             let c = match stored.get(k) {
