@@ -1219,6 +1219,67 @@ pub async fn find_batch_groups_rows_by_key(store: DynStore) {
     assert_eq!(ids.len(), 1);
 }
 
+/// Ids, keys and values outside Latin-1 (CJK, emoji) are found by every kind of lookup: a
+/// backend that passes keys through a column of another character set loses them.
+pub async fn ids_and_values_outside_latin1_are_found(store: DynStore) {
+    for (id, name, parent) in [
+        ("漢字-1", "名前", "親😀"),
+        ("e😀", "émoji😀", "親😀"),
+        ("ü-3", "ü", "other"),
+    ] {
+        store
+            .create(
+                NewDocument::with_id(id, payload(json!({"name": name, "parent": parent}))),
+                &W,
+            )
+            .await
+            .expect("create");
+    }
+    let ids: Vec<String> = ["漢字-1", "e😀", "ü-3", "none-😀"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let found = store
+        .read_many(&ids, &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap();
+    assert_eq!(
+        found.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+        ["漢字-1", "e😀", "ü-3"],
+        "read_many"
+    );
+    let rows = store
+        .find_batch(
+            &meshql_core::BatchSearch::new(&by_parent(), "id", &["親😀".to_owned()]),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        names(rows.iter().map(|(_, r)| r.payload.as_str())),
+        set(&["名前", "émoji😀"]),
+        "find_batch"
+    );
+    assert!(
+        rows.iter().all(|(k, _)| k == "親😀"),
+        "keys come back as sent"
+    );
+    let by_name = store
+        .find(
+            &meshql_core::Search::new(&by_name(), &args(json!({"name": "émoji😀"})), None),
+            &meshql_core::ReadContext::new(&ALL, None),
+        )
+        .await
+        .unwrap();
+    assert_eq!(by_name.len(), 1, "find by a field");
+    let read = store
+        .read("e😀", &meshql_core::ReadContext::new(&ALL, None))
+        .await
+        .unwrap()
+        .expect("read");
+    assert_eq!(name_of(&read.payload), "émoji😀");
+}
+
 pub async fn token_filtering(store: DynStore) {
     let secret = store
         .create(
@@ -1865,6 +1926,7 @@ macro_rules! conformance_tests {
             find_at_a_time,
             find_at_moments_across_history,
             find_batch_groups_rows_by_key,
+            ids_and_values_outside_latin1_are_found,
             token_filtering,
             update_keeps_the_owner_unless_told_otherwise,
             concurrent_writes_all_land,

@@ -362,7 +362,7 @@ fn cond_sql(cond: &Cond, key: Option<&str>, bound: bool, params: &mut Vec<Param>
                 }
             };
             let test = format!(
-                "{lhs} IN (SELECT j.v FROM JSON_TABLE({source}, '$[*]' COLUMNS (v VARCHAR(700) PATH '$')) j)"
+                "{lhs} IN (SELECT j.v FROM JSON_TABLE({source}, '$[*]' COLUMNS (v VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) j)"
             );
             if *negate {
                 format!("({test}) IS NOT TRUE")
@@ -466,7 +466,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     if shape.batch {
         params.push(Param::Keys);
         sql.push_str(&format!(
-            "SELECT k.kv, {ORD}, t.id, t.payload FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) PATH '$')) k \
+            "SELECT k.kv, {ORD}, t.id, t.payload FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) k \
              JOIN {t} t ON "
         ));
         sql.push_str(&predicate(template, Some("k.kv"), false, &mut params));

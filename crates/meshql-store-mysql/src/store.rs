@@ -76,8 +76,10 @@ struct TableSql {
 }
 
 const COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
-/// The ids of a `read_many`, passed as one JSON array parameter.
-const KEYS: &str = "JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) PATH '$')) k";
+/// The ids of a `read_many`, passed as one JSON array parameter; utf8mb4 and bytewise like the
+/// tables (a JSON_TABLE column otherwise takes the database's default character set, latin1
+/// on a default MariaDB, and ids outside it never match).
+const KEYS: &str = "JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) k";
 
 impl TableSql {
     fn new(table: &str) -> Self {
