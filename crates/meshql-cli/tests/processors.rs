@@ -760,3 +760,79 @@ async fn a_rebuild_swaps_in_a_recomputed_projection_without_downtime() {
         .unwrap();
     assert_eq!(r.status(), 404);
 }
+
+/// The projections' database is down when the server starts: the service starts anyway and
+/// takes events, the processors wait; once the database is up they catch up, without a
+/// restart, to what a recomputation from the stored events says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projections_on_a_database_down_at_start_catch_up_when_it_comes_up() {
+    let port = common::free_port();
+    let services = tempfile::tempdir().unwrap();
+    let dir = example_copy("egg-economy", |t| {
+        t.replace(
+            "[storage.projections]\ntype = \"sqlite\"\nfile = \"projections.db\"\nsynchronous_full = ${MESHQL_SQLITE_FULL:-false}",
+            &format!("[storage.projections]\ntype = \"postgres\"\nurl = \"postgres://postgres@127.0.0.1:{port}/meshql_test\""),
+        )
+    });
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let http = reqwest::Client::new();
+    // events are stored while the projections' database is down
+    let r = http
+        .get(server.url("/hen_productivity/api"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503, "the projections answer 503 meanwhile");
+    let containers = Arc::new(two_containers(&server.url("")).await);
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(Mutex::new(0u64));
+    let writer = tokio::spawn(write_load(
+        server.url(""),
+        containers,
+        4242,
+        stop.clone(),
+        done.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    assert!(
+        *done.lock().unwrap() > 20,
+        "events were taken while the database was down"
+    );
+
+    // the database comes up on that port
+    let script = examples_dir().join("../scripts/services/postgres.sh");
+    let run = |action: &str| {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .arg(action)
+            .env("MESHQL_SERVICES_DIR", services.path())
+            .env("MESHQL_PG_PORT", port.to_string())
+            .output()
+            .unwrap()
+    };
+    let started = run("start");
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while http
+        .get(server.url("/ready"))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        != 200
+    {
+        if Instant::now() > deadline {
+            run("stop");
+            panic!("meshql did not recover after the database came up");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    converges(&server.url("")).await;
+    run("stop");
+}
