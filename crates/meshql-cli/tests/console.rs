@@ -418,6 +418,53 @@ fn the_landing_page_lists_the_13_egg_economy_entities() {
 }
 
 #[test]
+fn the_landing_page_shows_each_processor_its_lag_and_its_dead_letters() {
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let server = egg_economy();
+    let hen = "00000000-0000-4000-8000-000000000001";
+    let report = |eggs: i64, timestamp: &str| json!({"hen_id": hen, "coop_id": hen, "farm_id": hen, "eggs": eggs, "timestamp": timestamp});
+    post(
+        &server,
+        "/lay_report/api",
+        report(4, "2026-11-27T06:00:00Z"),
+    );
+    post(&server, "/lay_report/api", report(2, "the day after"));
+    let mut b = Browser::start("processors");
+    b.goto(&server.url("/"));
+    b.wait_ready();
+    let rows = b.wait_for(
+        "three processors, one dead letter each for the projections of lay reports",
+        "(() => { const rows = Array.from(document.querySelectorAll('#processors tbody tr')); \
+          const dead = (n) => rows.find((r) => r.dataset.processor === n)?.querySelector('.dead')?.textContent; \
+          return rows.length === 3 && dead('hen_productivity') === '1' && dead('farm_output') === '1' \
+            && rows.map((r) => [r.dataset.processor, r.textContent]); })()",
+        json!([]),
+    );
+    let text = rows.to_string();
+    for part in [
+        "hen_productivity",
+        "farm_output",
+        "container_inventory",
+        "lay_report → hen_productivity",
+    ] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+    let letters = b.wait_for(
+        "the dead letters with their reasons",
+        "(() => { const t = document.querySelector('#dead-letters')?.textContent || ''; return t.includes('not a time') && t; })()",
+        json!([]),
+    );
+    assert!(
+        letters.as_str().unwrap().contains("the day after"),
+        "{letters}"
+    );
+    b.screenshot("processors");
+    // the projection itself counts the good report
+    let (_, docs) = get(&server, "/hen_productivity/api", None);
+    assert_eq!(docs[0]["total_eggs"], 4, "{docs}");
+}
+
+#[test]
 fn creating_a_farm_through_the_form_shows_it_in_the_list() {
     let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
     let server = egg_economy();
