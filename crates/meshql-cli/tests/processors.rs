@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{example_copy, examples_dir, meshql_bin, Server};
+use common::{example_copy, examples_dir, meshql_bin, run_meshql, Server};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -835,4 +835,88 @@ async fn projections_on_a_database_down_at_start_catch_up_when_it_comes_up() {
     }
     converges(&server.url("")).await;
     run("stop");
+}
+
+/// `meshql check` on a processor that names what the config does not have: the error names
+/// the file, a line inside the processor's block and the field.
+#[test]
+fn check_names_file_line_and_field_of_a_bad_processor() {
+    let block_start = |text: &str, name: &str| {
+        let lines: Vec<&str> = text.lines().collect();
+        (1..lines.len())
+            .find(|i| lines[i - 1] == "[[processor]]" && lines[*i] == format!("name = \"{name}\""))
+            .expect("the processor")
+    };
+    for (example, edit, needle, field) in [
+        (
+            "egg-economy",
+            (
+                "entity = \"lay_report\"\nkey = \"hen_id\"",
+                "entity = \"lay_reprot\"\nkey = \"hen_id\"",
+            ),
+            "unknown entity `lay_reprot`",
+            "processor[0] \"hen_productivity\".from[0].entity",
+        ),
+        (
+            "egg-economy",
+            (
+                "total_eggs = { sum = \"eggs\" }",
+                "total_eggs = { sum = \"egs\" }",
+            ),
+            "entity `lay_report` has no field `egs`",
+            "processor[0] \"hen_productivity\".from[0].fields.total_eggs.sum",
+        ),
+        (
+            "egg-economy",
+            (
+                "avg_per_week = \"round(total_eggs / _weeks, 2)\"",
+                "avg_per_week = \"sqrt(total_eggs)\"",
+            ),
+            "unknown function `sqrt`",
+            "processor[0] \"hen_productivity\".derive.avg_per_week",
+        ),
+        (
+            "events",
+            (
+                "function = \"events.enrich\"",
+                "function = \"events.enrichh\"",
+            ),
+            "no function `events.enrichh` is registered",
+            "processor[0] \"events-processor\".function",
+        ),
+    ] {
+        let dir = example_copy(example, |t| {
+            assert!(t.contains(edit.0), "{} in {example}", edit.0);
+            t.replacen(edit.0, edit.1, 1)
+        });
+        let config = dir.path().join("meshql.toml");
+        let text = std::fs::read_to_string(&config).unwrap();
+        let name = if example == "events" {
+            "events-processor"
+        } else {
+            "hen_productivity"
+        };
+        let first = block_start(&text, name);
+        let out = run_meshql(
+            &["check", config.to_str().unwrap()],
+            Duration::from_secs(60),
+        );
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{said}");
+        let line = said
+            .lines()
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("`{needle}` in:\n{said}"));
+        assert!(line.contains(field), "{field} in {line}");
+        let at: usize = line
+            .split("meshql.toml:")
+            .nth(1)
+            .and_then(|r| r.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a line number in {line}"));
+        assert!(
+            (first..first + 30).contains(&at),
+            "line {at} is in the processor's block (from {first}): {line}"
+        );
+    }
 }

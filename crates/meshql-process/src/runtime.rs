@@ -30,12 +30,6 @@ pub enum ProcessError {
          PostgreSQL, MySQL/MariaDB or memory storage for a processor's output)"
     )]
     OutputUnsupported { processor: String, entity: String },
-    #[error("processor \"{processor}\": reading its position in `{entity}`: {source}")]
-    Store {
-        processor: String,
-        entity: String,
-        source: StoreError,
-    },
     #[error(
         "processor \"{processor}\": its output is at position {checkpoint} but the change log \
          ends at {last}: the log was replaced since; rebuild the projection \
