@@ -414,49 +414,46 @@ async fn gate_feed(s: &mut Session) -> GateResult<()> {
 }
 
 /// Feed on vs off, alternating for `--rounds`.
-async fn on_versus_off(ctx: &mut Ctx) -> GateResult<()> {
+/// One alternating comparison: [`alternate`]'s per-round req/s of the scenario's server and
+/// of a second one started like it.
+pub(super) struct Alternation {
+    pub on: Vec<f64>,
+    pub off: Vec<f64>,
+    pub ratios: Vec<f64>,
+}
+
+/// Runs `workload` (closed, `ctx.constant(8)`) alternately on the scenario's server (`<label>_on`)
+/// and on a second one started the same way but with `env` set (`<label>_off`), for
+/// `--rounds`; `check_off` first proves the second server is what it should be. Each round's
+/// on / off ratio is kept on the "on" run as `metric`. `None` without a local server.
+pub(super) async fn alternate(
+    ctx: &mut Ctx,
+    env: (&str, &str),
+    label: &str,
+    metric: &str,
+    workload: Arc<dyn Workload>,
+    check_off: impl AsyncFnOnce(&mut Session) -> GateResult<()>,
+) -> GateResult<Option<Alternation>> {
     let Some(on) = ctx.server.as_ref() else {
-        ctx.note(
-            "feed on vs off: not measured (needs servers the bench starts; run without --url)",
-        );
-        return Ok(());
+        return Ok(None);
     };
     let mut spec = on.spec().clone();
-    spec.env.retain(|(k, _)| k != "MESHQL_CHANGES");
-    spec.env.push(("MESHQL_CHANGES".into(), "false".into()));
+    spec.env.retain(|(k, _)| k != env.0);
+    spec.env.push((env.0.into(), env.1.into()));
     let off = LocalServer::start(spec)
         .await
-        .map_err(|e| ScenarioError::Setup(format!("the feed-off server: {e}")))?;
+        .map_err(|e| ScenarioError::Setup(format!("the server with {}={}: {e}", env.0, env.1)))?;
     let mut off_target =
         Target::parse(&off.url()).map_err(|e| ScenarioError::Setup(e.to_string()))?;
     let mut off = Some(off);
-    {
-        let mut s = Session::new(off_target.clone());
-        let reply = s
-            .send(Method::GET, "/_changes?since=now", None)
-            .await
-            .map_err(|e| ScenarioError::Setup(format!("GET /_changes: {e}")))?;
-        ensure(reply.status == http::StatusCode::NOT_FOUND, || {
-            format!(
-                "the server started with MESHQL_CHANGES=false still serves /_changes ({}): its config must read `[changes] enabled = ${{MESHQL_CHANGES:-true}}`",
-                reply.status
-            )
-        })?;
-        let id = gate::create(&mut s, PATH, &farm_doc()).await?;
-        let doc = gate::get_json(&mut s, &format!("{PATH}/{id}")).await?;
-        gate::expect_eq(
-            &doc,
-            "name",
-            &farm_doc()["name"],
-            "feed-off server: REST read",
-        )?;
-    }
-    let workload: Arc<dyn Workload> = Arc::new(Post {
-        body: Bytes::from(farm_doc().to_string()),
-    });
+    check_off(&mut Session::new(off_target.clone())).await?;
     let model = ctx.constant(8);
     let rounds = ctx.opts.rounds.max(1);
-    let (mut on_rps, mut off_rps, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut out = Alternation {
+        on: Vec::new(),
+        off: Vec::new(),
+        ratios: Vec::new(),
+    };
     for round in 1..=rounds {
         let suffix = if rounds > 1 {
             format!(" #{round}")
@@ -464,21 +461,13 @@ async fn on_versus_off(ctx: &mut Ctx) -> GateResult<()> {
             String::new()
         };
         let r_on = ctx
-            .closed(
-                &format!("rest_post_feed_on{suffix}"),
-                workload.clone(),
-                &model,
-            )
+            .closed(&format!("{label}_on{suffix}"), workload.clone(), &model)
             .await;
-        // the same run against the feed-off server, sampled like the first
+        // the same run against the second server, sampled like the first
         std::mem::swap(&mut ctx.target, &mut off_target);
         std::mem::swap(&mut ctx.server, &mut off);
         let r_off = ctx
-            .closed(
-                &format!("rest_post_feed_off{suffix}"),
-                workload.clone(),
-                &model,
-            )
+            .closed(&format!("{label}_off{suffix}"), workload.clone(), &model)
             .await;
         std::mem::swap(&mut ctx.target, &mut off_target);
         std::mem::swap(&mut ctx.server, &mut off);
@@ -489,13 +478,60 @@ async fn on_versus_off(ctx: &mut Ctx) -> GateResult<()> {
         };
         let n = ctx.runs.len();
         if let Some(run) = ctx.runs.get_mut(n - 2) {
-            run.metrics.insert("feed_on_of_off".into(), ratio);
+            run.metrics.insert(metric.into(), ratio);
         }
-        on_rps.push(r_on.overall.rps);
-        off_rps.push(r_off.overall.rps);
-        ratios.push(ratio);
+        out.on.push(r_on.overall.rps);
+        out.off.push(r_off.overall.rps);
+        out.ratios.push(ratio);
     }
     drop(off);
+    Ok(Some(out))
+}
+
+async fn on_versus_off(ctx: &mut Ctx) -> GateResult<()> {
+    let workload: Arc<dyn Workload> = Arc::new(Post {
+        body: Bytes::from(farm_doc().to_string()),
+    });
+    let compared = alternate(
+        ctx,
+        ("MESHQL_CHANGES", "false"),
+        "rest_post_feed",
+        "feed_on_of_off",
+        workload,
+        async |s: &mut Session| {
+            let reply = s
+                .send(Method::GET, "/_changes?since=now", None)
+                .await
+                .map_err(|e| ScenarioError::Setup(format!("GET /_changes: {e}")))?;
+            ensure(reply.status == http::StatusCode::NOT_FOUND, || {
+                format!(
+                    "the server started with MESHQL_CHANGES=false still serves /_changes ({}): its config must read `[changes] enabled = ${{MESHQL_CHANGES:-true}}`",
+                    reply.status
+                )
+            })?;
+            let id = gate::create(s, PATH, &farm_doc()).await?;
+            let doc = gate::get_json(s, &format!("{PATH}/{id}")).await?;
+            gate::expect_eq(
+                &doc,
+                "name",
+                &farm_doc()["name"],
+                "feed-off server: REST read",
+            )
+        },
+    )
+    .await?;
+    let Some(Alternation {
+        on: on_rps,
+        off: off_rps,
+        ratios,
+    }) = compared
+    else {
+        ctx.note(
+            "feed on vs off: not measured (needs servers the bench starts; run without --url)",
+        );
+        return Ok(());
+    };
+    let rounds = ratios.len();
     let r = median(ratios.clone());
     let rounds_text = if rounds > 1 {
         format!(

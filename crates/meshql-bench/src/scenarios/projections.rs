@@ -13,10 +13,9 @@
 //!    ratios on / off (goal ≥ 0.8).
 
 use super::{Ctx, Example, Scenario};
-use crate::client::{Session, Target};
+use crate::client::Session;
 use crate::gate::{self, ensure, GateResult, ScenarioError};
 use crate::load::{Vu, Workload};
-use crate::server::LocalServer;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
@@ -162,68 +161,29 @@ async fn absorption(ctx: &mut Ctx) -> GateResult<()> {
 }
 
 async fn on_versus_off(ctx: &mut Ctx) -> GateResult<()> {
-    let Some(on) = ctx.server.as_ref() else {
-        ctx.note("projections on vs off: not measured (needs servers the bench starts; run without --url)");
-        return Ok(());
-    };
-    let mut spec = on.spec().clone();
-    spec.env.retain(|(k, _)| k != "MESHQL_PROJECTIONS");
-    spec.env.push(("MESHQL_PROJECTIONS".into(), "false".into()));
-    let off = LocalServer::start(spec)
-        .await
-        .map_err(|e| ScenarioError::Setup(format!("the projections-off server: {e}")))?;
-    let mut off_target =
-        Target::parse(&off.url()).map_err(|e| ScenarioError::Setup(e.to_string()))?;
-    let mut off = Some(off);
-    {
-        let mut s = Session::new(off_target.clone());
-        let l = lags(&mut s).await?;
-        ensure(l.is_empty(), || {
-            format!("the server started with MESHQL_PROJECTIONS=false runs processors: {l:?}")
-        })?;
-    }
     let workload: Arc<dyn Workload> = Arc::new(PostReport {
         body: Bytes::from(report(1).to_string()),
     });
-    let model = ctx.constant(8);
-    let rounds = ctx.opts.rounds.max(1);
-    let mut ratios = Vec::new();
-    for round in 1..=rounds {
-        let suffix = if rounds > 1 {
-            format!(" #{round}")
-        } else {
-            String::new()
-        };
-        let r_on = ctx
-            .closed(
-                &format!("post_projections_on{suffix}"),
-                workload.clone(),
-                &model,
-            )
-            .await;
-        std::mem::swap(&mut ctx.target, &mut off_target);
-        std::mem::swap(&mut ctx.server, &mut off);
-        let r_off = ctx
-            .closed(
-                &format!("post_projections_off{suffix}"),
-                workload.clone(),
-                &model,
-            )
-            .await;
-        std::mem::swap(&mut ctx.target, &mut off_target);
-        std::mem::swap(&mut ctx.server, &mut off);
-        let ratio = if r_off.overall.rps > 0.0 {
-            r_on.overall.rps / r_off.overall.rps
-        } else {
-            0.0
-        };
-        let n = ctx.runs.len();
-        if let Some(run) = ctx.runs.get_mut(n - 2) {
-            run.metrics.insert("projections_on_of_off".into(), ratio);
-        }
-        ratios.push(ratio);
-    }
-    drop(off);
+    let compared = super::changes::alternate(
+        ctx,
+        ("MESHQL_PROJECTIONS", "false"),
+        "post_projections",
+        "projections_on_of_off",
+        workload,
+        async |s: &mut Session| {
+            let l = lags(s).await?;
+            ensure(l.is_empty(), || {
+                format!("the server started with MESHQL_PROJECTIONS=false runs processors: {l:?}")
+            })
+        },
+    )
+    .await?;
+    let Some(compared) = compared else {
+        ctx.note("projections on vs off: not measured (needs servers the bench starts; run without --url)");
+        return Ok(());
+    };
+    let mut ratios = compared.ratios;
+    let rounds = ratios.len();
     ratios.sort_by(f64::total_cmp);
     let median = ratios[ratios.len() / 2];
     ctx.note(format!(
