@@ -12,12 +12,19 @@
 //!
 //! Reads and writes go through separate handles ([`EntityService::reader`],
 //! [`EntityService::writer`]), so a deployment can serve reads from a replica or a cache while
-//! writes go to the primary.
+//! writes go to the primary; what a write depends on (the current version a masked update
+//! keeps fields of) is always read from the primary. Read permissions are decided in one
+//! place, [`EntityService::read_grant`], for REST (documents lose hidden fields), GraphQL
+//! (`reads`: rows come with their mask) and the change feed. The stamps of acknowledged writes
+//! are shared by the services of a process ([`meshql_core::time::Acknowledged`]) and give
+//! every read snapshot ([`EntityService::read_snapshot`]) explicitly.
 
 mod error;
+mod reads;
 mod service;
 mod validate;
 
 pub use error::EngineError;
+pub use reads::Granted;
 pub use service::{Access, EntityService, Session};
 pub use validate::{PayloadValidator, ValidatorError};

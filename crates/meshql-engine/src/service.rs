@@ -8,6 +8,7 @@
 
 use crate::error::EngineError;
 use crate::validate::PayloadValidator;
+use meshql_core::time::Acknowledged;
 use meshql_core::{
     Action, AllowAll, Authorizer, Credentials, DynReader, DynStore, Envelope, Forbidden, Grants,
     Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, TokenFilter, WriteContext,
@@ -46,13 +47,40 @@ impl Session {
 pub struct Access {
     pub credentials: Credentials,
     pub grants: Arc<Grants>,
+    /// The documents this caller may see (from `credentials`, computed once).
+    pub filter: TokenFilter,
+}
+
+impl Access {
+    /// A caller that may read everything (tests, tools, in-process consumers).
+    pub fn unrestricted() -> Access {
+        Access {
+            credentials: Credentials::Unrestricted,
+            grants: Arc::new(Grants::unrestricted()),
+            filter: TokenFilter::All,
+        }
+    }
+
+    fn new(credentials: Credentials, grants: Arc<Grants>) -> Access {
+        Access {
+            filter: credentials.filter(),
+            credentials,
+            grants,
+        }
+    }
 }
 
 /// One entity's service.
 pub struct EntityService {
-    name: String,
-    reader: DynReader,
-    writer: DynStore,
+    pub(crate) name: String,
+    /// Where the API's reads go: the primary store, or a replica or cache the deployment
+    /// put in front of it ([`EntityService::with_reader`]).
+    pub(crate) reader: DynReader,
+    /// The primary store: every write, and every read a write depends on.
+    pub(crate) writer: DynStore,
+    /// The stamps of the writes this service acknowledged, shared by the services of one
+    /// process: what a read snapshot must cover.
+    pub(crate) acknowledged: Arc<Acknowledged>,
     validator: Option<Arc<PayloadValidator>>,
     /// Tokens stamped on every write (when empty: the writer's own).
     tokens: Vec<String>,
@@ -87,6 +115,27 @@ impl EntityService {
             authorizer,
             policy: Arc::new(AllowAll::default()),
             everything: Some(AllowAll::default().grants()),
+            acknowledged: Arc::default(),
+        }
+    }
+
+    /// Records acknowledged writes in `clock`, shared with the other services of the process,
+    /// so that a read snapshot taken from any of them covers every write any of them answered.
+    pub fn with_acknowledged(mut self, clock: Arc<Acknowledged>) -> Self {
+        self.acknowledged = clock;
+        self
+    }
+
+    /// The moment a read without an explicit `at` reads as of (one snapshot for all levels
+    /// of a GraphQL answer): now, or later if a write this process acknowledged was stamped
+    /// ahead of the clock.
+    pub fn read_snapshot(&self) -> Millis {
+        self.acknowledged.read_snapshot()
+    }
+
+    fn acknowledge(&self, envelopes: &[Envelope]) {
+        if let Some(latest) = envelopes.iter().map(|e| e.created_at).max() {
+            self.acknowledged.record(latest);
         }
     }
 
@@ -111,6 +160,7 @@ impl EntityService {
             authorizer: self.authorizer.clone(),
             policy: self.policy.clone(),
             everything: self.everything.clone(),
+            acknowledged: self.acknowledged.clone(),
         }
     }
 
@@ -124,7 +174,7 @@ impl EntityService {
         &self.name
     }
 
-    /// Where reads go.
+    /// Where the API's reads go (a replica or a cache when the deployment configures one).
     pub fn reader(&self) -> &DynReader {
         &self.reader
     }
@@ -147,21 +197,26 @@ impl EntityService {
     /// Who is asking and what they may do, for reads (GraphQL, the change feed).
     pub fn access(&self, authorization: Option<&str>) -> Result<Access, meshql_core::AuthError> {
         if let Some(everything) = &self.everything {
-            return Ok(Access {
-                credentials: self.authorizer.credentials(authorization)?,
-                grants: everything.clone(),
-            });
+            return Ok(Access::new(
+                self.authorizer.credentials(authorization)?,
+                everything.clone(),
+            ));
         }
         let caller = self.authorizer.caller(authorization)?;
-        Ok(Access {
-            grants: self.policy.grants(&caller.principal),
-            credentials: caller.credentials,
-        })
+        Ok(Access::new(
+            caller.credentials,
+            self.policy.grants(&caller.principal),
+        ))
     }
 
     /// [`EngineError::Forbidden`] unless `session` may do `action` to this entity.
     pub fn check(&self, session: &Session, action: Action) -> Result<(), EngineError> {
-        if session.grants.allows(&self.name, action) {
+        self.allowed(&session.grants, action)
+    }
+
+    /// [`EngineError::Forbidden`] unless `grants` allow `action` on this entity.
+    pub(crate) fn allowed(&self, grants: &Grants, action: Action) -> Result<(), EngineError> {
+        if grants.allows(&self.name, action) {
             Ok(())
         } else {
             Err(Forbidden {
@@ -170,6 +225,19 @@ impl EntityService {
             }
             .into())
         }
+    }
+
+    /// Whether `grants` let their caller read this entity, and which of its fields: the one
+    /// place every frontend's read permission is decided (REST, GraphQL, the change feed).
+    /// `Ok(None)`: every field; `Ok(Some(mask))`: the fields `mask` shows;
+    /// [`EngineError::Forbidden`] when the caller may not read the entity at all.
+    pub fn read_grant(&self, grants: &Grants) -> Result<Option<Arc<Mask>>, EngineError> {
+        if grants.is_unrestricted() {
+            return Ok(None);
+        }
+        self.allowed(grants, Action::Read)?;
+        let mask = grants.mask(&self.name);
+        Ok((!mask.is_all()).then(|| mask.clone()))
     }
 
     /// The fields `session` may read of this entity's documents: its read mask, or only the
@@ -183,26 +251,16 @@ impl EntityService {
         }
     }
 
-    fn masked(&self, session: &Session, mut envelope: Envelope) -> Envelope {
+    /// What a write returns to `session`: the fields it may read (the `id` alone when it may
+    /// read none).
+    fn masked(&self, session: &Session, envelope: Envelope) -> Envelope {
         let mask = self.read_mask(session);
-        if !mask.is_all() {
-            envelope.payload = mask.apply_text(std::mem::take(&mut envelope.payload));
-        }
-        envelope
+        apply_mask((!mask.is_all()).then_some(&*mask), envelope)
     }
 
     fn masked_all(&self, session: &Session, envelopes: Vec<Envelope>) -> Vec<Envelope> {
         let mask = self.read_mask(session);
-        if mask.is_all() {
-            return envelopes;
-        }
-        envelopes
-            .into_iter()
-            .map(|mut e| {
-                e.payload = mask.apply_text(std::mem::take(&mut e.payload));
-                e
-            })
-            .collect()
+        apply_mask_all((!mask.is_all()).then_some(&*mask), envelopes)
     }
 
     /// The caller of a request: `authorization` is the `Authorization` header's value,
@@ -271,6 +329,7 @@ impl EntityService {
             .writer
             .create(NewDocument::new(doc), &self.write_context(session, true))
             .await?;
+        self.acknowledge(std::slice::from_ref(&created));
         Ok(self.masked(session, created))
     }
 
@@ -303,6 +362,7 @@ impl EntityService {
             .writer
             .create_many(docs, &self.write_context(session, true))
             .await?;
+        self.acknowledge(&created);
         Ok(self.masked_all(session, created))
     }
 
@@ -316,15 +376,17 @@ impl EntityService {
         self.check(session, Action::Update)?;
         let value = self.keep_hidden_fields(session, id, value).await?;
         let doc = self.validate(value)?;
-        self.writer
+        let updated = self
+            .writer
             .update(
                 id,
                 NewDocument::new(doc),
                 &self.write_context(session, false),
             )
             .await?
-            .map(|e| self.masked(session, e))
-            .ok_or(EngineError::NotFound)
+            .ok_or(EngineError::NotFound)?;
+        self.acknowledge(std::slice::from_ref(&updated));
+        Ok(self.masked(session, updated))
     }
 
     /// An update replaces the whole document, but a caller cannot replace what it cannot
@@ -390,10 +452,12 @@ impl EntityService {
                 }
             }
         }
-        Ok(self
+        let written = self
             .writer
             .apply_output(batch, &self.write_context(session, false))
-            .await?)
+            .await?;
+        self.acknowledge(&written);
+        Ok(written)
     }
 
     pub async fn remove(&self, session: &Session, id: &str) -> Result<RemoveOutcome, EngineError> {
@@ -410,12 +474,12 @@ impl EntityService {
         id: &str,
         at: Option<Millis>,
     ) -> Result<Option<Envelope>, EngineError> {
-        self.check(session, Action::Read)?;
+        let mask = self.read_grant(&session.grants)?;
         Ok(self
             .reader
             .read(id, &ReadContext::new(&session.filter(), at))
             .await?
-            .map(|e| self.masked(session, e)))
+            .map(|e| apply_mask(mask.as_deref(), e)))
     }
 
     pub async fn read_many(
@@ -424,12 +488,12 @@ impl EntityService {
         ids: &[String],
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        self.check(session, Action::Read)?;
+        let mask = self.read_grant(&session.grants)?;
         let found = self
             .reader
             .read_many(ids, &ReadContext::new(&session.filter(), at))
             .await?;
-        Ok(self.masked_all(session, found))
+        Ok(apply_mask_all(mask.as_deref(), found))
     }
 
     pub async fn list(
@@ -437,12 +501,12 @@ impl EntityService {
         session: &Session,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        self.check(session, Action::Read)?;
+        let mask = self.read_grant(&session.grants)?;
         let found = self
             .reader
             .list(&ReadContext::new(&session.filter(), at))
             .await?;
-        Ok(self.masked_all(session, found))
+        Ok(apply_mask_all(mask.as_deref(), found))
     }
 
     /// One page of the list in id order: the documents after `after`, at most `limit`, as
@@ -455,12 +519,27 @@ impl EntityService {
         limit: usize,
         at: Option<Millis>,
     ) -> Result<Vec<Envelope>, EngineError> {
-        self.check(session, Action::Read)?;
+        let mask = self.read_grant(&session.grants)?;
         let found = self
             .reader
             .list_page(after, limit, &ReadContext::new(&session.filter(), at))
             .await?;
-        Ok(self.masked_all(session, found))
+        Ok(apply_mask_all(mask.as_deref(), found))
+    }
+}
+
+/// `envelope` with only the fields `mask` shows (`None`: all of them).
+fn apply_mask(mask: Option<&Mask>, mut envelope: Envelope) -> Envelope {
+    if let Some(mask) = mask {
+        envelope.payload = mask.apply_text(std::mem::take(&mut envelope.payload));
+    }
+    envelope
+}
+
+fn apply_mask_all(mask: Option<&Mask>, envelopes: Vec<Envelope>) -> Vec<Envelope> {
+    match mask {
+        None => envelopes,
+        Some(_) => envelopes.into_iter().map(|e| apply_mask(mask, e)).collect(),
     }
 }
 

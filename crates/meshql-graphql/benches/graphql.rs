@@ -50,7 +50,14 @@ async fn service() -> Service {
         if let Some(g) = &e.graph {
             let templates: Vec<_> = g.queries.iter().map(|q| q.template.clone()).collect();
             store.prepare(&templates).await.expect("prepare");
-            graphlettes.push(Graphlette::new(&e.name, g, store.clone()));
+            let service = meshql_engine::EntityService::new(
+                &e.name,
+                store.clone(),
+                None,
+                vec![],
+                Arc::new(meshql_core::NoAuth),
+            );
+            graphlettes.push(Graphlette::new(&e.name, g, Arc::new(service)));
         }
         stores.push((e.name.clone(), store));
     }

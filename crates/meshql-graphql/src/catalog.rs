@@ -1,5 +1,5 @@
 //! What is served, without how it is run: each graphlette's schema, root queries,
-//! resolvers and store ([`Graphlette`]), and the [`Catalog`] view that looks graphlettes
+//! resolvers and entity service ([`Graphlette`]), and the [`Catalog`] view that looks graphlettes
 //! up by index and by path. Planning needs only this; the registry at the top of the crate
 //! (plan caches, fetchers, execution) implements it.
 
@@ -8,7 +8,8 @@ use apollo_compiler::schema::Implementers;
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Schema};
 use meshql_config::{ResolvedGraph, ResolvedResolver};
-use meshql_core::{DynReader, QueryTemplate};
+use meshql_core::QueryTemplate;
+use meshql_engine::EntityService;
 use std::sync::Arc;
 
 /// A root query bound to a template.
@@ -28,7 +29,9 @@ pub struct Graphlette {
     pub entity_type: String,
     pub queries: Vec<GraphletteQuery>,
     pub resolvers: Vec<ResolvedResolver>,
-    pub store: DynReader,
+    /// Every read of the entity goes through its service: permissions, masks and the
+    /// reader (primary, replica, cache) are the engine's business.
+    pub service: Arc<EntityService>,
 }
 
 impl std::fmt::Debug for Graphlette {
@@ -40,7 +43,7 @@ impl std::fmt::Debug for Graphlette {
 }
 
 impl Graphlette {
-    pub fn new(entity: &str, graph: &ResolvedGraph, store: DynReader) -> Self {
+    pub fn new(entity: &str, graph: &ResolvedGraph, service: Arc<EntityService>) -> Self {
         Self {
             path: graph.path.clone(),
             entity: entity.to_owned(),
@@ -57,7 +60,7 @@ impl Graphlette {
                 })
                 .collect(),
             resolvers: graph.resolvers.clone(),
-            store,
+            service,
         }
     }
 

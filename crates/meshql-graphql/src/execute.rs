@@ -9,10 +9,11 @@ use crate::fetch::{Batch, Fetched, Fetchers, RootRows};
 use crate::output::{request_errors, RequestError, Writer, TOO_LARGE};
 use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
 use crate::request::RequestContext;
-use crate::tree::{FieldError, Link, Node, RootResult, FORBIDDEN};
+use crate::tree::{FieldError, Link, Node, RootResult};
 use futures::future::{join_all, BoxFuture};
 use meshql_config::GraphqlLimits;
-use meshql_core::{Action, ErrorKind, KeyedRows, Mask, Millis, NestedRow, ReadContext};
+use meshql_core::{ErrorKind, KeyedRows, Mask, Millis, NestedRow};
+use meshql_engine::Granted;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,15 +28,6 @@ struct Exec<'a> {
     /// request answers [`TOO_LARGE`].
     fetched: AtomicUsize,
     max_objects: usize,
-    /// The caller may read everything: nested statements (one SQL query for a whole
-    /// relationship tree) are allowed, and no mask is looked up.
-    unrestricted: bool,
-    /// What a root field without `at` reads as of, and with it every level below (and
-    /// remote services, which receive it as `at`): the request's start
-    /// ([`meshql_core::time::read_snapshot`]), so that one answer is one snapshot however
-    /// its levels interleave with writes — as MeshQL, whose resolvers pass the root's time
-    /// on.
-    snapshot: Millis,
 }
 
 /// Executes `plan` against graphlette `index` with the request's `variables`; returns the
@@ -61,8 +53,6 @@ pub(crate) async fn execute(
         variables,
         fetched: AtomicUsize::new(0),
         max_objects: limits.max_objects.get(),
-        unrestricted: ctx.grants.is_unrestricted(),
-        snapshot: meshql_core::time::read_snapshot(),
     };
     let introspection = if plan.has_introspection {
         match introspect(graphlette, plan, &exec.variables) {
@@ -174,26 +164,11 @@ fn nested_count(rows: &[NestedRow]) -> usize {
 }
 
 impl<'a> Exec<'a> {
-    /// `FORBIDDEN` unless the caller may read graphlette `index`'s entity.
-    fn may_read(&self, index: usize) -> Result<(), FieldError> {
-        let entity = &self.graphlettes[index].entity;
-        if self.unrestricted || self.ctx.grants.allows(entity, Action::Read) {
-            Ok(())
-        } else {
-            Err(FieldError::new(
-                format!("not allowed to read {entity}"),
-                Some(FORBIDDEN),
-            ))
-        }
-    }
-
-    /// The read mask of graphlette `index`'s entity, when it hides anything.
-    fn mask_of(&self, index: usize) -> Option<&Arc<Mask>> {
-        if self.unrestricted {
-            return None;
-        }
-        let mask = self.ctx.grants.mask(&self.graphlettes[index].entity);
-        (!mask.is_all()).then_some(mask)
+    /// What a root field reads as of: its `at`, or the request's snapshot — and with it
+    /// every level below (and remote services, which receive it as `at`), as MeshQL, whose
+    /// resolvers pass the root's time on.
+    fn at(&self, given: Option<Millis>) -> Option<Millis> {
+        Some(given.unwrap_or(self.ctx.snapshot))
     }
 
     /// Counts `n` more fetched documents; false once past the budget.
@@ -243,15 +218,8 @@ impl<'a> Exec<'a> {
         else {
             unreachable!("batches hold query roots only");
         };
-        if let Err(e) = self.may_read(index) {
-            return batch
-                .members
-                .iter()
-                .map(|(i, _)| (*i, Some(RootResult::Error(e.clone()))))
-                .collect();
-        }
         let vector = self.graphlettes[index].queries[*query].vector;
-        let at = Some(batch.at.unwrap_or(self.snapshot));
+        let at = self.at(batch.at);
         let mut keys: Vec<String> = Vec::new();
         let mut key_index: HashMap<String, usize> = HashMap::new();
         for (_, id) in &batch.members {
@@ -260,19 +228,20 @@ impl<'a> Exec<'a> {
                 keys.push(id.clone());
             }
         }
-        let rows = match self
+        let Granted { rows, mask } = match self
             .fetchers
             .local(index)
-            .find_batch(*query, &keys, &ReadContext::new(&self.ctx.filter, at))
+            .find_batch(&self.ctx.access, *query, &keys, at)
             .await
         {
-            Ok(rows) => rows,
+            Ok(granted) => granted,
             Err(e) => {
+                let e = FieldError::engine(&e);
                 return batch
                     .members
                     .iter()
-                    .map(|(i, _)| (*i, Some(RootResult::Error(FieldError::store(&e)))))
-                    .collect()
+                    .map(|(i, _)| (*i, Some(RootResult::Error(e.clone()))))
+                    .collect();
             }
         };
         if !self.admit(rows.len()) {
@@ -283,7 +252,7 @@ impl<'a> Exec<'a> {
         for (key, row) in rows {
             if let Some(&k) = key_index.get(&key) {
                 owners.push(k);
-                nodes.push(Node::from_row(row, &selection.reads).masked(self.mask_of(index)));
+                nodes.push(Node::from_row(row, &selection.reads).masked(mask.as_ref()));
             }
         }
         self.resolve_links(selection, &mut nodes, at).await;
@@ -326,15 +295,12 @@ impl<'a> Exec<'a> {
         else {
             return Some(RootResult::Nodes(Vec::new()));
         };
-        if let Err(e) = self.may_read(index) {
-            return Some(RootResult::Error(e));
-        }
         let vector = self.graphlettes[index].queries[*query].vector;
         let args: Map<String, Value> = args
             .iter()
             .map(|(k, v)| (k.clone(), v.eval(&self.variables)))
             .collect();
-        let at = Some(at_of(&args).unwrap_or(self.snapshot));
+        let at = self.at(at_of(&args));
         let limit = if vector {
             match limit_of(&args) {
                 Ok(l) => l,
@@ -355,12 +321,13 @@ impl<'a> Exec<'a> {
             .fetchers
             .local(index)
             .query(
+                &self.ctx.access,
                 *query,
                 &args,
                 limit,
-                selection.nested.as_deref().filter(|_| self.unrestricted),
+                selection.nested.as_deref(),
                 &selection.reads,
-                &ReadContext::new(&self.ctx.filter, at),
+                at,
             )
             .await
         {
@@ -372,16 +339,16 @@ impl<'a> Exec<'a> {
                     rows.into_iter().map(Node::from_nested).collect(),
                 ));
             }
-            Ok(RootRows::Flat(rows)) => rows,
-            Err(e) => return Some(RootResult::Error(FieldError::store(&e))),
+            Ok(RootRows::Flat(granted)) => granted,
+            Err(e) => return Some(RootResult::Error(FieldError::engine(&e))),
         };
-        if !self.admit(rows.len()) {
+        if !self.admit(rows.rows.len()) {
             return None;
         }
-        let mask = self.mask_of(index);
+        let Granted { rows, mask } = rows;
         let mut nodes: Vec<Node> = rows
             .into_iter()
-            .map(|r| Node::from_row(r, &selection.reads).masked(mask))
+            .map(|r| Node::from_row(r, &selection.reads).masked(mask.as_ref()))
             .collect();
         self.resolve_links(selection, &mut nodes, at).await;
         Some(RootResult::Nodes(nodes))
@@ -441,15 +408,10 @@ impl<'a> Exec<'a> {
                 })
             })
             .collect();
-        let denied = match &resolver.target {
-            TargetPlan::InProcess { graphlette, .. } => self.may_read(*graphlette).err(),
-            // the remote service decides, from the forwarded credentials
-            TargetPlan::Http { .. } => None,
-        };
+        // whether the caller may read the target: its service decides (in-process), or the
+        // remote service from the forwarded credentials
         let per_key: Vec<Link> = if keys.is_empty() {
             Vec::new()
-        } else if let Some(e) = denied {
-            keys.iter().map(|_| Link::Error(e.clone())).collect()
         } else {
             let batch = Batch {
                 resolver,
@@ -465,16 +427,10 @@ impl<'a> Exec<'a> {
                 .await
             {
                 Fetched::Links(links) => links,
-                Fetched::Rows(rows) => {
-                    let TargetPlan::InProcess {
-                        selection,
-                        graphlette,
-                        ..
-                    } = &resolver.target
-                    else {
+                Fetched::Rows(Granted { rows, mask }) => {
+                    let TargetPlan::InProcess { selection, .. } = &resolver.target else {
                         unreachable!("rows come from in-process targets only");
                     };
-                    let mask = self.mask_of(*graphlette).cloned();
                     self.children(
                         rows,
                         selection,

@@ -724,7 +724,7 @@ impl<'a> Planner<'a> {
                     Some(Nested {
                         key_field: r.key_field.clone(),
                         vector: r.vector,
-                        store: g.store.clone(),
+                        store: g.service.reader().clone(),
                         template: g.queries[*query].template.clone(),
                         fields: Some(selection.reads.clone()),
                         children,

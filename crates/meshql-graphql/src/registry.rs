@@ -71,7 +71,7 @@ impl Registry {
             .map_err(|e| RegistryError::HttpClient(e.to_string()))?;
         let local = graphlettes
             .iter()
-            .map(|g| InProcess::new(g.store.clone(), g.templates()))
+            .map(|g| InProcess::new(g.service.clone(), g.templates()))
             .collect();
         let fetchers = Fetchers::new(local, Http::new(http));
         let plans = graphlettes.iter().map(|_| RwLock::default()).collect();

@@ -1,8 +1,8 @@
 //! The GraphQL-over-HTTP request and the per-request context (the leaf of the crate).
 
-use meshql_core::{Grants, TokenFilter};
+use meshql_core::Millis;
+use meshql_engine::Access;
 use serde::Deserialize;
-use std::sync::Arc;
 
 /// A GraphQL request as POSTed (or sent as GET parameters).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -16,25 +16,40 @@ pub struct GraphqlRequest {
     pub variables: Option<serde_json::Value>,
 }
 
-/// Who is asking, and what to forward to remote graphlettes.
+/// Who is asking, as of when, and what to forward to remote graphlettes.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
-    pub filter: TokenFilter,
+    /// Who is asking and what they may read: the engine decides with it (a root query or an
+    /// in-process relationship into an entity the caller may not read answers `FORBIDDEN`;
+    /// a selected field its read mask hides is null with a `FORBIDDEN` error at its path).
+    pub access: Access,
     /// The caller's `Authorization` header, forwarded on HTTP resolver calls (the remote
     /// service decides its own permissions from it).
     pub authorization: Option<String>,
-    /// What the caller may read, per entity: a root query or an in-process relationship
-    /// into an entity it may not read answers `FORBIDDEN`, and a selected field its read
-    /// mask hides is null with a `FORBIDDEN` error at its path.
-    pub grants: Arc<Grants>,
+    /// What a root field without `at` reads as of, and every level below it: the request's
+    /// start ([`meshql_engine::EntityService::read_snapshot`]), so that one answer is one
+    /// snapshot however its levels interleave with writes.
+    pub snapshot: Millis,
+}
+
+impl RequestContext {
+    /// A request by `access`, reading as of `snapshot`.
+    pub fn new(access: Access, authorization: Option<String>, snapshot: Millis) -> Self {
+        Self {
+            access,
+            authorization,
+            snapshot,
+        }
+    }
 }
 
 impl Default for RequestContext {
+    /// A caller who may read everything, as of now (tests, tools).
     fn default() -> Self {
-        Self {
-            filter: TokenFilter::All,
-            authorization: None,
-            grants: Arc::new(Grants::unrestricted()),
-        }
+        Self::new(
+            Access::unrestricted(),
+            None,
+            meshql_core::time::now_millis(),
+        )
     }
 }

@@ -57,8 +57,9 @@ impl FieldError {
         }
     }
 
-    /// A storage failure, with its kind's code (`UNAVAILABLE`, `BAD_REQUEST`…).
-    pub(crate) fn store(e: &meshql_core::StoreError) -> Self {
+    /// A read the engine refused or could not serve, with its kind's code (`FORBIDDEN`,
+    /// `UNAVAILABLE`, `BAD_REQUEST`…).
+    pub(crate) fn engine(e: &meshql_engine::EngineError) -> Self {
         Self::new(e.to_string(), Some(e.kind().code()))
     }
 }

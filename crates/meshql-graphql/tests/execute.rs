@@ -121,7 +121,11 @@ impl World {
             let g = e.graph.as_ref().unwrap();
             let templates: Vec<_> = g.queries.iter().map(|q| q.template.clone()).collect();
             store.prepare(&templates).await.unwrap();
-            graphlettes.push(Graphlette::new(&e.name, g, reader(&e.name, store.clone())));
+            graphlettes.push(Graphlette::new(
+                &e.name,
+                g,
+                common::service(&e.name, store.clone(), reader(&e.name, store.clone())),
+            ));
             stores.push((e.name.clone(), store));
         }
         let registry =

@@ -190,7 +190,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             .expect("every entity has a store")
     };
 
-    // the engine: one service per entity, which every frontend goes through
+    // the engine: one service per entity, which every frontend goes through; one record of
+    // acknowledged writes for all of them (what read snapshots cover)
+    let acknowledged = Arc::new(meshql_core::time::Acknowledged::new());
     let mut services: HashMap<String, Arc<EntityService>> = HashMap::new();
     for entity in &config.entities {
         let validator = match &entity.rest {
@@ -221,7 +223,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                     entity.tokens.clone(),
                     authorizer.clone(),
                 )
-                .with_policy(policy.clone()),
+                .with_policy(policy.clone())
+                .with_acknowledged(acknowledged.clone()),
             ),
         );
     }
@@ -230,8 +233,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let mut graphlettes = Vec::new();
     for entity in &config.entities {
         if let Some(g) = &entity.graph {
-            let reader = services[&entity.name].reader().clone();
-            graphlettes.push(Graphlette::new(&entity.name, g, reader));
+            graphlettes.push(Graphlette::new(
+                &entity.name,
+                g,
+                services[&entity.name].clone(),
+            ));
         }
     }
     let registry = Arc::new(
@@ -293,9 +299,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         )?;
         let endpoint = Arc::new(ChangesEndpoint::new(
             log,
-            config.entities.iter().map(|e| e.name.clone()).collect(),
-            authorizer.clone(),
-            policy.clone(),
+            config
+                .entities
+                .iter()
+                .map(|e| services[&e.name].clone())
+                .collect(),
             closing_rx,
         ));
         router = router.route(

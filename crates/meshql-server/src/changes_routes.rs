@@ -22,7 +22,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use meshql_changes::feed::read_page;
 use meshql_changes::{FeedFilter, Page};
-use meshql_core::{Action, Authorizer, Credentials, Grants, Policy};
+use meshql_engine::{Access, EntityService};
 use meshql_log::Log;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,10 +43,10 @@ const HEARTBEAT: Duration = Duration::from_secs(15);
 
 pub struct ChangesEndpoint {
     pub log: Log,
+    /// Every entity's service, in the config's order: who the caller is and what it may read
+    /// of each entity are theirs to decide.
+    pub services: Vec<Arc<EntityService>>,
     pub entities: Vec<String>,
-    pub authorizer: Arc<dyn Authorizer>,
-    /// What callers may read (the services' policy).
-    pub policy: Arc<dyn Policy>,
     /// Set when the server starts shutting down: event streams end.
     pub closing: watch::Receiver<bool>,
     pub streams: Arc<Semaphore>,
@@ -55,16 +55,13 @@ pub struct ChangesEndpoint {
 impl ChangesEndpoint {
     pub fn new(
         log: Log,
-        entities: Vec<String>,
-        authorizer: Arc<dyn Authorizer>,
-        policy: Arc<dyn Policy>,
+        services: Vec<Arc<EntityService>>,
         closing: watch::Receiver<bool>,
     ) -> Self {
         Self {
             log,
-            entities,
-            authorizer,
-            policy,
+            entities: services.iter().map(|s| s.name().to_owned()).collect(),
+            services,
             closing,
             streams: Arc::new(Semaphore::new(MAX_STREAMS)),
         }
@@ -118,45 +115,40 @@ impl From<&str> for Refusal {
 /// Per entity, the fields a caller may read of its changes.
 type Masks = Vec<(String, Arc<meshql_core::Mask>)>;
 
-/// The entities `grants` lets a caller read among `asked` (every entity when `None`), and
-/// their masks; `None` when nothing needs narrowing.
+/// The entities the caller may read among `asked` (every entity when `None`), and their
+/// masks, as each entity's service decides; `None` when nothing needs narrowing.
 fn narrow(
     endpoint: &ChangesEndpoint,
-    grants: &Grants,
+    access: &Access,
     asked: Option<Vec<String>>,
 ) -> Result<(Option<Vec<String>>, Masks), Refusal> {
-    if grants.is_unrestricted() {
+    if access.grants.is_unrestricted() {
         return Ok((asked, Vec::new()));
     }
-    let readable = |e: &String| grants.allows(e, Action::Read);
-    let entities = match asked {
-        Some(names) => {
-            if let Some(denied) = names.iter().find(|n| !readable(n)) {
-                return Err(Refusal::Forbidden(format!("not allowed to read {denied}")));
-            }
-            names
+    let mut readable = Vec::new();
+    let mut masks = Vec::new();
+    for service in &endpoint.services {
+        let name = service.name();
+        if asked.as_ref().is_some_and(|a| !a.iter().any(|n| n == name)) {
+            continue;
         }
-        None => {
-            let all: Vec<String> = endpoint
-                .entities
-                .iter()
-                .filter(|e| readable(e))
-                .cloned()
-                .collect();
-            if all.is_empty() {
-                return Err(Refusal::Forbidden(
-                    "not allowed to read any entity of this service".into(),
-                ));
+        match service.read_grant(&access.grants) {
+            Ok(mask) => {
+                readable.push(name.to_owned());
+                if let Some(mask) = mask {
+                    masks.push((name.to_owned(), mask));
+                }
             }
-            all
+            Err(e) if asked.is_some() => return Err(Refusal::Forbidden(e.to_string())),
+            Err(_) => {}
         }
-    };
-    let masks = entities
-        .iter()
-        .map(|e| (e.clone(), grants.mask(e).clone()))
-        .filter(|(_, m)| !m.is_all())
-        .collect();
-    Ok((Some(entities), masks))
+    }
+    if readable.is_empty() {
+        return Err(Refusal::Forbidden(
+            "not allowed to read any entity of this service".into(),
+        ));
+    }
+    Ok((Some(readable), masks))
 }
 
 /// A request's parameters, checked.
@@ -173,8 +165,7 @@ fn parse(
     endpoint: &ChangesEndpoint,
     params: &HashMap<String, String>,
     headers: &HeaderMap,
-    credentials: &Credentials,
-    grants: &Grants,
+    access: &Access,
 ) -> Result<Request, Refusal> {
     const KNOWN: [&str; 5] = ["since", "limit", "entity", "wait_ms", "feed"];
     if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
@@ -252,7 +243,7 @@ fn parse(
                 .map_err(|_| format!("`Last-Event-ID` must be a position, not `{v}`"))
         })
         .transpose()?;
-    let (entities, masks) = narrow(endpoint, grants, entities)?;
+    let (entities, masks) = narrow(endpoint, access, entities)?;
     Ok(Request {
         since: if stream {
             last_event_id.or(since)
@@ -263,7 +254,7 @@ fn parse(
         wait: Duration::from_millis(wait_ms),
         filter: FeedFilter {
             entities,
-            tokens: credentials.filter(),
+            tokens: access.filter.clone(),
             masks,
         },
         stream,
@@ -292,19 +283,22 @@ pub async fn changes(
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match endpoint.authorizer.caller(
+    let Some(any) = endpoint.services.first() else {
+        return bad_request("this service has no entities".into());
+    };
+    // every service shares the authorizer and the policy: any of them answers who this is
+    let access = match any.access(
         headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok()),
     ) {
-        Ok(c) => c,
+        Ok(a) => a,
         Err(e) => {
             let body = serde_json::json!({"error": e.to_string(), "code": e.kind().code()});
             return crate::graphql_routes::refused(&e, body.to_string());
         }
     };
-    let grants = endpoint.policy.grants(&caller.principal);
-    let request = match parse(&endpoint, &params, &headers, &caller.credentials, &grants) {
+    let request = match parse(&endpoint, &params, &headers, &access) {
         Ok(r) => r,
         Err(Refusal::Bad(message)) => return bad_request(message),
         Err(Refusal::Forbidden(message)) => return forbidden(message),

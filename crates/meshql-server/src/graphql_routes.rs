@@ -73,11 +73,11 @@ impl GraphEndpoint {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let access = self.service.access(authorization.as_deref())?;
-        Ok(RequestContext {
-            filter: access.credentials.filter(),
+        Ok(RequestContext::new(
+            access,
             authorization,
-            grants: access.grants,
-        })
+            self.service.read_snapshot(),
+        ))
     }
 
     async fn run(&self, request: GraphqlRequest, context: &RequestContext) -> Response {

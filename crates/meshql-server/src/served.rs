@@ -6,15 +6,11 @@
 //!   `RUST_LOG=meshql_server=debug`) each request's storage calls are logged with their busy
 //!   and idle time inside the request's span — the per-stage timings of one request. At the
 //!   default `info` level the span's callsite is disabled once and costs a check per call;
-//! - records the version time of every acknowledged write
-//!   ([`meshql_core::time::acknowledge`]), so that a GraphQL request read as of its start
-//!   sees the writes this process answered before it, even those stamped a few ms ahead;
 //! - for a backend that was unreachable at start-up, answers 503 (and `/ready` 503) for that
 //!   entity while it keeps preparing the backend in the background until it succeeds — no
 //!   restart needed when the database comes back.
 
 use async_trait::async_trait;
-use meshql_core::time::acknowledge;
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use meshql_core::{
     Cursor, DynStore, Envelope, KeyedRows, Nested, NestedRow, NewDocument, QueryTemplate, Relation,
@@ -209,13 +205,10 @@ impl StoreReader for Served {
 impl StoreWriter for Served {
     async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError> {
         self.gate()?;
-        let env = self
-            .inner
+        self.inner
             .create(doc, ctx)
             .instrument(self.span("create"))
-            .await?;
-        acknowledge(env.created_at);
-        Ok(env)
+            .await
     }
 
     async fn create_many(
@@ -224,15 +217,10 @@ impl StoreWriter for Served {
         ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
         self.gate()?;
-        let envs = self
-            .inner
+        self.inner
             .create_many(docs, ctx)
             .instrument(self.span("create_many"))
-            .await?;
-        if let Some(latest) = envs.iter().map(|e| e.created_at).max() {
-            acknowledge(latest);
-        }
-        Ok(envs)
+            .await
     }
 
     async fn update(
@@ -242,15 +230,10 @@ impl StoreWriter for Served {
         ctx: &WriteContext,
     ) -> Result<Option<Envelope>, StoreError> {
         self.gate()?;
-        let env = self
-            .inner
+        self.inner
             .update(id, doc, ctx)
             .instrument(self.span("update"))
-            .await?;
-        if let Some(env) = &env {
-            acknowledge(env.created_at);
-        }
-        Ok(env)
+            .await
     }
 
     async fn remove(&self, id: &str, ctx: &WriteContext) -> Result<RemoveOutcome, StoreError> {

@@ -1,18 +1,22 @@
-//! The in-process fetcher: a graphlette's store, queried with its bound templates.
+//! The in-process fetcher: a graphlette's entity service, queried with its bound templates.
+//! Whether the caller may read, and which fields, is the service's decision: the rows come
+//! back with their mask.
 
 use super::{Batch, Fetched, Fetcher};
 use crate::plan::TargetPlan;
 use crate::tree::FieldError;
 use futures::future::BoxFuture;
 use meshql_core::{
-    BatchSearch, BoundArgs, DynReader, FieldSet, KeyedRows, Nested, NestedRow, QueryTemplate,
-    ReadContext, Row, Search, StoreError,
+    BatchSearch, BoundArgs, FieldSet, KeyedRows, Millis, Nested, NestedRow, QueryTemplate, Row,
+    Search,
 };
+use meshql_engine::{Access, EngineError, EntityService, Granted};
+use std::sync::Arc;
 
-/// A graphlette's store and the templates of its root queries (same indexes as the
+/// A graphlette's service and the templates of its root queries (same indexes as the
 /// graphlette's `queries`).
 pub(crate) struct InProcess {
-    store: DynReader,
+    service: Arc<EntityService>,
     templates: Vec<QueryTemplate>,
 }
 
@@ -20,45 +24,61 @@ pub(crate) struct InProcess {
 pub(crate) enum RootRows {
     /// With the relationships below, fetched in the same statement.
     Nested(Vec<NestedRow>),
-    /// The rows alone: relationships are resolved level by level.
-    Flat(Vec<Row>),
+    /// The rows alone (with the fields the caller may read): relationships are resolved
+    /// level by level.
+    Flat(Granted<Vec<Row>>),
 }
 
 impl InProcess {
-    pub fn new(store: DynReader, templates: Vec<QueryTemplate>) -> Self {
-        Self { store, templates }
+    pub fn new(service: Arc<EntityService>, templates: Vec<QueryTemplate>) -> Self {
+        Self { service, templates }
     }
 
-    /// Root query `query`: in one statement with the relationships in `nested` when the
-    /// store can, else its rows alone; `reads` are the payload fields the caller reads.
+    /// Root query `query` as of `at`: in one statement with the relationships in `nested`
+    /// when the engine allows it and the store can, else its rows alone; `reads` are the
+    /// payload fields the caller reads.
+    #[allow(clippy::too_many_arguments)]
     pub async fn query(
         &self,
+        access: &Access,
         query: usize,
         args: &BoundArgs,
         limit: Option<usize>,
         nested: Option<&[Nested]>,
         reads: &FieldSet,
-        ctx: &ReadContext<'_>,
-    ) -> Result<RootRows, StoreError> {
+        at: Option<Millis>,
+    ) -> Result<RootRows, EngineError> {
         let search = Search::new(&self.templates[query], args, limit).reading(Some(reads));
         if let Some(nested) = nested {
-            if let Some(rows) = self.store.find_nested(&search, nested, ctx).await? {
+            if let Some(rows) = self
+                .service
+                .find_nested(access, &search, nested, at)
+                .await?
+            {
                 return Ok(RootRows::Nested(rows));
             }
-            // the store cannot: level by level
+            // not allowed, or the store cannot: level by level
         }
-        self.store.find(&search, ctx).await.map(RootRows::Flat)
+        self.service
+            .find(access, &search, at)
+            .await
+            .map(RootRows::Flat)
     }
 
     /// Query `query` for many ids (bound to its `id` argument) in one storage query.
     pub async fn find_batch(
         &self,
+        access: &Access,
         query: usize,
         keys: &[String],
-        ctx: &ReadContext<'_>,
-    ) -> Result<KeyedRows, StoreError> {
-        self.store
-            .find_batch(&BatchSearch::new(&self.templates[query], "id", keys), ctx)
+        at: Option<Millis>,
+    ) -> Result<Granted<KeyedRows>, EngineError> {
+        self.service
+            .find_batch(
+                access,
+                &BatchSearch::new(&self.templates[query], "id", keys),
+                at,
+            )
             .await
     }
 }
@@ -69,10 +89,12 @@ impl Fetcher for InProcess {
             let TargetPlan::InProcess { query, .. } = &batch.resolver.target else {
                 unreachable!("the in-process fetcher is only given in-process targets");
             };
-            let ctx = ReadContext::new(&batch.ctx.filter, batch.at);
-            match self.find_batch(*query, batch.keys, &ctx).await {
-                Ok(rows) => Fetched::Rows(rows),
-                Err(e) => Fetched::Failed(FieldError::store(&e)),
+            match self
+                .find_batch(&batch.ctx.access, *query, batch.keys, batch.at)
+                .await
+            {
+                Ok(granted) => Fetched::Rows(granted),
+                Err(e) => Fetched::Failed(FieldError::engine(&e)),
             }
         })
     }

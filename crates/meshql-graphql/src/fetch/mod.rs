@@ -3,7 +3,8 @@
 //! fetcher answers with one storage query or one aliased HTTP request (a `dyn` call per
 //! level, never per row). Two implementations:
 //!
-//! * [`InProcess`] (`local`): a graphlette's own store ([`meshql_core::DynReader`]); it also
+//! * [`InProcess`] (`local`): a graphlette's own entity service
+//!   ([`meshql_engine::EntityService`], which decides what the caller may read); it also
 //!   answers root queries, which are always the graphlette's own.
 //! * [`Http`] (`http`): a remote graphlette, with the keys as aliased root fields.
 //!
@@ -22,6 +23,7 @@ use crate::request::RequestContext;
 use crate::tree::{FieldError, Link};
 use futures::future::BoxFuture;
 use meshql_core::{KeyedRows, Millis};
+use meshql_engine::Granted;
 use serde_json::{Map, Value};
 
 /// One batched level: the distinct keys of every parent of one resolver field.
@@ -37,9 +39,9 @@ pub(crate) struct Batch<'a> {
 
 /// What a fetcher brings back for a [`Batch`].
 pub(crate) enum Fetched {
-    /// Stored rows, each with the key it answers, in storage order: execution turns them
-    /// into nodes and resolves the level below.
-    Rows(KeyedRows),
+    /// Stored rows, each with the key it answers, in storage order, and the fields the
+    /// caller may read of them: execution turns them into nodes and resolves the level below.
+    Rows(Granted<KeyedRows>),
     /// One finished link per key, in key order (a remote graphlette's JSON).
     Links(Vec<Link>),
     /// The whole level failed; every key gets this error.

@@ -34,3 +34,23 @@ type Hen { id: ID name: String! eggs: Int coop_id: ID coop: Coop }
 type Coop { id: ID name: String! farm: Farm hens: [Hen!] }
 type Farm { id: ID name: String! }
 "#;
+
+/// The entity service a graphlette reads through: `store` for writes, `reader` for reads,
+/// every caller allowed.
+#[allow(dead_code)]
+pub fn service(
+    entity: &str,
+    store: meshql_core::DynStore,
+    reader: meshql_core::DynReader,
+) -> std::sync::Arc<meshql_engine::EntityService> {
+    std::sync::Arc::new(
+        meshql_engine::EntityService::new(
+            entity,
+            store,
+            None,
+            vec![],
+            std::sync::Arc::new(meshql_core::NoAuth),
+        )
+        .with_reader(reader),
+    )
+}
