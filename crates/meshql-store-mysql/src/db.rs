@@ -14,7 +14,7 @@ pub struct MysqlOptions {
     pub pool_size: usize,
     /// How long a request waits for a connection before failing with 503.
     pub pool_wait: Duration,
-    /// Answer nested searches with one statement ([`meshql_core::Store::find_nested`]).
+    /// Answer nested searches with one statement ([`meshql_core::StoreReader::find_nested`]).
     /// Off by default: on MariaDB the statement measured slower than one batched lookup per
     /// level over loopback (see docs/BENCHMARKS.md); it saves round trips, which pays off
     /// when the database is far away.
@@ -166,6 +166,11 @@ impl Drop for Lent<'_> {
 /// connections (1040), the server is read-only for maintenance (1290 `--read-only`).
 const UNAVAILABLE_CODES: [u16; 4] = [1927, 1053, 1040, 1290];
 
+/// Prepared statements mysql_async keeps per connection (`stmt_cache_size`), the least
+/// recently used closed first: what bounds the statements open on the server per
+/// connection, the nested statements of every shape a client sends among them.
+pub(crate) const STATEMENTS_PER_CONNECTION: usize = 256;
+
 /// A pool of `size` connections on `opts`.
 fn pool(opts: Opts, size: usize) -> Result<Pool, StoreError> {
     // min = max: with a lower minimum, mysql_async closes idle connections above it at
@@ -182,7 +187,7 @@ fn pool(opts: Opts, size: usize) -> Result<Pool, StoreError> {
         .init(vec![
             "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
         ])
-        .stmt_cache_size(256)
+        .stmt_cache_size(STATEMENTS_PER_CONNECTION)
         .pool_opts(
             PoolOpts::default()
                 .with_constraints(constraints)

@@ -9,7 +9,7 @@
 //! through `JSON_TABLE`.
 //!
 //! With `nested_sql` (off by default) a GraphQL search and its relationships into tables of
-//! the same database are one statement ([`meshql_core::Store::find_nested`]), as on
+//! the same database are one statement ([`meshql_core::StoreReader::find_nested`]), as on
 //! PostgreSQL; over loopback MariaDB answered it slower than a batched lookup per level
 //! (docs/BENCHMARKS.md), so it is kept for databases whose round trips cost more.
 //!

@@ -16,7 +16,10 @@ use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+mod nested_cache;
 mod outputs;
+
+use nested_cache::{NestedCache, Slot};
 
 /// [`Relation::backend`] of MySQL / MariaDB tables.
 const BACKEND: &str = "mysql";
@@ -26,8 +29,9 @@ pub struct MysqlStore {
     table: String,
     sql: TableSql,
     compiled: Memo<(u64, Shape), Compiled>,
-    /// Nested statements, by [`meshql_core::nested::signature`].
-    nested: Memo<u64, Compiled>,
+    /// Nested statements, by [`meshql_core::nested::signature`]: at most
+    /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first.
+    nested: NestedCache<Compiled>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -241,13 +245,28 @@ fn text(v: Option<String>) -> Value {
 }
 
 impl MysqlStore {
+    /// How many nested statements ([`StoreReader::find_nested`]) a store keeps. There is one per
+    /// selection shape (the root template; `at`, tokens and `limit`; the tree of
+    /// relationships below), and clients choose their shapes. An application sends some
+    /// tens of shapes per root entity (each with the one or two combinations of `at`,
+    /// tokens and `limit` it uses), so 256 keeps its working set, while a client sending
+    /// shape after shape costs at most 256 statement texts (a few KB each) per entity.
+    /// The statements prepared on the server are bounded apart from this: mysql_async keeps
+    /// at most `stmt_cache_size` ([`Self::STATEMENTS_PER_CONNECTION`]) per connection, the
+    /// least recently used closed first, over all the statements of all tables.
+    pub const NESTED_STATEMENTS: usize = 256;
+
+    /// mysql_async's statement cache per connection, for tests.
+    #[doc(hidden)]
+    pub const STATEMENTS_PER_CONNECTION: usize = crate::db::STATEMENTS_PER_CONNECTION;
+
     pub fn new(db: Arc<MysqlDatabase>, table: &str) -> Self {
         Self {
             db,
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: Memo::default(),
-            nested: Memo::default(),
+            nested: NestedCache::new(Self::NESTED_STATEMENTS),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -272,11 +291,39 @@ impl MysqlStore {
         shape: Shape,
         limit: bool,
         levels: &[Level<'_>],
-    ) -> Arc<Compiled> {
+    ) -> Arc<Slot<Compiled>> {
         let key = meshql_core::nested::signature((template.id, shape, limit), levels);
-        self.nested.get_or_insert_with(key, || {
-            sql::nested_search(&self.table, template, shape, limit, levels)
-        })
+        self.nested
+            .get_or_insert_with(key, || {
+                sql::nested_search(&self.table, template, shape, limit, levels)
+            })
+            .0
+    }
+
+    /// Nested statements cached ([`Self::NESTED_STATEMENTS`] at most), for tests.
+    #[doc(hidden)]
+    pub fn nested_statements_cached(&self) -> usize {
+        self.nested.len()
+    }
+
+    /// Statements prepared and not closed on a connection of the pool, by the server's
+    /// session counters, for tests (with a pool of one connection, on that connection).
+    #[doc(hidden)]
+    pub async fn statements_open_on_a_connection(&self) -> Result<u64, StoreError> {
+        let mut conn = self.db.conn().await?;
+        let counts: Vec<(String, u64)> = conn
+            .query(
+                "SHOW SESSION STATUS WHERE Variable_name IN ('Com_stmt_prepare', 'Com_stmt_close')",
+            )
+            .await
+            .map_err(my_error)?;
+        let count = |name: &str| {
+            counts
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map_or(0, |(_, c)| *c)
+        };
+        Ok(count("Com_stmt_prepare").saturating_sub(count("Com_stmt_close")))
     }
 
     fn bind(

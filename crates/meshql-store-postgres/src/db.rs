@@ -20,7 +20,7 @@ pub struct PostgresOptions {
     pub statement_timeout: Duration,
     /// How long to wait for a new connection.
     pub connect_timeout: Duration,
-    /// Answer nested searches with one statement ([`meshql_core::Store::find_nested`]).
+    /// Answer nested searches with one statement ([`meshql_core::StoreReader::find_nested`]).
     pub nested_sql: bool,
 }
 

@@ -24,7 +24,7 @@
 //! expression indexes are created.
 //!
 //! A GraphQL search whose relationships all resolve in process to tables of the same
-//! database is one statement ([`meshql_core::Store::find_nested`]): a CTE per relationship
+//! database is one statement ([`meshql_core::StoreReader::find_nested`]): a CTE per relationship
 //! joins the distinct keys of its parent's rows (the batched lookup of each level), and the
 //! rows of every level come back together to be put into a tree
 //! ([`meshql_core::nested::assemble`]), so a depth-3 query costs one round trip instead of

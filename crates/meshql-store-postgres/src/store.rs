@@ -17,7 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 
+mod nested_cache;
 mod outputs;
+
+use nested_cache::{NestedCache, Slot};
 
 type SqlParam = Box<dyn ToSql + Sync + Send>;
 
@@ -30,8 +33,10 @@ pub struct PostgresStore {
     table: String,
     sql: TableSql,
     compiled: Memo<(u64, Shape), Compiled>,
-    /// Nested statements, by [`meshql_core::nested::signature`].
-    nested: Memo<u64, Compiled>,
+    /// Nested statements, by [`meshql_core::nested::signature`]: at most
+    /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first, and its prepared
+    /// statement with it ([`Self::nested_compiled`]).
+    nested: NestedCache<Compiled>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -226,13 +231,23 @@ fn filter_tokens(filter: &TokenFilter) -> Option<Vec<String>> {
 }
 
 impl PostgresStore {
+    /// How many nested statements ([`StoreReader::find_nested`]) a store keeps. There is one per
+    /// selection shape (the root template; `at`, tokens and `limit`; the tree of
+    /// relationships below), and clients choose their shapes. An application sends some
+    /// tens of shapes per root entity (each with the one or two combinations of `at`,
+    /// tokens and `limit` it uses), so 256 keeps its working set, while a client sending
+    /// shape after shape costs at most 256 statement texts (a few KB each) per entity here,
+    /// and 256 prepared statements per entity and connection on the server: an evicted
+    /// statement is closed on every connection of the read pool.
+    pub const NESTED_STATEMENTS: usize = 256;
+
     pub fn new(db: Arc<PostgresDatabase>, table: &str) -> Self {
         Self {
             db,
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: Memo::default(),
-            nested: Memo::default(),
+            nested: NestedCache::new(Self::NESTED_STATEMENTS),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -251,16 +266,42 @@ impl PostgresStore {
         Arc::as_ptr(&self.db) as usize
     }
 
+    /// The nested statement of a shape. The statement cache of a connection (deadpool's
+    /// `prepare_cached`) is unbounded, so a statement evicted here leaves the statement
+    /// caches of the read pool's connections too, which closes it on the server; the other
+    /// statements a connection caches are the table's and its templates', a fixed number.
     fn nested_compiled(
         &self,
         template: &QueryTemplate,
         shape: Shape,
         levels: &[Level<'_>],
-    ) -> Arc<Compiled> {
+    ) -> Arc<Slot<Compiled>> {
         let key = meshql_core::nested::signature((template.id, shape), levels);
-        self.nested.get_or_insert_with(key, || {
-            sql::nested_search(&self.table, template, shape, levels)
-        })
+        self.nested.get_or_insert_with(
+            key,
+            || sql::nested_search(&self.table, template, shape, levels),
+            |evicted| {
+                self.db
+                    .read
+                    .manager()
+                    .statement_caches
+                    .remove(&evicted.sql, &[])
+            },
+        )
+    }
+
+    /// Nested statements cached ([`Self::NESTED_STATEMENTS`] at most), for tests.
+    #[doc(hidden)]
+    pub fn nested_statements_cached(&self) -> usize {
+        self.nested.len()
+    }
+
+    /// Statements in the statement cache of a connection of the read pool, for tests (with
+    /// a pool of one connection, of that connection).
+    #[doc(hidden)]
+    pub async fn statements_prepared_on_a_read_connection(&self) -> Result<usize, StoreError> {
+        let client = self.db.read.get().await.map_err(pool_error)?;
+        Ok(client.statement_cache.size())
     }
 
     fn bind(
@@ -702,6 +743,11 @@ impl StoreReader for PostgresStore {
         self.reads.fetch_add(1, Ordering::Relaxed);
         let client = self.db.read.get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
+        if compiled.evicted() {
+            // evicted while this request prepared it: the removal from the statement caches
+            // may have come before the statement entered this connection's
+            drop(client.statement_cache.remove(&compiled.sql, &[]));
+        }
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
         let rows = rows.iter().map(|row| {
             let payload: &str = row.get(3);
