@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{run_meshql, Server};
+use common::{free_port, run_meshql, Server};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -252,4 +252,171 @@ fn a_zero_limit_is_a_config_error_naming_the_line() {
     assert!(text.contains("meshql.toml"), "{text}");
     assert!(text.contains(":2"), "{text}");
     assert!(text.contains("max_depth"), "{text}");
+}
+
+/// Every error's `extensions.code` in a response.
+fn codes(r: &Value) -> Vec<String> {
+    r["errors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["extensions"]["code"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Relationship cycles through `url` resolvers (issue 22: each hop started again at depth 0
+/// with a whole object budget, and a 299-byte query reached +175 MB): every hop receives what
+/// the caller left of its bounds (`x-meshql-budget`), so a cycle deeper than the relationship
+/// bound is refused however many services it crosses, and one that multiplies past
+/// `max_objects` is refused by the service the client called, counting the objects remote
+/// services answered. Meanwhile the server stays small, and a caller that sends a budget can
+/// only lower the bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn federated_cycles_are_bounded_across_hops() {
+    let port = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_service(
+        dir.path(),
+        "127.0.0.1:9",
+        "[graphql]\nmax_objects = 1000\ntimeout_ms = 10000\n",
+    );
+    // the same service, its relationships over HTTP to itself (as examples/farm)
+    let text = std::fs::read_to_string(&file).unwrap();
+    let text = text
+        .replace(
+            "graph = \"/hen/graph\"",
+            &format!("url = \"http://127.0.0.1:{port}/hen/graph\""),
+        )
+        .replace(
+            "graph = \"/coop/graph\"",
+            &format!("url = \"http://127.0.0.1:{port}/coop/graph\""),
+        );
+    std::fs::write(&file, text).unwrap();
+    let server = Server::start_with_env(&file, &[], Some(port));
+    let client = server.client();
+    let coop = client
+        .post_json("/coop/api", &json!({"name": "red"}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for i in 0..5 {
+        client
+            .post_json(
+                "/hen/api",
+                &json!({"name": format!("h{i}"), "coop_id": coop}),
+            )
+            .await
+            .expect_status(201);
+    }
+    // an ordinary federated read works, and says nothing about budgets
+    let (ok, _) = graphql(
+        &server,
+        "/coop/graph",
+        &format!(r#"{{ getById(id: "{coop}") {{ name hens {{ name coop {{ name }} }} }} }}"#),
+    )
+    .await;
+    assert!(ok.get("errors").is_none(), "{ok}");
+    assert_eq!(
+        ok["data"]["getById"]["hens"][4]["coop"]["name"], "red",
+        "{ok}"
+    );
+    let before = rss_kib(server.pid());
+
+    // twelve relationships deep, each one a hop: past the bound of 8 on the way down
+    let (r, took) = graphql(
+        &server,
+        "/coop/graph",
+        &format!(r#"{{ getById(id: "{coop}") {{ {} }} }}"#, cycle(12)),
+    )
+    .await;
+    assert!(
+        codes(&r).iter().any(|c| c == "QUERY_TOO_COMPLEX"),
+        "a hop refuses what is left of the relationship depth: {r}"
+    );
+    eprintln!("twelve-hop cycle: refused in {took:?}");
+
+    // within the depth bound, a cycle that multiplies (1,560 objects) past max_objects
+    // (1,000): the remote services' answers count against the caller's budget
+    let (r, took) = graphql(
+        &server,
+        "/coop/graph",
+        &format!(r#"{{ getById(id: "{coop}") {{ {} }} }}"#, cycle(8)),
+    )
+    .await;
+    assert!(
+        codes(&r).iter().any(|c| c == "RESPONSE_TOO_LARGE"),
+        "the multiplying cycle is refused: {r}"
+    );
+    eprintln!("multiplying cycle across hops: refused in {took:?}");
+
+    // a budget sent by a caller lowers the bounds, never raises them; a malformed one is a 400
+    let send = |budget: &'static str, query: String| {
+        let client = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{port}/coop/graph");
+        async move {
+            client
+                .post(url)
+                .header("x-meshql-budget", budget)
+                .json(&json!({ "query": query }))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let one_level = format!(r#"{{ getById(id: "{coop}") {{ name hens {{ name }} }} }}"#);
+    let r: Value = send("relationships=0", one_level.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(code(&r), "QUERY_TOO_COMPLEX", "{r}");
+    let r: Value = send("depth=1", one_level.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(code(&r), "QUERY_TOO_COMPLEX", "{r}");
+    // the coop is one object; the two left are passed on, and the hop finds five hens
+    let r: Value = send("objects=3", one_level.clone())
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), ["RESPONSE_TOO_LARGE"], "{r}");
+    assert_eq!(r["errors"][0]["path"], json!(["getById", "hens"]), "{r}");
+    let r: Value = send(
+        "depth=99, relationships=99, objects=999999",
+        cycle_query(&coop, 12),
+    )
+    .await
+    .json()
+    .await
+    .unwrap();
+    assert!(
+        codes(&r).iter().any(|c| c == "QUERY_TOO_COMPLEX"),
+        "a generous budget does not raise the service's own bounds: {r}"
+    );
+    let bad = send("depth=lots", one_level).await;
+    assert_eq!(bad.status(), 400);
+    let body: Value = bad.json().await.unwrap();
+    assert!(
+        body["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-meshql-budget"),
+        "{body}"
+    );
+
+    let after = rss_kib(server.pid());
+    eprintln!("RSS {before} KiB before the cycles, {after} KiB after");
+    assert!(
+        after < before + 100 * 1024,
+        "RSS grew from {before} KiB to {after} KiB"
+    );
+}
+
+fn cycle_query(coop: &str, levels: usize) -> String {
+    format!(r#"{{ getById(id: "{coop}") {{ {} }} }}"#, cycle(levels))
 }

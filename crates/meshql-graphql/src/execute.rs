@@ -8,7 +8,7 @@ use crate::catalog::Graphlette;
 use crate::fetch::{Batch, Fetched, Fetchers, RootRows};
 use crate::output::{request_errors, RequestError, Writer, TOO_LARGE};
 use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionPlan, TargetPlan};
-use crate::request::RequestContext;
+use crate::request::{Budget, RequestContext};
 use crate::tree::{FieldError, Link, Node, RootResult};
 use futures::future::{join_all, BoxFuture};
 use meshql_config::GraphqlLimits;
@@ -28,10 +28,17 @@ struct Exec<'a> {
     /// request answers [`TOO_LARGE`].
     fetched: AtomicUsize,
     max_objects: usize,
+    /// This request's depth bounds (its service's, lowered by a caller's budget): what is
+    /// left of them goes to remote graphlettes.
+    max_depth: usize,
+    max_relationship_depth: usize,
+    /// When the request's time is up (its service's timeout, or a caller's budget).
+    deadline: tokio::time::Instant,
 }
 
 /// Executes `plan` against graphlette `index` with the request's `variables`; returns the
 /// response body (always a GraphQL response: errors are inside it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn execute(
     graphlettes: &[Graphlette],
     fetchers: &Fetchers,
@@ -40,6 +47,7 @@ pub(crate) async fn execute(
     variables: Option<&Value>,
     ctx: &RequestContext,
     limits: &GraphqlLimits,
+    deadline: tokio::time::Instant,
 ) -> Vec<u8> {
     let graphlette = &graphlettes[index];
     let variables = match coerce_variables(graphlette, plan, variables) {
@@ -52,7 +60,13 @@ pub(crate) async fn execute(
         ctx,
         variables,
         fetched: AtomicUsize::new(0),
-        max_objects: limits.max_objects.get(),
+        max_objects: Budget::lower(limits.max_objects.get(), ctx.budget.objects),
+        max_depth: Budget::lower(limits.max_depth.get(), ctx.budget.depth),
+        max_relationship_depth: Budget::lower(
+            limits.max_relationship_depth.get(),
+            ctx.budget.relationships,
+        ),
+        deadline,
     };
     let introspection = if plan.has_introspection {
         match introspect(graphlette, plan, &exec.variables) {
@@ -66,15 +80,16 @@ pub(crate) async fn execute(
     if exec.over() {
         return request_errors(&[RequestError::coded(
             format!(
-                "the query matches more than {} documents (graphql.max_objects); select less or pass `limit`",
-                exec.max_objects
+                "the query matches more than {} documents (graphql.max_objects{}); select less or pass `limit`",
+                exec.max_objects,
+                if ctx.budget.objects.is_some() { ", or what the calling service left of it" } else { "" }
             ),
             TOO_LARGE,
         )]);
     }
     let mut writer = Writer::new(
         &exec.variables,
-        limits.max_objects.get(),
+        exec.max_objects,
         limits.max_response_bytes.get(),
     );
     writer.write_response(plan, results, introspection.as_ref());
@@ -156,6 +171,16 @@ fn key_of(value: Option<&Value>) -> Option<String> {
         .map(std::borrow::Cow::into_owned)
 }
 
+/// The objects in a remote graphlette's answer (its `{`s; one inside a string counts too,
+/// which only errs on the safe side).
+fn remote_objects(link: &Link) -> usize {
+    let raw = match link {
+        Link::Raw(Some(raw)) | Link::Remote(raw, _) => raw.get(),
+        _ => return 0,
+    };
+    raw.bytes().filter(|b| *b == b'{').count()
+}
+
 /// Documents in nested rows, their children included.
 fn nested_count(rows: &[NestedRow]) -> usize {
     rows.iter()
@@ -169,6 +194,27 @@ impl<'a> Exec<'a> {
     /// resolvers pass the root's time on.
     fn at(&self, given: Option<Millis>) -> Option<Millis> {
         Some(given.unwrap_or(self.ctx.snapshot))
+    }
+
+    /// What is left of this request's bounds for a remote graphlette answering a resolver
+    /// field at field level `level` that is relationship number `relationship_level` on its
+    /// path (the remote's root field stands for it; see [`Budget`]).
+    fn remote_budget(&self, level: usize, relationship_level: usize) -> Budget {
+        let left = self
+            .deadline
+            .saturating_duration_since(tokio::time::Instant::now());
+        Budget {
+            depth: Some((self.max_depth + 1).saturating_sub(level)),
+            relationships: Some(
+                self.max_relationship_depth
+                    .saturating_sub(relationship_level),
+            ),
+            objects: Some(
+                self.max_objects
+                    .saturating_sub(self.fetched.load(Ordering::Relaxed)),
+            ),
+            ms: Some(left.as_millis() as u64),
+        }
     }
 
     /// Counts `n` more fetched documents; false once past the budget.
@@ -413,12 +459,21 @@ impl<'a> Exec<'a> {
         let per_key: Vec<Link> = if keys.is_empty() {
             Vec::new()
         } else {
+            let budget = match &resolver.target {
+                TargetPlan::Http {
+                    level,
+                    relationship_level,
+                    ..
+                } => self.remote_budget(*level, *relationship_level),
+                TargetPlan::InProcess { .. } => Budget::default(),
+            };
             let batch = Batch {
                 resolver,
                 keys: &keys,
                 at,
                 ctx: self.ctx,
                 variables: &self.variables,
+                budget,
             };
             match self
                 .fetchers
@@ -426,7 +481,12 @@ impl<'a> Exec<'a> {
                 .fetch(batch)
                 .await
             {
-                Fetched::Links(links) => links,
+                Fetched::Links(links) => {
+                    // a remote answer's objects count against this request's budget too: a
+                    // cycle through services cannot multiply past it hop by hop
+                    self.admit(links.iter().map(remote_objects).sum());
+                    links
+                }
                 Fetched::Rows(Granted { rows, mask }) => {
                     let TargetPlan::InProcess { selection, .. } = &resolver.target else {
                         unreachable!("rows come from in-process targets only");

@@ -43,4 +43,4 @@ mod tree;
 
 pub use catalog::{Catalog, Graphlette, GraphletteQuery};
 pub use registry::{Registry, RegistryError};
-pub use request::{GraphqlRequest, RequestContext};
+pub use request::{Budget, GraphqlRequest, RequestContext};

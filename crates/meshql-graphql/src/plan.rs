@@ -153,6 +153,11 @@ pub enum TargetPlan {
         fragments: String,
         /// Variables the selection uses: (name, GraphQL type text).
         variables: Vec<(String, String)>,
+        /// The field level of the resolver field here (the remote's root field stands for
+        /// it), and its rank among the relationship fields of its path: what is left of the
+        /// depth bounds for the remote service ([`crate::Budget`]).
+        level: usize,
+        relationship_level: usize,
     },
 }
 
@@ -193,6 +198,12 @@ pub struct OperationPlan {
     pub batches: Vec<RootBatch>,
     pub has_introspection: bool,
     pub has_variables: bool,
+    /// The deepest field level the plan reaches in this service (`{ a { b } }` is 2);
+    /// sub-selections sent to remote graphlettes are theirs to count, with the budget they
+    /// are sent (see [`crate::Budget`]).
+    pub depth: usize,
+    /// The most relationship fields along one path, in this service.
+    pub relationship_depth: usize,
 }
 
 /// Root fields answered together: `(root index, id)` pairs sharing query, `at` and selection.
@@ -286,6 +297,8 @@ pub fn plan(
         limits,
         planned: std::cell::Cell::new(0),
         relationships: std::cell::Cell::new(0),
+        deepest: std::cell::Cell::new(1),
+        deepest_relationship: std::cell::Cell::new(0),
     };
     let roots = planner.plan_roots(index, operation)?;
     let batches = batches(&roots, graphlette, operation, &document);
@@ -294,6 +307,7 @@ pub fn plan(
         .any(|r| matches!(r.kind, RootKind::Introspection));
     let has_variables = !operation.variables.is_empty();
     let operation_name = operation.name.as_ref().map(|n| n.to_string());
+    let (depth, relationship_depth) = (planner.deepest.get(), planner.deepest_relationship.get());
     Ok(OperationPlan {
         document,
         operation_name,
@@ -301,6 +315,8 @@ pub fn plan(
         batches,
         has_introspection,
         has_variables,
+        depth,
+        relationship_depth,
     })
 }
 
@@ -375,6 +391,10 @@ struct Planner<'a> {
     planned: std::cell::Cell<usize>,
     /// Relationship fields planned so far (see [`GraphqlLimits::max_relationships`]).
     relationships: std::cell::Cell<usize>,
+    /// The deepest field level planned so far ([`OperationPlan::depth`]).
+    deepest: std::cell::Cell<usize>,
+    /// The most relationship fields along one path so far.
+    deepest_relationship: std::cell::Cell<usize>,
 }
 
 /// Fields of a selection set grouped by response key (CollectFields), in order.
@@ -595,6 +615,7 @@ impl<'a> Planner<'a> {
                 self.limits.max_depth
             )));
         }
+        self.deepest.set(self.deepest.get().max(depth + 1));
         let mut collected = Vec::new();
         for (field, conds) in occurrences {
             self.collect(
@@ -635,6 +656,8 @@ impl<'a> Planner<'a> {
                         self.limits.max_relationship_depth
                     )));
                 }
+                self.deepest_relationship
+                    .set(self.deepest_relationship.get().max(relationship_depth + 1));
                 let target = match &r.target {
                     meshql_config::ResolverTarget::InProcess { graph_path } => {
                         let (t_index, target) = self
@@ -662,7 +685,7 @@ impl<'a> Planner<'a> {
                         }
                     }
                     meshql_config::ResolverTarget::Http { url } => {
-                        self.http_target(url, &r.query, &occ)
+                        self.http_target(url, &r.query, &occ, depth + 1, relationship_depth + 1)
                     }
                 };
                 resolvers.push(ResolverPlan {
@@ -742,6 +765,8 @@ impl<'a> Planner<'a> {
         url: &str,
         query_name: &str,
         occurrences: &[(&Node<Field>, Conditions)],
+        level: usize,
+        relationship_level: usize,
     ) -> TargetPlan {
         let mut selection = String::from("{");
         let mut fragment_names = BTreeSet::new();
@@ -776,6 +801,8 @@ impl<'a> Planner<'a> {
             selection,
             fragments,
             variables,
+            level,
+            relationship_level,
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::catalog::{Catalog, Graphlette};
 use crate::execute;
 use crate::fetch::{Fetchers, Http, InProcess};
 use crate::output::{request_errors, RequestError, TIMEOUT};
+use crate::plan::TOO_COMPLEX;
 use crate::plan::{self, OperationPlan, PlanError};
 use crate::request::{GraphqlRequest, RequestContext};
 use meshql_config::GraphqlLimits;
@@ -150,7 +151,28 @@ impl Registry {
                 return request_errors(&list);
             }
         };
-        let timeout = Duration::from_millis(self.limits.timeout_ms.get());
+        // a federated hop: what the calling service left of its depth bounds
+        let budget = ctx.budget;
+        if let Some(depth) = budget.depth.filter(|d| plan.depth > *d) {
+            return request_errors(&[RequestError::coded(
+                format!("the query is nested deeper than the {depth} levels the calling service left of its depth bound"),
+                TOO_COMPLEX,
+            )]);
+        }
+        if let Some(left) = budget
+            .relationships
+            .filter(|r| plan.relationship_depth > *r)
+        {
+            return request_errors(&[RequestError::coded(
+                format!("the query nests relationships deeper than the {left} levels the calling service left of its bound"),
+                TOO_COMPLEX,
+            )]);
+        }
+        let timeout_ms = budget.ms.map_or(self.limits.timeout_ms.get(), |ms| {
+            ms.min(self.limits.timeout_ms.get())
+        });
+        let timeout = Duration::from_millis(timeout_ms);
+        let deadline = tokio::time::Instant::now() + timeout;
         let run = execute::execute(
             &self.graphlettes,
             &self.fetchers,
@@ -159,15 +181,13 @@ impl Registry {
             request.variables.as_ref(),
             ctx,
             &self.limits,
+            deadline,
         );
         let run = run.instrument(tracing::debug_span!("graphql_execute"));
         match tokio::time::timeout(timeout, run).await {
             Ok(body) => body,
             Err(_) => request_errors(&[RequestError::coded(
-                format!(
-                    "the query did not finish within {} ms",
-                    self.limits.timeout_ms
-                ),
+                format!("the query did not finish within {timeout_ms} ms"),
                 TIMEOUT,
             )]),
         }

@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::Router;
 use meshql_core::AuthError;
 use meshql_engine::EntityService;
-use meshql_graphql::{GraphqlRequest, Registry, RequestContext};
+use meshql_graphql::{Budget, GraphqlRequest, Registry, RequestContext};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -80,6 +80,28 @@ impl GraphEndpoint {
         ))
     }
 
+    /// The request's context within the budget a calling meshql sent (a federated hop), or
+    /// the response refusing it.
+    fn context_within(&self, headers: &HeaderMap) -> Result<RequestContext, Box<Response>> {
+        let context = self
+            .context(headers)
+            .map_err(|e| Box::new(refused_request(&e)))?;
+        let Some(value) = headers.get(Budget::HEADER) else {
+            return Ok(context);
+        };
+        let budget = value
+            .to_str()
+            .map_err(|_| "not text".to_owned())
+            .and_then(Budget::parse)
+            .map_err(|e| {
+                Box::new(request_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("malformed {} header: {e}", Budget::HEADER),
+                ))
+            })?;
+        Ok(context.within(budget))
+    }
+
     async fn run(&self, request: GraphqlRequest, context: &RequestContext) -> Response {
         let body = self.registry.execute(self.index, &request, context).await;
         json(StatusCode::OK, body)
@@ -91,9 +113,9 @@ async fn post(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let context = match e.context(&headers) {
+    let context = match e.context_within(&headers) {
         Ok(c) => c,
-        Err(e) => return refused_request(&e),
+        Err(response) => return *response,
     };
     let bytes = match body {
         Ok(b) => b,
@@ -140,9 +162,9 @@ async fn get_query(
             "Must provide query string.".to_owned(),
         );
     };
-    let context = match e.context(&headers) {
+    let context = match e.context_within(&headers) {
         Ok(c) => c,
-        Err(e) => return refused_request(&e),
+        Err(response) => return *response,
     };
     let variables = match params.get("variables").filter(|v| !v.is_empty()) {
         None => None,

@@ -4,6 +4,7 @@
 
 use super::{Batch, Fetched, Fetcher};
 use crate::plan::TargetPlan;
+use crate::request::Budget;
 use crate::tree::{FieldError, Link, Step};
 use futures::future::BoxFuture;
 use meshql_core::{ErrorKind, Millis};
@@ -120,12 +121,22 @@ impl Http {
 impl Fetcher for Http {
     fn fetch<'a>(&'a self, batch: Batch<'a>) -> BoxFuture<'a, Fetched> {
         Box::pin(async move {
-            let chunks = futures::future::join_all(
-                batch
-                    .keys
-                    .chunks(CHUNK)
-                    .map(|keys| fetch_chunk(&self.client, Batch { keys, ..batch })),
-            )
+            // the requests run at once: they share what is left of the object budget
+            let requests = batch.keys.len().div_ceil(CHUNK).max(1);
+            let budget = Budget {
+                objects: batch.budget.objects.map(|o| o / requests),
+                ..batch.budget
+            };
+            let chunks = futures::future::join_all(batch.keys.chunks(CHUNK).map(|keys| {
+                fetch_chunk(
+                    &self.client,
+                    Batch {
+                        keys,
+                        budget,
+                        ..batch
+                    },
+                )
+            }))
             .await;
             Fetched::Links(chunks.into_iter().flatten().collect())
         })
@@ -140,6 +151,7 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
         at,
         ctx,
         variables: request_variables,
+        budget,
     } = batch;
     let TargetPlan::Http {
         url,
@@ -147,6 +159,7 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
         selection,
         fragments,
         variables,
+        ..
     } = &resolver.target
     else {
         unreachable!("the HTTP fetcher is only given HTTP targets");
@@ -165,6 +178,7 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
         .post(url)
         .header("content-type", "application/json")
         .header("accept", "application/json")
+        .header(Budget::HEADER, budget.to_header())
         .body(body.to_string());
     if let Some(auth) = &ctx.authorization {
         request = request.header("authorization", auth);

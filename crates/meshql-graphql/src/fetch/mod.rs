@@ -19,7 +19,7 @@ pub(crate) use http::Http;
 pub(crate) use local::{InProcess, RootRows};
 
 use crate::plan::{ResolverPlan, TargetPlan};
-use crate::request::RequestContext;
+use crate::request::{Budget, RequestContext};
 use crate::tree::{FieldError, Link};
 use futures::future::BoxFuture;
 use meshql_core::{KeyedRows, Millis};
@@ -35,6 +35,8 @@ pub(crate) struct Batch<'a> {
     pub ctx: &'a RequestContext,
     /// The request's coerced variables (a remote sub-selection may use some).
     pub variables: &'a Map<String, Value>,
+    /// What is left of the request's bounds, for a remote graphlette.
+    pub budget: Budget,
 }
 
 /// What a fetcher brings back for a [`Batch`].
