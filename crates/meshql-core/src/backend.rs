@@ -11,8 +11,15 @@ pub trait Database: Send + Sync + 'static {
     /// The backend's name, as storage blocks spell it (`sqlite`, `postgres`…).
     fn backend(&self) -> &'static str;
 
-    /// A store for one entity's table in this database.
+    /// A store for one entity's table in this database: the primary, which every write and
+    /// every read a write depends on goes to.
     fn store(self: Arc<Self>, table: &str) -> DynStore;
+
+    /// The same table on a read replica the storage block configures (PostgreSQL's
+    /// `read_url`), for the engine to serve the API's reads from; `None` without one.
+    fn replica(self: Arc<Self>, _table: &str) -> Option<crate::DynReader> {
+        None
+    }
 
     /// Flushes pending writes and releases connections, files and threads.
     async fn close(&self);

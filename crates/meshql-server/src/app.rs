@@ -133,6 +133,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // storage: one database per target (file, server), one store per entity
     let mut databases: HashMap<String, DynDatabase> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
+    // the entities whose storage has a read replica: the engine serves their reads there
+    let mut replicas: HashMap<String, meshql_core::DynReader> = HashMap::new();
     // targets found unreachable at start-up: their other entities skip the attempt (each
     // would wait out the driver's timeout again) and start deferred straight away
     let mut unreachable: HashMap<String, StoreError> = HashMap::new();
@@ -152,7 +154,10 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 db
             }
         };
-        let store = db.store(&entity.table);
+        let store = db.clone().store(&entity.table);
+        if let Some(replica) = db.replica(&entity.table) {
+            replicas.insert(entity.name.clone(), replica);
+        }
         let templates: Vec<_> = entity
             .graph
             .iter()
@@ -213,20 +218,19 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 .transpose()?,
             None => None,
         };
-        services.insert(
-            entity.name.clone(),
-            Arc::new(
-                EntityService::new(
-                    &entity.name,
-                    store_of(&entity.name),
-                    validator,
-                    entity.tokens.clone(),
-                    authorizer.clone(),
-                )
-                .with_policy(policy.clone())
-                .with_acknowledged(acknowledged.clone()),
-            ),
-        );
+        let mut service = EntityService::new(
+            &entity.name,
+            store_of(&entity.name),
+            validator,
+            entity.tokens.clone(),
+            authorizer.clone(),
+        )
+        .with_policy(policy.clone())
+        .with_acknowledged(acknowledged.clone());
+        if let Some(replica) = replicas.remove(&entity.name) {
+            service = service.with_reader(replica);
+        }
+        services.insert(entity.name.clone(), Arc::new(service));
     }
 
     // graphlettes

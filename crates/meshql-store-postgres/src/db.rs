@@ -120,6 +120,11 @@ impl PostgresDatabase {
         }))
     }
 
+    /// Whether reads may go to a replica of their own (`read_url`).
+    pub fn has_replica(&self) -> bool {
+        self.read_pool_of_its_own
+    }
+
     pub async fn ping(&self) -> Result<(), StoreError> {
         for pool in [&self.write, &self.read] {
             let client = pool.get().await.map_err(pool_error)?;
@@ -213,6 +218,9 @@ impl meshql_core::Database for PostgresDatabase {
     }
     fn store(self: Arc<Self>, table: &str) -> meshql_core::DynStore {
         Arc::new(crate::PostgresStore::new(self, table))
+    }
+    fn replica(self: Arc<Self>, table: &str) -> Option<meshql_core::DynReader> {
+        crate::PostgresStore::replica(self, table).map(|s| Arc::new(s) as meshql_core::DynReader)
     }
     async fn close(&self) {
         PostgresDatabase::close(self);

@@ -19,7 +19,10 @@
 //! round trips; other writes pipeline their lock with the read of the latest version, and
 //! the flag update with the `INSERT` (`pipeline.rs`; docs/BENCHMARKS.md, "PostgreSQL writes:
 //! fewer round trips").
-//! Reads use a separate pool when a read URL (a replica) is configured. Every statement is
+//! With a read URL (a replica), the database has a second pool and each table a second,
+//! read-only store on it ([`PostgresStore::replica`], [`meshql_core::Database::replica`]) that
+//! the engine serves the API's reads from; the table's own store reads the primary only, so
+//! what a write depends on is never read from a replica that lags. Every statement is
 //! prepared once per connection; templates filter on `payload->>'field'`, for which
 //! expression indexes are created.
 //!

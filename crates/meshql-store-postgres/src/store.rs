@@ -30,6 +30,10 @@ const BACKEND: &str = "postgres";
 /// One entity's table.
 pub struct PostgresStore {
     db: Arc<PostgresDatabase>,
+    /// Reads go to the replica's pool (`read_url`): a store made by [`Self::replica`], which
+    /// the engine only ever reads through. Otherwise every read goes to the primary, so that
+    /// a write path never reads a replica's stale version.
+    on_replica: bool,
     table: String,
     sql: TableSql,
     compiled: Memo<(u64, Shape), Compiled>,
@@ -242,8 +246,19 @@ impl PostgresStore {
     pub const NESTED_STATEMENTS: usize = 256;
 
     pub fn new(db: Arc<PostgresDatabase>, table: &str) -> Self {
+        Self::with_reads(db, table, false)
+    }
+
+    /// The table as the database's replica serves it (`read_url`), for reads only; `None`
+    /// without a replica.
+    pub fn replica(db: Arc<PostgresDatabase>, table: &str) -> Option<Self> {
+        db.has_replica().then(|| Self::with_reads(db, table, true))
+    }
+
+    fn with_reads(db: Arc<PostgresDatabase>, table: &str, on_replica: bool) -> Self {
         Self {
             db,
+            on_replica,
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: Memo::default(),
@@ -281,13 +296,21 @@ impl PostgresStore {
             key,
             || sql::nested_search(&self.table, template, shape, levels),
             |evicted| {
-                self.db
-                    .read
+                self.read_pool()
                     .manager()
                     .statement_caches
                     .remove(&evicted.sql, &[])
             },
         )
+    }
+
+    /// The pool this store reads from: the replica's or the primary's.
+    fn read_pool(&self) -> &deadpool_postgres::Pool {
+        if self.on_replica {
+            &self.db.read
+        } else {
+            &self.db.write
+        }
     }
 
     /// Nested statements cached ([`Self::NESTED_STATEMENTS`] at most), for tests.
@@ -300,7 +323,7 @@ impl PostgresStore {
     /// a pool of one connection, of that connection).
     #[doc(hidden)]
     pub async fn statements_prepared_on_a_read_connection(&self) -> Result<usize, StoreError> {
-        let client = self.db.read.get().await.map_err(pool_error)?;
+        let client = self.read_pool().get().await.map_err(pool_error)?;
         Ok(client.statement_cache.size())
     }
 
@@ -514,7 +537,7 @@ impl PostgresStore {
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Envelope>, StoreError> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
+        let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, sql_text).await?;
         let rows = client.query(&stmt, params).await.map_err(pg_error)?;
         Ok(rows.iter().map(envelope).collect())
@@ -651,7 +674,7 @@ impl StoreReader for PostgresStore {
         let params = Self::bind(&compiled, args, at, &tokens, limit, None);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
+        let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
         Ok(rows
@@ -691,7 +714,7 @@ impl StoreReader for PostgresStore {
         let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, None, Some(keys));
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
+        let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
         Ok(rows
@@ -741,7 +764,7 @@ impl StoreReader for PostgresStore {
         let params = Self::bind(&compiled, args, at, &tokens, limit, None);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.reads.fetch_add(1, Ordering::Relaxed);
-        let client = self.db.read.get().await.map_err(pool_error)?;
+        let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
         if compiled.evicted() {
             // evicted while this request prepared it: the removal from the statement caches
