@@ -195,6 +195,7 @@ pub fn load_with_env(
         }
     })?;
     Resolver {
+        own: None,
         file: file.clone(),
         base: file
             .parent()
@@ -222,6 +223,9 @@ fn toml_key_path(e: &toml::de::Error) -> String {
 }
 
 struct Resolver {
+    /// This service's host and port: a `url` resolver pointing there is checked like an
+    /// in-process one.
+    own: Option<(String, u16)>,
     file: PathBuf,
     base: PathBuf,
     text: String,
@@ -279,6 +283,7 @@ impl Resolver {
     }
 
     fn resolve(mut self, model: ServiceConfig) -> Result<ResolvedConfig, ConfigErrors> {
+        self.own = Some((model.host.clone(), model.port));
         let data_dir = self.path_of(&model.data_dir);
         if data_dir.exists() && !data_dir.is_dir() {
             let line = self
@@ -814,6 +819,115 @@ impl Resolver {
         }
     }
 
+    /// Checks a resolver whose target is a graphlette of this config (`graph`, or a `url` that
+    /// points at this service): the path is a graphlette, `r.query` one of its bound root
+    /// queries, with an `id` argument and no other placeholder. Errors name `at` and
+    /// `error_field` and end with `note`.
+    #[allow(clippy::too_many_arguments)]
+    fn check_local_target(
+        &mut self,
+        r: &crate::model::ResolverConfig,
+        at: &Spanned<String>,
+        path: &str,
+        entities: &[ResolvedEntity],
+        error_field: &str,
+        field: &str,
+        note: &str,
+    ) -> bool {
+        let error_field = error_field.to_owned();
+        let Some(target) = entities
+            .iter()
+            .find(|e| e.graph.as_ref().map(|g| g.path.as_str()) == Some(path))
+        else {
+            let known: Vec<String> = entities
+                .iter()
+                .filter_map(|e| e.graph.as_ref().map(|g| g.path.clone()))
+                .collect();
+            self.error(
+                Some(at),
+                error_field.clone(),
+                format!(
+                    "no graphlette at `{}` in this service (known: {}){note}",
+                    path,
+                    list(&known)
+                ),
+            );
+            return false;
+        };
+        let tg = target.graph.as_ref().expect("found by graph path");
+        match tg.queries.iter().find(|q| q.name == *r.query.get_ref()) {
+            None => {
+                let known: Vec<String> = tg.queries.iter().map(|q| q.name.clone()).collect();
+                self.error(
+                    Some(&r.query),
+                    format!("{field}.query"),
+                    format!(
+                        "`{}` is not a bound query of `{}` (bound: {}){note}",
+                        r.query.get_ref(),
+                        tg.path,
+                        list(&known)
+                    ),
+                );
+                return false;
+            }
+            Some(q) => {
+                let has_id = root_field(&tg.schema, r.query.get_ref())
+                    .map(|d| d.arguments.iter().any(|a| a.name == "id"))
+                    .unwrap_or(false);
+                if !has_id {
+                    self.error(Some(&r.query), format!("{field}.query"), format!("target query `{}` of `{}` has no `id` argument; resolvers call it as `{}(id: <key>, at: <time>)`{note}", r.query.get_ref(), tg.path, r.query.get_ref()));
+                    return false;
+                }
+                let target_args: HashSet<&str> = root_field(&tg.schema, r.query.get_ref())
+                    .map(|d| d.arguments.iter().map(|a| a.name.as_str()).collect())
+                    .unwrap_or_default();
+                let extra: Vec<String> = q
+                    .template
+                    .placeholders()
+                    .into_iter()
+                    .filter(|p| p != "id" && target_args.contains(p.as_str()))
+                    .collect();
+                if !extra.is_empty() {
+                    self.error(
+                                Some(&r.query),
+                                format!("{field}.query"),
+                                format!(
+                                    "target query `{}` of `{}` uses {}; a resolver passes only `id` (and `at`), so those would match nothing{note}",
+                                    r.query.get_ref(),
+                                    tg.path,
+                                    extra.iter().map(|p| format!("{{{{{p}}}}}")).collect::<Vec<_>>().join(", ")
+                                ),
+                            );
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The graphlette path of `url` when it points at this service: a loopback or this
+    /// service's own host, on this service's port.
+    fn own_path(&self, url: &str) -> Option<String> {
+        let (scheme, rest) = url.split_once("://")?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let authority = authority.rsplit('@').next().unwrap_or(authority);
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+                (h, p.parse::<u16>().ok()?)
+            }
+            _ => (authority, if scheme == "https" { 443 } else { 80 }),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let (own_host, own_port) = self.own.as_ref()?;
+        let local = ["localhost", "127.0.0.1", "::1", "0.0.0.0"].contains(&host)
+            || host.eq_ignore_ascii_case(own_host);
+        let path = path.split(['?', '#']).next().unwrap_or(path);
+        (local && port == *own_port).then(|| path.to_owned())
+    }
+
     fn resolve_resolver(
         &mut self,
         r: &crate::model::ResolverConfig,
@@ -846,72 +960,16 @@ impl Resolver {
         self.check_resolver_key(r, owner, field);
         let target = match (&r.graph, &r.url) {
             (Some(path), None) => {
-                let Some(target) = entities.iter().find(|e| {
-                    e.graph.as_ref().map(|g| g.path.as_str()) == Some(path.get_ref().as_str())
-                }) else {
-                    let known: Vec<String> = entities
-                        .iter()
-                        .filter_map(|e| e.graph.as_ref().map(|g| g.path.clone()))
-                        .collect();
-                    self.error(
-                        Some(path),
-                        format!("{field}.graph"),
-                        format!(
-                            "no graphlette at `{}` in this service (known: {})",
-                            path.get_ref(),
-                            list(&known)
-                        ),
-                    );
+                if !self.check_local_target(
+                    r,
+                    path,
+                    path.get_ref(),
+                    entities,
+                    &format!("{field}.graph"),
+                    field,
+                    "",
+                ) {
                     return None;
-                };
-                let tg = target.graph.as_ref().expect("found by graph path");
-                match tg.queries.iter().find(|q| q.name == *r.query.get_ref()) {
-                    None => {
-                        let known: Vec<String> =
-                            tg.queries.iter().map(|q| q.name.clone()).collect();
-                        self.error(
-                            Some(&r.query),
-                            format!("{field}.query"),
-                            format!(
-                                "`{}` is not a bound query of `{}` (bound: {})",
-                                r.query.get_ref(),
-                                tg.path,
-                                list(&known)
-                            ),
-                        );
-                        return None;
-                    }
-                    Some(q) => {
-                        let has_id = root_field(&tg.schema, r.query.get_ref())
-                            .map(|d| d.arguments.iter().any(|a| a.name == "id"))
-                            .unwrap_or(false);
-                        if !has_id {
-                            self.error(Some(&r.query), format!("{field}.query"), format!("target query `{}` of `{}` has no `id` argument; resolvers call it as `{}(id: <key>, at: <time>)`", r.query.get_ref(), tg.path, r.query.get_ref()));
-                            return None;
-                        }
-                        let target_args: HashSet<&str> = root_field(&tg.schema, r.query.get_ref())
-                            .map(|d| d.arguments.iter().map(|a| a.name.as_str()).collect())
-                            .unwrap_or_default();
-                        let extra: Vec<String> = q
-                            .template
-                            .placeholders()
-                            .into_iter()
-                            .filter(|p| p != "id" && target_args.contains(p.as_str()))
-                            .collect();
-                        if !extra.is_empty() {
-                            self.error(
-                                Some(&r.query),
-                                format!("{field}.query"),
-                                format!(
-                                    "target query `{}` of `{}` uses {}; a resolver passes only `id` (and `at`), so those would match nothing",
-                                    r.query.get_ref(),
-                                    tg.path,
-                                    extra.iter().map(|p| format!("{{{{{p}}}}}")).collect::<Vec<_>>().join(", ")
-                                ),
-                            );
-                            return None;
-                        }
-                    }
                 }
                 ResolverTarget::InProcess {
                     graph_path: path.get_ref().clone(),
@@ -926,6 +984,20 @@ impl Resolver {
                         format!("`{u}` is not an http(s) URL"),
                     );
                     return None;
+                }
+                if let Some(path) = self.own_path(u) {
+                    let note = format!(" (`{u}` is this service)");
+                    if !self.check_local_target(
+                        r,
+                        url,
+                        &path,
+                        entities,
+                        &format!("{field}.url"),
+                        field,
+                        &note,
+                    ) {
+                        return None;
+                    }
                 }
                 ResolverTarget::Http { url: u.clone() }
             }

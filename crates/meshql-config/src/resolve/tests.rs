@@ -214,6 +214,46 @@ fn resolver_targets_are_checked() {
     assert!(e.message.contains("cousins"), "{e}");
 }
 
+/// A `url` resolver that points at this same service (a loopback or its host, on its port)
+/// is checked like an in-process one: a missing graphlette or root query would fail every
+/// request at run time (issue 22). One that points elsewhere is the other service's business.
+#[test]
+fn url_resolvers_to_this_service_are_checked_like_in_process_ones() {
+    let f = Fixture::new();
+    // the service's port first (top-level keys come before the tables)
+    let to_self = |url: &str, query: &str| {
+        let body = GOOD
+            .replace("graph = \"/thing/graph\"", &format!("url = \"{url}\""))
+            .replace(
+                "query = \"getById\"\nurl",
+                &format!("query = \"{query}\"\nurl"),
+            );
+        format!("port = 4100{body}")
+    };
+    let ok = f.load(&(to_self("http://localhost:4100/thing/graph", "getById")));
+    assert!(ok.is_ok(), "{ok:?}");
+    let e = one_error(f.load(&(to_self("http://127.0.0.1:4100/thing/graph", "getNothing"))));
+    assert!(
+        e.message.contains("`getNothing` is not a bound query"),
+        "{e}"
+    );
+    assert!(e.message.contains("is this service"), "{e}");
+    assert!(e.field.ends_with(".query"), "{e}");
+    assert_eq!(e.line, Some(17), "{e}");
+    let e = one_error(f.load(&(to_self("http://0.0.0.0:4100/nope/graph", "getById"))));
+    assert!(e.message.contains("no graphlette at `/nope/graph`"), "{e}");
+    assert!(e.field.ends_with(".url"), "{e}");
+    assert_eq!(e.line, Some(18), "{e}");
+    // another port, another host: not this service, not checked here
+    for elsewhere in [
+        "http://localhost:4101/nope/graph",
+        "http://other:4100/nope/graph",
+    ] {
+        let r = f.load(&(to_self(elsewhere, "getNothing")));
+        assert!(r.is_ok(), "{elsewhere}: {r:?}");
+    }
+}
+
 #[test]
 fn resolver_target_query_needs_an_id_argument() {
     let f = Fixture::new();
