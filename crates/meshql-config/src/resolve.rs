@@ -487,6 +487,7 @@ impl Resolver {
                         None
                     }
                 };
+                self.check_subscriptions(&schema, &sdl_file, &queries, &format!("{field}.graphql.schema"));
                 let mut seen_q = HashSet::new();
                 for q in &queries {
                     if !seen_q.insert(q.name.clone()) {
@@ -693,6 +694,55 @@ impl Resolver {
                 apollo_compiler::diagnostic::ToCliReport::location(d.error),
             );
             self.error_in(file, line, field.to_owned(), d.error.to_string());
+        }
+    }
+
+    /// Every field of the SDL's `Subscription` type subscribes to the bound root query of the
+    /// same name (its events are the changes that query's template matches): one without
+    /// such a query, or with arguments the query does not take, could never be answered.
+    fn check_subscriptions(
+        &mut self,
+        schema: &Valid<Schema>,
+        sdl_file: &Path,
+        queries: &[ResolvedQuery],
+        field: &str,
+    ) {
+        let Some(root) = schema.schema_definition.subscription.as_ref() else {
+            return;
+        };
+        let Some(object) = schema.get_object(root.name.as_str()) else {
+            return;
+        };
+        for (name, def) in &object.fields {
+            let line = sdl_line(&schema.sources, def.location());
+            let Some(query) = queries.iter().find(|q| q.name == name.as_str()) else {
+                self.error_in(
+                    sdl_file,
+                    line,
+                    format!("{field}: Subscription.{name}"),
+                    format!(
+                        "subscription `{name}` names no bound root query (bound: {}); a subscription field follows the root query of the same name",
+                        list(&queries.iter().map(|q| q.name.clone()).collect::<Vec<_>>())
+                    ),
+                );
+                continue;
+            };
+            let query_args: HashSet<&str> = root_field(schema, &query.name)
+                .map(|d| d.arguments.iter().map(|a| a.name.as_str()).collect())
+                .unwrap_or_default();
+            for arg in &def.arguments {
+                if !query_args.contains(arg.name.as_str()) {
+                    self.error_in(
+                        sdl_file,
+                        line,
+                        format!("{field}: Subscription.{name}({})", arg.name),
+                        format!(
+                            "argument `{}` of subscription `{name}` is not an argument of the root query `{name}`",
+                            arg.name
+                        ),
+                    );
+                }
+            }
         }
     }
 

@@ -21,7 +21,7 @@ pub mod template;
 pub mod time;
 
 pub use access::{Action, Actions, AllowAll, Forbidden, Grant, Grants, Mask, Policy, Principal};
-pub use auth::{AuthError, Authorizer, Caller, Credentials, NoAuth};
+pub use auth::{is_visible, AuthError, Authorizer, Caller, Credentials, NoAuth};
 pub use backend::{
     parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, SettingError,
     StorageBackend, StorageTarget,

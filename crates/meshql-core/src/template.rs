@@ -788,6 +788,11 @@ impl QueryTemplate {
         matches!(self.kind, TemplateKind::Query(_))
     }
 
+    /// Whether this is a raw SQL template (which [`Self::matches`] cannot evaluate).
+    pub fn is_sql(&self) -> bool {
+        matches!(self.kind, TemplateKind::Sql(_))
+    }
+
     /// Evaluates a filter template against one document (used by in-memory evaluation and
     /// by backends without a query language). SQL templates cannot be evaluated here.
     pub fn matches(&self, args: &BoundArgs, id: &str, payload: &Map<String, Value>) -> bool {

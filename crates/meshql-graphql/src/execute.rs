@@ -54,20 +54,7 @@ pub(crate) async fn execute(
         Ok(v) => v,
         Err(message) => return request_errors(&[RequestError::new(message)]),
     };
-    let exec = Exec {
-        graphlettes,
-        fetchers,
-        ctx,
-        variables,
-        fetched: AtomicUsize::new(0),
-        max_objects: Budget::lower(limits.max_objects.get(), ctx.budget.objects),
-        max_depth: Budget::lower(limits.max_depth.get(), ctx.budget.depth),
-        max_relationship_depth: Budget::lower(
-            limits.max_relationship_depth.get(),
-            ctx.budget.relationships,
-        ),
-        deadline,
-    };
+    let exec = Exec::new(graphlettes, fetchers, ctx, variables, limits, deadline);
     let introspection = if plan.has_introspection {
         match introspect(graphlette, plan, &exec.variables) {
             Ok(data) => Some(data),
@@ -96,7 +83,7 @@ pub(crate) async fn execute(
     writer.finish()
 }
 
-fn coerce_variables(
+pub(crate) fn coerce_variables(
     graphlette: &Graphlette,
     plan: &OperationPlan,
     given: Option<&Value>,
@@ -188,7 +175,93 @@ fn nested_count(rows: &[NestedRow]) -> usize {
         .sum()
 }
 
+/// A subscription's event: the plan's root query field answered with `node` (the changed
+/// document, or `None`: nothing, as for a delete), its relationships resolved as of `at`;
+/// other root fields (`__typename`) as for a query. The response body.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn execute_event(
+    graphlettes: &[Graphlette],
+    fetchers: &Fetchers,
+    plan: &OperationPlan,
+    variables: &Map<String, Value>,
+    ctx: &RequestContext,
+    limits: &GraphqlLimits,
+    deadline: tokio::time::Instant,
+    node: Option<Node>,
+    at: Millis,
+) -> Vec<u8> {
+    let exec = Exec::new(
+        graphlettes,
+        fetchers,
+        ctx,
+        variables.clone(),
+        limits,
+        deadline,
+    );
+    let mut results: Vec<Option<RootResult>> = plan
+        .roots
+        .iter()
+        .map(|r| plan::included(&r.include, &exec.variables).then(|| RootResult::Nodes(Vec::new())))
+        .collect();
+    if let Some((i, selection)) = plan
+        .roots
+        .iter()
+        .enumerate()
+        .find_map(|(i, r)| match &r.kind {
+            RootKind::Query { selection, .. } => Some((i, selection)),
+            _ => None,
+        })
+    {
+        let mut nodes: Vec<Node> = node.into_iter().collect();
+        exec.admit(nodes.len());
+        exec.resolve_links(selection, &mut nodes, Some(at)).await;
+        if results[i].is_some() {
+            results[i] = Some(RootResult::Nodes(nodes));
+        }
+    }
+    if exec.over() {
+        return request_errors(&[RequestError::coded(
+            format!(
+                "the event matches more than {} documents (graphql.max_objects); select less",
+                exec.max_objects
+            ),
+            TOO_LARGE,
+        )]);
+    }
+    let mut writer = Writer::new(
+        &exec.variables,
+        exec.max_objects,
+        limits.max_response_bytes.get(),
+    );
+    writer.write_response(plan, results, None);
+    writer.finish()
+}
+
 impl<'a> Exec<'a> {
+    fn new(
+        graphlettes: &'a [Graphlette],
+        fetchers: &'a Fetchers,
+        ctx: &'a RequestContext,
+        variables: Map<String, Value>,
+        limits: &GraphqlLimits,
+        deadline: tokio::time::Instant,
+    ) -> Self {
+        Exec {
+            graphlettes,
+            fetchers,
+            ctx,
+            variables,
+            fetched: AtomicUsize::new(0),
+            max_objects: Budget::lower(limits.max_objects.get(), ctx.budget.objects),
+            max_depth: Budget::lower(limits.max_depth.get(), ctx.budget.depth),
+            max_relationship_depth: Budget::lower(
+                limits.max_relationship_depth.get(),
+                ctx.budget.relationships,
+            ),
+            deadline,
+        }
+    }
+
     /// What a root field reads as of: its `at`, or the request's snapshot — and with it
     /// every level below (and remote services, which receive it as `at`), as MeshQL, whose
     /// resolvers pass the root's time on.

@@ -39,8 +39,10 @@ pub mod output;
 pub mod plan;
 mod registry;
 mod request;
+mod subscribe;
 mod tree;
 
 pub use catalog::{Catalog, Graphlette, GraphletteQuery};
 pub use registry::{Registry, RegistryError};
 pub use request::{Budget, GraphqlRequest, RequestContext};
+pub use subscribe::{ChangeEvent, Subscribed, Subscription};

@@ -198,6 +198,9 @@ pub struct OperationPlan {
     pub batches: Vec<RootBatch>,
     pub has_introspection: bool,
     pub has_variables: bool,
+    /// A subscription operation (its one root field names a bound root query; see
+    /// [`crate::Subscription`]).
+    pub subscription: bool,
     /// The deepest field level the plan reaches in this service (`{ a { b } }` is 2);
     /// sub-selections sent to remote graphlettes are theirs to count, with the budget they
     /// are sent (see [`crate::Budget`]).
@@ -284,12 +287,13 @@ pub fn plan(
             None => "Must provide operation name if query contains multiple operations.".to_owned(),
         })]
     })?;
-    if operation.operation_type != OperationType::Query {
+    if operation.operation_type == OperationType::Mutation {
         return Err(vec![PlanError::new(format!(
             "{} operations are not supported: meshql graphlettes are read-only (write through REST)",
             operation.operation_type
         ))]);
     }
+    let subscription = operation.operation_type == OperationType::Subscription;
     let planner = Planner {
         catalog,
         schema,
@@ -315,6 +319,7 @@ pub fn plan(
         batches,
         has_introspection,
         has_variables,
+        subscription,
         depth,
         relationship_depth,
     })

@@ -124,6 +124,32 @@ impl Registry {
         planned
     }
 
+    pub(crate) fn fetchers(&self) -> &Fetchers {
+        &self.fetchers
+    }
+
+    /// The plan of `query`, or the body of its errors.
+    pub(crate) fn planned(
+        &self,
+        index: usize,
+        query: &str,
+        operation: Option<&str>,
+    ) -> Result<Arc<OperationPlan>, Vec<u8>> {
+        let planned =
+            tracing::debug_span!("graphql_plan").in_scope(|| self.plan(index, query, operation));
+        planned.map_err(|errors| {
+            let list: Vec<_> = errors
+                .iter()
+                .map(|e| RequestError {
+                    message: e.message.clone(),
+                    locations: e.locations.clone(),
+                    code: e.code,
+                })
+                .collect();
+            request_errors(&list)
+        })
+    }
+
     /// Executes a request against the graphlette at `index`; returns the response body
     /// (always a GraphQL response: errors are inside it).
     pub async fn execute(
@@ -135,22 +161,15 @@ impl Registry {
         let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
             return request_errors(&[RequestError::new("Must provide query string.")]);
         };
-        let planned = tracing::debug_span!("graphql_plan")
-            .in_scope(|| self.plan(index, query, request.operation_name.as_deref()));
-        let plan = match planned {
+        let plan = match self.planned(index, query, request.operation_name.as_deref()) {
             Ok(p) => p,
-            Err(errors) => {
-                let list: Vec<_> = errors
-                    .iter()
-                    .map(|e| RequestError {
-                        message: e.message.clone(),
-                        locations: e.locations.clone(),
-                        code: e.code,
-                    })
-                    .collect();
-                return request_errors(&list);
-            }
+            Err(body) => return body,
         };
+        if plan.subscription {
+            return request_errors(&[RequestError::new(
+                "a subscription needs a subscription transport: a WebSocket (graphql-transport-ws) or an event stream (POST with `Accept: text/event-stream`, graphql-sse)",
+            )]);
+        }
         // a federated hop: what the calling service left of its depth bounds
         let budget = ctx.budget;
         if let Some(depth) = budget.depth.filter(|d| plan.depth > *d) {

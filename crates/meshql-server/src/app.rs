@@ -253,6 +253,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         .with_limits(config.graphql),
     );
 
+    // subscriptions: the hub starts once the change log is open (below)
+    let subscriptions = Arc::new(std::sync::OnceLock::new());
     let mut router = Router::new();
     for entity in &config.entities {
         if let Some(rest) = &entity.rest {
@@ -286,6 +288,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                     crate::console::example_query(entity).as_deref(),
                 )),
                 body_limit: config.body_limit_bytes,
+                subscriptions: subscriptions.clone(),
             });
             router = router.merge(graphql_routes::router(&g.path, endpoint));
         }
@@ -302,18 +305,23 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             },
         )?;
         let endpoint = Arc::new(ChangesEndpoint::new(
-            log,
+            log.clone(),
             config
                 .entities
                 .iter()
                 .map(|e| services[&e.name].clone())
                 .collect(),
-            closing_rx,
+            closing_rx.clone(),
         ));
         router = router.route(
             "/_changes",
             get(changes_routes::changes).with_state(endpoint),
         );
+        let _ = subscriptions.set(crate::subscriptions::Subscriptions::start(
+            log.clone(),
+            registry.clone(),
+            closing_rx.clone(),
+        ));
         Some(Arc::new(hub))
     } else {
         router = router.route("/_changes", get(changes_routes::disabled));
@@ -347,6 +355,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         relays: relays.clone(),
         processors: processors.clone(),
         requests: requests.clone(),
+        subscriptions: subscriptions.clone(),
     });
     let ops_router = Router::new()
         .route("/health", get(ops::health))

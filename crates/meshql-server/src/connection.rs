@@ -111,6 +111,9 @@ pub(crate) struct ConnState {
     pub(crate) cut: AtomicBool,
     /// The server is shutting down: a read with no request in progress sees end-of-stream.
     pub(crate) closing: AtomicBool,
+    /// The connection switched protocols (a WebSocket): it is no longer HTTP, so neither the
+    /// header nor the idle timeout applies (the write timeout still does).
+    upgraded: AtomicBool,
     /// The connection's task, woken when the server starts shutting down.
     pub(crate) waker: AtomicWaker,
 }
@@ -125,6 +128,7 @@ impl ConnState {
             body_timed_out: AtomicBool::new(false),
             cut: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            upgraded: AtomicBool::new(false),
             waker: AtomicWaker::new(),
         }
     }
@@ -217,7 +221,7 @@ impl Watched {
     }
 
     fn sync_phase(&mut self) {
-        if self.state.in_flight.load(Relaxed) > 0 {
+        if self.state.in_flight.load(Relaxed) > 0 || self.state.upgraded.load(Relaxed) {
             self.phase = Phase::Busy;
             return;
         }
@@ -439,6 +443,9 @@ impl Future for ResponseFuture {
         let this = self.project();
         let Ok(response) = ready!(this.inner.poll(cx));
         let guard = this.guard.take().expect("polled after completion");
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            guard.state.upgraded.store(true, Relaxed);
+        }
         let response = if guard.state.body_timed_out.load(Relaxed) {
             body_timeout_response(response, *this.body_timeout)
         } else {

@@ -4,8 +4,10 @@
 //! it is a 401 with `WWW-Authenticate` (as on REST) and a GraphQL error body whose
 //! `extensions.code` is `UNAUTHENTICATED`, before anything is parsed or executed.
 
+use crate::subscriptions::Subscriptions;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::ws::{rejection::WebSocketUpgradeRejection, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -24,6 +26,22 @@ pub struct GraphEndpoint {
     pub service: Arc<EntityService>,
     pub page: Bytes,
     pub body_limit: usize,
+    /// The server's subscriptions (set once the change log is open; absent when the change
+    /// feed is disabled).
+    pub subscriptions: Arc<std::sync::OnceLock<Arc<Subscriptions>>>,
+}
+
+/// A 200 JSON response with `body`.
+pub(crate) fn json_ok(body: Vec<u8>) -> Response {
+    json(StatusCode::OK, body)
+}
+
+/// Whether the client asks for an event stream (graphql-sse).
+fn wants_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"))
 }
 
 fn json(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
@@ -72,6 +90,14 @@ impl GraphEndpoint {
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
+        self.context_for(authorization)
+    }
+
+    /// The context of a caller presenting `authorization`.
+    pub(crate) fn context_for(
+        &self,
+        authorization: Option<String>,
+    ) -> Result<RequestContext, AuthError> {
         let access = self.service.access(authorization.as_deref())?;
         Ok(RequestContext::new(
             access,
@@ -106,6 +132,29 @@ impl GraphEndpoint {
         let body = self.registry.execute(self.index, &request, context).await;
         json(StatusCode::OK, body)
     }
+
+    /// A request over graphql-sse: a subscription's events, or a query's answer, as an event
+    /// stream.
+    async fn stream(
+        self: Arc<Self>,
+        request: GraphqlRequest,
+        context: RequestContext,
+        headers: &HeaderMap,
+        extensions: Option<serde_json::Value>,
+    ) -> Response {
+        let Some(hub) = self.subscriptions.get().cloned() else {
+            return request_error(
+                StatusCode::BAD_REQUEST,
+                "subscriptions need the change feed, which this service disables ([changes] enabled = false)".to_owned(),
+            );
+        };
+        let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+        let since = match crate::subscription_routes::since(last_event_id, extensions.as_ref()) {
+            Ok(s) => s,
+            Err(m) => return request_error(StatusCode::BAD_REQUEST, m),
+        };
+        crate::subscription_routes::sse(self, hub, request, context, since).await
+    }
 }
 
 async fn post(
@@ -136,6 +185,12 @@ async fn post(
             )
         }
     };
+    if wants_event_stream(&headers) {
+        let extensions = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|mut v| v.get_mut("extensions").map(serde_json::Value::take));
+        return e.stream(request, context, &headers, extensions).await;
+    }
     e.run(request, &context).await
 }
 
@@ -143,7 +198,21 @@ async fn get_query(
     State(e): State<Arc<GraphEndpoint>>,
     Query(params): Query<HashMap<String, String>>,
     headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    if let Ok(upgrade) = upgrade {
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let hub = e.subscriptions.get().cloned();
+        return upgrade
+            .protocols(["graphql-transport-ws"])
+            .max_message_size(e.body_limit)
+            .on_upgrade(move |socket| {
+                crate::subscription_routes::websocket(socket, e, hub, authorization)
+            });
+    }
     let wants_html = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -183,6 +252,12 @@ async fn get_query(
         operation_name: params.get("operationName").cloned(),
         variables,
     };
+    if wants_event_stream(&headers) {
+        let extensions = params
+            .get("extensions")
+            .and_then(|t| serde_json::from_str(t).ok());
+        return e.stream(request, context, &headers, extensions).await;
+    }
     e.run(request, &context).await
 }
 

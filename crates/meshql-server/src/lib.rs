@@ -17,6 +17,8 @@ mod processors;
 mod relays;
 mod request_metrics;
 mod served;
+mod subscription_routes;
+mod subscriptions;
 pub mod tls;
 
 pub use app::{build, App, BuildError};

@@ -351,7 +351,7 @@ where
         state: state.clone(),
         body_timeout: shared.limits.body,
     };
-    let mut conn = pin!(shared.http1.serve_connection(io, service));
+    let mut conn = pin!(shared.http1.serve_connection(io, service).with_upgrades());
     let mut seen = SERVING;
     loop {
         let event = poll_fn(|cx| {

@@ -23,6 +23,8 @@ pub struct Ops {
     pub processors: Arc<meshql_process::Processors>,
     /// Latency per route, method and status.
     pub requests: Arc<crate::request_metrics::RequestMetrics>,
+    /// GraphQL subscriptions, when the change feed is on.
+    pub subscriptions: Arc<std::sync::OnceLock<Arc<crate::subscriptions::Subscriptions>>>,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
@@ -137,6 +139,9 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     }
     write_relay_metrics(&mut out, &ops.relays.stats());
     crate::processors::write_metrics(&mut out, &ops.processors.stats());
+    if let Some(subscriptions) = ops.subscriptions.get() {
+        subscriptions.write_metrics(&mut out);
+    }
     crate::connection::write_metrics(&mut out);
     ops.requests.write(&mut out);
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)

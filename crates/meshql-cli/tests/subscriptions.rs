@@ -1,0 +1,560 @@
+//! GraphQL subscriptions through the binary (issue 21 §4), on the farm example (whose hen SDL
+//! declares `Subscription { getById getByCoop }`) with its relationships in process:
+//! graphql-transport-ws over a real WebSocket and graphql-sse over an event stream; events
+//! follow the changes their root query matches, with the selection's relationships; resuming
+//! after a position; disconnects free the subscription; a subscriber that stops reading is
+//! dropped and counted; and the caller's grants decide, as for every read.
+
+mod common;
+
+use common::{bearer_with, Server};
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The farm example with in-process relationships, and `extra` appended to its config.
+fn farm(extra: &str) -> tempfile::TempDir {
+    let extra = extra.to_owned();
+    common::example_copy("farm", move |mut text| {
+        for graph in ["coop", "farm", "hen", "lay_report"] {
+            text = text.replace(
+                &format!("url = \"${{PLATFORM_URL:-http://localhost:3033}}/{graph}/graph\""),
+                &format!("graph = \"/{graph}/graph\""),
+            );
+        }
+        text + &extra
+    })
+}
+
+async fn connect(server: &Server, auth: Option<&str>) -> Socket {
+    let mut request = format!("ws://127.0.0.1:{}/hen/graph", server.port())
+        .into_client_request()
+        .unwrap();
+    request.headers_mut().insert(
+        "sec-websocket-protocol",
+        "graphql-transport-ws".parse().unwrap(),
+    );
+    let (mut socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
+    assert_eq!(
+        response.headers()["sec-websocket-protocol"],
+        "graphql-transport-ws"
+    );
+    let init = match auth {
+        Some(a) => json!({"type": "connection_init", "payload": {"Authorization": a}}),
+        None => json!({"type": "connection_init"}),
+    };
+    send(&mut socket, init).await;
+    assert_eq!(receive(&mut socket).await["type"], "connection_ack");
+    socket
+}
+
+async fn send(socket: &mut Socket, message: Value) {
+    socket
+        .send(Message::Text(message.to_string().into()))
+        .await
+        .unwrap();
+}
+
+/// The next JSON message (10 s at most).
+async fn receive(socket: &mut Socket) -> Value {
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("a message within 10 s")
+            .expect("the socket is open")
+            .unwrap();
+        if let Message::Text(text) = message {
+            return serde_json::from_str(text.as_str()).unwrap();
+        }
+    }
+}
+
+/// Whether no message arrives within `wait`.
+async fn silent(socket: &mut Socket, wait: Duration) -> bool {
+    tokio::time::timeout(wait, socket.next()).await.is_err()
+}
+
+/// `meshql_subscriptions` in `/metrics`.
+async fn open_subscriptions(server: &Server) -> u64 {
+    metric(server, "meshql_subscriptions").await
+}
+
+async fn metric(server: &Server, name: &str) -> u64 {
+    let text = server.client().get("/metrics").await.text;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}"))
+}
+
+/// Waits until `/metrics` counts `n` open subscriptions.
+async fn until_open(server: &Server, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open_subscriptions(server).await != n {
+        assert!(Instant::now() < deadline, "{n} subscriptions never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn post(server: &Server, path: &str, body: Value) -> String {
+    let r = server.client().post_json(path, &body).await;
+    r.expect_status(201);
+    r.json()["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_subscriptions_follow_the_changes_their_query_matches() {
+    let dir = farm("");
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let farm = post(&server, "/farm/api", json!({"name": "Emerdale"})).await;
+    let red = post(
+        &server,
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm}),
+    )
+    .await;
+    let blue = post(
+        &server,
+        "/coop/api",
+        json!({"name": "blue", "farm_id": farm}),
+    )
+    .await;
+
+    let mut ws = connect(&server, None).await;
+    send(&mut ws, json!({"type": "ping"})).await;
+    assert_eq!(receive(&mut ws).await["type"], "pong");
+    send(
+        &mut ws,
+        json!({"id": "reds", "type": "subscribe", "payload": {
+            "query": "subscription ($coop: ID) { getByCoop(id: $coop) { name eggs coop { name } } }",
+            "variables": {"coop": red},
+        }}),
+    )
+    .await;
+    until_open(&server, 1).await;
+
+    // a hen of another coop is no event for this subscription; one of the red coop is, with
+    // its relationship resolved
+    post(
+        &server,
+        "/hen/api",
+        json!({"name": "bluebell", "coop_id": blue, "eggs": 1}),
+    )
+    .await;
+    let hen = post(
+        &server,
+        "/hen/api",
+        json!({"name": "ruby", "coop_id": red, "eggs": 2}),
+    )
+    .await;
+    let event = receive(&mut ws).await;
+    assert_eq!(event["id"], "reds", "{event}");
+    assert_eq!(event["type"], "next", "{event}");
+    let payload = &event["payload"];
+    assert_eq!(
+        payload["data"]["getByCoop"],
+        json!([{"name": "ruby", "eggs": 2, "coop": {"name": "red"}}]),
+        "{event}"
+    );
+    assert_eq!(payload["extensions"]["change"]["op"], "create");
+    assert_eq!(payload["extensions"]["change"]["id"], json!(hen));
+    assert!(
+        payload["extensions"]["change"]["position"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+
+    // an update and a delete of the hen are events too; a delete answers nothing
+    server
+        .client()
+        .put_json(
+            &format!("/hen/api/{hen}"),
+            &json!({"name": "ruby", "coop_id": red, "eggs": 5}),
+        )
+        .await
+        .expect_status(200);
+    let event = receive(&mut ws).await;
+    assert_eq!(
+        event["payload"]["data"]["getByCoop"][0]["eggs"], 5,
+        "{event}"
+    );
+    assert_eq!(event["payload"]["extensions"]["change"]["op"], "update");
+    server
+        .client()
+        .delete(&format!("/hen/api/{hen}"))
+        .await
+        .expect_status(200);
+    let event = receive(&mut ws).await;
+    assert_eq!(event["payload"]["data"]["getByCoop"], json!([]), "{event}");
+    assert_eq!(event["payload"]["extensions"]["change"]["op"], "delete");
+
+    // complete ends it: nothing more arrives, and the subscription is freed
+    send(&mut ws, json!({"id": "reds", "type": "complete"})).await;
+    until_open(&server, 0).await;
+    post(&server, "/hen/api", json!({"name": "late", "coop_id": red})).await;
+    assert!(silent(&mut ws, Duration::from_millis(300)).await);
+
+    // a query over the socket is answered once, then complete
+    send(
+        &mut ws,
+        json!({"id": "q", "type": "subscribe", "payload": {
+            "query": format!(r#"{{ getByCoop(id: "{red}") {{ name }} }}"#)
+        }}),
+    )
+    .await;
+    let answer = receive(&mut ws).await;
+    assert_eq!(answer["type"], "next");
+    assert_eq!(answer["payload"]["data"]["getByCoop"][0]["name"], "late");
+    assert_eq!(
+        receive(&mut ws).await,
+        json!({"id": "q", "type": "complete"})
+    );
+
+    // a field that names no bound query, and a document that does not validate: errors
+    send(
+        &mut ws,
+        json!({"id": "bad", "type": "subscribe", "payload": {"query": "subscription { nothing { name } }"}}),
+    )
+    .await;
+    let error = receive(&mut ws).await;
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["id"], "bad");
+    assert!(error["payload"][0]["message"].as_str().is_some(), "{error}");
+
+    // a subscription over a plain POST is refused with a pointer to the transports
+    let r = server
+        .client()
+        .post_json(
+            "/hen/graph",
+            &json!({"query": "subscription { getById(id: \"x\") { name } }"}),
+        )
+        .await;
+    assert!(r.text.contains("graphql-transport-ws"), "{}", r.text);
+
+    // a second subscription on the same id is a protocol error (4409); closing frees all
+    send(
+        &mut ws,
+        json!({"id": "a", "type": "subscribe", "payload": {"query": "subscription { getById(id: \"x\") { name } }"}}),
+    )
+    .await;
+    until_open(&server, 1).await;
+    send(
+        &mut ws,
+        json!({"id": "a", "type": "subscribe", "payload": {"query": "subscription { getById(id: \"x\") { name } }"}}),
+    )
+    .await;
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Close(frame) = m {
+                return frame.map(|f| u16::from(f.code));
+            }
+        }
+        None
+    })
+    .await
+    .unwrap();
+    assert_eq!(closed, Some(4409));
+    until_open(&server, 0).await;
+}
+
+/// The complete frames of an event stream read so far: (id, event, data).
+fn frames(text: &str) -> Vec<(Option<u64>, String, String)> {
+    let complete = text.rfind("\n\n").map_or("", |end| &text[..end]);
+    complete
+        .split("\n\n")
+        .filter(|f| f.contains("event: "))
+        .map(|f| {
+            let mut id = None;
+            let mut event = String::new();
+            let mut data = String::new();
+            for line in f.lines() {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = v.parse().ok();
+                } else if let Some(v) = line.strip_prefix("event: ") {
+                    event = v.to_owned();
+                } else if let Some(v) = line.strip_prefix("data: ") {
+                    data = v.to_owned();
+                }
+            }
+            (id, event, data)
+        })
+        .collect()
+}
+
+/// Reads an event stream until it holds `n` `next` events (10 s at most).
+async fn read_events(
+    response: &mut reqwest::Response,
+    text: &mut String,
+    n: usize,
+) -> Vec<(Option<u64>, Value)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events: Vec<(Option<u64>, Value)> = frames(text)
+            .into_iter()
+            .filter(|(_, e, _)| e == "next")
+            .map(|(id, _, data)| (id, serde_json::from_str(&data).unwrap()))
+            .collect();
+        if events.len() >= n {
+            return events;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("{n} events within 10 s; got {text}"))
+            .unwrap()
+            .expect("the stream is open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+async fn open_stream(
+    server: &Server,
+    query: &str,
+    last_event_id: Option<u64>,
+    auth: Option<&str>,
+) -> reqwest::Response {
+    let mut request = reqwest::Client::new()
+        .post(server.url("/hen/graph"))
+        .header("accept", "text/event-stream")
+        .json(&json!({ "query": query }));
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id.to_string());
+    }
+    if let Some(a) = auth {
+        request = request.header("authorization", a);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_streams_resume_after_a_position_and_slow_subscribers_are_dropped() {
+    let dir = farm("");
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let farm = post(&server, "/farm/api", json!({"name": "Emerdale"})).await;
+    let red = post(
+        &server,
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm}),
+    )
+    .await;
+    let hen = post(&server, "/hen/api", json!({"name": "v1", "coop_id": red})).await;
+    let by_id = format!(r#"subscription {{ getById(id: "{hen}") {{ name coop {{ name }} }} }}"#);
+    let put = |name: &'static str| {
+        let c = server.client();
+        let (hen, red) = (hen.clone(), red.clone());
+        async move {
+            c.put_json(
+                &format!("/hen/api/{hen}"),
+                &json!({"name": name, "coop_id": red}),
+            )
+            .await
+            .expect_status(200);
+        }
+    };
+
+    let mut stream = open_stream(&server, &by_id, None, None).await;
+    until_open(&server, 1).await;
+    put("v2").await;
+    put("v3").await;
+    let mut text = String::new();
+    let events = read_events(&mut stream, &mut text, 2).await;
+    assert_eq!(
+        events[0].1["data"]["getById"],
+        json!({"name": "v2", "coop": {"name": "red"}})
+    );
+    assert_eq!(events[1].1["data"]["getById"]["name"], "v3");
+    let after_v2 = events[0].0.expect("events carry their position as id");
+    assert!(events[1].0.unwrap() > after_v2);
+    drop(stream);
+    until_open(&server, 0).await;
+
+    // missed while away: v3 (already seen after v2) and v4; resuming after v2 gets both,
+    // then the live v5
+    put("v4").await;
+    let mut stream = open_stream(&server, &by_id, Some(after_v2), None).await;
+    until_open(&server, 1).await;
+    put("v5").await;
+    let mut text = String::new();
+    let events = read_events(&mut stream, &mut text, 3).await;
+    let names: Vec<&str> = events
+        .iter()
+        .map(|(_, e)| e["data"]["getById"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["v3", "v4", "v5"], "each change once, in order");
+    drop(stream);
+    until_open(&server, 0).await;
+
+    // a subscriber that stops reading: its queue fills while hens of 10 KB names are
+    // written, it is dropped and counted, and the others are not held up
+    let by_coop = format!(r#"subscription {{ getByCoop(id: "{red}") {{ name }} }}"#);
+    let mut slow = open_stream(&server, &by_coop, None, None).await;
+    let mut fast = open_stream(&server, &by_coop, None, None).await;
+    until_open(&server, 2).await;
+    let big = "x".repeat(10_000);
+    let mut fast_text = String::new();
+    let mut seen = 0;
+    let mut batches = 0;
+    while metric(&server, "meshql_subscription_dropped_total").await == 0 {
+        batches += 1;
+        assert!(batches <= 200, "the slow subscriber was never dropped");
+        let hens: Vec<Value> = (0..50)
+            .map(|i| json!({"name": format!("{big}{i}"), "coop_id": red}))
+            .collect();
+        server
+            .client()
+            .post_json("/hen/api/bulk", &Value::Array(hens))
+            .await
+            .expect_status(201);
+        seen += 50;
+        read_events(&mut fast, &mut fast_text, seen).await;
+    }
+    until_open(&server, 1).await;
+    // the slow one, read at last: what was buffered, then the error and the end
+    let mut slow_text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !slow_text.contains("event: complete") {
+        assert!(Instant::now() < deadline, "the slow stream never ended");
+        match tokio::time::timeout(Duration::from_secs(10), slow.chunk()).await {
+            Ok(Ok(Some(chunk))) => slow_text.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    assert!(
+        slow_text.contains("SLOW_SUBSCRIBER"),
+        "the dropped stream says why"
+    );
+    drop((fast, slow));
+    until_open(&server, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_grants_and_tokens_decide_what_a_subscription_sees() {
+    let auth = format!(
+        "\n[auth]\ntype = \"jwt\"\nsecret = \"{}\"\nroles_claim = \"roles\"\n",
+        common::JWT_SECRET
+    );
+    // readers may read hens without `eggs`; coops are theirs to read too
+    let dir = farm(&auth);
+    let config = dir.path().join("meshql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let mut text = text;
+    for (entity, table) in [
+        ("hen", "[entity.permissions.reader]\nactions = [\"read\"]\nhidden_fields = [\"eggs\"]\n[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]"),
+        ("coop", "[entity.permissions.reader]\nactions = [\"read\"]\n[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]"),
+        ("farm", "[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]"),
+    ] {
+        let anchor = format!("name = \"{entity}\"\nstorage = \"farm\"\n");
+        assert!(text.contains(&anchor));
+        text = text.replace(&anchor, &format!("{anchor}{table}\n"));
+    }
+    std::fs::write(&config, text).unwrap();
+    let server = Server::start(&config, &[]);
+    let editor = bearer_with(&json!({"sub": "ed", "roles": ["editor"]}));
+    let other_editor = bearer_with(&json!({"sub": "eve", "roles": ["editor"]}));
+    // the reader's subject is the editor's: it may see what `ed` writes (tokens)
+    let reader = bearer_with(&json!({"sub": "ed", "roles": ["reader"]}));
+    let nobody = bearer_with(&json!({"sub": "ed", "roles": []}));
+    let c = server.client();
+    let call = |path: &str, body: Value, auth: &str| {
+        let c = c.clone();
+        let (path, auth) = (path.to_owned(), auth.to_owned());
+        async move {
+            let r = c
+                .request(
+                    "POST",
+                    &path,
+                    Some(body.to_string().into_bytes()),
+                    &[("authorization", auth.as_str())],
+                )
+                .await;
+            r.expect_status(201);
+            r.json()["id"].as_str().unwrap().to_owned()
+        }
+    };
+    let farm = call("/farm/api", json!({"name": "F"}), &editor).await;
+    let red = call(
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm}),
+        &editor,
+    )
+    .await;
+    let query =
+        format!(r#"subscription {{ getByCoop(id: "{red}") {{ name eggs coop {{ name }} }} }}"#);
+
+    // a caller who may not read hens is refused at subscribe time
+    let mut ws = connect(&server, Some(&nobody)).await;
+    send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": {"query": query}}),
+    )
+    .await;
+    let refused = receive(&mut ws).await;
+    assert_eq!(refused["type"], "error", "{refused}");
+    assert_eq!(
+        refused["payload"][0]["extensions"]["code"], "FORBIDDEN",
+        "{refused}"
+    );
+
+    // the reader: `eggs` null with FORBIDDEN at its path; hens written by another subject
+    // (other tokens) never reach it
+    let mut ws = connect(&server, Some(&reader)).await;
+    send(
+        &mut ws,
+        json!({"id": "1", "type": "subscribe", "payload": {"query": query}}),
+    )
+    .await;
+    until_open(&server, 1).await;
+    call(
+        "/hen/api",
+        json!({"name": "not yours", "coop_id": red, "eggs": 1}),
+        &other_editor,
+    )
+    .await;
+    call(
+        "/hen/api",
+        json!({"name": "yours", "coop_id": red, "eggs": 3}),
+        &editor,
+    )
+    .await;
+    let event = receive(&mut ws).await;
+    let payload = &event["payload"];
+    assert_eq!(payload["data"]["getByCoop"][0]["name"], "yours", "{event}");
+    assert_eq!(
+        payload["data"]["getByCoop"][0]["eggs"],
+        Value::Null,
+        "{event}"
+    );
+    assert_eq!(
+        payload["data"]["getByCoop"][0]["coop"]["name"], "red",
+        "{event}"
+    );
+    assert_eq!(
+        payload["errors"][0]["extensions"]["code"], "FORBIDDEN",
+        "{event}"
+    );
+    assert_eq!(
+        payload["errors"][0]["path"],
+        json!(["getByCoop", 0, "eggs"]),
+        "{event}"
+    );
+    assert!(silent(&mut ws, Duration::from_millis(300)).await);
+
+    // an event stream with a bad token is a 401 before anything streams
+    let r = reqwest::Client::new()
+        .post(server.url("/hen/graph"))
+        .header("accept", "text/event-stream")
+        .header("authorization", "Bearer forged")
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+}

@@ -1,0 +1,281 @@
+//! The subscriptions of a server, fed by its change log.
+//!
+//! One dispatcher task follows the log. For every change it finds the cohorts subscribed to
+//! the change's entity (subscriptions with the same query, variables and caller:
+//! [`meshql_graphql::Subscription::cohort`]), computes each cohort's event once — the
+//! document, its selection, its relationships — and hands the same bytes to every member.
+//! A member is a bounded queue: one that stops reading is dropped when its queue is full (and
+//! counted), so a slow subscriber holds at most [`QUEUE`] events and never slows the others.
+//!
+//! Resuming: a member that joins with `since` first receives the events of the changes after
+//! `since` up to where the dispatcher stood when it joined ([`Membership::catch_up`], read
+//! from the log by the member itself), then the live ones. The dispatcher's position and the
+//! cohorts change under one lock, so no change falls between the two or reaches a member twice.
+//! Leaving (a closed connection, `complete`) removes the member at once.
+
+use meshql_changes::feed::read_page;
+use meshql_changes::{Change, FeedFilter};
+use meshql_graphql::{ChangeEvent, Registry, Subscription};
+use meshql_log::Log;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Events queued per member before it counts as too slow and is dropped.
+pub const QUEUE: usize = 256;
+/// Changes read from the log per step.
+const PAGE: usize = 256;
+
+/// An event for a member: the log position of its change and the response body.
+pub type Event = (u64, Arc<Vec<u8>>);
+
+/// A cohort's members: their ids and queues.
+type Members = Vec<(u64, mpsc::Sender<Event>)>;
+
+struct Cohort {
+    subscription: Arc<Subscription>,
+    members: Members,
+}
+
+#[derive(Default)]
+struct State {
+    /// Changes up to here have been handed out (to the members of their time).
+    position: u64,
+    cohorts: HashMap<String, Cohort>,
+}
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SubscriptionStats {
+    pub members: AtomicU64,
+    pub events: AtomicU64,
+    pub dropped_slow: AtomicU64,
+}
+
+pub struct Subscriptions {
+    log: Log,
+    registry: Arc<Registry>,
+    state: Mutex<State>,
+    next_member: AtomicU64,
+    pub stats: SubscriptionStats,
+}
+
+/// A subscriber's place in its cohort; leaving is dropping it.
+pub struct Membership {
+    hub: Arc<Subscriptions>,
+    cohort: String,
+    id: u64,
+    /// The live events.
+    pub events: mpsc::Receiver<Event>,
+    /// The changes `(since, until]` this member must catch up on before the live events.
+    pub catch_up: Option<(u64, u64)>,
+    pub subscription: Arc<Subscription>,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.hub.leave(&self.cohort, self.id);
+    }
+}
+
+impl Subscriptions {
+    /// Starts the dispatcher after the log's newest change; it ends when `closing` is set.
+    pub fn start(
+        log: Log,
+        registry: Arc<Registry>,
+        mut closing: tokio::sync::watch::Receiver<bool>,
+    ) -> Arc<Subscriptions> {
+        let hub = Arc::new(Subscriptions {
+            state: Mutex::new(State {
+                position: log.last_offset(),
+                cohorts: HashMap::new(),
+            }),
+            log,
+            registry,
+            next_member: AtomicU64::new(1),
+            stats: SubscriptionStats::default(),
+        });
+        let weak = Arc::downgrade(&hub);
+        let mut updates = hub.log.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let Some(hub) = weak.upgrade() else { return };
+                if let Err(e) = hub.dispatch().await {
+                    tracing::error!(error = %e, "subscriptions: reading the change log failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    continue;
+                }
+                let caught_up = hub.state.lock().position >= hub.log.last_offset();
+                drop(hub);
+                if caught_up {
+                    tokio::select! {
+                        changed = updates.changed() => if changed.is_err() { return },
+                        _ = closing.changed() => return,
+                    }
+                }
+            }
+        });
+        hub
+    }
+
+    /// Joins the cohort of `subscription`; with `since`, the member catches up on the changes
+    /// after it first.
+    pub fn join(self: &Arc<Self>, subscription: Subscription, since: Option<u64>) -> Membership {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let id = self.next_member.fetch_add(1, Ordering::Relaxed);
+        let key = subscription.cohort().to_owned();
+        let mut state = self.state.lock();
+        let position = state.position;
+        let cohort = state.cohorts.entry(key.clone()).or_insert_with(|| Cohort {
+            subscription: Arc::new(subscription),
+            members: Vec::new(),
+        });
+        cohort.members.push((id, tx));
+        let subscription = cohort.subscription.clone();
+        drop(state);
+        self.stats.members.fetch_add(1, Ordering::Relaxed);
+        Membership {
+            hub: self.clone(),
+            cohort: key,
+            id,
+            events: rx,
+            catch_up: since.filter(|s| *s < position).map(|s| (s, position)),
+            subscription,
+        }
+    }
+
+    fn leave(&self, cohort: &str, id: u64) {
+        let mut state = self.state.lock();
+        if let Some(c) = state.cohorts.get_mut(cohort) {
+            let before = c.members.len();
+            c.members.retain(|(m, _)| *m != id);
+            if c.members.len() < before {
+                self.stats.members.fetch_sub(1, Ordering::Relaxed);
+            }
+            if c.members.is_empty() {
+                state.cohorts.remove(cohort);
+            }
+        }
+    }
+
+    /// The `meshql_subscription*` series of `/metrics`.
+    pub fn write_metrics(&self, out: &mut String) {
+        use std::fmt::Write;
+        let s = &self.stats;
+        let (cohorts, position) = {
+            let state = self.state.lock();
+            (state.cohorts.len() as u64, state.position)
+        };
+        for (name, kind, help, value) in [
+            ("meshql_subscriptions", "gauge", "GraphQL subscriptions open (WebSocket operations and event streams).", s.members.load(Ordering::Relaxed)),
+            ("meshql_subscription_cohorts", "gauge", "Groups of subscriptions that share a query, its variables and a caller: each change's event is computed once per cohort.", cohorts),
+            ("meshql_subscription_events_total", "counter", "Events handed to subscribers.", s.events.load(Ordering::Relaxed)),
+            ("meshql_subscription_dropped_total", "counter", "Subscribers dropped because they stopped reading and their queue filled.", s.dropped_slow.load(Ordering::Relaxed)),
+            ("meshql_subscription_position", "gauge", "Change log position up to which subscribers have been served.", position),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
+        }
+    }
+
+    /// Reads the changes after `after` (at most `until`), oldest first.
+    pub async fn changes_after(
+        &self,
+        after: u64,
+        until: u64,
+    ) -> Result<(Vec<Change>, u64), String> {
+        let log = self.log.clone();
+        let page = tokio::task::spawn_blocking(move || {
+            read_page(&log, after, PAGE, &FeedFilter::default())
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        let mut changes = Vec::with_capacity(page.changes.len());
+        for (position, json) in page.changes {
+            if position > until {
+                return Ok((changes, until));
+            }
+            match Change::parse(position, 0, json) {
+                Ok(c) => changes.push(c),
+                Err(e) => {
+                    tracing::error!(position, error = %e, "subscriptions: an unreadable change was skipped")
+                }
+            }
+        }
+        Ok((changes, page.last.min(until)))
+    }
+
+    /// The event of `change` for `subscription`, if it has one.
+    pub async fn event(&self, subscription: &Subscription, change: &Change) -> Option<Vec<u8>> {
+        let payload = change.payload.get();
+        let event = ChangeEvent {
+            position: change.position,
+            entity: &change.entity,
+            id: &change.id,
+            op: change.op.as_str(),
+            created_at: change.created_at,
+            authorized_tokens: &change.authorized_tokens,
+            payload,
+        };
+        subscription.event(&self.registry, &event).await
+    }
+
+    /// Hands out the changes after the dispatcher's position, one page.
+    async fn dispatch(&self) -> Result<(), String> {
+        let from = self.state.lock().position;
+        let (changes, last) = self.changes_after(from, u64::MAX).await?;
+        for change in changes {
+            // who hears of this change: the cohorts of its entity now; the position moves
+            // under the same lock (see `join`)
+            let cohorts: Vec<(Arc<Subscription>, Members, String)> = {
+                let mut state = self.state.lock();
+                state.position = change.position;
+                state
+                    .cohorts
+                    .iter()
+                    .filter(|(_, c)| c.subscription.entity() == change.entity)
+                    .map(|(k, c)| (c.subscription.clone(), c.members.clone(), k.clone()))
+                    .collect()
+            };
+            if cohorts.is_empty() {
+                continue;
+            }
+            let events = futures::future::join_all(
+                cohorts
+                    .iter()
+                    .map(|(subscription, _, _)| self.event(subscription, &change)),
+            )
+            .await;
+            for ((_, members, key), event) in cohorts.into_iter().zip(events) {
+                let Some(event) = event else { continue };
+                let event = Arc::new(event);
+                let mut slow = Vec::new();
+                for (id, tx) in &members {
+                    match tx.try_send((change.position, event.clone())) {
+                        Ok(()) => {
+                            self.stats.events.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(mpsc::error::TrySendError::Full(_)) => slow.push(*id),
+                        Err(mpsc::error::TrySendError::Closed(_)) => {}
+                    }
+                }
+                for id in slow {
+                    // its queue is full: drop it (its receiver sees the end of the events)
+                    self.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        cohort_members = members.len(),
+                        "subscriptions: a subscriber that stopped reading was dropped"
+                    );
+                    self.leave(&key, id);
+                }
+            }
+        }
+        let mut state = self.state.lock();
+        if last > state.position {
+            state.position = last;
+        }
+        Ok(())
+    }
+}
