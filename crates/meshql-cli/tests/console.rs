@@ -871,6 +871,71 @@ fn the_console_sends_the_token_and_shows_what_the_apis_would_return() {
     b.screenshot("graphiql-token");
 }
 
+/// GraphiQL runs a subscription (over graphql-sse): the answer pane shows the event of a
+/// write made afterwards with another client.
+#[test]
+fn graphiql_runs_a_subscription_and_shows_its_events() {
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = common::example_copy("farm", |t| t);
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let farm = post(&server, "/farm/api", json!({"name": "Emerdale"}));
+    let coop = post(
+        &server,
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm["id"]}),
+    );
+    let coop_id = coop["id"].as_str().unwrap().to_owned();
+    let query = format!(r#"subscription {{ getByCoop(id: "{coop_id}") {{ name eggs }} }}"#);
+    let mut b = Browser::start("subscription");
+    let fragment: String = url_escape(&query);
+    b.goto(&server.url(&format!("/hen/graph#query={fragment}")));
+    b.wait_for(
+        "GraphiQL with the subscription",
+        "document.querySelector('.graphiql-query-editor')?.innerText.includes('subscription')",
+        json!([]),
+    );
+    b.click(".graphiql-execute-button");
+    // the stream is open once the server counts it
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let metrics = http()
+            .get(server.url("/metrics"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        if metrics.lines().any(|l| l == "meshql_subscriptions 1") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "GraphiQL never subscribed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    post(
+        &server,
+        "/hen/api",
+        json!({"name": "Subscribed Sally", "coop_id": coop_id, "eggs": 4}),
+    );
+    b.wait_for(
+        "the event in GraphiQL's answer",
+        "document.querySelector('.result-window')?.innerText.includes('Subscribed Sally')",
+        json!([]),
+    );
+    b.screenshot("graphiql-subscription");
+}
+
+/// `text` escaped for a URL fragment.
+fn url_escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------------------------
 // the JSON endpoints
 
