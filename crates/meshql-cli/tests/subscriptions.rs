@@ -433,6 +433,21 @@ async fn event_streams_resume_after_a_position_and_slow_subscribers_are_dropped(
     );
     drop((fast, slow));
     until_open(&server, 0).await;
+
+    // shutting down ends every stream, saying so
+    let mut open = open_stream(&server, &by_id, None, None).await;
+    until_open(&server, 1).await;
+    server.signal("TERM");
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !text.contains("event: complete") {
+        assert!(Instant::now() < deadline, "the stream never ended: {text}");
+        match tokio::time::timeout(Duration::from_secs(10), open.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    assert!(text.contains("shutting down"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

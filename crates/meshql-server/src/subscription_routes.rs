@@ -39,6 +39,10 @@ pub const INIT_WAIT: Duration = Duration::from_secs(5);
 const HEARTBEAT: Duration = Duration::from_secs(15);
 /// The error event of a subscriber dropped for not reading.
 const SLOW: &str = r#"{"errors":[{"message":"the subscriber did not read its events in time and was dropped; resume with the last event's id","extensions":{"code":"SLOW_SUBSCRIBER"}}]}"#;
+/// The error event of a subscription ended by the server's shutdown.
+const CLOSING: &str = r#"{"errors":[{"message":"the server is shutting down; resume with the last event's id","extensions":{"code":"UNAVAILABLE"}}]}"#;
+/// The error of a subscription refused for lack of room.
+const FULL: &str = r#"{"errors":[{"message":"too many subscriptions open on this server; try again later","extensions":{"code":"UNAVAILABLE"}}]}"#;
 
 /// Where a subscription resumes: `Last-Event-ID`, else `extensions.since`.
 pub fn since(
@@ -99,7 +103,15 @@ impl Events {
                 self.membership.catch_up = (last < until && last > after).then_some((last, until));
                 continue;
             }
-            return self.membership.events.recv().await.ok_or(SLOW);
+            return self
+                .membership
+                .events
+                .recv()
+                .await
+                .ok_or(match self.hub.ended() {
+                    crate::subscriptions::Ended::Slow => SLOW,
+                    crate::subscriptions::Ended::Closing => CLOSING,
+                });
         }
     }
 }
@@ -152,7 +164,11 @@ pub async fn sse(
             let _ = tx.try_send(Bytes::from(out));
         }
         Ok(Subscribed::Live(subscription)) => {
-            let membership = hub.join(*subscription, since);
+            let Some(membership) = hub.join(*subscription, since) else {
+                let mut r = crate::graphql_routes::json_ok(FULL.as_bytes().to_vec());
+                *r.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+                return r;
+            };
             let mut events = Events::new(hub, membership);
             tokio::spawn(async move {
                 if tx
@@ -400,7 +416,10 @@ async fn operation(
                     .await;
                 return;
             };
-            let membership = hub.join(*subscription, since);
+            let Some(membership) = hub.join(*subscription, since) else {
+                let _ = out.send(Out::Text(error(FULL.as_bytes()))).await;
+                return;
+            };
             let mut events = Events::new(hub, membership);
             loop {
                 match events.next().await {

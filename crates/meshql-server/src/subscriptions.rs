@@ -27,6 +27,18 @@ use tokio::sync::mpsc;
 pub const QUEUE: usize = 256;
 /// Changes read from the log per step.
 const PAGE: usize = 256;
+/// Subscriptions a server serves at once (each holds a queue of at most [`QUEUE`] events);
+/// one more is refused (a 503 on an event stream, an `error` on a WebSocket).
+pub const MAX_SUBSCRIBERS: u64 = 10_000;
+
+/// Why a member's events ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It stopped reading and its queue filled.
+    Slow,
+    /// The server is shutting down.
+    Closing,
+}
 
 /// An event for a member: the log position of its change and the response body.
 pub type Event = (u64, Arc<Vec<u8>>);
@@ -59,6 +71,8 @@ pub struct Subscriptions {
     registry: Arc<Registry>,
     state: Mutex<State>,
     next_member: AtomicU64,
+    /// Set when the server shuts down: every member's events end.
+    closed: std::sync::atomic::AtomicBool,
     pub stats: SubscriptionStats,
 }
 
@@ -95,6 +109,7 @@ impl Subscriptions {
             log,
             registry,
             next_member: AtomicU64::new(1),
+            closed: std::sync::atomic::AtomicBool::new(false),
             stats: SubscriptionStats::default(),
         });
         let weak = Arc::downgrade(&hub);
@@ -102,6 +117,10 @@ impl Subscriptions {
         tokio::spawn(async move {
             loop {
                 let Some(hub) = weak.upgrade() else { return };
+                if *closing.borrow() {
+                    hub.close();
+                    return;
+                }
                 if let Err(e) = hub.dispatch().await {
                     tracing::error!(error = %e, "subscriptions: reading the change log failed");
                     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -112,7 +131,12 @@ impl Subscriptions {
                 if caught_up {
                     tokio::select! {
                         changed = updates.changed() => if changed.is_err() { return },
-                        _ = closing.changed() => return,
+                        _ = closing.changed() => {
+                            if let Some(hub) = weak.upgrade() {
+                                hub.close();
+                            }
+                            return;
+                        }
                     }
                 }
             }
@@ -120,13 +144,41 @@ impl Subscriptions {
         hub
     }
 
+    /// Ends every member's events (the server is shutting down).
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let mut state = self.state.lock();
+        let members: u64 = state.cohorts.values().map(|c| c.members.len() as u64).sum();
+        state.cohorts.clear();
+        self.stats.members.fetch_sub(members, Ordering::Relaxed);
+    }
+
+    /// Why the events of a member whose queue closed ended.
+    pub fn ended(&self) -> Ended {
+        if self.closed.load(Ordering::Acquire) {
+            Ended::Closing
+        } else {
+            Ended::Slow
+        }
+    }
+
     /// Joins the cohort of `subscription`; with `since`, the member catches up on the changes
-    /// after it first.
-    pub fn join(self: &Arc<Self>, subscription: Subscription, since: Option<u64>) -> Membership {
+    /// after it first. `None` when the server serves [`MAX_SUBSCRIBERS`] already or is
+    /// shutting down.
+    pub fn join(
+        self: &Arc<Self>,
+        subscription: Subscription,
+        since: Option<u64>,
+    ) -> Option<Membership> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let id = self.next_member.fetch_add(1, Ordering::Relaxed);
         let key = subscription.cohort().to_owned();
         let mut state = self.state.lock();
+        if self.closed.load(Ordering::Acquire)
+            || self.stats.members.load(Ordering::Relaxed) >= MAX_SUBSCRIBERS
+        {
+            return None;
+        }
         let position = state.position;
         let cohort = state.cohorts.entry(key.clone()).or_insert_with(|| Cohort {
             subscription: Arc::new(subscription),
@@ -136,14 +188,14 @@ impl Subscriptions {
         let subscription = cohort.subscription.clone();
         drop(state);
         self.stats.members.fetch_add(1, Ordering::Relaxed);
-        Membership {
+        Some(Membership {
             hub: self.clone(),
             cohort: key,
             id,
             events: rx,
             catch_up: since.filter(|s| *s < position).map(|s| (s, position)),
             subscription,
-        }
+        })
     }
 
     fn leave(&self, cohort: &str, id: u64) {
