@@ -8,12 +8,17 @@
 //! (hottest first, from a profile of `meshql bench`; `scripts/hot-functions.sh` writes it
 //! again), and the linker places them together at the start of the text section
 //! (`--symbol-ordering-file`). Names the build does not define (another toolchain, changed
-//! dependencies) are skipped without a warning: the layout then falls back towards the
-//! default, and only the footprint notices. docs/BENCHMARKS.md, "Footprint: the code
-//! serving runs, placed together".
+//! dependencies: the names carry hashes of both) are skipped by the linker without a warning
+//! (`--no-warn-symbol-ordering`; rustc would hide LLD's one line per name anyway), and the
+//! layout falls back towards the default. `scripts/test.sh` therefore builds the release
+//! binary and fails when fewer than 90 % of the list's names are defined in it
+//! (`scripts/check-hot-functions.sh`), asking for the list to be written again.
+//! docs/BENCHMARKS.md, "Footprint: the code serving runs, placed together".
 //!
 //! Applied to release builds for x86_64 Linux by a Rust that links with its own LLD by default
 //! (1.90 and later); not when the flags choose another linker. `MESHQL_NO_SYMBOL_ORDER=1` turns it off.
+//! The decision is written to `$OUT_DIR/symbol-order` (`on` or `off: <why>`): the check runs
+//! only when the list was applied.
 
 use std::path::Path;
 
@@ -35,19 +40,37 @@ fn main() {
     .any(|f| flags.contains(f))
         // a linker configured for the target (`[target.<triple>] linker`)
         || !env("RUSTC_LINKER").is_empty();
-    let wanted = env("TARGET") == "x86_64-unknown-linux-gnu"
-        && links_with_lld_by_default(&env("RUSTC"))
-        && env("PROFILE") == "release"
-        && std::env::var_os("MESHQL_NO_SYMBOL_ORDER").is_none()
-        && !other_linker;
     let order = Path::new(&env("CARGO_MANIFEST_DIR")).join("hot-functions.txt");
-    if wanted && order.exists() {
+    let off = if env("TARGET") != "x86_64-unknown-linux-gnu" {
+        Some("not x86_64 Linux")
+    } else if !links_with_lld_by_default(&env("RUSTC")) {
+        Some("Rust older than 1.90 (links with the system's linker)")
+    } else if env("PROFILE") != "release" {
+        Some("not a release build")
+    } else if std::env::var_os("MESHQL_NO_SYMBOL_ORDER").is_some() {
+        Some("MESHQL_NO_SYMBOL_ORDER is set")
+    } else if other_linker {
+        Some("the flags choose another linker")
+    } else if !order.exists() {
+        Some("no hot-functions.txt")
+    } else {
+        None
+    };
+    if off.is_none() {
         println!(
             "cargo:rustc-link-arg-bins=-Wl,--symbol-ordering-file={}",
             order.display()
         );
         println!("cargo:rustc-link-arg-bins=-Wl,--no-warn-symbol-ordering");
     }
+    // read by scripts/test.sh (through cargo's `build-script-executed` message, which names
+    // OUT_DIR) to check the list against the binary only when the link used it
+    let decision = match off {
+        None => "on\n".to_string(),
+        Some(why) => format!("off: {why}\n"),
+    };
+    let marker = Path::new(&env("OUT_DIR")).join("symbol-order");
+    std::fs::write(&marker, decision).expect("writing $OUT_DIR/symbol-order");
 }
 
 /// Whether this compiler links x86_64 Linux programs with its own LLD unless told otherwise
