@@ -1,5 +1,5 @@
 //! A minimal Server-Sent Events client over HTTP/1.1, for measuring how soon a write shows
-//! up on a change feed.
+//! up on a change feed or a GraphQL subscription.
 //!
 //! Three layers, each usable (and tested) on its own:
 //! * [`ChunkedDecoder`]: undoes `Transfer-Encoding: chunked` incrementally, whatever the
@@ -7,9 +7,9 @@
 //! * [`SseParser`]: turns the event-stream text into [`Event`]s as the WHATWG HTML standard
 //!   says (lines end in CRLF, LF or CR; `data` lines are joined with LF; `:` starts a comment;
 //!   an event with no data is not dispatched), again across any split of its input;
-//! * [`EventStream`]: a `GET` with `Accept: text/event-stream` on its own TCP connection, then
-//!   one socket read at a time, each returning the instant its bytes were read (taken before
-//!   any parsing) and the events they completed.
+//! * [`EventStream`]: a `GET` (or a `POST` with a JSON body) with `Accept: text/event-stream`
+//!   on its own TCP connection, then one socket read at a time, each returning the instant its
+//!   bytes were read (taken before any parsing) and the events they completed.
 
 use bytes::BytesMut;
 use std::io;
@@ -325,16 +325,36 @@ impl EventStream {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<Self, SseError> {
+        Self::request(authority, "GET", path, headers, None).await
+    }
+
+    /// [`EventStream::connect`] with another method and a JSON request body (a graphql-sse
+    /// subscription is a `POST` of the GraphQL request).
+    pub async fn request(
+        authority: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        json_body: Option<&[u8]>,
+    ) -> Result<Self, SseError> {
         let mut stream = TcpStream::connect(authority).await?;
         stream.set_nodelay(true)?;
         let mut req = format!(
-            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n"
+            "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n"
         );
         for (k, v) in headers {
             req.push_str(&format!("{k}: {v}\r\n"));
         }
+        if let Some(body) = json_body {
+            req.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
         req.push_str("\r\n");
-        stream.write_all(req.as_bytes()).await?;
+        let mut req = req.into_bytes();
+        req.extend_from_slice(json_body.unwrap_or_default());
+        stream.write_all(&req).await?;
         let mut read = BytesMut::with_capacity(64 * 1024);
         let (head_len, status, framing, is_stream, read_at) = loop {
             let n = stream.read_buf(&mut read).await?;
@@ -667,6 +687,40 @@ mod tests {
         )
         .await;
         assert!(collect(&addr).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_post_carries_its_json_body() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut req = Vec::new();
+            while !req.ends_with(b"{\"query\":\"x\"}") {
+                let n = s.read(&mut buf).await.unwrap();
+                assert!(n > 0, "{}", String::from_utf8_lossy(&req));
+                req.extend_from_slice(&buf[..n]);
+            }
+            s.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nConnection: close\r\n\r\n: subscribed\n\nevent: next\ndata: {}\n\n")
+                .await
+                .unwrap();
+            String::from_utf8(req).unwrap()
+        });
+        let body = br#"{"query":"x"}"#;
+        let mut s = EventStream::request(&addr, "POST", "/hen/graph", &[], Some(body))
+            .await
+            .unwrap();
+        let mut events = Vec::new();
+        while s.next_batch(&mut events).await.unwrap().is_some() {}
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].event, "next");
+        let req = server.await.unwrap();
+        assert!(req.starts_with("POST /hen/graph HTTP/1.1\r\n"), "{req}");
+        assert!(
+            req.contains("Content-Type: application/json\r\nContent-Length: 13\r\n\r\n"),
+            "{req}"
+        );
     }
 
     #[tokio::test]

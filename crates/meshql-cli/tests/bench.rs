@@ -73,7 +73,8 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
             "core-scaling",
             "changes",
             "cdc",
-            "projections"
+            "projections",
+            "subscriptions"
         ]
     );
     for s in scenarios {
@@ -196,6 +197,23 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
         .collect();
     assert_eq!(labels[0], "1 worker(s)");
     assert_eq!(labels.len(), 2);
+    // subscriptions: every write reached the subscribers of its coop, once, with a latency;
+    // the server's RSS before and with the subscribers open
+    let sub = &by_name("subscriptions")["runs"][0]["metrics"];
+    assert!(sub["deliveries_expected"].as_f64().unwrap() > 0.0, "{sub}");
+    assert_eq!(
+        sub["deliveries_received"], sub["deliveries_expected"],
+        "{sub}"
+    );
+    assert_eq!(sub["deliveries_lost"].as_f64(), Some(0.0), "{sub}");
+    assert_eq!(sub["deliveries_duplicated"].as_f64(), Some(0.0), "{sub}");
+    for key in [
+        "delivery_latency_p99_ms",
+        "server_rss_before_subscribers_mib",
+        "server_rss_subscribed_mib",
+    ] {
+        assert!(sub[key].as_f64().unwrap() > 0.0, "{key}: {sub}");
+    }
     // the terminal table and the other reports
     assert!(stdout.contains("== farm-graph"), "{stdout}");
     assert!(stdout.contains("hen_coop_farm"), "{stdout}");

@@ -13,6 +13,7 @@ mod farm_graph;
 mod products;
 mod projections;
 mod soak;
+mod subscriptions;
 mod throughput;
 
 use crate::client::{Session, Target};
@@ -86,6 +87,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(changes::Changes),
         Box::new(cdc::Cdc),
         Box::new(projections::Projections),
+        Box::new(subscriptions::Subscriptions),
         Box::new(soak::Soak),
     ]
 }
