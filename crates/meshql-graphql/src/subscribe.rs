@@ -38,6 +38,9 @@ pub struct ChangeEvent<'a> {
     pub authorized_tokens: &'a [String],
     /// The document's JSON (for a delete, its last version).
     pub payload: &'a str,
+    /// The same, parsed once for every subscription that looks at the change (`None`: not
+    /// a JSON object, which no subscription matches).
+    pub document: Option<&'a Map<String, Value>>,
 }
 
 /// A planned subscription: what a transport keeps per subscriber.
@@ -160,7 +163,7 @@ impl Subscription {
         }
         let graphlette = &registry.graphlettes()[self.index];
         let template = &graphlette.queries[self.query].template;
-        let payload: Map<String, Value> = serde_json::from_str(change.payload).ok()?;
+        let payload = change.document?;
         let matches = if template.is_sql() {
             // a SQL template cannot be evaluated here: ask the store whether the query, as
             // of the change, finds the document
@@ -182,7 +185,7 @@ impl Subscription {
                 }
             }
         } else {
-            template.matches(&self.args, change.id, &payload)
+            template.matches(&self.args, change.id, payload)
         };
         if !matches {
             return None;
@@ -249,6 +252,7 @@ mod tests {
             created_at: 1000,
             authorized_tokens: &[],
             payload: "{}",
+            document: None,
         };
         let body = with_change(br#"{"data":{"x":1}}"#.to_vec(), &change);
         let v: Value = serde_json::from_slice(&body).unwrap();

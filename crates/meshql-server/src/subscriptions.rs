@@ -259,8 +259,14 @@ impl Subscriptions {
         Ok((changes, page.last.min(until)))
     }
 
-    /// The event of `change` for `subscription`, if it has one.
-    pub async fn event(&self, subscription: &Subscription, change: &Change) -> Option<Vec<u8>> {
+    /// The event of `change` (whose payload is `document`, parsed once for all the
+    /// subscriptions that look at it: [`parse`]) for `subscription`, if it has one.
+    pub async fn event(
+        &self,
+        subscription: &Subscription,
+        change: &Change,
+        document: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Option<Vec<u8>> {
         let payload = change.payload.get();
         let event = ChangeEvent {
             position: change.position,
@@ -270,6 +276,7 @@ impl Subscriptions {
             created_at: change.created_at,
             authorized_tokens: &change.authorized_tokens,
             payload,
+            document,
         };
         subscription.event(&self.registry, &event).await
     }
@@ -294,12 +301,12 @@ impl Subscriptions {
             if cohorts.is_empty() {
                 continue;
             }
-            let events = futures::future::join_all(
-                cohorts
-                    .iter()
-                    .map(|(subscription, _, _)| self.event(subscription, &change)),
-            )
-            .await;
+            let document = parse(&change);
+            let events =
+                futures::future::join_all(cohorts.iter().map(|(subscription, _, _)| {
+                    self.event(subscription, &change, document.as_ref())
+                }))
+                .await;
             for ((_, members, key), event) in cohorts.into_iter().zip(events) {
                 let Some(event) = event else { continue };
                 let event = Arc::new(event);
@@ -330,4 +337,9 @@ impl Subscriptions {
         }
         Ok(())
     }
+}
+
+/// A change's payload as a JSON object, parsed once per change.
+pub fn parse(change: &Change) -> Option<serde_json::Map<String, serde_json::Value>> {
+    serde_json::from_str(change.payload.get()).ok()
 }
