@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod error;
 pub mod fault;
 pub mod field_set;
+pub mod lru;
 pub mod memo;
 pub mod nested;
 pub mod output;

@@ -16,10 +16,9 @@ use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-mod nested_cache;
 mod outputs;
 
-use nested_cache::{NestedCache, Slot};
+use meshql_core::lru::{Lru, Slot};
 
 /// [`Relation::backend`] of MySQL / MariaDB tables.
 const BACKEND: &str = "mysql";
@@ -31,7 +30,7 @@ pub struct MysqlStore {
     compiled: Memo<(u64, Shape), Compiled>,
     /// Nested statements, by [`meshql_core::nested::signature`]: at most
     /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first.
-    nested: NestedCache<Compiled>,
+    nested: Lru<Compiled>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -266,7 +265,7 @@ impl MysqlStore {
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: Memo::default(),
-            nested: NestedCache::new(Self::NESTED_STATEMENTS),
+            nested: Lru::new(Self::NESTED_STATEMENTS),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -293,11 +292,12 @@ impl MysqlStore {
         levels: &[Level<'_>],
     ) -> Arc<Slot<Compiled>> {
         let key = meshql_core::nested::signature((template.id, shape, limit), levels);
-        self.nested
-            .get_or_insert_with(key, || {
-                sql::nested_search(&self.table, template, shape, limit, levels)
-            })
-            .0
+        self.nested.get_or_insert_with(
+            key,
+            || sql::nested_search(&self.table, template, shape, limit, levels),
+            // mysql_async's statement cache closes what it evicts on its own
+            |_| {},
+        )
     }
 
     /// Nested statements cached ([`Self::NESTED_STATEMENTS`] at most), for tests.

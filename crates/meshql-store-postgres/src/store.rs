@@ -17,10 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 
-mod nested_cache;
 mod outputs;
 
-use nested_cache::{NestedCache, Slot};
+use meshql_core::lru::{Lru, Slot};
 
 type SqlParam = Box<dyn ToSql + Sync + Send>;
 
@@ -40,7 +39,7 @@ pub struct PostgresStore {
     /// Nested statements, by [`meshql_core::nested::signature`]: at most
     /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first, and its prepared
     /// statement with it ([`Self::nested_compiled`]).
-    nested: NestedCache<Compiled>,
+    nested: Lru<Compiled>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -262,7 +261,7 @@ impl PostgresStore {
             table: table.to_owned(),
             sql: TableSql::new(table),
             compiled: Memo::default(),
-            nested: NestedCache::new(Self::NESTED_STATEMENTS),
+            nested: Lru::new(Self::NESTED_STATEMENTS),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),

@@ -1,11 +1,10 @@
-//! [`NestedCache`]: a store's nested statements ([`meshql_core::StoreReader::find_nested`]), at
-//! most `capacity` of them, the least recently used dropped first.
-//!
-//! Each selection shape a GraphQL client sends is a statement of its own, and clients choose
-//! their shapes: without a bound the cache (and the statements prepared from it) would grow
+//! [`Lru`]: at most `capacity` values by a 64-bit key, the least recently used dropped first.
+//! The SQL stores keep their nested statements in one ([`crate::StoreReader::find_nested`]):
+//! each selection shape a GraphQL client sends is a statement of its own, and clients choose
+//! their shapes, so without a bound the cache (and the statements prepared from it) would grow
 //! with every new shape, for as long as the server runs.
 //!
-//! A hit costs what [`meshql_core::memo::Memo`]'s does (a shared read lock, a hash lookup,
+//! A hit costs what [`crate::memo::Memo`]'s does (a shared read lock, a hash lookup,
 //! an `Arc` clone, no allocation) and one relaxed atomic load: recency is a tick of `clock`,
 //! which only misses advance, so the entries used between two misses share a tick, and a hit
 //! on an entry already stamped with the current tick writes nothing. A miss, which builds
@@ -18,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 /// One cached value.
-pub(crate) struct Slot<V> {
+pub struct Slot<V> {
     value: V,
     /// The cache's clock when it was last used.
     used: AtomicU64,
@@ -27,7 +26,7 @@ pub(crate) struct Slot<V> {
 
 impl<V> Slot<V> {
     /// Whether the cache has dropped this value (a request may still hold it).
-    pub(crate) fn evicted(&self) -> bool {
+    pub fn evicted(&self) -> bool {
         self.evicted.load(Ordering::SeqCst)
     }
 
@@ -46,15 +45,15 @@ impl<V> Deref for Slot<V> {
     }
 }
 
-pub(crate) struct NestedCache<V> {
+pub struct Lru<V> {
     capacity: usize,
     map: RwLock<HashMap<u64, Arc<Slot<V>>>>,
     /// Advanced by every insertion.
     clock: AtomicU64,
 }
 
-impl<V> NestedCache<V> {
-    pub(crate) fn new(capacity: usize) -> Self {
+impl<V> Lru<V> {
+    pub fn new(capacity: usize) -> Self {
         assert!(capacity > 0, "a cache holds at least one value");
         Self {
             capacity,
@@ -63,7 +62,11 @@ impl<V> NestedCache<V> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn len(&self) -> usize {
         self.map
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -74,7 +77,7 @@ impl<V> NestedCache<V> {
     /// least recently used value makes room, and `evicted` is called with it (outside the
     /// cache's lock) after it is marked [`Slot::evicted`]. Two threads missing at once may
     /// both build the value; the first stored wins.
-    pub(crate) fn get_or_insert_with(
+    pub fn get_or_insert_with(
         &self,
         key: u64,
         make: impl FnOnce() -> V,
@@ -125,13 +128,13 @@ impl<V> NestedCache<V> {
 mod tests {
     use super::*;
 
-    fn get(cache: &NestedCache<String>, key: u64, out: &mut Vec<String>) -> Arc<Slot<String>> {
+    fn get(cache: &Lru<String>, key: u64, out: &mut Vec<String>) -> Arc<Slot<String>> {
         cache.get_or_insert_with(key, || format!("v{key}"), |v| out.push(v.clone()))
     }
 
     #[test]
     fn never_holds_more_than_its_capacity() {
-        let cache = NestedCache::new(4);
+        let cache = Lru::new(4);
         let mut evicted = Vec::new();
         for k in 0..100 {
             assert_eq!(get(&cache, k, &mut evicted).value, format!("v{k}"));
@@ -143,7 +146,7 @@ mod tests {
 
     #[test]
     fn drops_the_least_recently_used_and_builds_it_again_when_asked() {
-        let cache = NestedCache::new(3);
+        let cache = Lru::new(3);
         let mut evicted = Vec::new();
         let first = get(&cache, 1, &mut evicted);
         get(&cache, 2, &mut evicted);
