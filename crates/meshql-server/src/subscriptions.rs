@@ -6,6 +6,8 @@
 //! document, its selection, its relationships — and hands the same bytes to every member.
 //! A member is a bounded queue: one that stops reading is dropped when its queue is full (and
 //! counted), so a slow subscriber holds at most [`QUEUE`] events and never slows the others.
+//! The dispatcher takes only pointers to the cohorts of a change's entity under the lock,
+//! computes their events outside it, and sends under it (non-blocking sends).
 //!
 //! Resuming: a member that joins with `since` first receives the events of the changes after
 //! `since` up to where the dispatcher stood when it joined ([`Membership::catch_up`], read
@@ -43,19 +45,24 @@ pub enum Ended {
 /// An event for a member: the log position of its change and the response body.
 pub type Event = (u64, Arc<Vec<u8>>);
 
-/// A cohort's members: their ids and queues.
-type Members = Vec<(u64, mpsc::Sender<Event>)>;
+struct Member {
+    id: u64,
+    /// The dispatcher's position when it joined: the changes up to here are its catch-up's,
+    /// never sent to its queue.
+    joined_at: u64,
+    queue: mpsc::Sender<Event>,
+}
 
 struct Cohort {
     subscription: Arc<Subscription>,
-    members: Members,
+    members: Vec<Member>,
 }
 
 #[derive(Default)]
 struct State {
-    /// Changes up to here have been handed out (to the members of their time).
+    /// Changes up to here have been looked at by the dispatcher.
     position: u64,
-    cohorts: HashMap<String, Cohort>,
+    cohorts: HashMap<Arc<str>, Cohort>,
 }
 
 /// Counters for `/metrics`.
@@ -79,7 +86,7 @@ pub struct Subscriptions {
 /// A subscriber's place in its cohort; leaving is dropping it.
 pub struct Membership {
     hub: Arc<Subscriptions>,
-    cohort: String,
+    cohort: Arc<str>,
     id: u64,
     /// The live events.
     pub events: mpsc::Receiver<Event>,
@@ -172,7 +179,7 @@ impl Subscriptions {
     ) -> Option<Membership> {
         let (tx, rx) = mpsc::channel(QUEUE);
         let id = self.next_member.fetch_add(1, Ordering::Relaxed);
-        let key = subscription.cohort().to_owned();
+        let key: Arc<str> = Arc::from(subscription.cohort());
         let mut state = self.state.lock();
         if self.closed.load(Ordering::Acquire)
             || self.stats.members.load(Ordering::Relaxed) >= MAX_SUBSCRIBERS
@@ -184,7 +191,11 @@ impl Subscriptions {
             subscription: Arc::new(subscription),
             members: Vec::new(),
         });
-        cohort.members.push((id, tx));
+        cohort.members.push(Member {
+            id,
+            joined_at: position,
+            queue: tx,
+        });
         let subscription = cohort.subscription.clone();
         drop(state);
         self.stats.members.fetch_add(1, Ordering::Relaxed);
@@ -202,7 +213,7 @@ impl Subscriptions {
         let mut state = self.state.lock();
         if let Some(c) = state.cohorts.get_mut(cohort) {
             let before = c.members.len();
-            c.members.retain(|(m, _)| *m != id);
+            c.members.retain(|m| m.id != id);
             if c.members.len() < before {
                 self.stats.members.fetch_sub(1, Ordering::Relaxed);
             }
@@ -286,48 +297,68 @@ impl Subscriptions {
         let from = self.state.lock().position;
         let (changes, last) = self.changes_after(from, u64::MAX).await?;
         for change in changes {
-            // who hears of this change: the cohorts of its entity now; the position moves
-            // under the same lock (see `join`)
-            let cohorts: Vec<(Arc<Subscription>, Members, String)> = {
+            let at = change.position;
+            // the cohorts of the change's entity (a pointer each); the position moves under
+            // the same lock, so a member that joins from now on has this change in its
+            // catch-up (`joined_at`) and is skipped below
+            let cohorts: Vec<(Arc<str>, Arc<Subscription>)> = {
                 let mut state = self.state.lock();
-                state.position = change.position;
+                state.position = at;
                 state
                     .cohorts
                     .iter()
                     .filter(|(_, c)| c.subscription.entity() == change.entity)
-                    .map(|(k, c)| (c.subscription.clone(), c.members.clone(), k.clone()))
+                    .map(|(k, c)| (k.clone(), c.subscription.clone()))
                     .collect()
             };
             if cohorts.is_empty() {
                 continue;
             }
             let document = parse(&change);
-            let events =
-                futures::future::join_all(cohorts.iter().map(|(subscription, _, _)| {
-                    self.event(subscription, &change, document.as_ref())
-                }))
-                .await;
-            for ((_, members, key), event) in cohorts.into_iter().zip(events) {
+            let events = futures::future::join_all(
+                cohorts
+                    .iter()
+                    .map(|(_, subscription)| self.event(subscription, &change, document.as_ref())),
+            )
+            .await;
+            // hand each event to the members of its cohort (non-blocking sends, under the
+            // lock: members are not copied)
+            let mut state = self.state.lock();
+            for ((key, _), event) in cohorts.into_iter().zip(events) {
                 let Some(event) = event else { continue };
+                let Some(cohort) = state.cohorts.get_mut(&key) else {
+                    continue;
+                };
                 let event = Arc::new(event);
-                let mut slow = Vec::new();
-                for (id, tx) in &members {
-                    match tx.try_send((change.position, event.clone())) {
+                let before = cohort.members.len();
+                cohort.members.retain(|m| {
+                    if m.joined_at >= at {
+                        return true;
+                    }
+                    match m.queue.try_send((at, event.clone())) {
                         Ok(()) => {
                             self.stats.events.fetch_add(1, Ordering::Relaxed);
+                            true
                         }
-                        Err(mpsc::error::TrySendError::Full(_)) => slow.push(*id),
-                        Err(mpsc::error::TrySendError::Closed(_)) => {}
+                        // its queue is full: drop it (its receiver sees the end of the events)
+                        Err(mpsc::error::TrySendError::Full(_)) => false,
+                        // it left; its membership removes it
+                        Err(mpsc::error::TrySendError::Closed(_)) => true,
                     }
-                }
-                for id in slow {
-                    // its queue is full: drop it (its receiver sees the end of the events)
-                    self.stats.dropped_slow.fetch_add(1, Ordering::Relaxed);
+                });
+                let dropped = (before - cohort.members.len()) as u64;
+                if dropped > 0 {
+                    self.stats
+                        .dropped_slow
+                        .fetch_add(dropped, Ordering::Relaxed);
+                    self.stats.members.fetch_sub(dropped, Ordering::Relaxed);
                     tracing::warn!(
-                        cohort_members = members.len(),
-                        "subscriptions: a subscriber that stopped reading was dropped"
+                        dropped,
+                        "subscriptions: subscribers that stopped reading were dropped"
                     );
-                    self.leave(&key, id);
+                }
+                if cohort.members.is_empty() {
+                    state.cohorts.remove(&key);
                 }
             }
         }
