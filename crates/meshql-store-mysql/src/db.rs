@@ -11,6 +11,9 @@ use std::time::Duration;
 pub struct MysqlOptions {
     /// `mysql://user:password@host:port/database`
     pub url: String,
+    /// A replica for the API's reads (the engine serves them from
+    /// [`meshql_core::Database::replica`]); a pool of its own, with the same size and wait.
+    pub read_url: Option<String>,
     pub pool_size: usize,
     /// How long a request waits for a connection before failing with 503.
     pub pool_wait: Duration,
@@ -25,6 +28,7 @@ impl MysqlOptions {
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            read_url: None,
             pool_size: 16,
             pool_wait: Duration::from_secs(5),
             nested_sql: false,
@@ -42,6 +46,8 @@ pub struct MysqlDatabase {
     lent: AtomicU64,
     wait: Duration,
     pub(crate) nested_sql: bool,
+    /// The replica's database (`read_url`): the tables' readers for the API.
+    replica: Option<Arc<MysqlDatabase>>,
 }
 
 impl std::fmt::Debug for MysqlDatabase {
@@ -55,6 +61,14 @@ impl MysqlDatabase {
     pub fn connect(o: &MysqlOptions) -> Result<Arc<Self>, StoreError> {
         let crate::tls::Connection { opts, mode } = crate::tls::read_url(&o.url)
             .map_err(|e| StoreError::Invalid(format!("bad MySQL URL: {e}")))?;
+        let replica = match &o.read_url {
+            Some(url) => Some(MysqlDatabase::connect(&MysqlOptions {
+                url: url.clone(),
+                read_url: None,
+                ..o.clone()
+            })?),
+            None => None,
+        };
         let plain = match mode {
             crate::tls::SslMode::Preferred => Some(pool(
                 OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into(),
@@ -69,6 +83,7 @@ impl MysqlDatabase {
             lent: AtomicU64::new(0),
             wait: o.pool_wait,
             nested_sql: o.nested_sql,
+            replica,
         }))
     }
 
@@ -120,15 +135,27 @@ impl MysqlDatabase {
     pub async fn ping(&self) -> Result<(), StoreError> {
         use mysql_async::prelude::Queryable;
         let mut c = self.conn().await?;
-        c.ping().await.map_err(my_error)
+        c.ping().await.map_err(my_error)?;
+        if let Some(replica) = &self.replica {
+            let mut c = replica.conn().await?;
+            c.ping().await.map_err(my_error)?;
+        }
+        Ok(())
     }
 
-    /// Connections lent to an operation right now.
+    /// Connections lent to an operation right now (the replica's included).
     pub(crate) fn connections_in_use(&self) -> u64 {
         self.lent.load(Ordering::Relaxed)
+            + self
+                .replica
+                .as_ref()
+                .map_or(0, |r| r.lent.load(Ordering::Relaxed))
     }
 
     pub async fn close(&self) {
+        if let Some(replica) = &self.replica {
+            let _ = replica.pool.clone().disconnect().await;
+        }
         let _ = self.pool.clone().disconnect().await;
         if let Some(plain) = &self.plain {
             let _ = plain.clone().disconnect().await;
@@ -221,6 +248,10 @@ impl meshql_core::Database for MysqlDatabase {
     }
     fn store(self: Arc<Self>, table: &str) -> meshql_core::DynStore {
         Arc::new(crate::MysqlStore::new(self, table))
+    }
+    fn replica(self: Arc<Self>, table: &str) -> Option<meshql_core::DynReader> {
+        let replica = self.replica.clone()?;
+        Some(Arc::new(crate::MysqlStore::new(replica, table)))
     }
     async fn close(&self) {
         MysqlDatabase::close(self).await;

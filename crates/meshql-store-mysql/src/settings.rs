@@ -18,7 +18,11 @@ pub struct MysqlSettings {
     /// REQUIRED|VERIFY_CA|VERIFY_IDENTITY` (default `DISABLED`) and `ssl-ca=<PEM file>` for
     /// the CA to trust.
     pub url: String,
-    /// Connections in the pool.
+    /// A read replica (same URL form): the API's reads (REST GETs, GraphQL) go there, while
+    /// writes and what a write depends on go to `url`. Absent: everything goes to `url`.
+    #[serde(default)]
+    pub read_url: Option<String>,
+    /// Connections in the pool (and in the replica's pool).
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
     /// How long a request waits for a free connection before answering 503.
@@ -65,7 +69,11 @@ impl StorageBackend for MysqlBackend {
         }
         // the URL, its TLS parameters and CA file are checked now, not at the first query
         crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
+        if let Some(read_url) = &s.read_url {
+            crate::tls::read_url(read_url).map_err(|e| SettingError::new("read_url", e))?;
+        }
         let mut options = MysqlOptions::new(s.url);
+        options.read_url = s.read_url;
         options.pool_size = s.pool_size;
         options.pool_wait = Duration::from_millis(s.pool_wait_ms);
         options.nested_sql = s.nested_sql;
