@@ -3,6 +3,9 @@
 # under $MESHQL_SERVICES_DIR (default /tmp/meshql-services), listens on 127.0.0.1:$MESHQL_PG_PORT
 # (default 55432), and prints the connection URL of database `meshql_test`.
 #
+# It keeps 512 MB of WAL for a streaming standby (scripts/services/postgres-replica.sh) that
+# falls behind while the tests write.
+#
 # The server accepts TLS as well as plain connections (`ssl = on`, set with ALTER SYSTEM and a
 # reload, so a cluster already running gets it without a restart): a throw-away CA and server
 # certificate (DNS:localhost, IP:127.0.0.1) are made with openssl under $DIR/tls
@@ -51,7 +54,7 @@ start() {
         || { cat "$DIR/initdb.log" >&2; exit 1; }
     fi
     as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 30 \
-      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
+      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_keep_size=512MB\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
       || { echo "PostgreSQL did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
   fi
   for _ in $(seq 50); do

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A streaming hot standby of the test PostgreSQL (scripts/services/postgres.sh), for read
+# replica tests and benchmarks: starts the primary if needed, copies it with pg_basebackup
+# (-R: the copy follows the primary over streaming replication) under
+# $MESHQL_SERVICES_DIR/postgres-replica, serves it read-only on 127.0.0.1:$MESHQL_PG_REPLICA_PORT
+# (default 55433), and prints the URL of its `meshql_test` database.
+#
+#   scripts/services/postgres-replica.sh start   # idempotent; prints the URL
+#   scripts/services/postgres-replica.sh stop    # the standby only
+#   scripts/services/postgres-replica.sh url
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+BASE=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}
+DIR=$BASE/postgres-replica
+PRIMARY_PORT=${MESHQL_PG_PORT:-55432}
+PORT=${MESHQL_PG_REPLICA_PORT:-55433}
+URL="postgres://postgres@127.0.0.1:$PORT/meshql_test"
+
+pgbin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
+  done
+  return 1
+}
+
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then su postgres -s /bin/bash -c "$*"; else bash -c "$*"; fi
+}
+
+start() {
+  bash "$HERE/postgres.sh" start >/dev/null
+  local bin; bin=$(pgbin)
+  mkdir -p "$DIR"
+  [ "$(id -u)" = 0 ] && chown postgres "$DIR" 2>/dev/null || true
+  if ! as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1; then
+    if [ ! -f "$DIR/data/standby.signal" ]; then
+      # a fresh copy of the primary (initdb's pg_hba.conf trusts local replication)
+      rm -rf "$DIR/data"
+      as_owner "$bin/pg_basebackup -h 127.0.0.1 -p $PRIMARY_PORT -U postgres -D '$DIR/data' -R -X stream --checkpoint=fast" \
+        >"$DIR/basebackup.log" 2>&1 || { echo "pg_basebackup failed:" >&2; cat "$DIR/basebackup.log" >&2; exit 1; }
+    fi
+    as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 60 \
+      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c hot_standby=on -c max_connections=300\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
+      || { echo "the PostgreSQL standby did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
+  fi
+  for _ in $(seq 100); do
+    "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" && break
+    sleep 0.1
+  done
+  "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" || { echo "the standby is not accepting connections" >&2; exit 1; }
+  [ "$(psql -X -h 127.0.0.1 -p "$PORT" -U postgres -d meshql_test -tAc "SELECT pg_is_in_recovery()")" = t ] \
+    || { echo "the server on port $PORT is not a standby" >&2; exit 1; }
+  echo "$URL"
+}
+
+stop() {
+  local bin
+  bin=$(pgbin) || exit 0
+  as_owner "$bin/pg_ctl -D '$DIR/data' -m fast stop" >/dev/null 2>&1 || true
+}
+
+case "${1:-start}" in
+  start) start ;;
+  stop) stop ;;
+  url) echo "$URL" ;;
+  *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
+esac
