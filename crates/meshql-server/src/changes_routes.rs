@@ -19,7 +19,7 @@
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use meshql_changes::feed::read_page;
 use meshql_changes::{FeedFilter, Page};
 use meshql_engine::{Access, EntityService};
@@ -372,15 +372,7 @@ fn event_stream(
             Some((Ok::<_, std::io::Error>(chunk), Some(s)))
         }),
     );
-    let mut response = Response::new(Body::from_stream(body));
-    let h = response.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response.into_response()
+    crate::subscription_routes::event_stream(Body::from_stream(body))
 }
 
 use futures::StreamExt;

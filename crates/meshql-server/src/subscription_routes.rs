@@ -135,7 +135,13 @@ fn event_stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
     });
-    let mut response = Response::new(Body::from_stream(body));
+    event_stream(Body::from_stream(body))
+}
+
+/// An event stream response (`text/event-stream`, never cached, never buffered by a proxy)
+/// of `body`: subscriptions' and `/_changes`'.
+pub(crate) fn event_stream(body: Body) -> Response {
+    let mut response = Response::new(body);
     let h = response.headers_mut();
     h.insert(
         header::CONTENT_TYPE,
