@@ -16,17 +16,7 @@ PRIMARY_PORT=${MESHQL_PG_PORT:-55432}
 PORT=${MESHQL_PG_REPLICA_PORT:-55433}
 URL="postgres://postgres@127.0.0.1:$PORT/meshql_test"
 
-pgbin() {
-  local d
-  for d in /usr/lib/postgresql/*/bin; do
-    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
-  done
-  return 1
-}
-
-as_owner() {
-  if [ "$(id -u)" = 0 ]; then su postgres -s /bin/bash -c "$*"; else bash -c "$*"; fi
-}
+. "$HERE/pg-lib.sh"
 
 start() {
   bash "$HERE/postgres.sh" start >/dev/null

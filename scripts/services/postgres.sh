@@ -21,17 +21,7 @@ DIR=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}/postgres
 PORT=${MESHQL_PG_PORT:-55432}
 URL="postgres://postgres@127.0.0.1:$PORT/meshql_test"
 
-pgbin() {
-  local d
-  for d in /usr/lib/postgresql/*/bin; do
-    [ -x "$d/initdb" ] && { echo "$d"; return 0; }
-  done
-  return 1
-}
-
-as_owner() { # run a command as the cluster owner (postgres when we are root)
-  if [ "$(id -u)" = 0 ]; then su postgres -s /bin/bash -c "$*"; else bash -c "$*"; fi
-}
+. "$HERE/pg-lib.sh"
 
 install() {
   if ! pgbin >/dev/null; then

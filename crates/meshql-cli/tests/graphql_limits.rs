@@ -105,6 +105,28 @@ async fn graphql(server: &Server, path: &str, query: &str) -> (Value, Duration) 
     (r.json(), started.elapsed())
 }
 
+/// One coop with five hens; the coop's id.
+async fn coop_with_five_hens(server: &Server) -> String {
+    let client = server.client();
+    let coop = client
+        .post_json("/coop/api", &json!({"name": "red"}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for i in 0..5 {
+        client
+            .post_json(
+                "/hen/api",
+                &json!({"name": format!("h{i}"), "coop_id": coop}),
+            )
+            .await
+            .expect_status(201);
+    }
+    coop
+}
+
 /// `hens { coop { hens { … { name } } } }`, `levels` relationships deep, from a coop.
 fn cycle(levels: usize) -> String {
     let mut text = "name".to_owned();
@@ -135,24 +157,7 @@ async fn amplifying_queries_are_refused_and_the_server_stays_small_and_responsiv
         "[graphql]\nmax_objects = 1000\ntimeout_ms = 1000\n",
     );
     let server = Server::start(&file, &[]);
-    let client = server.client();
-    // one coop with five hens
-    let coop = client
-        .post_json("/coop/api", &json!({"name": "red"}))
-        .await
-        .json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    for i in 0..5 {
-        client
-            .post_json(
-                "/hen/api",
-                &json!({"name": format!("h{i}"), "coop_id": coop}),
-            )
-            .await
-            .expect_status(201);
-    }
+    let coop = coop_with_five_hens(&server).await;
     let ordinary = format!(r#"{{ getById(id: "{coop}") {{ name hens {{ name }} }} }}"#);
     let (ok, _) = graphql(&server, "/coop/graph", &ordinary).await;
     assert_eq!(
@@ -293,23 +298,7 @@ async fn federated_cycles_are_bounded_across_hops() {
         );
     std::fs::write(&file, text).unwrap();
     let server = Server::start_with_env(&file, &[], Some(port));
-    let client = server.client();
-    let coop = client
-        .post_json("/coop/api", &json!({"name": "red"}))
-        .await
-        .json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    for i in 0..5 {
-        client
-            .post_json(
-                "/hen/api",
-                &json!({"name": format!("h{i}"), "coop_id": coop}),
-            )
-            .await
-            .expect_status(201);
-    }
+    let coop = coop_with_five_hens(&server).await;
     // an ordinary federated read works, and says nothing about budgets
     let (ok, _) = graphql(
         &server,

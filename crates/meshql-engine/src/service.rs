@@ -185,15 +185,6 @@ impl EntityService {
         &self.writer
     }
 
-    /// Who is asking, for a read (GraphQL): the credentials alone, without the correlation
-    /// id a write session carries.
-    pub fn credentials(
-        &self,
-        authorization: Option<&str>,
-    ) -> Result<Credentials, meshql_core::AuthError> {
-        self.authorizer.credentials(authorization)
-    }
-
     /// Who is asking and what they may do, for reads (GraphQL, the change feed).
     pub fn access(&self, authorization: Option<&str>) -> Result<Access, meshql_core::AuthError> {
         if let Some(everything) = &self.everything {

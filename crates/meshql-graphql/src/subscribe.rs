@@ -53,7 +53,6 @@ pub struct Subscription {
     query: usize,
     args: BoundArgs,
     reads: Arc<[String]>,
-    vector: bool,
     ctx: RequestContext,
     mask: Option<Arc<Mask>>,
     cohort: String,
@@ -111,7 +110,7 @@ impl Registry {
         let mask = graphlette
             .service
             .read_grant(&ctx.access.grants)
-            .map_err(|e| request_errors(&[RequestError::coded(e.to_string(), "FORBIDDEN")]))?;
+            .map_err(|e| request_errors(&[RequestError::coded(e.to_string(), e.kind().code())]))?;
         let reads = selection.reads.clone();
         let cohort = format!(
             "{index}\u{1f}{text}\u{1f}{:?}\u{1f}{}\u{1f}{:?}\u{1f}{:?}",
@@ -123,7 +122,6 @@ impl Registry {
         Ok(Subscribed::Live(Box::new(Subscription {
             index,
             entity: graphlette.entity.clone(),
-            vector: graphlette.queries[query].vector,
             plan,
             variables,
             query,
@@ -145,11 +143,6 @@ impl Subscription {
     /// Subscriptions with equal cohorts receive identical events.
     pub fn cohort(&self) -> &str {
         &self.cohort
-    }
-
-    /// Whether the root field is a list.
-    pub fn is_vector(&self) -> bool {
-        self.vector
     }
 
     /// The event `change` makes for this subscription (a GraphQL response body with
