@@ -32,6 +32,12 @@
 //! inserted deleted again should it fail part-way (see [`feed`] for what readers may see
 //! meanwhile).
 //!
+//! With a `read_url` the database has a second client, and each collection a second,
+//! read-only store on it ([`MongoStore::replica`], [`meshql_core::Database::replica`]) that
+//! the engine serves the API's reads from; the entity's own store, and so every write and
+//! what a write depends on, reads through the `uri`'s client only. The `read_url` client reads
+//! with `secondaryPreferred` unless its URI names a `readPreference`.
+//!
 //! Every operation takes one of `pool_size` permits first, waiting at most `pool_wait`
 //! (the driver itself would queue for a connection without a bound), so an exhausted pool
 //! answers 503 after a bounded wait.

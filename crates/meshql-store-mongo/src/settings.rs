@@ -19,6 +19,12 @@ pub struct MongoSettings {
     /// `tlsCertificateKeyFile`, `tlsAllowInvalidCertificates`, `tlsInsecure` (the driver's, with
     /// rustls); `mongodb+srv://` turns TLS on by default.
     pub uri: String,
+    /// A second URI (same form and TLS options as `uri`) for the API's reads (REST GETs,
+    /// GraphQL): a replica set's secondaries, say. It reads the same `db`; without a
+    /// `readPreference` of its own it reads with `secondaryPreferred`. Writes, and the reads a
+    /// write depends on, stay on `uri`. Absent: every read goes to `uri`.
+    #[serde(default)]
+    pub read_url: Option<String>,
     /// Database name.
     pub db: String,
     /// Operations in flight at once (and the driver's `maxPoolSize`); the URI's
@@ -60,7 +66,11 @@ impl StorageBackend for MongoBackend {
             ));
         }
         check_uri(&s.uri).map_err(|e| SettingError::new("uri", e))?;
+        if let Some(read_url) = &s.read_url {
+            check_uri(read_url).map_err(|e| SettingError::new("read_url", e))?;
+        }
         let mut options = MongoOptions::new(s.uri, s.db);
+        options.read_url = s.read_url;
         options.pool_size = s.pool_size;
         options.pool_wait = Duration::from_millis(s.pool_wait_ms);
         Ok(Box::new(MongoTarget(options)))
@@ -106,7 +116,12 @@ struct MongoTarget(MongoOptions);
 #[async_trait]
 impl StorageTarget for MongoTarget {
     fn target(&self) -> String {
-        format!("mongo:{} {}", self.0.uri, self.0.database)
+        let target = format!("mongo:{} {}", self.0.uri, self.0.database);
+        match &self.0.read_url {
+            // blocks reading elsewhere are databases of their own
+            Some(read_url) => format!("{target} read:{read_url}"),
+            None => target,
+        }
     }
 
     fn sql_templates(&self) -> bool {
@@ -120,6 +135,57 @@ impl StorageTarget for MongoTarget {
 
 #[cfg(test)]
 mod tests {
+    use meshql_core::{BackendContext, StorageBackend};
+    use serde_json::json;
+
+    fn configure(settings: serde_json::Value) -> Result<String, meshql_core::SettingError> {
+        let context = BackendContext {
+            block: "default",
+            data_dir: std::path::Path::new("/tmp"),
+        };
+        super::MongoBackend
+            .configure(&settings, &context)
+            .map(|target| target.target())
+    }
+
+    #[test]
+    fn read_url_is_checked_like_uri_and_named_in_its_errors() {
+        let uri = "mongodb://h:1/";
+        let plain = configure(json!({"uri": uri, "db": "d"})).unwrap();
+        let split = configure(json!({"uri": uri, "db": "d", "read_url": "mongodb://r:2/"}))
+            .expect("a good read_url");
+        assert_ne!(plain, split, "a read_url makes a storage target of its own");
+        for (read_url, expected) in [
+            ("http://r:2/", "scheme"),
+            (
+                "mongodb://r:2/?readPreference=sometimes",
+                "not a valid read preference",
+            ),
+            (
+                "mongodb://r:2/?tls=true&tlsCAFile=/nonexistent/ca.pem",
+                "tlsCAFile /nonexistent/ca.pem cannot be read",
+            ),
+        ] {
+            let e = configure(json!({"uri": uri, "db": "d", "read_url": read_url}))
+                .expect_err(read_url);
+            assert_eq!(e.field.as_deref(), Some("read_url"), "{read_url}: {e}");
+            assert!(
+                e.message.to_lowercase().contains(&expected.to_lowercase()),
+                "{read_url}: {e}"
+            );
+        }
+        let e = configure(json!({"uri": uri, "db": "d", "read_url": 7})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("read_url"), "{e}");
+    }
+
+    #[test]
+    fn the_schema_lists_read_url() {
+        let schema = super::MongoBackend.schema();
+        let text = schema.to_string();
+        assert!(text.contains("\"read_url\""), "{text}");
+        assert!(text.contains("secondaryPreferred"), "{text}");
+    }
+
     #[test]
     fn uris_are_checked_with_their_tls_files() {
         assert!(super::check_uri("mongodb://h:1/").is_ok());

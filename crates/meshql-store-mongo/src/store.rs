@@ -11,7 +11,7 @@ use meshql_core::{
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use mongodb::bson::{self, doc, oid::ObjectId, Bson, DateTime, Document};
-use mongodb::options::{ClientOptions, IndexOptions};
+use mongodb::options::{ClientOptions, IndexOptions, ReadPreference, SelectionCriteria};
 use mongodb::{Client, Collection, IndexModel};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -25,6 +25,10 @@ use tokio::sync::{Mutex, OwnedMutexGuard, OwnedSemaphorePermit, Semaphore, Semap
 pub struct MongoOptions {
     /// `mongodb://…` with any driver options (`replicaSet`, `readPreference`, `maxPoolSize`).
     pub uri: String,
+    /// A second client for the API's reads (a replica set's secondaries, say), the same
+    /// database name through it; reads use `uri` when absent. Without a `readPreference` of
+    /// its own it reads with `secondaryPreferred` (see [`MongoDatabase::connect`]).
+    pub read_url: Option<String>,
     /// Database name.
     pub database: String,
     /// Operations in flight at once; the URI's `maxPoolSize` when `None`, else 16.
@@ -41,6 +45,7 @@ impl MongoOptions {
         Self {
             uri: uri.into(),
             database: database.into(),
+            read_url: None,
             pool_size: None,
             pool_wait: Duration::from_secs(5),
             feed_grace: DEFAULT_FEED_GRACE,
@@ -55,6 +60,11 @@ impl MongoOptions {
 /// reader takes no permit and has that connection to itself),
 /// waiting at most `pool_wait`: past that the request is answered 503 instead of queueing
 /// for ever.
+///
+/// With a `read_url`, the database holds a second one for the API's reads: a client of its
+/// own with permits of its own (the same `pool_size` and `pool_wait`), whose collections are
+/// the readers [`meshql_core::Database::replica`] hands out ([`MongoStore::replica`]). Stores
+/// made by [`meshql_core::Database::store`] never read through it.
 pub struct MongoDatabase {
     client: Client,
     db: mongodb::Database,
@@ -63,6 +73,8 @@ pub struct MongoDatabase {
     pool_size: usize,
     pool_wait: Duration,
     feed_grace: Duration,
+    /// The client for the API's reads (`read_url`); it has no replica of its own.
+    replica: Option<Arc<MongoDatabase>>,
 }
 
 impl std::fmt::Debug for MongoDatabase {
@@ -98,11 +110,30 @@ pub(crate) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
 
 impl MongoDatabase {
     /// Parses the URI (replicaSet, readPreference, maxPoolSize... are honoured) and builds
-    /// the client; connections are made in the background.
+    /// the client; connections are made in the background. With a `read_url`, builds its
+    /// client too, the same way, except that a `read_url` without a `readPreference` reads
+    /// with `secondaryPreferred` (a secondary when one is available, else the primary), not
+    /// the driver's default `primary`, which would make the second client pointless on a
+    /// replica set.
     pub async fn connect(o: &MongoOptions) -> Result<Arc<Self>, StoreError> {
-        let mut options = ClientOptions::parse(&o.uri)
+        let mut primary = Self::client(&o.uri, o, false).await?;
+        if let Some(url) = &o.read_url {
+            primary.replica = Some(Arc::new(Self::client(url, o, true).await?));
+        }
+        Ok(Arc::new(primary))
+    }
+
+    /// One client, without a replica: the primary's, or (`for_reads`) the `read_url`'s.
+    async fn client(uri: &str, o: &MongoOptions, for_reads: bool) -> Result<Self, StoreError> {
+        let what = if for_reads { "read_url" } else { "URI" };
+        let mut options = ClientOptions::parse(uri)
             .await
-            .map_err(|e| StoreError::Invalid(format!("bad MongoDB URI: {e}")))?;
+            .map_err(|e| StoreError::Invalid(format!("bad MongoDB {what}: {e}")))?;
+        if for_reads && options.selection_criteria.is_none() {
+            options.selection_criteria = Some(SelectionCriteria::ReadPreference(
+                ReadPreference::SecondaryPreferred { options: None },
+            ));
+        }
         let pool_size = o
             .pool_size
             .or(options.max_pool_size.map(|n| n as usize))
@@ -119,20 +150,27 @@ impl MongoDatabase {
         }
         let client = Client::with_options(options).map_err(error)?;
         let db = client.database(&o.database);
-        Ok(Arc::new(Self {
+        Ok(Self {
             client,
             db,
             permits: Arc::new(Semaphore::new(pool_size)),
             pool_size,
             pool_wait: o.pool_wait,
             feed_grace: o.feed_grace,
-        }))
+            replica: None,
+        })
     }
 
-    /// Permits held by operations right now.
+    /// Whether the API's reads have a client of their own (`read_url`).
+    pub fn has_replica(&self) -> bool {
+        self.replica.is_some()
+    }
+
+    /// Permits held by operations right now, the reader's (`read_url`) included.
     pub(crate) fn connections_in_use(&self) -> u64 {
-        self.pool_size
-            .saturating_sub(self.permits.available_permits()) as u64
+        let held = |db: &MongoDatabase| db.pool_size.saturating_sub(db.permits.available_permits());
+        let replica = self.replica.as_deref().map_or(0, held);
+        (held(self) + replica) as u64
     }
 
     /// A permit to run one operation: waits at most `pool_wait` for one to be free.
@@ -161,7 +199,16 @@ impl MongoDatabase {
         }
     }
 
+    /// Pings the server, and the `read_url`'s when there is one.
     pub async fn ping(&self) -> Result<(), StoreError> {
+        self.ping_own().await?;
+        match &self.replica {
+            Some(replica) => replica.ping_own().await,
+            None => Ok(()),
+        }
+    }
+
+    async fn ping_own(&self) -> Result<(), StoreError> {
         let _permit = self.checkout().await?;
         self.db
             .run_command(doc! {"ping": 1})
@@ -170,7 +217,15 @@ impl MongoDatabase {
             .map_err(error)
     }
 
+    /// Shuts the client down, and the `read_url`'s when there is one.
     pub async fn close(&self) {
+        self.close_own().await;
+        if let Some(replica) = &self.replica {
+            replica.close_own().await;
+        }
+    }
+
+    async fn close_own(&self) {
         self.permits.close();
         self.client.clone().shutdown().await;
     }
@@ -590,6 +645,15 @@ impl MongoStore {
             feed_reads: AtomicU64::new(0),
             parked: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// The collection as the database's `read_url` client serves it, for reads only (what
+    /// [`meshql_core::Database::replica`] hands out); `None` without a `read_url`. The store
+    /// made by [`Self::new`] keeps reading through the primary's client, so a write, and
+    /// every read it depends on, never sees a replica's stale version.
+    pub fn replica(db: Arc<MongoDatabase>, collection: &str) -> Option<Self> {
+        let replica = db.replica.clone()?;
+        Some(Self::new(replica, collection))
     }
 
     /// The parked cursor continuing a page of `ctx` after `after`, if any; expired ones are
@@ -1712,6 +1776,9 @@ impl meshql_core::Database for MongoDatabase {
     fn store(self: Arc<Self>, collection: &str) -> meshql_core::DynStore {
         Arc::new(MongoStore::new(self, collection))
     }
+    fn replica(self: Arc<Self>, collection: &str) -> Option<meshql_core::DynReader> {
+        MongoStore::replica(self, collection).map(|s| Arc::new(s) as meshql_core::DynReader)
+    }
     async fn close(&self) {
         MongoDatabase::close(self).await;
     }
@@ -1720,3 +1787,62 @@ impl meshql_core::Database for MongoDatabase {
 /// Processor outputs are not supported: no multi-document transactions on the servers this
 /// store is tested against (see the crate docs, "Processor outputs: not supported").
 impl meshql_core::OutputStore for MongoStore {}
+
+#[cfg(test)]
+mod tests {
+    use super::{MongoDatabase, MongoOptions};
+    use mongodb::options::{ReadPreference, SelectionCriteria};
+
+    fn read_preference(db: &MongoDatabase) -> Option<&'static str> {
+        match db.client.selection_criteria() {
+            None => None,
+            Some(SelectionCriteria::ReadPreference(p)) => Some(match p {
+                ReadPreference::Primary => "primary",
+                ReadPreference::PrimaryPreferred { .. } => "primaryPreferred",
+                ReadPreference::Secondary { .. } => "secondary",
+                ReadPreference::SecondaryPreferred { .. } => "secondaryPreferred",
+                ReadPreference::Nearest { .. } => "nearest",
+                _ => "another",
+            }),
+            Some(_) => Some("a predicate"),
+        }
+    }
+
+    /// No server needed: clients connect in the background, at their first operation.
+    #[tokio::test]
+    async fn the_read_url_client_reads_secondaries_unless_told_otherwise() {
+        let primary = "mongodb://127.0.0.1:1/";
+        let without = MongoDatabase::connect(&MongoOptions::new(primary, "d"))
+            .await
+            .unwrap();
+        assert!(without.replica.is_none());
+        assert_eq!(read_preference(&without), None, "the driver's default");
+
+        for (read_url, expected) in [
+            ("mongodb://127.0.0.1:2/", "secondaryPreferred"),
+            ("mongodb://127.0.0.1:2/?readPreference=nearest", "nearest"),
+            ("mongodb://127.0.0.1:2/?readPreference=primary", "primary"),
+        ] {
+            let db = MongoDatabase::connect(&MongoOptions {
+                read_url: Some(read_url.into()),
+                ..MongoOptions::new(primary, "d")
+            })
+            .await
+            .unwrap();
+            assert_eq!(read_preference(&db), None, "{read_url}: the primary's own");
+            let replica = db.replica.as_deref().expect("a read_url client");
+            assert!(replica.replica.is_none());
+            assert_eq!(replica.db.name(), "d", "the same database");
+            assert_eq!(read_preference(replica), Some(expected), "{read_url}");
+            db.close().await;
+        }
+
+        let e = MongoDatabase::connect(&MongoOptions {
+            read_url: Some("mongodb://127.0.0.1:2/?readPreference=sometimes".into()),
+            ..MongoOptions::new(primary, "d")
+        })
+        .await
+        .expect_err("a bad readPreference");
+        assert!(e.to_string().contains("read_url"), "{e}");
+    }
+}
