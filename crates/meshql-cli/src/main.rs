@@ -67,6 +67,10 @@ enum Command {
         /// Do not run the config's processors here (they run in `meshql process`).
         #[arg(long)]
         no_processors: bool,
+        /// What to serve of the config: `all`; `write` (REST and the change feed on the
+        /// primary); or `read` (GraphQL, REST reads and the console, on the replicas).
+        #[arg(long, default_value = "all", env = "MESHQL_ROLE")]
+        role: meshql_config::Role,
     },
     /// Validate a config and every file it names; exit non-zero on any error.
     Check {
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
             log_level,
             log_format,
             no_processors,
+            role,
         } => {
             let started = Instant::now();
             init_tracing(&log_level, log_format);
@@ -175,6 +180,7 @@ fn main() -> ExitCode {
             if no_processors {
                 resolved.processors.clear();
             }
+            resolved.set_role(role);
             let mut runtime = tokio::runtime::Builder::new_multi_thread();
             runtime.enable_all();
             if let Some(w) = workers {

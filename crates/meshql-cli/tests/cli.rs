@@ -76,6 +76,17 @@ fn check_accepts_the_farm_example_by_dir_and_by_file() {
 }
 
 #[test]
+fn check_accepts_the_farm_cqrs_example() {
+    let out = check(&examples_dir().join("farm-cqrs"));
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("3 entities"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
 fn check_rejects_a_missing_config() {
     let dir = tempfile::tempdir().unwrap();
     let out = check(dir.path());

@@ -16,6 +16,7 @@ pub mod error;
 pub mod expand;
 pub mod model;
 pub mod resolve;
+pub mod role;
 
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{ConsoleConfig, GraphqlLimits, ServiceConfig, WriteResponse};
@@ -23,6 +24,7 @@ pub use resolve::{
     load, ChangesSpec, ProcessorSpec, RelaySpec, ResolvedConfig, ResolvedEntity, ResolvedGraph,
     ResolvedQuery, ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
 };
+pub use role::{Role, UnknownRole};
 
 /// The well-known config file name looked up inside a directory argument.
 pub const CONFIG_FILE_NAME: &str = "meshql.toml";

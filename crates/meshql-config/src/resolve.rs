@@ -82,6 +82,9 @@ pub struct ResolvedConfig {
     /// Problems that do not stop a service but make some queries answer less than they ask
     /// (e.g. a projection field the target graphlette does not have).
     pub warnings: Vec<ConfigError>,
+    /// What this process serves of the config (`meshql serve --role`; set with
+    /// [`ResolvedConfig::set_role`]).
+    pub role: crate::Role,
 }
 
 /// The change feed's settings, with its directory resolved.
@@ -598,6 +601,7 @@ impl Resolver {
             entities,
             processors,
             warnings,
+            role: crate::Role::All,
         })
     }
 

@@ -25,9 +25,15 @@ pub enum RestError {
     Body(String),
     #[error("method {0} is not allowed here")]
     MethodNotAllowed(String, &'static str),
+    /// A write sent to a process serving the read role (`meshql serve --role read`).
+    #[error("method {0} is not allowed here: this process serves the read role; send writes to the write role")]
+    ReadRole(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
+
+/// What a read-role process allows on every REST route.
+pub(crate) const READ_ROLE_ALLOW: &str = "GET, OPTIONS";
 
 impl RestError {
     pub const NOT_FOUND: RestError = RestError::Engine(EngineError::NotFound);
@@ -43,7 +49,9 @@ impl RestError {
             | RestError::Query(_) => StatusCode::BAD_REQUEST,
             RestError::NotDeleted => StatusCode::NOT_FOUND,
             RestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            RestError::MethodNotAllowed(..) => StatusCode::METHOD_NOT_ALLOWED,
+            RestError::MethodNotAllowed(..) | RestError::ReadRole(_) => {
+                StatusCode::METHOD_NOT_ALLOWED
+            }
             RestError::Engine(e) => StatusCode::from_u16(e.kind().http_status())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         }
@@ -84,6 +92,11 @@ impl IntoResponse for RestError {
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, challenge);
             }
+        }
+        if let RestError::ReadRole(_) = &self {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(READ_ROLE_ALLOW));
         }
         if let RestError::MethodNotAllowed(_, allow) = self {
             response

@@ -19,5 +19,5 @@ mod openapi;
 mod routes;
 
 pub use error::RestError;
-pub use openapi::openapi_document;
+pub use openapi::{openapi_document, read_only as read_only_openapi};
 pub use routes::{router, Restlette};

@@ -218,3 +218,40 @@ mod tests {
         }
     }
 }
+
+/// `doc` as a read-role process serves it (`meshql serve --role read`): only the reading
+/// operations, and no path left without one.
+pub fn read_only(mut doc: Value) -> Value {
+    if let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) {
+        for item in paths.values_mut() {
+            if let Some(ops) = item.as_object_mut() {
+                ops.retain(|method, _| {
+                    !matches!(method.as_str(), "post" | "put" | "delete" | "patch")
+                });
+            }
+        }
+        paths.retain(|_, item| {
+            item.as_object()
+                .is_some_and(|ops| ops.keys().any(|k| k == "get"))
+        });
+    }
+    doc
+}
+
+#[cfg(test)]
+mod read_only_tests {
+    #[test]
+    fn a_read_only_document_keeps_the_reads_only() {
+        let doc = super::read_only(super::openapi_document("/hen/api", "hen", None, false));
+        let paths = doc["paths"].as_object().unwrap();
+        assert!(!paths.is_empty());
+        for (path, item) in paths {
+            let ops = item.as_object().unwrap();
+            assert!(ops.contains_key("get"), "{path}");
+            for write in ["post", "put", "delete", "patch"] {
+                assert!(!ops.contains_key(write), "{path} keeps {write}");
+            }
+        }
+        assert!(paths.contains_key("/hen/api/{id}"));
+    }
+}

@@ -26,6 +26,9 @@ pub struct Restlette {
     /// Creates and updates answer 303 See Other + `Location`, no body (MeshQL's TypeScript
     /// services), instead of 201/200 with the document.
     pub see_other: bool,
+    /// Serve reads only (`meshql serve --role read`): POST, PUT and DELETE answer 405 with a
+    /// JSON error that sends the client to the write role.
+    pub read_only: bool,
 }
 
 type Shared = State<Arc<Restlette>>;
@@ -275,36 +278,50 @@ fn with_fallback(
 /// The routes of a restlette, with its body limit applied.
 pub fn router(restlette: Arc<Restlette>) -> Router {
     let p = restlette.path.clone();
-    let collection = with_fallback(get(list).post(create), "GET, POST, OPTIONS");
+    let read_only = restlette.read_only;
+    // every route's methods: GET (and the writes unless read-only), the rest answer 405
+    let route = |m: MethodRouter<Arc<Restlette>>, allow: &'static str| {
+        if read_only {
+            m.fallback(|method: Method| {
+                std::future::ready(match method {
+                    Method::POST | Method::PUT | Method::DELETE | Method::PATCH => {
+                        RestError::ReadRole(method.to_string()).into_response()
+                    }
+                    other => RestError::MethodNotAllowed(
+                        other.to_string(),
+                        crate::error::READ_ROLE_ALLOW,
+                    )
+                    .into_response(),
+                })
+            })
+        } else {
+            with_fallback(m, allow)
+        }
+    };
+    let (collection, bulk, one) = if read_only {
+        (get(list), get(bulk_read), get(read))
+    } else {
+        (
+            get(list).post(create),
+            get(bulk_read).post(bulk_create),
+            get(read).put(update).delete(delete),
+        )
+    };
+    let collection = route(collection, "GET, POST, OPTIONS");
     Router::new()
         .route(&p, collection.clone())
         .route(&format!("{p}/"), collection)
-        .route(
-            &format!("{p}/bulk"),
-            with_fallback(get(bulk_read).post(bulk_create), "GET, POST, OPTIONS"),
-        )
-        .route(
-            &format!("{p}/api-docs"),
-            with_fallback(get(docs), "GET, OPTIONS"),
-        )
+        .route(&format!("{p}/bulk"), route(bulk, "GET, POST, OPTIONS"))
+        .route(&format!("{p}/api-docs"), route(get(docs), "GET, OPTIONS"))
         .route(
             &format!("{p}/api-docs/swagger.json"),
-            with_fallback(get(openapi), "GET, OPTIONS"),
+            route(get(openapi), "GET, OPTIONS"),
         )
-        .route(
-            &format!("{p}/health"),
-            with_fallback(get(health), "GET, OPTIONS"),
-        )
-        .route(
-            &format!("{p}/ready"),
-            with_fallback(get(ready), "GET, OPTIONS"),
-        )
+        .route(&format!("{p}/health"), route(get(health), "GET, OPTIONS"))
+        .route(&format!("{p}/ready"), route(get(ready), "GET, OPTIONS"))
         .route(
             &format!("{p}/{{id}}"),
-            with_fallback(
-                get(read).put(update).delete(delete),
-                "GET, PUT, DELETE, OPTIONS",
-            ),
+            route(one, "GET, PUT, DELETE, OPTIONS"),
         )
         .layer(axum::extract::DefaultBodyLimit::max(restlette.body_limit))
         .with_state(restlette)

@@ -48,6 +48,7 @@ fn app(store: DynStore, reader: Option<DynReader>) -> axum::Router {
         docs_page: None,
         body_limit: 1 << 20,
         see_other: false,
+        read_only: false,
     }))
 }
 
@@ -291,6 +292,7 @@ async fn every_page_of_a_streamed_list_is_filtered_by_the_callers_tokens() {
         docs_page: None,
         body_limit: 1 << 20,
         see_other: false,
+        read_only: false,
     }));
     for (who, uri) in [("alice", "/farm/api"), ("bob", "/farm/api?limit=2000")] {
         let resp = app

@@ -129,6 +129,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     };
 
     let policy = permission_policy(config).await?;
+    let role = config.role;
 
     // storage: one database per target (file, server), one store per entity
     let mut databases: HashMap<String, DynDatabase> = HashMap::new();
@@ -227,15 +228,16 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         )
         .with_policy(policy.clone())
         .with_acknowledged(acknowledged.clone());
-        if let Some(replica) = replicas.remove(&entity.name) {
+        // the write role reads the primary (its REST GETs follow its own writes)
+        if let Some(replica) = replicas.remove(&entity.name).filter(|_| role.reads()) {
             service = service.with_reader(replica);
         }
         services.insert(entity.name.clone(), Arc::new(service));
     }
 
-    // graphlettes
+    // graphlettes (the write role serves none)
     let mut graphlettes = Vec::new();
-    for entity in &config.entities {
+    for entity in config.entities.iter().filter(|_| role.reads()) {
         if let Some(g) = &entity.graph {
             graphlettes.push(Graphlette::new(
                 &entity.name,
@@ -259,8 +261,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     for entity in &config.entities {
         if let Some(rest) = &entity.rest {
             let see_other = config.write_response == meshql_config::WriteResponse::SeeOther;
-            let openapi =
+            let mut openapi =
                 openapi_document(&rest.path, &entity.name, rest.schema.as_ref(), see_other);
+            if !role.writes() {
+                openapi = meshql_rest::read_only_openapi(openapi);
+            }
             let restlette = Arc::new(Restlette {
                 path: rest.path.clone(),
                 service: services[&entity.name].clone(),
@@ -271,10 +276,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 ))),
                 body_limit: config.body_limit_bytes,
                 see_other,
+                read_only: !role.writes(),
             });
             router = router.merge(meshql_rest::router(restlette));
         }
-        if let Some(g) = &entity.graph {
+        if let Some(g) = entity.graph.as_ref().filter(|_| role.reads()) {
             let (index, _) = registry
                 .by_path(&g.path)
                 .expect("graphlettes were registered above");
@@ -317,11 +323,13 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             "/_changes",
             get(changes_routes::changes).with_state(endpoint),
         );
-        let _ = subscriptions.set(crate::subscriptions::Subscriptions::start(
-            log.clone(),
-            registry.clone(),
-            closing_rx.clone(),
-        ));
+        if role.reads() {
+            let _ = subscriptions.set(crate::subscriptions::Subscriptions::start(
+                log.clone(),
+                registry.clone(),
+                closing_rx.clone(),
+            ));
+        }
         Some(Arc::new(hub))
     } else {
         router = router.route("/_changes", get(changes_routes::disabled));
@@ -349,6 +357,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     }
     let requests = Arc::new(crate::request_metrics::RequestMetrics::default());
     let ops = Arc::new(Ops {
+        role,
         stores: stores.clone(),
         storages,
         hub: hub.clone(),
@@ -370,7 +379,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             services: services.clone(),
         },
     )));
-    if config.console.enabled {
+    if config.console.enabled && role.reads() {
         let console = Arc::new(crate::console::Console::new(
             config,
             &services,

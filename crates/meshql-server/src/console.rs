@@ -109,6 +109,8 @@ impl Console {
                         "path": r.path,
                         "docs": format!("{}/api-docs", r.path),
                         "schema": r.schema,
+                        // a read-role process: the console offers no create, edit or delete
+                        "read_only": !config.role.writes(),
                     })
                 });
                 let graphql = e.graph.as_ref().map(|g| {

@@ -10,6 +10,8 @@ use std::fmt::Write;
 use std::sync::Arc;
 
 pub struct Ops {
+    /// What this process serves of its config (`meshql serve --role`).
+    pub role: meshql_config::Role,
     /// (entity, store)
     pub stores: Vec<(String, DynStore)>,
     /// (storage name, a store on it): counters kept per storage, not per entity
@@ -122,6 +124,11 @@ const STORE_SERIES: [StoreSeries; 5] = [
 
 pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# HELP meshql_role What this process serves of its config (meshql serve --role).\n# TYPE meshql_role gauge\nmeshql_role{{role=\"{}\"}} 1",
+        ops.role
+    );
     for (name, help, kind, per, get) in STORE_SERIES {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         let (label, stores) = match per {

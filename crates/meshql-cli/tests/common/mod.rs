@@ -168,6 +168,25 @@ impl Server {
         )
     }
 
+    /// Serves `config_path` with `data_dir` (kept), extra arguments and environment, on `port`
+    /// when given: for processes that share a data directory and must know each other's
+    /// address (a write and a read role of one config).
+    pub fn start_sharing(
+        config_path: &Path,
+        data_dir: &Path,
+        extra_args: &[&str],
+        envs: &[(&str, String)],
+        port: Option<u16>,
+    ) -> Server {
+        Self::start_in(
+            config_path,
+            DataDir::Borrowed(data_dir.to_owned()),
+            extra_args,
+            envs,
+            port,
+        )
+    }
+
     fn start_in(
         config_path: &Path,
         data_dir: DataDir,

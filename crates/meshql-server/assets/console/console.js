@@ -517,7 +517,7 @@ async function listView(view, e) {
     el('div', { class: 'title' },
       el('h1', {}, e.name),
       el('span', { class: 'links' },
-        e.rest ? el('a', { href: `#/e/${encodeURIComponent(e.name)}/new`, class: 'button', id: 'new-document' }, `new ${e.name}`) : '',
+        e.rest && !e.rest.read_only ? el('a', { href: `#/e/${encodeURIComponent(e.name)}/new`, class: 'button', id: 'new-document' }, `new ${e.name}`) : '',
         ' ', e.rest ? el('a', { href: e.rest.docs }, 'Swagger UI') : '',
         ' ', graphiqlLink(e))),
     el('div', { class: 'tools' }, filter, info),
@@ -656,9 +656,9 @@ async function documentView(view, e, id) {
     el('div', { class: 'title' },
       el('h1', {}, `${e.name} `, el('code', {}, id)),
       el('span', { class: 'links' },
-        e.rest ? el('a', { href: `${docHref(e.name, id)}/edit`, class: 'button', id: 'edit-document' }, 'edit') : '',
+        e.rest && !e.rest.read_only ? el('a', { href: `${docHref(e.name, id)}/edit`, class: 'button', id: 'edit-document' }, 'edit') : '',
         ' ',
-        e.rest ? el('button', {
+        e.rest && !e.rest.read_only ? el('button', {
           type: 'button', id: 'delete-document', class: 'danger',
           onclick: async () => {
             if (!confirm(`Delete ${e.name} ${id}? (A tombstone version is written; history stays.)`)) return;
