@@ -87,7 +87,8 @@ async fn reads_come_from_the_standby_and_writes_from_the_primary() {
     let config = dir.path().join("meshql-postgres.toml");
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "url = \"${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/eggs}\"",
-        "url = \"${DATABASE_URL}\"\nread_url = \"${READ_URL}\"",
+        // reads stay on the standby however far behind (this test watches it lag)
+        "url = \"${DATABASE_URL}\"\nread_url = \"${READ_URL}\"\nread_max_lag_ms = 600000",
     );
     assert!(text.contains("read_url"));
     std::fs::write(&config, text).unwrap();
@@ -182,7 +183,7 @@ async fn the_write_role_reads_the_primary_and_the_read_role_the_standby() {
     let dir = common::example_copy("farm-cqrs", |t| {
         let t = t.replace(
             "type = \"sqlite\"\nfile = \"farm-cqrs.db\"",
-            "type = \"postgres\"\nurl = \"${DATABASE_URL}\"\nread_url = \"${DATABASE_READ_URL}\"",
+            "type = \"postgres\"\nurl = \"${DATABASE_URL}\"\nread_url = \"${DATABASE_READ_URL}\"\nread_max_lag_ms = 600000",
         );
         assert!(t.contains("read_url = "), "the storage block was replaced");
         t
@@ -249,4 +250,243 @@ async fn the_write_role_reads_the_primary_and_the_read_role_the_standby() {
         graph.json()["data"]["getById"]["coops"] == json!([{"name": "red"}])
     })
     .await;
+}
+
+/// `farm-cqrs` on the primary with `read_url` through `proxy` to the standby, served whole
+/// (`--role all`): reads routed over the replica, writes on the primary.
+fn farm_through(
+    primary: &str,
+    replica_via_proxy: &str,
+    extra_settings: &str,
+    edit: impl FnOnce(&std::path::Path),
+) -> (tempfile::TempDir, Server) {
+    let dir = common::example_copy("farm-cqrs", |t| {
+        t.replace(
+            "type = \"sqlite\"\nfile = \"farm-cqrs.db\"",
+            &format!(
+                "type = \"postgres\"\nurl = \"${{DATABASE_URL}}\"\nread_url = \"${{DATABASE_READ_URL}}\"\n{extra_settings}"
+            ),
+        )
+    });
+    edit(dir.path());
+    let port = common::free_port();
+    let server = Server::start_with_env(
+        &dir.path().join("meshql.toml"),
+        &[
+            ("DATABASE_URL", primary.to_owned()),
+            ("DATABASE_READ_URL", replica_via_proxy.to_owned()),
+            ("READ_SERVICE_URL", format!("http://127.0.0.1:{port}")),
+        ],
+        Some(port),
+    );
+    (dir, server)
+}
+
+/// The standby's database through a proxy the test can cut.
+async fn proxied_standby(primary: &str) -> (common::fault_proxy::FaultProxy, String) {
+    let replica = on_standby(primary);
+    let host_port = replica
+        .split_once('@')
+        .unwrap()
+        .1
+        .split_once('/')
+        .unwrap()
+        .0;
+    let upstream: std::net::SocketAddr = host_port.parse().unwrap();
+    let proxy = common::fault_proxy::FaultProxy::start(upstream).await;
+    let via = replica.replace(host_port, &proxy.addr().to_string());
+    (proxy, via)
+}
+
+fn metric(text: &str, line_start: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{line_start} in /metrics:\n{text}"))
+}
+
+/// A standby that stops replaying is left once it is further behind than `read_max_lag_ms`,
+/// and one that goes away is left at once; reads go on, from the primary, without an error,
+/// and come back when it does. `/metrics` shows the lag, the state and where reads went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_leave_a_standby_that_lags_or_goes_away_and_come_back() {
+    let _turn = STANDBY.lock().await;
+    let primary = common::fresh_postgres_database();
+    let (proxy, via) = proxied_standby(&primary).await;
+    let (_dir, server) = farm_through(
+        &primary,
+        &via,
+        "read_max_lag_ms = 500\nread_probe_ms = 50",
+        |_| {},
+    );
+    let c = server.client();
+    let state = |text: &str, s: &str| {
+        metric(
+            text,
+            &format!("meshql_replica_state{{storage=\"farm\",state=\"{s}\"}} "),
+        ) == 1.0
+    };
+    let farm = c.post_json("/farm/api", &json!({"name": "Emerdale"})).await;
+    farm.expect_status(201);
+    let farm = farm.json()["id"].as_str().unwrap().to_owned();
+    until("the standby serves the farm", async || {
+        c.get(&format!("/farm/api/{farm}")).await.status == 200
+    })
+    .await;
+    let text = c.get("/metrics").await.text;
+    assert!(state(&text, "usable"), "{text}");
+    let on_replica =
+        "meshql_replica_reads_total{storage=\"farm\",served_by=\"replica\",reason=\"\"} ";
+    assert!(metric(&text, on_replica) >= 1.0, "{text}");
+
+    // replay stuck: once the lag passes 500 ms, a new write is readable (from the primary)
+    let standby = on_standby(&primary);
+    let paused = ReplayPaused::start(&standby);
+    let coop = c
+        .post_json("/coop/api", &json!({"name": "red", "farm_id": farm}))
+        .await;
+    coop.expect_status(201);
+    let coop = coop.json()["id"].as_str().unwrap().to_owned();
+    let waited = until("reads leave the stalled standby", async || {
+        c.get(&format!("/coop/api/{coop}")).await.status == 200
+    })
+    .await;
+    eprintln!("the stalled standby was left after {waited:?}");
+    let text = c.get("/metrics").await.text;
+    assert!(state(&text, "behind"), "{text}");
+    assert!(
+        metric(&text, "meshql_replica_lag_seconds{storage=\"farm\"} ") > 0.5,
+        "{text}"
+    );
+    assert!(
+        metric(&text, "meshql_replica_lag_bytes{storage=\"farm\"} ") > 0.0,
+        "{text}"
+    );
+    let behind =
+        "meshql_replica_reads_total{storage=\"farm\",served_by=\"primary\",reason=\"behind\"} ";
+    assert!(metric(&text, behind) >= 1.0, "{text}");
+    // GraphQL too
+    let graph = c
+        .post_json(
+            "/farm/graph",
+            &json!({"query": format!(r#"{{ getById(id: "{farm}") {{ coops {{ name }} }} }}"#)}),
+        )
+        .await;
+    assert_eq!(
+        graph.json()["data"]["getById"]["coops"],
+        json!([{"name": "red"}])
+    );
+
+    // replay resumed: back on the standby
+    drop(paused);
+    until("the standby is usable again", async || {
+        state(&c.get("/metrics").await.text, "usable")
+    })
+    .await;
+    let before = metric(&c.get("/metrics").await.text, on_replica);
+    c.get(&format!("/coop/api/{coop}")).await.expect_status(200);
+    assert!(metric(&c.get("/metrics").await.text, on_replica) > before);
+
+    // the standby gone: every read answers, from the primary; the service stays ready
+    proxy.refuse();
+    let started = Instant::now();
+    let mut reads = 0;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let r = c.get(&format!("/coop/api/{coop}")).await;
+        assert_eq!(
+            r.status, 200,
+            "a read while the standby is gone: {}",
+            r.text
+        );
+        reads += 1;
+    }
+    assert!(reads > 10);
+    let text = c.get("/metrics").await.text;
+    assert!(state(&text, "down"), "{text}");
+    let down =
+        "meshql_replica_reads_total{storage=\"farm\",served_by=\"primary\",reason=\"down\"} ";
+    assert!(metric(&text, down) >= 1.0, "{text}");
+    c.get("/ready").await.expect_status(200);
+
+    // and back
+    proxy.accept_again();
+    until("the standby is usable after it returns", async || {
+        state(&c.get("/metrics").await.text, "usable")
+    })
+    .await;
+}
+
+/// A standby whose only connection is busy sheds the next read to the primary instead of
+/// queueing it behind (seed 004's cascade): a read answers while a 5-second query holds the
+/// standby's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saturated_standby_sheds_reads_to_the_primary() {
+    let _turn = STANDBY.lock().await;
+    let primary = common::fresh_postgres_database();
+    let replica = on_standby(&primary);
+    let (_dir, server) = farm_through(
+        &primary,
+        &replica,
+        "pool_size = 1\npool_wait_ms = 10000\nread_max_lag_ms = 600000",
+        |dir| {
+            // a root query that takes 5 seconds on whichever server answers it
+            let config = dir.join("meshql.toml");
+            let text = std::fs::read_to_string(&config).unwrap().replacen(
+                "[[entity.graphql.vectors]]\nname = \"getAll\"\nquery = '{}'",
+                "[[entity.graphql.vectors]]\nname = \"getAll\"\nquery = '{}'\n\n[[entity.graphql.vectors]]\nname = \"slow\"\nsql = \"(SELECT true FROM pg_sleep(5))\"",
+                1,
+            );
+            std::fs::write(&config, text).unwrap();
+            let sdl = dir.join("graph/farm.graphql");
+            let text = std::fs::read_to_string(&sdl).unwrap().replacen(
+                "  getAll(at: Float, limit: Int): [Farm]\n",
+                "  getAll(at: Float, limit: Int): [Farm]\n  slow(at: Float, limit: Int): [Farm]\n",
+                1,
+            );
+            std::fs::write(&sdl, text).unwrap();
+        },
+    );
+    let c = server.client();
+    let farm = c.post_json("/farm/api", &json!({"name": "Emerdale"})).await;
+    farm.expect_status(201);
+    let farm = farm.json()["id"].as_str().unwrap().to_owned();
+    until("the standby serves the farm", async || {
+        c.get(&format!("/farm/api/{farm}")).await.status == 200
+    })
+    .await;
+
+    let slow = {
+        let c = server.client();
+        tokio::spawn(async move {
+            let r = c
+                .post_json("/farm/graph", &json!({"query": "{ slow { name } }"}))
+                .await;
+            (r.status, r.text)
+        })
+    };
+    // the slow query has the standby's only connection
+    until("the slow query holds the standby", async || {
+        assert!(!slow.is_finished(), "the slow query ended before it was seen on the standby");
+        let active = psql(
+            &replica,
+            "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND state = 'active' AND pid <> pg_backend_pid()",
+        );
+        active != "0"
+    })
+    .await;
+    let started = Instant::now();
+    let r = c.get(&format!("/farm/api/{farm}")).await;
+    let took = started.elapsed();
+    r.expect_status(200);
+    assert!(
+        took < Duration::from_secs(3),
+        "a read waited {took:?} behind the busy standby instead of going to the primary"
+    );
+    let text = c.get("/metrics").await.text;
+    let shed =
+        "meshql_replica_reads_total{storage=\"farm\",served_by=\"primary\",reason=\"saturated\"} ";
+    assert!(metric(&text, shed) >= 1.0, "{text}");
+    let (status, body) = slow.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("Emerdale"), "{body}");
 }

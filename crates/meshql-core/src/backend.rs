@@ -21,6 +21,12 @@ pub trait Database: Send + Sync + 'static {
         None
     }
 
+    /// What the backend can tell about the replica [`Database::replica`] reads (`None`
+    /// without one): its lag, reachability and saturation, for reads to leave it in time.
+    fn replica_probe(self: Arc<Self>) -> Option<Arc<dyn crate::replica::ReplicaProbe>> {
+        None
+    }
+
     /// Flushes pending writes and releases connections, files and threads.
     async fn close(&self);
 }

@@ -17,6 +17,7 @@ pub mod memo;
 pub mod nested;
 pub mod output;
 pub mod registry;
+pub mod replica;
 pub mod store;
 pub mod template;
 pub mod time;

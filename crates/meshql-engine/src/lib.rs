@@ -21,10 +21,12 @@
 
 mod error;
 mod reads;
+pub mod replica;
 mod service;
 mod validate;
 
 pub use error::EngineError;
 pub use reads::Granted;
+pub use replica::{Detour, FallbackReader, ReplicaHealth, ReplicaState, ReplicaStats};
 pub use service::{Access, EntityService, Session};
 pub use validate::{PayloadValidator, ValidatorError};

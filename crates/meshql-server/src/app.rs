@@ -19,7 +19,7 @@ use meshql_config::model::FsyncConfig;
 use meshql_config::resolve::{AuthSpec, PermissionsSpec};
 use meshql_config::{ChangesSpec, ResolvedConfig};
 use meshql_core::{AllowAll, Authorizer, DynDatabase, DynStore, NoAuth, Policy, StoreError};
-use meshql_engine::{EntityService, PayloadValidator};
+use meshql_engine::{EntityService, FallbackReader, PayloadValidator, ReplicaHealth};
 use meshql_graphql::{Graphlette, Registry, RegistryError};
 use meshql_log::{FsyncPolicy, Log, LogOptions, Retention};
 use meshql_rest::{openapi_document, Restlette};
@@ -64,6 +64,8 @@ pub struct App {
     processors: Arc<meshql_process::Processors>,
     /// Set when the server starts shutting down (ends change streams).
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
+    /// The replicas reads are routed over, by storage block (probes stop at shutdown).
+    replicas: Vec<(String, Arc<ReplicaHealth>)>,
 }
 
 impl App {
@@ -85,6 +87,9 @@ impl App {
         }
         self.processors.stop().await;
         self.relays.stop().await;
+        for (_, health) in &self.replicas {
+            health.stop();
+        }
         for db in &self.databases {
             db.close().await;
         }
@@ -135,7 +140,11 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let mut databases: HashMap<String, DynDatabase> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
     // the entities whose storage has a read replica: the engine serves their reads there
-    let mut replicas: HashMap<String, meshql_core::DynReader> = HashMap::new();
+    // while the replica is reachable, close enough and not saturated (one health per database)
+    let mut replicas: HashMap<String, (meshql_core::DynReader, Arc<ReplicaHealth>)> =
+        HashMap::new();
+    let mut healths: HashMap<String, Arc<ReplicaHealth>> = HashMap::new();
+    let mut replica_healths: Vec<(String, Arc<ReplicaHealth>)> = Vec::new();
     // targets found unreachable at start-up: their other entities skip the attempt (each
     // would wait out the driver's timeout again) and start deferred straight away
     let mut unreachable: HashMap<String, StoreError> = HashMap::new();
@@ -156,8 +165,29 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             }
         };
         let store = db.clone().store(&entity.table);
-        if let Some(replica) = db.replica(&entity.table) {
-            replicas.insert(entity.name.clone(), replica);
+        // the write role reads the primary only: no replica, no probe
+        if role.reads() {
+            if let Some(replica) = db.clone().replica(&entity.table) {
+                let health = match healths.get(&server) {
+                    Some(h) => Some(h.clone()),
+                    None => db.clone().replica_probe().map(|probe| {
+                        let health = ReplicaHealth::new(&entity.storage, probe);
+                        health.start();
+                        healths.insert(server.clone(), health.clone());
+                        replica_healths.push((entity.storage.clone(), health.clone()));
+                        health
+                    }),
+                };
+                match health {
+                    Some(h) => {
+                        replicas.insert(entity.name.clone(), (replica, h));
+                    }
+                    None => tracing::warn!(
+                        entity = %entity.name,
+                        "the storage's replica cannot be probed: its reads stay on the primary"
+                    ),
+                }
+            }
         }
         let templates: Vec<_> = entity
             .graph
@@ -228,9 +258,12 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         )
         .with_policy(policy.clone())
         .with_acknowledged(acknowledged.clone());
-        // the write role reads the primary (its REST GETs follow its own writes)
-        if let Some(replica) = replicas.remove(&entity.name).filter(|_| role.reads()) {
-            service = service.with_reader(replica);
+        if let Some((replica, health)) = replicas.remove(&entity.name) {
+            service = service.with_reader(Arc::new(FallbackReader::new(
+                replica,
+                store_of(&entity.name),
+                health,
+            )));
         }
         services.insert(entity.name.clone(), Arc::new(service));
     }
@@ -358,6 +391,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let requests = Arc::new(crate::request_metrics::RequestMetrics::default());
     let ops = Arc::new(Ops {
         role,
+        replicas: replica_healths.clone(),
         stores: stores.clone(),
         storages,
         hub: hub.clone(),
@@ -416,6 +450,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         relays,
         processors,
         closing,
+        replicas: replica_healths,
     })
 }
 

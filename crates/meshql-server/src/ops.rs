@@ -12,6 +12,8 @@ use std::sync::Arc;
 pub struct Ops {
     /// What this process serves of its config (`meshql serve --role`).
     pub role: meshql_config::Role,
+    /// Read replicas, by storage block.
+    pub replicas: Vec<(String, Arc<meshql_engine::ReplicaHealth>)>,
     /// (entity, store)
     pub stores: Vec<(String, DynStore)>,
     /// (storage name, a store on it): counters kept per storage, not per entity
@@ -141,6 +143,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
             }
         }
     }
+    write_replica_metrics(&mut out, &ops.replicas);
     if let Some(hub) = &ops.hub {
         write_feed_metrics(&mut out, hub);
     }
@@ -152,6 +155,88 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     crate::connection::write_metrics(&mut out);
     ops.requests.write(&mut out);
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
+}
+
+fn write_replica_metrics(
+    out: &mut String,
+    replicas: &[(String, Arc<meshql_engine::ReplicaHealth>)],
+) {
+    if replicas.is_empty() {
+        return;
+    }
+    let stats: Vec<_> = replicas.iter().map(|(s, h)| (s, h.stats())).collect();
+    let _ = writeln!(
+        out,
+        "# HELP meshql_replica_lag_seconds How long the oldest change the read replica has not applied has waited (absent: it cannot tell).\n# TYPE meshql_replica_lag_seconds gauge"
+    );
+    for (storage, s) in &stats {
+        if let Some(lag) = s.lag {
+            let _ = writeln!(
+                out,
+                "meshql_replica_lag_seconds{{storage=\"{storage}\"}} {}",
+                lag.time.as_secs_f64()
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP meshql_replica_lag_bytes What the read replica has still to apply (PostgreSQL: WAL bytes).\n# TYPE meshql_replica_lag_bytes gauge"
+    );
+    for (storage, s) in &stats {
+        if let Some(bytes) = s.lag.and_then(|l| l.bytes) {
+            let _ = writeln!(
+                out,
+                "meshql_replica_lag_bytes{{storage=\"{storage}\"}} {bytes}"
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP meshql_replica_max_lag_seconds Further behind than this, reads go to the primary (read_max_lag_ms).\n# TYPE meshql_replica_max_lag_seconds gauge"
+    );
+    for (storage, s) in &stats {
+        let _ = writeln!(
+            out,
+            "meshql_replica_max_lag_seconds{{storage=\"{storage}\"}} {}",
+            s.settings.max_lag.as_secs_f64()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP meshql_replica_state The read replica's state: 1 for the current one of usable, behind, down.\n# TYPE meshql_replica_state gauge"
+    );
+    for (storage, s) in &stats {
+        for state in [
+            meshql_engine::ReplicaState::Usable,
+            meshql_engine::ReplicaState::Behind,
+            meshql_engine::ReplicaState::Down,
+        ] {
+            let _ = writeln!(
+                out,
+                "meshql_replica_state{{storage=\"{storage}\",state=\"{}\"}} {}",
+                state.as_str(),
+                u8::from(s.state == state)
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP meshql_replica_reads_total Reads meant for the read replica, by who answered and why the primary did.\n# TYPE meshql_replica_reads_total counter"
+    );
+    for (storage, s) in &stats {
+        let _ = writeln!(
+            out,
+            "meshql_replica_reads_total{{storage=\"{storage}\",served_by=\"replica\",reason=\"\"}} {}",
+            s.on_replica
+        );
+        for (detour, n) in s.detoured {
+            let _ = writeln!(
+                out,
+                "meshql_replica_reads_total{{storage=\"{storage}\",served_by=\"primary\",reason=\"{}\"}} {n}",
+                detour.as_str()
+            );
+        }
+    }
 }
 
 fn write_feed_metrics(out: &mut String, hub: &meshql_changes::Hub) {

@@ -22,6 +22,8 @@ pub struct PostgresOptions {
     pub connect_timeout: Duration,
     /// Answer nested searches with one statement ([`meshql_core::StoreReader::find_nested`]).
     pub nested_sql: bool,
+    /// Bounds on the replica (with `read_url`).
+    pub replica: meshql_core::replica::ReplicaSettings,
 }
 
 impl PostgresOptions {
@@ -34,6 +36,7 @@ impl PostgresOptions {
             statement_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             nested_sql: true,
+            replica: Default::default(),
         }
     }
 }
@@ -45,6 +48,7 @@ pub struct PostgresDatabase {
     /// `read` is a pool of its own (`read_url`), not a clone of `write`.
     read_pool_of_its_own: bool,
     pub(crate) nested_sql: bool,
+    replica: meshql_core::replica::ReplicaSettings,
     url_for_logs: String,
 }
 
@@ -116,6 +120,7 @@ impl PostgresDatabase {
             read,
             read_pool_of_its_own: options.read_url.is_some(),
             nested_sql: options.nested_sql,
+            replica: options.replica,
             url_for_logs: redact(&options.url),
         }))
     }
@@ -125,11 +130,11 @@ impl PostgresDatabase {
         self.read_pool_of_its_own
     }
 
+    /// Whether the primary answers. A replica does not make the database unready: reads
+    /// leave it while it is down ([`crate::replica::PostgresReplicaProbe`] measures it).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        for pool in [&self.write, &self.read] {
-            let client = pool.get().await.map_err(pool_error)?;
-            client.simple_query("SELECT 1").await.map_err(pg_error)?;
-        }
+        let client = self.write.get().await.map_err(pool_error)?;
+        client.simple_query("SELECT 1").await.map_err(pg_error)?;
         Ok(())
     }
 
@@ -221,6 +226,13 @@ impl meshql_core::Database for PostgresDatabase {
     }
     fn replica(self: Arc<Self>, table: &str) -> Option<meshql_core::DynReader> {
         crate::PostgresStore::replica(self, table).map(|s| Arc::new(s) as meshql_core::DynReader)
+    }
+    fn replica_probe(self: Arc<Self>) -> Option<Arc<dyn meshql_core::replica::ReplicaProbe>> {
+        let settings = self.replica;
+        self.has_replica().then(|| {
+            Arc::new(crate::replica::PostgresReplicaProbe::new(self, settings))
+                as Arc<dyn meshql_core::replica::ReplicaProbe>
+        })
     }
     async fn close(&self) {
         PostgresDatabase::close(self);

@@ -40,6 +40,7 @@
 
 mod db;
 mod pipeline;
+mod replica;
 mod settings;
 mod sql;
 mod store;

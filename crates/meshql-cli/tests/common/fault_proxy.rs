@@ -33,6 +33,8 @@ const HELD_KEPT: usize = 1 << 20;
 
 pub struct FaultProxy {
     addr: SocketAddr,
+    /// Set by [`FaultProxy::refuse`]: new connections are closed at once.
+    refusing: Arc<AtomicBool>,
     paused: watch::Sender<bool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
     accept: AbortHandle,
@@ -49,9 +51,15 @@ impl FaultProxy {
         let (paused, _) = watch::channel(false);
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::default();
         let towards = Arc::<Towards>::default();
+        let refusing = Arc::new(AtomicBool::new(false));
         let (tx, conns, sent) = (paused.clone(), connections.clone(), towards.clone());
+        let refuse = refusing.clone();
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                if refuse.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(upstream).await else {
                     continue; // the client sees its connection closed
                 };
@@ -62,6 +70,7 @@ impl FaultProxy {
         .abort_handle();
         FaultProxy {
             addr,
+            refusing,
             paused,
             connections,
             accept,
@@ -139,6 +148,17 @@ impl FaultProxy {
 
     pub fn resume(&self) {
         self.paused.send_replace(false);
+    }
+
+    /// The server is gone: every open connection is dropped and new ones are closed at once,
+    /// until [`accept_again`](Self::accept_again).
+    pub fn refuse(&self) {
+        self.refusing.store(true, Ordering::SeqCst);
+        self.cut();
+    }
+
+    pub fn accept_again(&self) {
+        self.refusing.store(false, Ordering::SeqCst);
     }
 
     /// Drops every open connection (what was held is lost), then forwards new ones again.
