@@ -36,7 +36,9 @@
 //! read-only store on it ([`MongoStore::replica`], [`meshql_core::Database::replica`]) that
 //! the engine serves the API's reads from; the entity's own store, and so every write and
 //! what a write depends on, reads through the `uri`'s client only. The `read_url` client reads
-//! with `secondaryPreferred` unless its URI names a `readPreference`.
+//! with `secondaryPreferred` unless its URI names a `readPreference`. Its servers are probed
+//! ([`meshql_core::Database::replica_probe`], `replica.rs`) for reachability and saturation
+//! only, not for their replication lag (see there).
 //!
 //! Every operation takes one of `pool_size` permits first, waiting at most `pool_wait`
 //! (the driver itself would queue for a connection without a bound), so an exhausted pool
@@ -94,6 +96,7 @@
 //! a batch's versions appear one by one, unlike on the SQL backends.
 
 pub mod feed;
+mod replica;
 mod settings;
 mod store;
 

@@ -25,6 +25,16 @@ pub struct MongoSettings {
     /// write depends on, stay on `uri`. Absent: every read goes to `uri`.
     #[serde(default)]
     pub read_url: Option<String>,
+    /// With `read_url`: reads go to `uri` while the `read_url` is further behind than this
+    /// (and while it is unreachable, or its permits are all taken). MongoDB's lag is not
+    /// measured (that needs `replSetGetStatus`, an admin command FerretDB lacks): only
+    /// reachability and saturation move reads, so this has no effect yet; on a replica set,
+    /// `maxStalenessSeconds` in the `read_url` bounds the lag of the secondaries read.
+    #[serde(default = "default_read_max_lag_ms")]
+    pub read_max_lag_ms: u64,
+    /// With `read_url`: how often the `read_url`'s reachability is measured (a ping).
+    #[serde(default = "default_read_probe_ms")]
+    pub read_probe_ms: u64,
     /// Database name.
     pub db: String,
     /// Operations in flight at once (and the driver's `maxPoolSize`); the URI's
@@ -36,6 +46,16 @@ pub struct MongoSettings {
     pub pool_wait_ms: u64,
 }
 
+fn default_read_max_lag_ms() -> u64 {
+    meshql_core::replica::ReplicaSettings::default()
+        .max_lag
+        .as_millis() as u64
+}
+fn default_read_probe_ms() -> u64 {
+    meshql_core::replica::ReplicaSettings::default()
+        .probe_every
+        .as_millis() as u64
+}
 fn default_pool_wait_ms() -> u64 {
     5_000
 }
@@ -58,23 +78,38 @@ impl StorageBackend for MongoBackend {
         settings: &serde_json::Value,
         _context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        let s: MongoSettings = parse_settings(settings)?;
-        if s.pool_size == Some(0) {
-            return Err(SettingError::new(
-                "pool_size",
-                "must be at least 1 (the connections a request can wait for)",
-            ));
-        }
-        check_uri(&s.uri).map_err(|e| SettingError::new("uri", e))?;
-        if let Some(read_url) = &s.read_url {
-            check_uri(read_url).map_err(|e| SettingError::new("read_url", e))?;
-        }
-        let mut options = MongoOptions::new(s.uri, s.db);
-        options.read_url = s.read_url;
-        options.pool_size = s.pool_size;
-        options.pool_wait = Duration::from_millis(s.pool_wait_ms);
-        Ok(Box::new(MongoTarget(options)))
+        Ok(Box::new(MongoTarget(options(settings)?)))
     }
+}
+
+/// The options a block's settings give, once checked.
+fn options(settings: &serde_json::Value) -> Result<MongoOptions, SettingError> {
+    let s: MongoSettings = parse_settings(settings)?;
+    if s.pool_size == Some(0) {
+        return Err(SettingError::new(
+            "pool_size",
+            "must be at least 1 (the connections a request can wait for)",
+        ));
+    }
+    if s.read_probe_ms < 10 {
+        return Err(SettingError::new(
+            "read_probe_ms",
+            "must be at least 10 (a probe is a ping of the read_url's server)",
+        ));
+    }
+    check_uri(&s.uri).map_err(|e| SettingError::new("uri", e))?;
+    if let Some(read_url) = &s.read_url {
+        check_uri(read_url).map_err(|e| SettingError::new("read_url", e))?;
+    }
+    let mut options = MongoOptions::new(s.uri, s.db);
+    options.read_url = s.read_url;
+    options.replica = meshql_core::replica::ReplicaSettings {
+        max_lag: Duration::from_millis(s.read_max_lag_ms),
+        probe_every: Duration::from_millis(s.read_probe_ms),
+    };
+    options.pool_size = s.pool_size;
+    options.pool_wait = Duration::from_millis(s.pool_wait_ms);
+    Ok(options)
 }
 
 /// The URI as the driver reads it (unknown options, bad values, TLS options that contradict
@@ -179,11 +214,65 @@ mod tests {
     }
 
     #[test]
+    fn the_replica_bounds_default_to_the_engine_s_and_are_read() {
+        use meshql_core::replica::ReplicaSettings;
+        use std::time::Duration;
+        let base = json!({"uri": "mongodb://h:1/", "db": "d", "read_url": "mongodb://r:2/"});
+        // the bound on a secondary's lag the docs point to instead
+        super::check_uri("mongodb://r:2/?readPreference=secondaryPreferred&maxStalenessSeconds=90")
+            .expect("maxStalenessSeconds");
+        let o = super::options(&base).unwrap();
+        assert_eq!(o.replica, ReplicaSettings::default());
+        assert_eq!(o.replica.max_lag, Duration::from_millis(1000));
+        assert_eq!(o.replica.probe_every, Duration::from_millis(250));
+        let mut custom = base.clone();
+        custom["read_max_lag_ms"] = json!(5000);
+        custom["read_probe_ms"] = json!(10);
+        assert_eq!(
+            super::options(&custom).unwrap().replica,
+            ReplicaSettings {
+                max_lag: Duration::from_secs(5),
+                probe_every: Duration::from_millis(10),
+            }
+        );
+        for bad in [0, 9] {
+            let mut settings = base.clone();
+            settings["read_probe_ms"] = json!(bad);
+            let e = super::options(&settings).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("read_probe_ms"), "{e}");
+            assert!(e.message.contains("at least 10"), "{e}");
+        }
+        for (field, value) in [
+            ("read_probe_ms", json!(-1)),
+            ("read_max_lag_ms", json!("1s")),
+        ] {
+            let mut settings = base.clone();
+            settings[field] = value;
+            let e = super::options(&settings).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e}");
+        }
+    }
+
+    #[test]
     fn the_schema_lists_read_url() {
         let schema = super::MongoBackend.schema();
         let text = schema.to_string();
         assert!(text.contains("\"read_url\""), "{text}");
         assert!(text.contains("secondaryPreferred"), "{text}");
+        let properties = &schema["properties"];
+        for field in ["read_max_lag_ms", "read_probe_ms"] {
+            let description = properties[field]["description"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(description.contains("read_url"), "{field}: {schema}");
+        }
+        let lag = properties["read_max_lag_ms"]["description"]
+            .as_str()
+            .unwrap();
+        let lag = lag.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(lag.contains("lag is not measured"), "{lag}");
+        assert_eq!(properties["read_max_lag_ms"]["default"], json!(1000));
+        assert_eq!(properties["read_probe_ms"]["default"], json!(250));
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct MongoOptions {
     /// How long a change-feed reader waits for a position another process drew before
     /// skipping it (see [`crate::feed`]).
     pub feed_grace: Duration,
+    /// Bounds on the `read_url` client's servers (see `replica.rs`).
+    pub replica: meshql_core::replica::ReplicaSettings,
 }
 
 impl MongoOptions {
@@ -49,6 +51,7 @@ impl MongoOptions {
             pool_size: None,
             pool_wait: Duration::from_secs(5),
             feed_grace: DEFAULT_FEED_GRACE,
+            replica: Default::default(),
         }
     }
 }
@@ -75,6 +78,8 @@ pub struct MongoDatabase {
     feed_grace: Duration,
     /// The client for the API's reads (`read_url`); it has no replica of its own.
     replica: Option<Arc<MongoDatabase>>,
+    /// Bounds on `replica`.
+    replica_settings: meshql_core::replica::ReplicaSettings,
 }
 
 impl std::fmt::Debug for MongoDatabase {
@@ -158,6 +163,7 @@ impl MongoDatabase {
             pool_wait: o.pool_wait,
             feed_grace: o.feed_grace,
             replica: None,
+            replica_settings: o.replica,
         })
     }
 
@@ -199,22 +205,41 @@ impl MongoDatabase {
         }
     }
 
-    /// Pings the server, and the `read_url`'s when there is one.
+    /// Pings the primary's server. The `read_url`'s does not make the database unready:
+    /// reads leave it while it is down (its probe, `replica.rs`, watches it).
     pub async fn ping(&self) -> Result<(), StoreError> {
-        self.ping_own().await?;
-        match &self.replica {
-            Some(replica) => replica.ping_own().await,
-            None => Ok(()),
-        }
-    }
-
-    async fn ping_own(&self) -> Result<(), StoreError> {
         let _permit = self.checkout().await?;
         self.db
             .run_command(doc! {"ping": 1})
             .await
             .map(|_| ())
             .map_err(error)
+    }
+
+    /// Whether every permit is held, so that the next operation would wait for one (a look
+    /// at the semaphore: no I/O).
+    pub(crate) fn saturated(&self) -> bool {
+        self.permits.available_permits() == 0
+    }
+
+    /// Pings a server this client reads from (by its read preference: a `read_url` client's
+    /// `secondaryPreferred` picks a secondary where there is one, as its reads do), if a permit
+    /// is free right now: `None`, without waiting, when every permit is held.
+    pub(crate) async fn ping_reads_if_free(&self) -> Option<Result<(), StoreError>> {
+        let _permit = match self.permits.try_acquire() {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::NoPermits) => return None,
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Some(Err(StoreError::Unavailable(
+                    "the MongoDB client is closed".into(),
+                )))
+            }
+        };
+        let mut ping = self.db.run_command(doc! {"ping": 1});
+        if let Some(criteria) = self.db.selection_criteria() {
+            ping = ping.selection_criteria(criteria.clone());
+        }
+        Some(ping.await.map(|_| ()).map_err(error))
     }
 
     /// Shuts the client down, and the `read_url`'s when there is one.
@@ -1778,6 +1803,13 @@ impl meshql_core::Database for MongoDatabase {
     }
     fn replica(self: Arc<Self>, collection: &str) -> Option<meshql_core::DynReader> {
         MongoStore::replica(self, collection).map(|s| Arc::new(s) as meshql_core::DynReader)
+    }
+    fn replica_probe(self: Arc<Self>) -> Option<Arc<dyn meshql_core::replica::ReplicaProbe>> {
+        let replica = self.replica.clone()?;
+        Some(Arc::new(crate::replica::MongoReplicaProbe::new(
+            replica,
+            self.replica_settings,
+        )))
     }
     async fn close(&self) {
         MongoDatabase::close(self).await;

@@ -22,6 +22,8 @@ pub struct MysqlOptions {
     /// level over loopback (see docs/BENCHMARKS.md); it saves round trips, which pays off
     /// when the database is far away.
     pub nested_sql: bool,
+    /// Bounds on the replica (with `read_url`; see `replica.rs`).
+    pub replica: meshql_core::replica::ReplicaSettings,
 }
 
 impl MysqlOptions {
@@ -32,6 +34,7 @@ impl MysqlOptions {
             pool_size: 16,
             pool_wait: Duration::from_secs(5),
             nested_sql: false,
+            replica: Default::default(),
         }
     }
 }
@@ -44,10 +47,14 @@ pub struct MysqlDatabase {
     plain_only: AtomicBool,
     /// Connections lent to an operation right now (see [`Lent`]).
     lent: AtomicU64,
+    /// The connections there are (`pool_size`, at least 1).
+    size: usize,
     wait: Duration,
     pub(crate) nested_sql: bool,
     /// The replica's database (`read_url`): the tables' readers for the API.
     replica: Option<Arc<MysqlDatabase>>,
+    /// Bounds on `replica`.
+    replica_settings: meshql_core::replica::ReplicaSettings,
 }
 
 impl std::fmt::Debug for MysqlDatabase {
@@ -81,9 +88,11 @@ impl MysqlDatabase {
             plain,
             plain_only: AtomicBool::new(false),
             lent: AtomicU64::new(0),
+            size: o.pool_size.max(1),
             wait: o.pool_wait,
             nested_sql: o.nested_sql,
             replica,
+            replica_settings: o.replica,
         }))
     }
 
@@ -132,15 +141,24 @@ impl MysqlDatabase {
         Ok(row.map(|(_, v)| v).filter(|v| !v.is_empty()))
     }
 
+    /// Whether the primary answers. A replica does not make the database unready: reads
+    /// leave it while it is down (the replica's probe, `replica.rs`, watches it).
     pub async fn ping(&self) -> Result<(), StoreError> {
         use mysql_async::prelude::Queryable;
         let mut c = self.conn().await?;
         c.ping().await.map_err(my_error)?;
-        if let Some(replica) = &self.replica {
-            let mut c = replica.conn().await?;
-            c.ping().await.map_err(my_error)?;
-        }
         Ok(())
+    }
+
+    /// Whether the API's reads have a pool of their own (`read_url`).
+    pub fn has_replica(&self) -> bool {
+        self.replica.is_some()
+    }
+
+    /// Whether every connection of the pool is lent out, so that the next operation would
+    /// wait for one (a look at the counter: no I/O).
+    pub(crate) fn saturated(&self) -> bool {
+        self.lent.load(Ordering::Relaxed) >= self.size as u64
     }
 
     /// Connections lent to an operation right now (the replica's included).
@@ -252,6 +270,13 @@ impl meshql_core::Database for MysqlDatabase {
     fn replica(self: Arc<Self>, table: &str) -> Option<meshql_core::DynReader> {
         let replica = self.replica.clone()?;
         Some(Arc::new(crate::MysqlStore::new(replica, table)))
+    }
+    fn replica_probe(self: Arc<Self>) -> Option<Arc<dyn meshql_core::replica::ReplicaProbe>> {
+        let replica = self.replica.clone()?;
+        Some(Arc::new(crate::replica::MysqlReplicaProbe::new(
+            replica,
+            self.replica_settings,
+        )))
     }
     async fn close(&self) {
         MysqlDatabase::close(self).await;

@@ -13,12 +13,20 @@
 //! PostgreSQL; over loopback MariaDB answered it slower than a batched lookup per level
 //! (docs/BENCHMARKS.md), so it is kept for databases whose round trips cost more.
 //!
+//! With a `read_url` (a replica) the database has a second pool, and each table a second,
+//! read-only store on it ([`meshql_core::Database::replica`]) that the engine serves the API's
+//! reads from; the table's own store reads the primary only. The replica is probed
+//! ([`meshql_core::Database::replica_probe`], `replica.rs`): its lag as the server reports it
+//! (`SHOW REPLICA STATUS`, `Seconds_Behind_Master`/`Seconds_Behind_Source`), whether it
+//! answers, and whether its pool has a connection left, so that reads leave it in time.
+//!
 //! Processor outputs ([`meshql_core::OutputStore`]) are supported: a batch's document
 //! versions, state rows, dead letters and input position are one transaction, beside the
 //! entity tables in `_meshql_outputs`, `_meshql_output_state` and `_meshql_dead_letters`
 //! (`store/outputs.rs`).
 
 mod db;
+mod replica;
 mod settings;
 mod sql;
 mod store;

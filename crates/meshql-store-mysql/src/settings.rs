@@ -22,6 +22,15 @@ pub struct MysqlSettings {
     /// writes and what a write depends on go to `url`. Absent: everything goes to `url`.
     #[serde(default)]
     pub read_url: Option<String>,
+    /// With `read_url`: reads go to the primary while the replica is further behind than this
+    /// (and while it is unreachable, or its connections are all busy). The server reports its
+    /// lag in whole seconds (`Seconds_Behind_Master`, `Seconds_Behind_Source`): below 1000,
+    /// any lag at all counts. A replica whose replication is stopped counts as far behind.
+    #[serde(default = "default_read_max_lag_ms")]
+    pub read_max_lag_ms: u64,
+    /// With `read_url`: how often the replica's lag and reachability are measured.
+    #[serde(default = "default_read_probe_ms")]
+    pub read_probe_ms: u64,
     /// Connections in the pool (and in the replica's pool).
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
@@ -35,6 +44,16 @@ pub struct MysqlSettings {
     pub nested_sql: bool,
 }
 
+fn default_read_max_lag_ms() -> u64 {
+    meshql_core::replica::ReplicaSettings::default()
+        .max_lag
+        .as_millis() as u64
+}
+fn default_read_probe_ms() -> u64 {
+    meshql_core::replica::ReplicaSettings::default()
+        .probe_every
+        .as_millis() as u64
+}
 fn default_pool_size() -> usize {
     16
 }
@@ -60,25 +79,40 @@ impl StorageBackend for MysqlBackend {
         settings: &serde_json::Value,
         _context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        let s: MysqlSettings = parse_settings(settings)?;
-        if s.pool_size == 0 {
-            return Err(SettingError::new(
-                "pool_size",
-                "must be at least 1 (the connections a request can wait for)",
-            ));
-        }
-        // the URL, its TLS parameters and CA file are checked now, not at the first query
-        crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
-        if let Some(read_url) = &s.read_url {
-            crate::tls::read_url(read_url).map_err(|e| SettingError::new("read_url", e))?;
-        }
-        let mut options = MysqlOptions::new(s.url);
-        options.read_url = s.read_url;
-        options.pool_size = s.pool_size;
-        options.pool_wait = Duration::from_millis(s.pool_wait_ms);
-        options.nested_sql = s.nested_sql;
-        Ok(Box::new(MysqlTarget(options)))
+        Ok(Box::new(MysqlTarget(options(settings)?)))
     }
+}
+
+/// The options a block's settings give, once checked.
+fn options(settings: &serde_json::Value) -> Result<MysqlOptions, SettingError> {
+    let s: MysqlSettings = parse_settings(settings)?;
+    if s.pool_size == 0 {
+        return Err(SettingError::new(
+            "pool_size",
+            "must be at least 1 (the connections a request can wait for)",
+        ));
+    }
+    if s.read_probe_ms < 10 {
+        return Err(SettingError::new(
+            "read_probe_ms",
+            "must be at least 10 (a probe is a query on the replica)",
+        ));
+    }
+    // the URL, its TLS parameters and CA file are checked now, not at the first query
+    crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
+    if let Some(read_url) = &s.read_url {
+        crate::tls::read_url(read_url).map_err(|e| SettingError::new("read_url", e))?;
+    }
+    let mut options = MysqlOptions::new(s.url);
+    options.read_url = s.read_url;
+    options.replica = meshql_core::replica::ReplicaSettings {
+        max_lag: Duration::from_millis(s.read_max_lag_ms),
+        probe_every: Duration::from_millis(s.read_probe_ms),
+    };
+    options.pool_size = s.pool_size;
+    options.pool_wait = Duration::from_millis(s.pool_wait_ms);
+    options.nested_sql = s.nested_sql;
+    Ok(options)
 }
 
 #[derive(Debug)]
@@ -92,5 +126,64 @@ impl StorageTarget for MysqlTarget {
 
     async fn open(&self) -> Result<DynDatabase, StoreError> {
         Ok(MysqlDatabase::connect(&self.0)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use meshql_core::replica::ReplicaSettings;
+    use meshql_core::StorageBackend;
+    use serde_json::json;
+    use std::time::Duration;
+
+    const URL: &str = "mysql://u:p@h:1/d";
+
+    #[test]
+    fn the_replica_bounds_default_to_the_engine_s_and_are_read() {
+        let o = super::options(&json!({"url": URL, "read_url": URL})).unwrap();
+        assert_eq!(o.replica, ReplicaSettings::default());
+        assert_eq!(o.replica.max_lag, Duration::from_millis(1000));
+        assert_eq!(o.replica.probe_every, Duration::from_millis(250));
+        let o = super::options(&json!({
+            "url": URL, "read_url": URL, "read_max_lag_ms": 5000, "read_probe_ms": 10
+        }))
+        .unwrap();
+        assert_eq!(
+            o.replica,
+            ReplicaSettings {
+                max_lag: Duration::from_secs(5),
+                probe_every: Duration::from_millis(10),
+            }
+        );
+    }
+
+    #[test]
+    fn a_probe_period_under_10_ms_is_refused() {
+        for bad in [json!(0), json!(9)] {
+            let e = super::options(&json!({"url": URL, "read_probe_ms": bad})).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some("read_probe_ms"), "{e}");
+            assert!(e.message.contains("at least 10"), "{e}");
+        }
+        for (field, value) in [
+            ("read_probe_ms", json!(-1)),
+            ("read_max_lag_ms", json!("1s")),
+        ] {
+            let e = super::options(&json!({"url": URL, field: value})).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_schema_documents_the_replica_bounds() {
+        let schema = super::MysqlBackend.schema();
+        let properties = &schema["properties"];
+        for field in ["read_max_lag_ms", "read_probe_ms"] {
+            let description = properties[field]["description"]
+                .as_str()
+                .unwrap_or_default();
+            assert!(description.contains("read_url"), "{field}: {schema}");
+        }
+        assert_eq!(properties["read_max_lag_ms"]["default"], json!(1000));
+        assert_eq!(properties["read_probe_ms"]["default"], json!(250));
     }
 }
