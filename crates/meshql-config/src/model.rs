@@ -146,6 +146,13 @@ pub struct ServerConfig {
     #[serde(default)]
     #[schemars(with = "Option<u64>")]
     pub shutdown_timeout_ms: Option<Spanned<u64>>,
+    /// Read-your-writes: a read that carries the consistency token of a write (the
+    /// `x-meshql-consistency` header a write answers with) waits at most this many
+    /// milliseconds for the entity's replica to have it, then reads the primary (default 200;
+    /// 0 goes to the primary at once).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub read_your_writes_wait_ms: Option<Spanned<u64>>,
     /// `[server.tls]`: serve HTTPS instead of HTTP.
     #[serde(default)]
     #[schemars(with = "Option<TlsConfig>")]

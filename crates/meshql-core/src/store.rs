@@ -304,6 +304,17 @@ pub trait StoreReader: Send + Sync + 'static {
     fn relation(&self) -> Option<Relation> {
         None
     }
+
+    /// Whether this reader has a version of `id` stamped `stamp` or later (tombstones
+    /// count): a replica or a cache has applied the write that stamped it. What
+    /// read-your-writes waits for.
+    async fn has_version(&self, id: &str, stamp: crate::Millis) -> Result<bool, StoreError> {
+        Ok(self
+            .versions(id)
+            .await?
+            .iter()
+            .any(|v| v.created_at >= stamp))
+    }
 }
 
 /// The writing half of a store: every write appends versions, and each committed version is

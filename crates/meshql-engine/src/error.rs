@@ -17,6 +17,9 @@ pub enum EngineError {
     /// The payload is not of the expected JSON type.
     #[error("the request body must be a JSON {0}")]
     WrongShape(&'static str),
+    /// A request header the engine reads is malformed (a consistency token).
+    #[error("{0}")]
+    BadRequest(String),
     /// No visible document has this id.
     #[error("Resource not found")]
     NotFound,
@@ -33,9 +36,10 @@ pub enum EngineError {
 impl EngineError {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            EngineError::Invalid(_) | EngineError::InvalidBatch(_) | EngineError::WrongShape(_) => {
-                ErrorKind::Invalid
-            }
+            EngineError::Invalid(_)
+            | EngineError::InvalidBatch(_)
+            | EngineError::WrongShape(_)
+            | EngineError::BadRequest(_) => ErrorKind::Invalid,
             EngineError::NotFound => ErrorKind::NotFound,
             EngineError::Store(e) => e.kind(),
             EngineError::Auth(e) => e.kind(),

@@ -19,12 +19,14 @@
 //! are shared by the services of a process ([`meshql_core::time::Acknowledged`]) and give
 //! every read snapshot ([`EntityService::read_snapshot`]) explicitly.
 
+pub mod consistency;
 mod error;
 mod reads;
 pub mod replica;
 mod service;
 mod validate;
 
+pub use consistency::{ReadAfter, Token};
 pub use error::EngineError;
 pub use reads::Granted;
 pub use replica::{Detour, FallbackReader, ReplicaHealth, ReplicaState, ReplicaStats};

@@ -32,7 +32,7 @@ impl EntityService {
     ) -> Result<Granted<Vec<Row>>, EngineError> {
         let mask = self.read_grant(&access.grants)?;
         let rows = self
-            .reader
+            .reader_for(access.from_primary)
             .find(search, &ReadContext::new(&access.filter, at))
             .await?;
         Ok(Granted { rows, mask })
@@ -47,7 +47,7 @@ impl EntityService {
     ) -> Result<Granted<KeyedRows>, EngineError> {
         let mask = self.read_grant(&access.grants)?;
         let rows = self
-            .reader
+            .reader_for(access.from_primary)
             .find_batch(search, &ReadContext::new(&access.filter, at))
             .await?;
         Ok(Granted { rows, mask })
@@ -68,7 +68,7 @@ impl EntityService {
             return Ok(None);
         }
         Ok(self
-            .reader
+            .reader_for(access.from_primary)
             .find_nested(search, nested, &ReadContext::new(&access.filter, at))
             .await?)
     }

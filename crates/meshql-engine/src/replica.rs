@@ -163,7 +163,13 @@ impl ReplicaHealth {
                 match lag {
                     Some(l) => {
                         self.lag_ms
-                            .store(l.time.as_millis() as u64, Ordering::Relaxed);
+                            // saturating: a stopped replica may report a huge lag
+                            .store(
+                                u64::try_from(l.time.as_millis())
+                                    .unwrap_or(NO_LAG - 1)
+                                    .min(NO_LAG - 1),
+                                Ordering::Relaxed,
+                            );
                         self.lag_bytes
                             .store(l.bytes.unwrap_or(NO_LAG), Ordering::Relaxed);
                     }
@@ -362,6 +368,12 @@ impl StoreReader for FallbackReader {
 
     fn relation(&self) -> Option<Relation> {
         self.replica.relation()
+    }
+
+    /// Asks the replica itself, whatever the routing: a read that needs a write the replica
+    /// has not applied must go to the primary even if the replica is otherwise usable.
+    async fn has_version(&self, id: &str, stamp: meshql_core::Millis) -> Result<bool, StoreError> {
+        self.replica.has_version(id, stamp).await
     }
 }
 

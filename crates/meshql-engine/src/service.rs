@@ -11,7 +11,8 @@ use crate::validate::PayloadValidator;
 use meshql_core::time::Acknowledged;
 use meshql_core::{
     Action, AllowAll, Authorizer, Credentials, DynReader, DynStore, Envelope, Forbidden, Grants,
-    Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, TokenFilter, WriteContext,
+    Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, StoreReader, TokenFilter,
+    WriteContext,
 };
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -24,6 +25,9 @@ pub struct Session {
     pub grants: Arc<Grants>,
     /// The caller's correlation id, or a fresh one.
     pub correlation_id: String,
+    /// Read from the primary, not a replica or a cache: the request carries a consistency
+    /// token they have not applied ([`crate::ReadAfter`]).
+    pub from_primary: bool,
 }
 
 impl Session {
@@ -38,6 +42,7 @@ impl Session {
             credentials,
             grants: Arc::new(Grants::unrestricted()),
             correlation_id: uuid::Uuid::now_v7().to_string(),
+            from_primary: false,
         }
     }
 }
@@ -49,6 +54,8 @@ pub struct Access {
     pub grants: Arc<Grants>,
     /// The documents this caller may see (from `credentials`, computed once).
     pub filter: TokenFilter,
+    /// Read from the primary (see [`Session::from_primary`]).
+    pub from_primary: bool,
 }
 
 impl Access {
@@ -58,6 +65,7 @@ impl Access {
             credentials: Credentials::Unrestricted,
             grants: Arc::new(Grants::unrestricted()),
             filter: TokenFilter::All,
+            from_primary: false,
         }
     }
 
@@ -66,6 +74,7 @@ impl Access {
             filter: credentials.filter(),
             credentials,
             grants,
+            from_primary: false,
         }
     }
 }
@@ -76,6 +85,8 @@ pub struct EntityService {
     /// Where the API's reads go: the primary store, or a replica or cache the deployment
     /// put in front of it ([`EntityService::with_reader`]).
     pub(crate) reader: DynReader,
+    /// `reader` is not the primary store (a replica or a cache: [`EntityService::with_reader`]).
+    pub(crate) replicated: bool,
     /// The primary store: every write, and every read a write depends on.
     pub(crate) writer: DynStore,
     /// The stamps of the writes this service acknowledged, shared by the services of one
@@ -109,6 +120,7 @@ impl EntityService {
         Self {
             name: name.into(),
             reader: store.clone(),
+            replicated: false,
             writer: store,
             validator: validator.map(Arc::new),
             tokens,
@@ -154,6 +166,7 @@ impl EntityService {
         EntityService {
             name: self.name.clone(),
             reader: store.clone(),
+            replicated: false,
             writer: store,
             validator: self.validator.clone(),
             tokens: self.tokens.clone(),
@@ -167,7 +180,23 @@ impl EntityService {
     /// Serves reads from `reader` (a replica, a cache) instead of the writer's store.
     pub fn with_reader(mut self, reader: DynReader) -> Self {
         self.reader = reader;
+        self.replicated = true;
         self
+    }
+
+    /// Whether reads go somewhere other than the primary (a replica, a cache).
+    pub fn replicated(&self) -> bool {
+        self.replicated
+    }
+
+    /// Where a read goes: the reader, or the primary when the request must see what a
+    /// replica or cache may not have applied yet.
+    pub(crate) fn reader_for(&self, from_primary: bool) -> &dyn StoreReader {
+        if from_primary {
+            &*self.writer
+        } else {
+            &*self.reader
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -272,6 +301,7 @@ impl EntityService {
                 .filter(|c| !c.is_empty() && c.len() <= 200)
                 .map(str::to_owned)
                 .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+            from_primary: false,
         })
     }
 
@@ -467,7 +497,7 @@ impl EntityService {
     ) -> Result<Option<Envelope>, EngineError> {
         let mask = self.read_grant(&session.grants)?;
         Ok(self
-            .reader
+            .reader_for(session.from_primary)
             .read(id, &ReadContext::new(&session.filter(), at))
             .await?
             .map(|e| apply_mask(mask.as_deref(), e)))
@@ -481,7 +511,7 @@ impl EntityService {
     ) -> Result<Vec<Envelope>, EngineError> {
         let mask = self.read_grant(&session.grants)?;
         let found = self
-            .reader
+            .reader_for(session.from_primary)
             .read_many(ids, &ReadContext::new(&session.filter(), at))
             .await?;
         Ok(apply_mask_all(mask.as_deref(), found))
@@ -494,7 +524,7 @@ impl EntityService {
     ) -> Result<Vec<Envelope>, EngineError> {
         let mask = self.read_grant(&session.grants)?;
         let found = self
-            .reader
+            .reader_for(session.from_primary)
             .list(&ReadContext::new(&session.filter(), at))
             .await?;
         Ok(apply_mask_all(mask.as_deref(), found))
@@ -512,7 +542,7 @@ impl EntityService {
     ) -> Result<Vec<Envelope>, EngineError> {
         let mask = self.read_grant(&session.grants)?;
         let found = self
-            .reader
+            .reader_for(session.from_primary)
             .list_page(after, limit, &ReadContext::new(&session.filter(), at))
             .await?;
         Ok(apply_mask_all(mask.as_deref(), found))

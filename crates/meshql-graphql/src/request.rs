@@ -33,6 +33,9 @@ pub struct RequestContext {
     /// What a calling meshql left of its bounds, when this request is one of its federated
     /// hops (empty otherwise).
     pub budget: Budget,
+    /// The caller's consistency token (`x-meshql-consistency`), forwarded on HTTP resolver
+    /// calls so that the remote service reads what the caller wrote too.
+    pub consistency: Option<String>,
 }
 
 impl RequestContext {
@@ -43,6 +46,7 @@ impl RequestContext {
             authorization,
             snapshot,
             budget: Budget::default(),
+            consistency: None,
         }
     }
 

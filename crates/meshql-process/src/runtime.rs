@@ -312,6 +312,7 @@ impl ProcessorHandler {
                 credentials: Credentials::Unrestricted,
                 grants: self.grants.clone(),
                 correlation_id: format!("{}:{last}", self.name),
+                from_primary: false,
             };
             let written = self
                 .output

@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
 use axum::Router;
 use meshql_core::{Action, Envelope, RemoveOutcome};
+use meshql_engine::consistency::{self, ReadAfter, Token};
 use meshql_engine::{EntityService, Session};
 use serde::Deserialize;
 use serde_json::Value;
@@ -29,6 +30,9 @@ pub struct Restlette {
     /// Serve reads only (`meshql serve --role read`): POST, PUT and DELETE answer 405 with a
     /// JSON error that sends the client to the write role.
     pub read_only: bool,
+    /// Read-your-writes: a read carrying a consistency token reads the primary until the
+    /// replica has the token's version (`None`: tokens are not checked).
+    pub read_after: Option<Arc<ReadAfter>>,
 }
 
 type Shared = State<Arc<Restlette>>;
@@ -73,6 +77,32 @@ impl Restlette {
         )?)
     }
 
+    /// The caller of a read: [`Restlette::session`], reading the primary when it sends a
+    /// consistency token the replica has not applied yet.
+    async fn read_session(&self, headers: &HeaderMap) -> Result<Session, RestError> {
+        let mut session = self.session(headers)?;
+        if let (Some(read_after), Some(token)) =
+            (&self.read_after, header_text(headers, consistency::HEADER))
+        {
+            session.from_primary = read_after.needs_primary(token).await?;
+        }
+        Ok(session)
+    }
+
+    /// `resp` with the consistency token of the version written.
+    fn with_token(&self, mut resp: Response, stamp: meshql_core::Millis, id: &str) -> Response {
+        if let Ok(v) = HeaderValue::from_str(&Token::format(stamp, self.service.name(), id)) {
+            let headers = resp.headers_mut();
+            headers.insert(consistency::HEADER, v);
+            // readable by a page of another origin
+            headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(consistency::HEADER),
+            );
+        }
+        resp
+    }
+
     fn body(&self, body: Result<Bytes, BytesRejection>) -> Result<Value, RestError> {
         let bytes = body.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -103,7 +133,7 @@ impl Restlette {
             resp.headers_mut()
                 .insert(header::LOCATION, self.location(&env.id));
         }
-        resp
+        self.with_token(resp, env.created_at, &env.id)
     }
 }
 
@@ -125,7 +155,7 @@ async fn list(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
-    let session = r.session(&headers)?;
+    let session = r.read_session(&headers).await?;
     let Query(pairs) = query.map_err(|e| RestError::Query(e.body_text()))?;
     let query = crate::list::ListQuery::parse(&pairs)?;
     crate::list::respond(&r.service, &r.path, session, query).await
@@ -138,7 +168,7 @@ async fn read(
 ) -> Result<Response, RestError> {
     let env = r
         .service
-        .read(&r.session(&headers)?, &id, None)
+        .read(&r.read_session(&headers).await?, &id, None)
         .await?
         .ok_or(RestError::NOT_FOUND)?;
     let mut resp = json_response(StatusCode::OK, env.payload);
@@ -166,11 +196,17 @@ async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
-    match r.service.remove(&r.session(&headers)?, &id).await? {
-        RemoveOutcome::Removed | RemoveOutcome::AlreadyDeleted => Ok(json_response(
+    // the tombstone is stamped at or after this moment: its token
+    let before = meshql_core::now_millis();
+    let deleted = || {
+        json_response(
             StatusCode::OK,
             serde_json::json!({"id": id, "status": "deleted"}).to_string(),
-        )),
+        )
+    };
+    match r.service.remove(&r.session(&headers)?, &id).await? {
+        RemoveOutcome::Removed => Ok(r.with_token(deleted(), before, &id)),
+        RemoveOutcome::AlreadyDeleted => Ok(deleted()),
         RemoveOutcome::NotFound => Err(RestError::NotDeleted),
     }
 }
@@ -186,7 +222,12 @@ async fn bulk_create(
         return Err(meshql_engine::EngineError::WrongShape("array").into());
     };
     let envs = r.service.create_many(&session, items).await?;
-    Ok(json_response(StatusCode::CREATED, array_of(&envs)))
+    let resp = json_response(StatusCode::CREATED, array_of(&envs));
+    // one transaction: its last version stands for all of them
+    Ok(match envs.last() {
+        Some(last) => r.with_token(resp, last.created_at, &last.id),
+        None => resp,
+    })
 }
 
 #[derive(Deserialize)]
@@ -215,7 +256,7 @@ async fn bulk_read(
     }
     let envs = r
         .service
-        .read_many(&r.session(&headers)?, &ids, None)
+        .read_many(&r.read_session(&headers).await?, &ids, None)
         .await?;
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }

@@ -49,6 +49,7 @@ fn app(store: DynStore, reader: Option<DynReader>) -> axum::Router {
         body_limit: 1 << 20,
         see_other: false,
         read_only: false,
+        read_after: None,
     }))
 }
 
@@ -293,6 +294,7 @@ async fn every_page_of_a_streamed_list_is_filtered_by_the_callers_tokens() {
         body_limit: 1 << 20,
         see_other: false,
         read_only: false,
+        read_after: None,
     }));
     for (who, uri) in [("alice", "/farm/api"), ("bob", "/farm/api?limit=2000")] {
         let resp = app

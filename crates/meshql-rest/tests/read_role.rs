@@ -69,6 +69,7 @@ async fn a_read_role_restlette_reads_and_refuses_every_write() {
         body_limit: 1 << 20,
         see_other: false,
         read_only: true,
+        read_after: None,
     }));
 
     let (status, _, body) = send(&app, "GET", &format!("/farm/api/{}", doc.id), "").await;

@@ -268,6 +268,13 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         services.insert(entity.name.clone(), Arc::new(service));
     }
 
+    // read-your-writes: a read carrying the token of a write its replica has not applied yet
+    // reads the primary (after a bounded wait); only entities with a replica are checked
+    let read_after = Arc::new(meshql_engine::ReadAfter::new(
+        services.clone(),
+        Duration::from_millis(config.server.read_your_writes_wait_ms),
+    ));
+
     // graphlettes (the write role serves none)
     let mut graphlettes = Vec::new();
     for entity in config.entities.iter().filter(|_| role.reads()) {
@@ -310,6 +317,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 body_limit: config.body_limit_bytes,
                 see_other,
                 read_only: !role.writes(),
+                read_after: Some(read_after.clone()),
             });
             router = router.merge(meshql_rest::router(restlette));
         }
@@ -328,6 +336,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 )),
                 body_limit: config.body_limit_bytes,
                 subscriptions: subscriptions.clone(),
+                read_after: Some(read_after.clone()),
             });
             router = router.merge(graphql_routes::router(&g.path, endpoint));
         }

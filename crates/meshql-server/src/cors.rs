@@ -20,7 +20,8 @@ pub struct Cors {
 }
 
 const METHODS: HeaderValue = HeaderValue::from_static("GET, POST, PUT, DELETE, OPTIONS");
-const HEADERS: HeaderValue = HeaderValue::from_static("Content-Type, Authorization");
+const HEADERS: HeaderValue =
+    HeaderValue::from_static("Content-Type, Authorization, X-Meshql-Consistency");
 
 /// Error bodies longer than this are not read back into the JSON error (the reason phrase is
 /// used instead).

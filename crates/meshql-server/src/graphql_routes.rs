@@ -29,6 +29,9 @@ pub struct GraphEndpoint {
     /// The server's subscriptions (set once the change log is open; absent when the change
     /// feed is disabled).
     pub subscriptions: Arc<std::sync::OnceLock<Arc<Subscriptions>>>,
+    /// Read-your-writes: a request carrying a consistency token reads the primary until the
+    /// replica has the token's version.
+    pub read_after: Option<Arc<meshql_engine::ReadAfter>>,
 }
 
 /// A 200 JSON response with `body`.
@@ -108,10 +111,23 @@ impl GraphEndpoint {
 
     /// The request's context within the budget a calling meshql sent (a federated hop), or
     /// the response refusing it.
-    fn context_within(&self, headers: &HeaderMap) -> Result<RequestContext, Box<Response>> {
-        let context = self
+    async fn context_within(&self, headers: &HeaderMap) -> Result<RequestContext, Box<Response>> {
+        let mut context = self
             .context(headers)
             .map_err(|e| Box::new(refused_request(&e)))?;
+        if let Some(token) = headers
+            .get(meshql_engine::consistency::HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            if let Some(read_after) = &self.read_after {
+                context.access.from_primary = read_after
+                    .needs_primary(token)
+                    .await
+                    .map_err(|e| Box::new(request_error(StatusCode::BAD_REQUEST, e.to_string())))?;
+            }
+            // relationships resolved over HTTP wait for the same version
+            context.consistency = Some(token.to_owned());
+        }
         let Some(value) = headers.get(Budget::HEADER) else {
             return Ok(context);
         };
@@ -162,7 +178,7 @@ async fn post(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let context = match e.context_within(&headers) {
+    let context = match e.context_within(&headers).await {
         Ok(c) => c,
         Err(response) => return *response,
     };
@@ -231,7 +247,7 @@ async fn get_query(
             "Must provide query string.".to_owned(),
         );
     };
-    let context = match e.context_within(&headers) {
+    let context = match e.context_within(&headers).await {
         Ok(c) => c,
         Err(response) => return *response,
     };

@@ -29,6 +29,8 @@ pub struct ServerSpec {
     pub listen_backlog: u32,
     /// How long requests in progress may still run after SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
+    /// How long a read carrying a consistency token waits for a replica, in milliseconds.
+    pub read_your_writes_wait_ms: u64,
     /// `[server.tls]`: HTTPS with this certificate and key.
     pub tls: Option<TlsSpec>,
 }
@@ -79,6 +81,7 @@ impl ServerSpec {
     pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
     pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_READ_YOUR_WRITES_WAIT_MS: u64 = 200;
 }
 
 impl Default for ServerSpec {
@@ -91,6 +94,7 @@ impl Default for ServerSpec {
             max_connections: None,
             listen_backlog: Self::DEFAULT_LISTEN_BACKLOG,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
+            read_your_writes_wait_ms: Self::DEFAULT_READ_YOUR_WRITES_WAIT_MS,
             tls: None,
         }
     }
@@ -158,6 +162,15 @@ impl Resolver {
             "",
         ) {
             spec.shutdown_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.server_setting(
+            &s.read_your_writes_wait_ms,
+            "read_your_writes_wait_ms",
+            0,
+            60_000,
+            "",
+        ) {
+            spec.read_your_writes_wait_ms = ms;
         }
         if let Some(n) = self.server_setting(
             &s.max_connections,
@@ -265,6 +278,7 @@ mod tests {
                 max_connections: Some(20),
                 listen_backlog: 64,
                 shutdown_timeout: Duration::ZERO,
+                read_your_writes_wait_ms: 200,
                 tls: None,
             }
         );

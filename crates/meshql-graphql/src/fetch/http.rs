@@ -183,6 +183,9 @@ async fn fetch_chunk(client: &reqwest::Client, batch: Batch<'_>) -> Vec<Link> {
     if let Some(auth) = &ctx.authorization {
         request = request.header("authorization", auth);
     }
+    if let Some(token) = &ctx.consistency {
+        request = request.header(meshql_engine::consistency::HEADER, token);
+    }
     let response = match request.send().await {
         Ok(r) => r,
         Err(e) => return all_failed(format!("remote graphlette {url} is unreachable: {e}")),
