@@ -17,6 +17,9 @@ pub struct Target {
     pub base: String,
     authority: String,
     prefix: String,
+    /// Where reads go when they go elsewhere (a CQRS pair: GETs and GraphQL to the read
+    /// service, the other requests to this one).
+    reads: Option<Box<Target>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,7 +65,23 @@ impl Target {
             base: format!("http://{authority}{prefix}"),
             authority,
             prefix: prefix.to_string(),
+            reads: None,
         })
+    }
+
+    /// This target for writes and `reads` for reads: GET requests and POSTs to a GraphQL
+    /// endpoint (a path ending in `/graph`).
+    pub fn with_reads(mut self, reads: Target) -> Self {
+        self.reads = Some(Box::new(reads));
+        self
+    }
+
+    /// The target `method path` goes to.
+    fn route(&self, method: &Method, path: &str) -> &Target {
+        match &self.reads {
+            Some(reads) if *method == Method::GET || path.ends_with("/graph") => reads,
+            _ => self,
+        }
     }
 }
 
@@ -87,6 +106,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Session {
     target: Target,
     conn: Option<Connection>,
+    /// The connection to the target's read service, when it has one.
+    read_conn: Option<Connection>,
     pub recorder: Recorder,
     /// When the next recorded request was due (open model): its latency counts from then.
     due: Option<Instant>,
@@ -97,6 +118,7 @@ impl Session {
         Self {
             target,
             conn: None,
+            read_conn: None,
             recorder: Recorder::default(),
             due: None,
         }
@@ -144,32 +166,34 @@ impl Session {
         headers: &[(&str, &str)],
         body: Option<Bytes>,
     ) -> Result<Reply, ClientError> {
-        let path: Cow<'_, str> = if self.target.prefix.is_empty() {
+        let to_reads = !std::ptr::eq(self.target.route(&method, path), &self.target);
+        let target = self.target.route(&method, path);
+        let path: Cow<'_, str> = if target.prefix.is_empty() {
             Cow::Borrowed(path)
         } else {
-            Cow::Owned(format!("{}{}", self.target.prefix, path))
+            Cow::Owned(format!("{}{}", target.prefix, path))
+        };
+        let slot = if to_reads {
+            &mut self.read_conn
+        } else {
+            &mut self.conn
         };
         for attempt in 0..2 {
-            let reused = self.conn.is_some();
-            let conn = match &mut self.conn {
+            let reused = slot.is_some();
+            let conn = match slot {
                 Some(c) => c,
-                None => self.conn.insert(
-                    Connection::connect(&self.target.authority)
+                None => slot.insert(
+                    Connection::connect(&target.authority)
                         .await
-                        .map_err(|e| ClientError::Connect(self.target.authority.clone(), e))?,
+                        .map_err(|e| ClientError::Connect(target.authority.clone(), e))?,
                 ),
             };
-            let exchange = conn.exchange(
-                &method,
-                &path,
-                &self.target.authority,
-                headers,
-                body.as_deref(),
-            );
+            let exchange =
+                conn.exchange(&method, &path, &target.authority, headers, body.as_deref());
             match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
                 Ok(Ok(r)) => {
                     if conn.closed {
-                        self.conn = None;
+                        *slot = None;
                     }
                     return Ok(Reply {
                         status: r.status,
@@ -178,14 +202,14 @@ impl Session {
                     });
                 }
                 Ok(Err(Http1Error::Closed)) if reused && attempt == 0 => {
-                    self.conn = None;
+                    *slot = None;
                 }
                 Ok(Err(e)) => {
-                    self.conn = None;
+                    *slot = None;
                     return Err(e.into());
                 }
                 Err(_) => {
-                    self.conn = None;
+                    *slot = None;
                     return Err(ClientError::Timeout(REQUEST_TIMEOUT));
                 }
             }

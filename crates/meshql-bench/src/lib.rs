@@ -232,6 +232,8 @@ async fn run_one(
                 config,
                 workers: opts.server_workers(),
                 env: example.env(),
+                args: Vec::new(),
+                data_dir: None,
             };
             if !opts.quiet {
                 eprintln!(

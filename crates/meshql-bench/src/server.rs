@@ -42,6 +42,11 @@ pub struct ServerSpec {
     pub workers: Option<usize>,
     /// Extra environment; `{url}` in a value becomes the server's own base URL.
     pub env: Vec<(String, String)>,
+    /// Extra arguments of `meshql serve` (e.g. `--role read`).
+    pub args: Vec<String>,
+    /// A data directory shared with another server (a CQRS pair on one SQLite file); `None`:
+    /// one of its own, removed with it.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// A `meshql serve` child process on a free loopback port and a temporary data directory.
@@ -90,7 +95,8 @@ impl LocalServer {
             .arg(&spec.config)
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("--data-dir")
-            .arg(data.join("data"))
+            .arg(spec.data_dir.clone().unwrap_or_else(|| data.join("data")))
+            .args(&spec.args)
             .args(["--log-level", "warn"])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -5,8 +5,11 @@
 //! server's own graph endpoints. 10 users for 60 s by default.
 
 use super::{Ctx, Example, Scenario};
+use crate::client::Target;
+use crate::gate::ScenarioError;
 use crate::gate::{self, GateResult};
 use crate::load::{Vu, Workload};
+use crate::server::LocalServer;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
@@ -116,6 +119,50 @@ impl Workload for FullGraph {
     }
 }
 
+/// The gate of the full-graph workload: a farm, coop and hen written, read back through both
+/// directions of the relationships.
+async fn gate_full_graph(ctx: &mut Ctx) -> GateResult<()> {
+    let mut s = ctx.session();
+    let farm = gate::create(&mut s, "/farm/api", &json!({"name": "gate-farm"})).await?;
+    let coop = gate::create(
+        &mut s,
+        "/coop/api",
+        &json!({"name": "gate-coop", "farm_id": farm}),
+    )
+    .await?;
+    let hen = gate::create(
+        &mut s,
+        "/hen/api",
+        &json!({"name": "gate-hen", "coop_id": coop}),
+    )
+    .await?;
+    let d = gate::query(
+        &mut s,
+        "/hen/graph",
+        &format!("{{ getById(id: \"{hen}\") {{ name coop {{ name farm {{ name }} }} }} }}"),
+    )
+    .await?;
+    gate::expect_eq(
+        &d,
+        "getById.coop.farm.name",
+        &json!("gate-farm"),
+        "hen → coop → farm",
+    )?;
+    let d = gate::query(
+        &mut s,
+        "/farm/graph",
+        &format!("{{ getById(id: \"{farm}\") {{ coops {{ name hens {{ name }} }} }} }}"),
+    )
+    .await?;
+    gate::expect_eq(
+        &d,
+        "getById.coops.0.hens.0.name",
+        &json!("gate-hen"),
+        "farm → coops → hens",
+    )?;
+    Ok(())
+}
+
 #[async_trait]
 impl Scenario for FarmGraph {
     fn name(&self) -> &'static str {
@@ -128,47 +175,76 @@ impl Scenario for FarmGraph {
         Example::Farm
     }
     async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
-        let mut s = ctx.session();
-        let farm = gate::create(&mut s, "/farm/api", &json!({"name": "gate-farm"})).await?;
-        let coop = gate::create(
-            &mut s,
-            "/coop/api",
-            &json!({"name": "gate-coop", "farm_id": farm}),
-        )
-        .await?;
-        let hen = gate::create(
-            &mut s,
-            "/hen/api",
-            &json!({"name": "gate-hen", "coop_id": coop}),
-        )
-        .await?;
-        let d = gate::query(
-            &mut s,
-            "/hen/graph",
-            &format!("{{ getById(id: \"{hen}\") {{ name coop {{ name farm {{ name }} }} }} }}"),
-        )
-        .await?;
-        gate::expect_eq(
-            &d,
-            "getById.coop.farm.name",
-            &json!("gate-farm"),
-            "hen → coop → farm",
-        )?;
-        let d = gate::query(
-            &mut s,
-            "/farm/graph",
-            &format!("{{ getById(id: \"{farm}\") {{ coops {{ name hens {{ name }} }} }} }}"),
-        )
-        .await?;
-        gate::expect_eq(
-            &d,
-            "getById.coops.0.hens.0.name",
-            &json!("gate-hen"),
-            "farm → coops → hens",
-        )?;
+        gate_full_graph(ctx).await?;
         let model = ctx.profile(ctx.constant(60));
         let label = model.name.clone();
         ctx.closed(&label, Arc::new(FullGraph), &model).await;
+        Ok(())
+    }
+}
+
+/// Seed 000's two deployments of the full-graph workload on one machine: the monolith
+/// (`farm-cqrs` served whole), then the same config as a write process and a read process
+/// sharing its SQLite file (REST writes to the first, GraphQL reads to the second).
+pub struct FarmCqrs;
+
+#[async_trait]
+impl Scenario for FarmCqrs {
+    fn name(&self) -> &'static str {
+        "farm-cqrs"
+    }
+    fn description(&self) -> &'static str {
+        "farm full graph, monolith vs CQRS: the farm-graph workload on farm-cqrs served whole, then as --role write + --role read on one SQLite file (seed 000)"
+    }
+    fn example(&self) -> Example {
+        Example::FarmCqrs
+    }
+    async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
+        let Some(monolith) = ctx.server.as_ref() else {
+            return Err(ScenarioError::Setup(
+                "farm-cqrs starts its own processes: run it without --url".into(),
+            ));
+        };
+        let spec = monolith.spec().clone();
+        gate_full_graph(ctx).await?;
+        let model = ctx.profile(ctx.constant(60));
+        ctx.closed("monolith", Arc::new(FullGraph), &model).await;
+        // the monolith stops: the pair gets the machine to itself
+        drop(ctx.server.take());
+
+        // the pair: one data directory, the read process's resolvers pointed at itself
+        let shared = tempfile::Builder::new()
+            .prefix("meshql-bench-cqrs-")
+            .tempdir()
+            .map_err(|e| ScenarioError::Setup(e.to_string()))?;
+        let role = |name: &str| {
+            let mut s = spec.clone();
+            s.args = vec!["--role".into(), name.into()];
+            s.data_dir = Some(shared.path().to_owned());
+            s
+        };
+        let write = LocalServer::start(role("write"))
+            .await
+            .map_err(|e| ScenarioError::Setup(format!("the write process: {e}")))?;
+        let read = LocalServer::start(role("read"))
+            .await
+            .map_err(|e| ScenarioError::Setup(format!("the read process: {e}")))?;
+        let parse =
+            |url: String| Target::parse(&url).map_err(|e| ScenarioError::Setup(e.to_string()));
+        let pair = parse(write.url())?.with_reads(parse(read.url())?);
+        let monolith_target = std::mem::replace(&mut ctx.target, pair);
+        let gated = gate_full_graph(ctx).await;
+        if gated.is_ok() {
+            ctx.closed("cqrs", Arc::new(FullGraph), &model).await;
+        }
+        ctx.target = monolith_target;
+        gated?;
+        ctx.note(
+            "monolith: one meshql serving farm-cqrs whole (both cores); cqrs: the same config as \
+             --role write (REST) and --role read (GraphQL, relationships over HTTP to itself) on \
+             one SQLite file, the two processes sharing the machine's cores (the monolith \
+             stopped). The pair's resource columns are not measured.",
+        );
         Ok(())
     }
 }

@@ -37,6 +37,8 @@ pub enum Example {
     EggEconomyProjections,
     Events,
     Farm,
+    /// The farm as a CQRS pair (`--role write` and `--role read` of one config).
+    FarmCqrs,
     Products,
 }
 
@@ -46,6 +48,7 @@ impl Example {
             Example::EggEconomy | Example::EggEconomyProjections => "egg-economy",
             Example::Events => "events",
             Example::Farm => "farm",
+            Example::FarmCqrs => "farm-cqrs",
             Example::Products => "products",
         }
     }
@@ -54,6 +57,7 @@ impl Example {
     pub fn env(self) -> Vec<(String, String)> {
         match self {
             Example::Farm => vec![("PLATFORM_URL".into(), "{url}".into())],
+            Example::FarmCqrs => vec![("READ_SERVICE_URL".into(), "{url}".into())],
             _ => vec![],
         }
     }
@@ -81,6 +85,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(egg_economy::FederationDepth),
         Box::new(egg_economy::MixedWorkload),
         Box::new(farm_graph::FarmGraph),
+        Box::new(farm_graph::FarmCqrs),
         Box::new(products::Products),
         Box::new(fan_out::FanOut),
         Box::new(core_scaling::CoreScaling),
