@@ -68,6 +68,7 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
             "federation-depth",
             "mixed-workload",
             "farm-graph",
+            "farm-cqrs",
             "products",
             "fan-out",
             "core-scaling",

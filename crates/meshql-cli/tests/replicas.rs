@@ -172,14 +172,9 @@ async fn reads_come_from_the_standby_and_writes_from_the_primary() {
     .await;
 }
 
-/// `meshql serve --role write|read` of one config on the primary and its standby: the write
-/// process reads what it writes at once (the primary); the read process serves the standby,
-/// so with replay paused it does not see a new write, and sees it once replay resumes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_write_role_reads_the_primary_and_the_read_role_the_standby() {
-    let _turn = STANDBY.lock().await;
-    let primary = common::fresh_postgres_database();
-    let replica = on_standby(&primary);
+/// `farm-cqrs` on PostgreSQL (`url` the primary, `read_url` the standby, reads staying on the
+/// standby however far behind) as a write process and a read process.
+fn roles_on_standby(primary: &str, replica: &str) -> (tempfile::TempDir, Server, Server) {
     let dir = common::example_copy("farm-cqrs", |t| {
         let t = t.replace(
             "type = \"sqlite\"\nfile = \"farm-cqrs.db\"",
@@ -189,21 +184,27 @@ async fn the_write_role_reads_the_primary_and_the_read_role_the_standby() {
         t
     });
     let config = dir.path().join("meshql.toml");
-    let data = tempfile::tempdir().unwrap();
     let read_port = common::free_port();
     let envs = [
-        ("DATABASE_URL", primary.clone()),
-        ("DATABASE_READ_URL", replica.clone()),
+        ("DATABASE_URL", primary.to_owned()),
+        ("DATABASE_READ_URL", replica.to_owned()),
         ("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}")),
     ];
-    let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
-    let read = Server::start_sharing(
-        &config,
-        data.path(),
-        &["--role", "read"],
-        &envs,
-        Some(read_port),
-    );
+    // no data is shared on PostgreSQL: each process gets a data directory of its own
+    let write = Server::start_role(&config, "write", &envs, None);
+    let read = Server::start_role(&config, "read", &envs, Some(read_port));
+    (dir, write, read)
+}
+
+/// `meshql serve --role write|read` of one config on the primary and its standby: the write
+/// process reads what it writes at once (the primary); the read process serves the standby,
+/// so with replay paused it does not see a new write, and sees it once replay resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_role_reads_the_primary_and_the_read_role_the_standby() {
+    let _turn = STANDBY.lock().await;
+    let primary = common::fresh_postgres_database();
+    let replica = on_standby(&primary);
+    let (_dir, write, read) = roles_on_standby(&primary, &replica);
     let (w, r) = (write.client(), read.client());
     let farm = w.post_json("/farm/api", &json!({"name": "Emerdale"})).await;
     farm.expect_status(201);
@@ -510,28 +511,7 @@ async fn a_read_with_the_write_s_token_sees_the_write() {
         &primary,
         &format!("ALTER DATABASE {database} SET synchronous_commit = on"),
     );
-    let dir = common::example_copy("farm-cqrs", |t| {
-        t.replace(
-            "type = \"sqlite\"\nfile = \"farm-cqrs.db\"",
-            "type = \"postgres\"\nurl = \"${DATABASE_URL}\"\nread_url = \"${DATABASE_READ_URL}\"\nread_max_lag_ms = 600000",
-        )
-    });
-    let config = dir.path().join("meshql.toml");
-    let data = tempfile::tempdir().unwrap();
-    let read_port = common::free_port();
-    let envs = [
-        ("DATABASE_URL", primary.clone()),
-        ("DATABASE_READ_URL", replica.clone()),
-        ("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}")),
-    ];
-    let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
-    let read = Server::start_sharing(
-        &config,
-        data.path(),
-        &["--role", "read"],
-        &envs,
-        Some(read_port),
-    );
+    let (_dir, write, read) = roles_on_standby(&primary, &replica);
     let (w, r) = (write.client(), read.client());
     let header = "x-meshql-consistency";
     let farm = w.post_json("/farm/api", &json!({"name": "v0"})).await;

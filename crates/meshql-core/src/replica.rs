@@ -49,3 +49,33 @@ pub trait ReplicaProbe: Send + Sync + 'static {
     /// The storage block's bounds.
     fn settings(&self) -> ReplicaSettings;
 }
+
+/// `read_max_lag_ms`'s default in a storage block (serde's `default = "…"`).
+pub fn default_max_lag_ms() -> u64 {
+    ReplicaSettings::default().max_lag.as_millis() as u64
+}
+
+/// `read_probe_ms`'s default in a storage block.
+pub fn default_probe_ms() -> u64 {
+    ReplicaSettings::default().probe_every.as_millis() as u64
+}
+
+impl ReplicaSettings {
+    /// A storage block's `read_max_lag_ms` and `read_probe_ms`, checked: a probe at most every
+    /// 10 ms (each is a round trip to the replica).
+    pub fn from_block(
+        max_lag_ms: u64,
+        probe_ms: u64,
+    ) -> Result<ReplicaSettings, crate::SettingError> {
+        if probe_ms < 10 {
+            return Err(crate::SettingError::new(
+                "read_probe_ms",
+                "must be at least 10 (each probe is a round trip to the replica)",
+            ));
+        }
+        Ok(ReplicaSettings {
+            max_lag: Duration::from_millis(max_lag_ms),
+            probe_every: Duration::from_millis(probe_ms),
+        })
+    }
+}

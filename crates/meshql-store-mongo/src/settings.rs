@@ -30,10 +30,10 @@ pub struct MongoSettings {
     /// measured (that needs `replSetGetStatus`, an admin command FerretDB lacks): only
     /// reachability and saturation move reads, so this has no effect yet; on a replica set,
     /// `maxStalenessSeconds` in the `read_url` bounds the lag of the secondaries read.
-    #[serde(default = "default_read_max_lag_ms")]
+    #[serde(default = "meshql_core::replica::default_max_lag_ms")]
     pub read_max_lag_ms: u64,
     /// With `read_url`: how often the `read_url`'s reachability is measured (a ping).
-    #[serde(default = "default_read_probe_ms")]
+    #[serde(default = "meshql_core::replica::default_probe_ms")]
     pub read_probe_ms: u64,
     /// Database name.
     pub db: String,
@@ -46,16 +46,6 @@ pub struct MongoSettings {
     pub pool_wait_ms: u64,
 }
 
-fn default_read_max_lag_ms() -> u64 {
-    meshql_core::replica::ReplicaSettings::default()
-        .max_lag
-        .as_millis() as u64
-}
-fn default_read_probe_ms() -> u64 {
-    meshql_core::replica::ReplicaSettings::default()
-        .probe_every
-        .as_millis() as u64
-}
 fn default_pool_wait_ms() -> u64 {
     5_000
 }
@@ -91,22 +81,14 @@ fn options(settings: &serde_json::Value) -> Result<MongoOptions, SettingError> {
             "must be at least 1 (the connections a request can wait for)",
         ));
     }
-    if s.read_probe_ms < 10 {
-        return Err(SettingError::new(
-            "read_probe_ms",
-            "must be at least 10 (a probe is a ping of the read_url's server)",
-        ));
-    }
     check_uri(&s.uri).map_err(|e| SettingError::new("uri", e))?;
     if let Some(read_url) = &s.read_url {
         check_uri(read_url).map_err(|e| SettingError::new("read_url", e))?;
     }
     let mut options = MongoOptions::new(s.uri, s.db);
     options.read_url = s.read_url;
-    options.replica = meshql_core::replica::ReplicaSettings {
-        max_lag: Duration::from_millis(s.read_max_lag_ms),
-        probe_every: Duration::from_millis(s.read_probe_ms),
-    };
+    options.replica =
+        meshql_core::replica::ReplicaSettings::from_block(s.read_max_lag_ms, s.read_probe_ms)?;
     options.pool_size = s.pool_size;
     options.pool_wait = Duration::from_millis(s.pool_wait_ms);
     Ok(options)

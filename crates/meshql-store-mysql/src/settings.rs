@@ -26,10 +26,10 @@ pub struct MysqlSettings {
     /// (and while it is unreachable, or its connections are all busy). The server reports its
     /// lag in whole seconds (`Seconds_Behind_Master`, `Seconds_Behind_Source`): below 1000,
     /// any lag at all counts. A replica whose replication is stopped counts as far behind.
-    #[serde(default = "default_read_max_lag_ms")]
+    #[serde(default = "meshql_core::replica::default_max_lag_ms")]
     pub read_max_lag_ms: u64,
     /// With `read_url`: how often the replica's lag and reachability are measured.
-    #[serde(default = "default_read_probe_ms")]
+    #[serde(default = "meshql_core::replica::default_probe_ms")]
     pub read_probe_ms: u64,
     /// Connections in the pool (and in the replica's pool).
     #[serde(default = "default_pool_size")]
@@ -44,16 +44,6 @@ pub struct MysqlSettings {
     pub nested_sql: bool,
 }
 
-fn default_read_max_lag_ms() -> u64 {
-    meshql_core::replica::ReplicaSettings::default()
-        .max_lag
-        .as_millis() as u64
-}
-fn default_read_probe_ms() -> u64 {
-    meshql_core::replica::ReplicaSettings::default()
-        .probe_every
-        .as_millis() as u64
-}
 fn default_pool_size() -> usize {
     16
 }
@@ -92,12 +82,6 @@ fn options(settings: &serde_json::Value) -> Result<MysqlOptions, SettingError> {
             "must be at least 1 (the connections a request can wait for)",
         ));
     }
-    if s.read_probe_ms < 10 {
-        return Err(SettingError::new(
-            "read_probe_ms",
-            "must be at least 10 (a probe is a query on the replica)",
-        ));
-    }
     // the URL, its TLS parameters and CA file are checked now, not at the first query
     crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
     if let Some(read_url) = &s.read_url {
@@ -105,10 +89,8 @@ fn options(settings: &serde_json::Value) -> Result<MysqlOptions, SettingError> {
     }
     let mut options = MysqlOptions::new(s.url);
     options.read_url = s.read_url;
-    options.replica = meshql_core::replica::ReplicaSettings {
-        max_lag: Duration::from_millis(s.read_max_lag_ms),
-        probe_every: Duration::from_millis(s.read_probe_ms),
-    };
+    options.replica =
+        meshql_core::replica::ReplicaSettings::from_block(s.read_max_lag_ms, s.read_probe_ms)?;
     options.pool_size = s.pool_size;
     options.pool_wait = Duration::from_millis(s.pool_wait_ms);
     options.nested_sql = s.nested_sql;

@@ -156,6 +156,24 @@ impl Server {
         Self::start_in(config_path, DataDir::Owned(dir), &[], envs, port)
     }
 
+    /// Serves `role` (`write`, `read`) of `config_path` with extra environment, a fresh data
+    /// directory of its own, on `port` when given.
+    pub fn start_role(
+        config_path: &Path,
+        role: &'static str,
+        envs: &[(&str, String)],
+        port: Option<u16>,
+    ) -> Server {
+        let dir = tempfile::tempdir().expect("temp data dir");
+        Self::start_in(
+            config_path,
+            DataDir::Owned(dir),
+            &["--role", role],
+            envs,
+            port,
+        )
+    }
+
     /// Serves `config_path` on a free port with `data_dir` (kept after the server stops, so
     /// another server can be started on it).
     pub fn start_with_data_dir(config_path: &Path, data_dir: &Path, extra_args: &[&str]) -> Server {
