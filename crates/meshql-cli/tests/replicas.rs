@@ -283,6 +283,29 @@ fn farm_through(
     (dir, server)
 }
 
+/// Waits until the standby has replayed the farm `id` and the server routes reads to it (a
+/// read answered while the first probes still found the standby without the fresh database
+/// would have come from the primary).
+async fn standby_ready(c: &common::Client, standby: &str, id: &str) {
+    until("the standby has the farm and is usable", async || {
+        // the table itself may not be replayed yet: an error is "not yet"
+        let replayed = Command::new("psql")
+            .args([standby, "-X", "-tAc"])
+            .arg(format!("SELECT count(*) FROM farm WHERE id = '{id}'"))
+            .output()
+            .expect("run psql");
+        replayed.status.success()
+            && String::from_utf8_lossy(&replayed.stdout).trim() == "1"
+            && c.get("/metrics")
+                .await
+                .text
+                .lines()
+                .any(|l| l == "meshql_replica_state{storage=\"farm\",state=\"usable\"} 1")
+    })
+    .await;
+    c.get(&format!("/farm/api/{id}")).await.expect_status(200);
+}
+
 /// The standby's database through a proxy the test can cut.
 async fn proxied_standby(primary: &str) -> (common::fault_proxy::FaultProxy, String) {
     let replica = on_standby(primary);
@@ -330,10 +353,7 @@ async fn reads_leave_a_standby_that_lags_or_goes_away_and_come_back() {
     let farm = c.post_json("/farm/api", &json!({"name": "Emerdale"})).await;
     farm.expect_status(201);
     let farm = farm.json()["id"].as_str().unwrap().to_owned();
-    until("the standby serves the farm", async || {
-        c.get(&format!("/farm/api/{farm}")).await.status == 200
-    })
-    .await;
+    standby_ready(&c, &on_standby(&primary), &farm).await;
     let text = c.get("/metrics").await.text;
     assert!(state(&text, "usable"), "{text}");
     let on_replica =
@@ -451,10 +471,7 @@ async fn a_saturated_standby_sheds_reads_to_the_primary() {
     let farm = c.post_json("/farm/api", &json!({"name": "Emerdale"})).await;
     farm.expect_status(201);
     let farm = farm.json()["id"].as_str().unwrap().to_owned();
-    until("the standby serves the farm", async || {
-        c.get(&format!("/farm/api/{farm}")).await.status == 200
-    })
-    .await;
+    standby_ready(&c, &on_standby(&primary), &farm).await;
 
     let slow = {
         let c = server.client();
@@ -466,15 +483,30 @@ async fn a_saturated_standby_sheds_reads_to_the_primary() {
         })
     };
     // the slow query has the standby's only connection
-    until("the slow query holds the standby", async || {
-        assert!(!slow.is_finished(), "the slow query ended before it was seen on the standby");
+    let held = Instant::now();
+    loop {
+        if slow.is_finished() {
+            let (status, body) = slow.await.unwrap();
+            let metrics = c.get("/metrics").await.text;
+            let replica: Vec<&str> = metrics
+                .lines()
+                .filter(|l| l.starts_with("meshql_replica"))
+                .collect();
+            panic!("the slow query ended before it was seen on the standby: {status} {body}\n{replica:#?}");
+        }
         let active = psql(
             &replica,
             "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND state = 'active' AND pid <> pg_backend_pid()",
         );
-        active != "0"
-    })
-    .await;
+        if active != "0" {
+            break;
+        }
+        assert!(
+            held.elapsed() < Duration::from_secs(30),
+            "the slow query holds the standby within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = Instant::now();
     let r = c.get(&format!("/farm/api/{farm}")).await;
     let took = started.elapsed();

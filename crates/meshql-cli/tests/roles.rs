@@ -173,4 +173,39 @@ async fn one_config_serves_a_write_process_and_a_read_process() {
     }
     // and its reads see the update
     assert_eq!(r.get(&format!("/hen/api/{hen}")).await.json()["name"], "v2");
+
+    // a page of another origin may send the consistency token: a preflight that asks for it
+    // is allowed it, any other keeps the contract's header list; writes expose the token
+    let preflight = r
+        .request(
+            "OPTIONS",
+            "/farm/graph",
+            None,
+            &[
+                ("origin", "https://app.example"),
+                ("access-control-request-method", "POST"),
+                (
+                    "access-control-request-headers",
+                    "content-type,x-meshql-consistency",
+                ),
+            ],
+        )
+        .await;
+    preflight.expect_status(200);
+    assert_eq!(
+        preflight.header("access-control-allow-headers"),
+        Some("Content-Type, Authorization, X-Meshql-Consistency")
+    );
+    let plain = r.request("OPTIONS", "/farm/graph", None, &[]).await;
+    assert_eq!(
+        plain.header("access-control-allow-headers"),
+        Some("Content-Type, Authorization")
+    );
+    let written = w.post_json("/farm/api", &json!({"name": "Exposed"})).await;
+    written.expect_status(201);
+    assert_eq!(
+        written.header("access-control-expose-headers"),
+        Some("x-meshql-consistency")
+    );
+    assert!(written.header("x-meshql-consistency").is_some());
 }

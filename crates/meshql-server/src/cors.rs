@@ -20,7 +20,10 @@ pub struct Cors {
 }
 
 const METHODS: HeaderValue = HeaderValue::from_static("GET, POST, PUT, DELETE, OPTIONS");
-const HEADERS: HeaderValue =
+const HEADERS: HeaderValue = HeaderValue::from_static("Content-Type, Authorization");
+/// For a preflight that asks to send the consistency token (read-your-writes from a page of
+/// another origin); every other response keeps the contract's list.
+const HEADERS_WITH_TOKEN: HeaderValue =
     HeaderValue::from_static("Content-Type, Authorization, X-Meshql-Consistency");
 
 /// Error bodies longer than this are not read back into the JSON error (the reason phrase is
@@ -28,6 +31,12 @@ const HEADERS: HeaderValue =
 const MAX_ERROR_TEXT: usize = 4096;
 
 pub async fn cors(State(cors): State<Cors>, request: Request, next: Next) -> Response {
+    let asks_for_token = request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|h| h.to_ascii_lowercase().contains("x-meshql-consistency"));
     let mut response = if request.method() == Method::OPTIONS {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::OK;
@@ -47,7 +56,14 @@ pub async fn cors(State(cors): State<Cors>, request: Request, next: Next) -> Res
     let h = response.headers_mut();
     h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, cors.origin.clone());
     h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, METHODS);
-    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HEADERS);
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        if asks_for_token {
+            HEADERS_WITH_TOKEN
+        } else {
+            HEADERS
+        },
+    );
     response
 }
 
