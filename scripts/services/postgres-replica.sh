@@ -44,15 +44,9 @@ start() {
   echo "$URL"
 }
 
-stop() {
-  local bin
-  bin=$(pgbin) || exit 0
-  as_owner "$bin/pg_ctl -D '$DIR/data' -m fast stop" >/dev/null 2>&1 || true
-}
-
 case "${1:-start}" in
   start) start ;;
-  stop) stop ;;
+  stop) pg_stop ;;
   url) echo "$URL" ;;
   *) echo "usage: $0 start|stop|url" >&2; exit 2 ;;
 esac

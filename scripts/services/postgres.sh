@@ -76,15 +76,9 @@ enable_tls() { # certificates, then ssl = on (reloadable: plain connections are 
   fi
 }
 
-stop() {
-  local bin
-  bin=$(pgbin) || exit 0
-  as_owner "$bin/pg_ctl -D '$DIR/data' -m fast stop" >/dev/null 2>&1 || true
-}
-
 case "${1:-start}" in
   start) start ;;
-  stop) stop ;;
+  stop) pg_stop ;;
   url) echo "$URL" ;;
   tls) echo "$DIR/tls" ;;
   *) echo "usage: $0 start|stop|url|tls" >&2; exit 2 ;;

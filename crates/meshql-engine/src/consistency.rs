@@ -10,7 +10,7 @@
 //! need no check.
 
 use crate::{EngineError, EntityService};
-use meshql_core::{Envelope, Millis};
+use meshql_core::Millis;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,11 +27,6 @@ pub struct Token {
 }
 
 impl Token {
-    /// The token of `written`, a version of an `entity` document.
-    pub fn of(entity: &str, written: &Envelope) -> String {
-        Self::format(written.created_at, entity, &written.id)
-    }
-
     /// The token of a write stamped `stamp` or later (a delete answers no version: its
     /// token is the moment before it was made).
     pub fn format(stamp: Millis, entity: &str, id: &str) -> String {

@@ -308,6 +308,11 @@ mod tests {
                 "at least 1",
             ),
             (
+                "read_your_writes_wait_ms = 60001",
+                "server.read_your_writes_wait_ms",
+                "at most 60000",
+            ),
+            (
                 "shutdown_timeout_ms = 86400001",
                 "server.shutdown_timeout_ms",
                 "at most 86400000",
