@@ -61,7 +61,7 @@ impl NewDocument {
 }
 
 /// One stored version, as a backend returns it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Envelope {
     pub id: String,
     /// JSON object text, including `"id"`.
@@ -79,7 +79,7 @@ impl Envelope {
 }
 
 /// A search result: the id and the payload text of the visible version.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Row {
     pub id: String,
     pub payload: String,

@@ -131,7 +131,7 @@ impl std::fmt::Debug for Nested {
 
 /// A row of a nested search: the document and, per [`Nested`] relationship in order, its
 /// related rows.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NestedRow {
     pub id: String,
     pub payload: serde_json::Map<String, serde_json::Value>,
@@ -302,6 +302,21 @@ pub trait StoreReader: Send + Sync + 'static {
     /// Where this store keeps its rows, for a backend joining stores of one database in
     /// [`StoreReader::find_nested`]; `None` (the default) when it cannot.
     fn relation(&self) -> Option<Relation> {
+        None
+    }
+
+    /// A moment up to which this reader is known to have applied every write: a replica's
+    /// replay position, as a time. `None` (the default): the reader is the primary, current
+    /// by definition. A cache in front of a replica fills only with answers that cover the
+    /// writes it has been told of.
+    fn applied_through(&self) -> Option<crate::Millis> {
+        None
+    }
+
+    /// The entity whose documents this reader serves, when it is a cache that tags its
+    /// answers by entity (`None`, the default, otherwise): what lets a cache in front of one
+    /// entity cache a [`StoreReader::find_nested`] answer that reads others.
+    fn cached_entity(&self) -> Option<&str> {
         None
     }
 

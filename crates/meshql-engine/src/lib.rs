@@ -19,6 +19,7 @@
 //! are shared by the services of a process ([`meshql_core::time::Acknowledged`]) and give
 //! every read snapshot ([`EntityService::read_snapshot`]) explicitly.
 
+pub mod cache;
 pub mod consistency;
 mod error;
 mod reads;
@@ -26,6 +27,7 @@ pub mod replica;
 mod service;
 mod validate;
 
+pub use cache::{Cache, CacheCounts, CacheSettings, CachedReader, SharedCache, SharedCacheBackend, SharedCacheError, SharedCacheTarget};
 pub use consistency::{ReadAfter, Token};
 pub use error::EngineError;
 pub use reads::Granted;

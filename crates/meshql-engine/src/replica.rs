@@ -21,7 +21,7 @@ use meshql_core::{
     BatchSearch, DynReader, Envelope, KeyedRows, Nested, NestedRow, ReadContext, Relation, Row,
     Search, StoreError, StoreReader,
 };
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -104,6 +104,8 @@ pub struct ReplicaHealth {
     state: AtomicU8,
     lag_ms: AtomicU64,
     lag_bytes: AtomicU64,
+    /// When the last successful probe started (milliseconds since the epoch; 0: never).
+    probed_at: AtomicI64,
     on_replica: AtomicU64,
     detoured: [AtomicU64; 4],
     monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -121,6 +123,7 @@ impl ReplicaHealth {
             state: AtomicU8::new(0),
             lag_ms: AtomicU64::new(NO_LAG),
             lag_bytes: AtomicU64::new(NO_LAG),
+            probed_at: AtomicI64::new(0),
             on_replica: AtomicU64::new(0),
             detoured: Default::default(),
             monitor: Mutex::new(None),
@@ -158,8 +161,10 @@ impl ReplicaHealth {
     /// four periods, at least a second, counts as unreachable).
     pub async fn probe_once(&self) {
         let wait = (self.settings.probe_every * 4).max(Duration::from_secs(1));
+        let started = meshql_core::time::now_millis();
         let next = match tokio::time::timeout(wait, self.probe.lag()).await {
             Ok(Ok(lag)) => {
+                self.probed_at.store(started, Ordering::Relaxed);
                 match lag {
                     Some(l) => {
                         self.lag_ms
@@ -222,6 +227,19 @@ impl ReplicaHealth {
                 "read replica unreachable: reads go to the primary until it answers again"
             ),
         }
+    }
+
+    /// A moment up to which the replica has applied every write, from the last probe: its
+    /// start less the lag it measured and one probe period (a lag is known to a period's
+    /// precision). `0` when the replica cannot tell its lag or was never measured.
+    pub fn applied_through(&self) -> meshql_core::Millis {
+        let lag_ms = self.lag_ms.load(Ordering::Relaxed);
+        let probed_at = self.probed_at.load(Ordering::Relaxed);
+        if lag_ms == NO_LAG || probed_at == 0 {
+            return 0;
+        }
+        let period = self.settings.probe_every.as_millis() as i64;
+        (probed_at - lag_ms as i64 - period).max(0)
     }
 
     pub fn state(&self) -> ReplicaState {
@@ -368,6 +386,10 @@ impl StoreReader for FallbackReader {
 
     fn relation(&self) -> Option<Relation> {
         self.replica.relation()
+    }
+
+    fn applied_through(&self) -> Option<meshql_core::Millis> {
+        Some(self.health.applied_through())
     }
 
     /// Asks the replica itself, whatever the routing: a read that needs a write the replica

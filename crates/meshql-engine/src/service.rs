@@ -6,6 +6,7 @@
 //! who may write but not read gets back only the `id` of what it wrote. Row filtering by
 //! authorized tokens applies on top, unchanged.
 
+use crate::cache::Cache;
 use crate::error::EngineError;
 use crate::validate::PayloadValidator;
 use meshql_core::time::Acknowledged;
@@ -99,6 +100,9 @@ pub struct EntityService {
     policy: Arc<dyn Policy>,
     /// The grants of every caller when the policy allows everything (no per-request work).
     everything: Option<Arc<Grants>>,
+    /// The read cache in front of `reader`, whose tags every write advances before it is
+    /// acknowledged.
+    cache: Option<Arc<Cache>>,
 }
 
 impl std::fmt::Debug for EntityService {
@@ -128,6 +132,7 @@ impl EntityService {
             policy: Arc::new(AllowAll::default()),
             everything: Some(AllowAll::default().grants()),
             acknowledged: Arc::default(),
+            cache: None,
         }
     }
 
@@ -174,6 +179,7 @@ impl EntityService {
             policy: self.policy.clone(),
             everything: self.everything.clone(),
             acknowledged: self.acknowledged.clone(),
+            cache: None,
         }
     }
 
@@ -182,6 +188,45 @@ impl EntityService {
         self.reader = reader;
         self.replicated = true;
         self
+    }
+
+    /// Serves reads through `cache` in front of the current reader (the primary or a replica);
+    /// every write advances the cache's tags before it is acknowledged. Unchanged when the
+    /// cache was not made for this entity.
+    pub fn with_cache(mut self, cache: Arc<Cache>) -> Self {
+        if let Some(reader) = cache.reader(&self.name, self.reader.clone()) {
+            self.reader = Arc::new(reader);
+            self.replicated = true;
+            self.cache = Some(cache);
+        }
+        self
+    }
+
+    /// The read cache in front of the reader, if any.
+    pub fn cache(&self) -> Option<&Arc<Cache>> {
+        self.cache.as_ref()
+    }
+
+    /// Writes to `ids` (every document when empty) were attempted: the cache's tags advance
+    /// before the caller hears of it. Also after a failed write, whose outcome may be unknown.
+    async fn invalidate(&self, ids: &[&str], stamp: Millis) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate(&self.name, ids, stamp).await;
+        }
+    }
+
+    async fn invalidate_written(&self, written: &Result<Vec<Envelope>, EngineError>) {
+        if self.cache.is_none() {
+            return;
+        }
+        match written {
+            Ok(envelopes) => {
+                let ids: Vec<&str> = envelopes.iter().map(|e| e.id.as_str()).collect();
+                let stamp = envelopes.iter().map(|e| e.created_at).max().unwrap_or(0);
+                self.invalidate(&ids, stamp).await;
+            }
+            Err(_) => self.invalidate(&[], self.read_snapshot()).await,
+        }
     }
 
     /// Whether reads go somewhere other than the primary (a replica, a cache).
@@ -349,7 +394,11 @@ impl EntityService {
         let created = self
             .writer
             .create(NewDocument::new(doc), &self.write_context(session, true))
-            .await?;
+            .await
+            .map(|c| vec![c])
+            .map_err(EngineError::from);
+        self.invalidate_written(&created).await;
+        let created = created?.pop().expect("one created");
         self.acknowledge(std::slice::from_ref(&created));
         Ok(self.masked(session, created))
     }
@@ -382,7 +431,10 @@ impl EntityService {
         let created = self
             .writer
             .create_many(docs, &self.write_context(session, true))
-            .await?;
+            .await
+            .map_err(EngineError::from);
+        self.invalidate_written(&created).await;
+        let created = created?;
         self.acknowledge(&created);
         Ok(self.masked_all(session, created))
     }
@@ -404,8 +456,15 @@ impl EntityService {
                 NewDocument::new(doc),
                 &self.write_context(session, false),
             )
-            .await?
-            .ok_or(EngineError::NotFound)?;
+            .await;
+        if self.cache.is_some() {
+            let stamp = match &updated {
+                Ok(Some(e)) => e.created_at,
+                _ => self.read_snapshot(),
+            };
+            self.invalidate(&[id], stamp).await;
+        }
+        let updated = updated?.ok_or(EngineError::NotFound)?;
         self.acknowledge(std::slice::from_ref(&updated));
         Ok(self.masked(session, updated))
     }
@@ -473,20 +532,39 @@ impl EntityService {
                 }
             }
         }
+        let ids: Vec<String> = match self.cache {
+            Some(_) => batch.writes.iter().map(|w| w.id().to_owned()).collect(),
+            None => Vec::new(),
+        };
         let written = self
             .writer
             .apply_output(batch, &self.write_context(session, false))
-            .await?;
+            .await;
+        if self.cache.is_some() {
+            let stamp = match &written {
+                Ok(w) => w.iter().map(|e| e.created_at).max().unwrap_or(0),
+                Err(_) => 0,
+            }
+            .max(self.read_snapshot());
+            let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+            self.invalidate(&ids, stamp).await;
+        }
+        let written = written?;
         self.acknowledge(&written);
         Ok(written)
     }
 
     pub async fn remove(&self, session: &Session, id: &str) -> Result<RemoveOutcome, EngineError> {
         self.check(session, Action::Delete)?;
-        Ok(self
+        let removed = self
             .writer
             .remove(id, &self.write_context(session, false))
-            .await?)
+            .await;
+        if self.cache.is_some() {
+            // the tombstone's stamp is not returned: the moment after it was written covers it
+            self.invalidate(&[id], self.read_snapshot()).await;
+        }
+        Ok(removed?)
     }
 
     pub async fn read(

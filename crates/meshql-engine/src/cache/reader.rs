@@ -1,0 +1,305 @@
+//! [`CachedReader`]: one entity's reads through the [`Cache`] (see the module docs).
+
+use super::key::{nested_entities, Key};
+use super::{Answer, Cache, Entry, Lookup, TagRef, TagState};
+use async_trait::async_trait;
+use meshql_core::time::now_millis;
+use meshql_core::{
+    BatchSearch, DynReader, Envelope, KeyedRows, Millis, Nested, NestedRow, ReadContext, Relation,
+    Row, Search, StoreError, StoreReader,
+};
+use std::future::Future;
+use std::sync::Arc;
+
+/// What a read is as of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    /// The latest state (no `at`).
+    Latest,
+    /// A recent moment (a request's snapshot): the latest state unless a newer write is known.
+    Recent(Millis),
+    /// A moment older than the cache's `settle`: immutable.
+    Past(Millis),
+}
+
+/// An entity's reader answering from the cache and, on a miss, from the reader behind it (the
+/// primary or a replica).
+pub struct CachedReader {
+    cache: Arc<Cache>,
+    entity: u32,
+    name: String,
+    inner: DynReader,
+}
+
+impl CachedReader {
+    pub(crate) fn new(cache: Arc<Cache>, entity: u32, name: &str, inner: DynReader) -> Self {
+        CachedReader {
+            cache,
+            entity,
+            name: name.to_owned(),
+            inner,
+        }
+    }
+
+    fn moment(&self, at: Option<Millis>) -> Moment {
+        match at {
+            None => Moment::Latest,
+            Some(t) if t < now_millis() - self.cache.settings.settle.as_millis() as Millis => {
+                Moment::Past(t)
+            }
+            Some(t) => Moment::Recent(t),
+        }
+    }
+
+    /// The answer under `key` (depending on `tags`), or `fetch`'s, stored when it is current.
+    async fn through<T>(
+        &self,
+        key: Key,
+        tags: Vec<TagRef>,
+        at: Option<Millis>,
+        fetch: impl Future<Output = Result<T, StoreError>>,
+        wrap: impl FnOnce(&T) -> Option<Answer>,
+        unwrap: impl FnOnce(&Answer) -> Option<T>,
+    ) -> Result<T, StoreError> {
+        let moment = self.moment(at);
+        let (key, tags) = match moment {
+            Moment::Past(t) => (key.at(t).into_string(), Vec::new()),
+            _ => (key.into_string(), tags),
+        };
+        let (states, entry) = match self.cache.lookup(&key, &tags).await {
+            Lookup::Found(states, entry) => (states, entry),
+            Lookup::Bypass => return fetch.await,
+        };
+        if let Some(entry) = entry.filter(|e| fits(e, &states, moment)) {
+            if let Some(answer) = unwrap(&entry.answer) {
+                self.cache.hit();
+                return Ok(answer);
+            }
+        }
+        self.cache.miss();
+        let started = now_millis();
+        let answer = fetch.await?;
+        let changed_at = states.iter().map(|s| s.changed_at).max().unwrap_or(0);
+        let as_of = match moment {
+            Moment::Latest => Some(started.max(changed_at)),
+            // an answer as of `t` is the latest only if no write after `t` is known
+            Moment::Recent(t) => (changed_at <= t).then_some(t),
+            Moment::Past(t) => Some(t),
+        };
+        // a replica must have applied what the tags have seen (for a past moment: the moment)
+        let needed = match moment {
+            Moment::Past(t) => t,
+            _ => changed_at,
+        };
+        let applied = self.inner.applied_through().is_none_or(|a| a >= needed);
+        match (as_of, applied, wrap(&answer)) {
+            (Some(as_of), true, Some(cached)) => {
+                let entry = Entry {
+                    generations: states.iter().map(|s| s.generation).collect(),
+                    as_of,
+                    answer: cached,
+                };
+                self.cache.store(key, entry).await;
+            }
+            _ => self.cache.unfilled(),
+        }
+        Ok(answer)
+    }
+
+    fn document(&self, id: &str) -> TagRef {
+        self.cache.tags().document(self.entity, id)
+    }
+
+    fn key(&self, op: &str, ctx: &ReadContext<'_>) -> Key {
+        Key::new(&self.name, op, ctx.filter)
+    }
+}
+
+/// Whether `entry` answers a read at `moment` given its tags' current `states`.
+fn fits(entry: &Entry, states: &[TagState], moment: Moment) -> bool {
+    let current = entry.generations.len() == states.len()
+        && entry
+            .generations
+            .iter()
+            .zip(states)
+            .all(|(g, s)| *g == s.generation);
+    current
+        && match moment {
+            Moment::Latest | Moment::Past(_) => true,
+            Moment::Recent(t) => t >= entry.as_of,
+        }
+}
+
+#[async_trait]
+impl StoreReader for CachedReader {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        // a document that is not there is not cached: its creation may not name its id to the
+        // cache before it is read (a failed write whose outcome is unknown)
+        self.through(
+            self.key("read", ctx).part(id),
+            vec![self.document(id)],
+            ctx.at,
+            self.inner.read(id, ctx),
+            |found| found.clone().map(Answer::One),
+            |a| match a {
+                Answer::One(e) => Some(Some(e.clone())),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let key = self
+            .key("read_many", ctx)
+            .part(serde_json::to_string(ids).expect("ids serialise"));
+        self.through(
+            key,
+            vec![TagRef::Entity(self.entity)],
+            ctx.at,
+            self.inner.read_many(ids, ctx),
+            |v| Some(Answer::Envelopes(v.clone())),
+            |a| match a {
+                Answer::Envelopes(v) => Some(v.clone()),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        self.through(
+            self.key("list", ctx),
+            vec![TagRef::Entity(self.entity)],
+            ctx.at,
+            self.inner.list(ctx),
+            |v| Some(Answer::Envelopes(v.clone())),
+            |a| match a {
+                Answer::Envelopes(v) => Some(v.clone()),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let key = self
+            .key("list_page", ctx)
+            .part(format_args!("{after:?}"))
+            .part(limit);
+        self.through(
+            key,
+            vec![TagRef::Entity(self.entity)],
+            ctx.at,
+            self.inner.list_page(after, limit, ctx),
+            |v| Some(Answer::Envelopes(v.clone())),
+            |a| match a {
+                Answer::Envelopes(v) => Some(v.clone()),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    /// Not cached: the whole history of one document, read rarely.
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.inner.versions(id).await
+    }
+
+    async fn find(&self, search: &Search<'_>, ctx: &ReadContext<'_>) -> Result<Vec<Row>, StoreError> {
+        self.through(
+            self.key("find", ctx).search(search),
+            vec![TagRef::Entity(self.entity)],
+            ctx.at,
+            self.inner.find(search, ctx),
+            |v| Some(Answer::Rows(v.clone())),
+            |a| match a {
+                Answer::Rows(v) => Some(v.clone()),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        self.through(
+            self.key("batch", ctx).batch(batch),
+            vec![TagRef::Entity(self.entity)],
+            ctx.at,
+            self.inner.find_batch(batch, ctx),
+            |v| Some(Answer::Keyed(v.clone())),
+            |a| match a {
+                Answer::Keyed(v) => Some(v.clone()),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    async fn find_nested(
+        &self,
+        search: &Search<'_>,
+        nested: &[Nested],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Option<Vec<NestedRow>>, StoreError> {
+        let Some(key) = self.key("nested", ctx).search(search).nested(nested) else {
+            return self.inner.find_nested(search, nested, ctx).await;
+        };
+        let mut entities = Vec::new();
+        nested_entities(nested, &mut entities);
+        let mut tags = vec![TagRef::Entity(self.entity)];
+        for e in entities {
+            match self.cache.tags().entity(e) {
+                Some(i) if !tags.contains(&TagRef::Entity(i)) => tags.push(TagRef::Entity(i)),
+                Some(_) => {}
+                None => return self.inner.find_nested(search, nested, ctx).await,
+            }
+        }
+        self.through(
+            key,
+            tags,
+            ctx.at,
+            self.inner.find_nested(search, nested, ctx),
+            |v| v.clone().map(Answer::Nested),
+            |a| match a {
+                Answer::Nested(v) => Some(Some(v.clone())),
+                _ => None,
+            },
+        )
+        .await
+    }
+
+    fn relation(&self) -> Option<Relation> {
+        self.inner.relation()
+    }
+
+    fn applied_through(&self) -> Option<Millis> {
+        self.inner.applied_through()
+    }
+
+    fn cached_entity(&self) -> Option<&str> {
+        Some(&self.name)
+    }
+
+    /// The reader behind has the version, and the cache has seen a change of the entity at
+    /// least as new (its own write, or the change feed's), so no answer it serves is older.
+    async fn has_version(&self, id: &str, stamp: Millis) -> Result<bool, StoreError> {
+        if self.cache.seen(self.entity) < stamp {
+            return Ok(false);
+        }
+        self.inner.has_version(id, stamp).await
+    }
+}
