@@ -16,7 +16,7 @@
 //! the log lost is copied again from the stores.
 
 use crate::record::{encode, Head};
-use meshql_core::{Cursor, DynStore};
+use meshql_core::{Cursor, DynStore, StoreChange};
 use meshql_log::{Log, LogError};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
@@ -51,6 +51,24 @@ pub struct HubOptions {
     pub min_read_interval: Duration,
     /// How often the checkpoint is written.
     pub checkpoint_every: Duration,
+    /// Told of every batch of changes once it is in the log.
+    pub listeners: Listeners,
+}
+
+/// Told of the changes the hub copies into the log, as it copies them: writes of this
+/// process and of others sharing the database (a read cache invalidates by them).
+pub trait CopyListener: Send + Sync + 'static {
+    fn copied(&self, entity: &str, changes: &[StoreChange]);
+}
+
+/// The [`CopyListener`]s of a hub.
+#[derive(Clone, Default)]
+pub struct Listeners(pub Vec<Arc<dyn CopyListener>>);
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Listeners({})", self.0.len())
+    }
 }
 
 impl Default for HubOptions {
@@ -60,6 +78,7 @@ impl Default for HubOptions {
             poll: Duration::from_millis(200),
             min_read_interval: Duration::from_millis(1),
             checkpoint_every: Duration::from_secs(1),
+            listeners: Listeners::default(),
         }
     }
 }
@@ -301,6 +320,9 @@ async fn tail(
                 match shared.append(&entity, &records, last) {
                     Ok(()) => {
                         cursor = last;
+                        for listener in &options.listeners.0 {
+                            listener.copied(&entity, &batch);
+                        }
                         tailer
                             .copied
                             .fetch_add(records.len() as u64, Ordering::Relaxed);

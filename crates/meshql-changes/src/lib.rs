@@ -40,7 +40,7 @@ pub use consumer::{
     ConsumerStats, Handler, HandlerError, TailedReader,
 };
 pub use feed::{FeedFilter, FeedSource, Page};
-pub use hub::{EntityFeedStats, Hub, HubError, HubOptions};
+pub use hub::{CopyListener, EntityFeedStats, Hub, HubError, HubOptions, Listeners};
 pub use record::{change_id, encode};
 pub use registry::{RelayBackend, RelayContext, RelayEntity, RelayRegistry, RelayTarget};
 pub use relay::{

@@ -21,8 +21,8 @@ pub mod role;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{ConsoleConfig, GraphqlLimits, ServiceConfig, WriteResponse};
 pub use resolve::{
-    load, ChangesSpec, ProcessorSpec, RelaySpec, ResolvedConfig, ResolvedEntity, ResolvedGraph,
-    ResolvedQuery, ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
+    load, CacheSpec, ChangesSpec, ProcessorSpec, RelaySpec, ResolvedConfig, ResolvedEntity,
+    ResolvedGraph, ResolvedQuery, ResolvedResolver, ResolvedRest, ResolverTarget, StorageSpec,
 };
 pub use role::{Role, UnknownRole};
 

@@ -63,6 +63,13 @@ pub struct ServiceConfig {
     /// documents' history through time and the live change feed.
     #[serde(default)]
     pub console: ConsoleConfig,
+    /// `[cache]`: a read cache in front of every entity's storage (none when the block is
+    /// absent). It is never stale: each answer is tagged with what it depends on, and every
+    /// write invalidates its tags before it is acknowledged (writes by other processes: when
+    /// the change feed or the shared cache brings them).
+    #[serde(default)]
+    #[schemars(with = "Option<CacheConfig>")]
+    pub cache: Option<Spanned<CacheConfig>>,
     /// Named storage backends; entities refer to them by name. An entity without `storage`
     /// uses `default`, which is SQLite `meshql.db` unless declared.
     #[serde(default)]
@@ -351,6 +358,41 @@ impl Default for ChangesConfig {
             relay: Vec::new(),
         }
     }
+}
+
+/// `[cache]`: a read cache for REST reads by id and lists, GraphQL root queries, relationship
+/// levels and nested reads. Answers are cached per entity, operation, arguments, the
+/// documents the caller's credentials let it see, and (for a read at a past moment) `at`.
+/// In process by default; `redis = { url = "redis://…" }` keeps them in Redis, shared by
+/// every process that names it.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    /// Serve reads through the cache (default true when the block is present).
+    #[serde(default)]
+    #[schemars(with = "Option<bool>")]
+    pub enabled: Option<bool>,
+    /// The in-process cache's size in bytes of cached answers (default 67108864, 64 MiB);
+    /// the least recently useful answers are evicted beyond it.
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub max_bytes: Option<Spanned<u64>>,
+    /// An answer is kept at most this many milliseconds (default 300000).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub ttl_ms: Option<Spanned<u64>>,
+    /// A read `at` a moment at least this many milliseconds old cannot change any more and
+    /// is cached without invalidation (default 5000; raise it when the clocks of the
+    /// processes writing one database differ by more).
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub settle_ms: Option<Spanned<u64>>,
+    /// A Redis server keeping the answers and their tags, shared by several processes
+    /// (`url`, `prefix`, `timeout_ms`, `connect_timeout_ms`; see meshql-cache-redis). A Redis
+    /// that is down or slower than `timeout_ms` is skipped: reads go to storage.
+    #[serde(default)]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub redis: Option<Spanned<serde_json::Value>>,
 }
 
 /// The console (`[console]`): the page a browser opens first.

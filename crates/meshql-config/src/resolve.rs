@@ -74,6 +74,8 @@ pub struct ResolvedConfig {
     pub changes: ChangesSpec,
     /// `[console]`: the web console, and where it is served.
     pub console: crate::model::ConsoleConfig,
+    /// `[cache]`: the read cache (`None`: no cache).
+    pub cache: Option<CacheSpec>,
     /// Storage by name (only the ones some entity uses).
     pub storages: BTreeMap<String, StorageSpec>,
     pub entities: Vec<ResolvedEntity>,
@@ -564,6 +566,7 @@ impl Resolver {
                 );
             }
         }
+        let cache = self.resolve_cache(&model.cache);
         let relays = self.resolve_relays(&model.changes);
         let processors = self.resolve_processors(&model.processors, model.changes.enabled);
         let auth = self.resolve_auth(&model.auth);
@@ -597,6 +600,7 @@ impl Resolver {
             graphql: model.graphql,
             changes,
             console: model.console,
+            cache,
             storages: used_storage,
             entities,
             processors,
@@ -1292,6 +1296,8 @@ mod processors;
 mod relays;
 pub use processors::ProcessorSpec;
 pub use relays::RelaySpec;
+mod cache;
+pub use cache::{CacheSpec, SharedCacheSpec};
 mod server;
 pub use server::{read_cert_chain, read_private_key, ServerSpec, TlsSpec};
 

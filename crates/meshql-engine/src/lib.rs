@@ -27,7 +27,10 @@ pub mod replica;
 mod service;
 mod validate;
 
-pub use cache::{Cache, CacheCounts, CacheSettings, CachedReader, SharedCache, SharedCacheBackend, SharedCacheError, SharedCacheTarget};
+pub use cache::{
+    Cache, CacheCounts, CacheSettings, CachedReader, SharedCache, SharedCacheBackend,
+    SharedCacheError, SharedCacheTarget,
+};
 pub use consistency::{ReadAfter, Token};
 pub use error::EngineError;
 pub use reads::Granted;

@@ -82,8 +82,7 @@ pub trait SharedCache: Send + Sync + 'static {
     ) -> Result<(Vec<TagState>, Option<Vec<u8>>), SharedCacheError>;
 
     /// Stores `entry` under `key` for `ttl`.
-    async fn put(&self, key: &str, entry: Vec<u8>, ttl: Duration)
-        -> Result<(), SharedCacheError>;
+    async fn put(&self, key: &str, entry: Vec<u8>, ttl: Duration) -> Result<(), SharedCacheError>;
 
     /// Advances `tags`, recording `stamp` as their newest change.
     async fn advance(&self, tags: &[String], stamp: Millis) -> Result<(), SharedCacheError>;
@@ -130,18 +129,26 @@ pub(crate) enum Answer {
 impl Answer {
     fn weight(&self) -> u32 {
         fn env(e: &Envelope) -> usize {
-            64 + e.id.len() + e.payload.len() + e.authorized_tokens.iter().map(String::len).sum::<usize>()
+            64 + e.id.len()
+                + e.payload.len()
+                + e.authorized_tokens.iter().map(String::len).sum::<usize>()
         }
         fn nested(r: &NestedRow) -> usize {
             64 + r.id.len()
-                + r.payload.iter().map(|(k, v)| k.len() + 32 + v.to_string().len()).sum::<usize>()
+                + r.payload
+                    .iter()
+                    .map(|(k, v)| k.len() + 32 + v.to_string().len())
+                    .sum::<usize>()
                 + r.children.iter().flatten().map(nested).sum::<usize>()
         }
         let bytes = match self {
             Answer::One(e) => env(e),
             Answer::Envelopes(v) => v.iter().map(env).sum(),
             Answer::Rows(v) => v.iter().map(|r| 48 + r.id.len() + r.payload.len()).sum(),
-            Answer::Keyed(v) => v.iter().map(|(k, r)| 64 + k.len() + r.id.len() + r.payload.len()).sum(),
+            Answer::Keyed(v) => v
+                .iter()
+                .map(|(k, r)| 64 + k.len() + r.id.len() + r.payload.len())
+                .sum(),
             Answer::Nested(v) => v.iter().map(nested).sum(),
         };
         u32::try_from(bytes).unwrap_or(u32::MAX)
@@ -220,7 +227,10 @@ pub(crate) enum Lookup {
 
 impl Cache {
     /// An in-process cache of `entities`.
-    pub fn local(settings: CacheSettings, entities: impl IntoIterator<Item = String>) -> Arc<Cache> {
+    pub fn local(
+        settings: CacheSettings,
+        entities: impl IntoIterator<Item = String>,
+    ) -> Arc<Cache> {
         let store = moka::sync::Cache::builder()
             .max_capacity(settings.max_bytes)
             .weigher(|k: &String, e: &Arc<Entry>| {
@@ -240,7 +250,11 @@ impl Cache {
         Arc::new(Cache::with_tier(settings, entities, Tier::Shared(shared)))
     }
 
-    fn with_tier(settings: CacheSettings, entities: impl IntoIterator<Item = String>, tier: Tier) -> Cache {
+    fn with_tier(
+        settings: CacheSettings,
+        entities: impl IntoIterator<Item = String>,
+        tier: Tier,
+    ) -> Cache {
         Cache {
             settings,
             tags: Tags::new(entities),
@@ -265,7 +279,11 @@ impl Cache {
 
     /// A reader of `entity` answering from this cache and, on a miss, from `inner`. `None`
     /// when the cache was not made for `entity`.
-    pub fn reader(self: &Arc<Self>, entity: &str, inner: meshql_core::DynReader) -> Option<CachedReader> {
+    pub fn reader(
+        self: &Arc<Self>,
+        entity: &str,
+        inner: meshql_core::DynReader,
+    ) -> Option<CachedReader> {
         let index = self.tags.entity(entity)?;
         Some(CachedReader::new(self.clone(), index, entity, inner))
     }
@@ -318,13 +336,19 @@ impl Cache {
             return true;
         };
         match shared
-            .advance(&[self.tags.shared_name(TagRef::Epoch)], meshql_core::time::now_millis())
+            .advance(
+                &[self.tags.shared_name(TagRef::Epoch)],
+                meshql_core::time::now_millis(),
+            )
             .await
         {
             Ok(()) => {
                 self.degraded.store(false, Ordering::Release);
                 self.reported.store(false, Ordering::Relaxed);
-                tracing::info!(cache = shared.kind(), "shared cache answering again: reads use it");
+                tracing::info!(
+                    cache = shared.kind(),
+                    "shared cache answering again: reads use it"
+                );
                 true
             }
             Err(_) => false,
@@ -349,6 +373,18 @@ impl Cache {
     pub fn entry_count(&self) -> u64 {
         match &self.tier {
             Tier::Local(m) => m.entry_count(),
+            Tier::Shared(_) => 0,
+        }
+    }
+
+    /// The in-process cache's size in weighted bytes, once its pending evictions ran (0 for a
+    /// shared cache).
+    pub fn weighted_bytes(&self) -> u64 {
+        match &self.tier {
+            Tier::Local(m) => {
+                m.run_pending_tasks();
+                m.weighted_size()
+            }
             Tier::Shared(_) => 0,
         }
     }

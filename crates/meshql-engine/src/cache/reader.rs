@@ -215,7 +215,11 @@ impl StoreReader for CachedReader {
         self.inner.versions(id).await
     }
 
-    async fn find(&self, search: &Search<'_>, ctx: &ReadContext<'_>) -> Result<Vec<Row>, StoreError> {
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
         self.through(
             self.key("find", ctx).search(search),
             vec![TagRef::Entity(self.entity)],

@@ -170,6 +170,8 @@ mod tests {
             panic!("a document tag")
         };
         assert!((stripe as usize) < STRIPES);
-        assert!(tags.shared_name(tags.document(0, "y")).starts_with("d:hen:"));
+        assert!(tags
+            .shared_name(tags.document(0, "y"))
+            .starts_with("d:hen:"));
     }
 }

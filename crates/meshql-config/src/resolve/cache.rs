@@ -1,0 +1,158 @@
+//! `[cache]`: bounds checked and defaulted; a shared cache's own settings are kept opaque for
+//! its crate to check (see `meshql_engine::SharedCacheBackend`).
+
+use super::Resolver;
+use crate::model::CacheConfig;
+use std::time::Duration;
+use toml::Spanned;
+
+/// The read cache, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheSpec {
+    pub max_bytes: u64,
+    pub ttl: Duration,
+    pub settle: Duration,
+    /// A shared cache: its kind (`"redis"`), its settings, and the line they start at.
+    pub shared: Option<SharedCacheSpec>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedCacheSpec {
+    pub kind: &'static str,
+    pub settings: serde_json::Value,
+    pub line: Option<usize>,
+}
+
+impl CacheSpec {
+    pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
+    pub const DEFAULT_TTL_MS: u64 = 300_000;
+    pub const DEFAULT_SETTLE_MS: u64 = 5_000;
+}
+
+impl Resolver {
+    fn cache_setting(
+        &mut self,
+        at: &Option<Spanned<u64>>,
+        key: &str,
+        low: u64,
+        high: u64,
+        default: u64,
+    ) -> u64 {
+        let Some(at) = at.as_ref() else {
+            return default;
+        };
+        let v = *at.get_ref();
+        if v < low {
+            self.error(
+                Some(at),
+                format!("cache.{key}"),
+                format!("must be at least {low}"),
+            );
+        } else if v > high {
+            self.error(Some(at), format!("cache.{key}"), format!("at most {high}"));
+        }
+        v.clamp(low, high)
+    }
+
+    /// `[cache]`, or `None` when absent or disabled.
+    pub(super) fn resolve_cache(
+        &mut self,
+        cache: &Option<Spanned<CacheConfig>>,
+    ) -> Option<CacheSpec> {
+        let c = cache.as_ref()?.get_ref();
+        let max_bytes = self.cache_setting(
+            &c.max_bytes,
+            "max_bytes",
+            1 << 20,
+            1 << 40,
+            CacheSpec::DEFAULT_MAX_BYTES,
+        );
+        let ttl = self.cache_setting(
+            &c.ttl_ms,
+            "ttl_ms",
+            1,
+            86_400_000,
+            CacheSpec::DEFAULT_TTL_MS,
+        );
+        let settle = self.cache_setting(
+            &c.settle_ms,
+            "settle_ms",
+            100,
+            86_400_000,
+            CacheSpec::DEFAULT_SETTLE_MS,
+        );
+        let shared = c.redis.as_ref().map(|r| SharedCacheSpec {
+            kind: "redis",
+            settings: r.get_ref().clone(),
+            line: Some(crate::error::line_of(&self.text, r.span().start)),
+        });
+        if c.enabled == Some(false) {
+            return None;
+        }
+        Some(CacheSpec {
+            max_bytes,
+            ttl: Duration::from_millis(ttl),
+            settle: Duration::from_millis(settle),
+            shared,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::resolve::load_with_env;
+    use crate::{ConfigErrors, ResolvedConfig};
+
+    const ENTITY: &str = "[[entity]]\nname = \"hen\"\n[entity.rest]\n";
+
+    fn load_str(text: &str, _: &str) -> Result<ResolvedConfig, ConfigErrors> {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("meshql.toml");
+        std::fs::write(&f, text).unwrap();
+        load_with_env(&f, |_| None)
+    }
+
+    #[test]
+    fn a_cache_block_resolves_with_defaults_and_its_shared_settings() {
+        let c = load_str(&format!("[cache]\n{ENTITY}"), "meshql.toml").unwrap();
+        let cache = c.cache.expect("a cache");
+        assert_eq!(cache.max_bytes, 64 << 20);
+        assert_eq!(cache.ttl.as_millis(), 300_000);
+        assert!(cache.shared.is_none());
+        let c = load_str(
+            &format!(
+                "[cache]\nttl_ms = 1000\nredis = {{ url = \"redis://127.0.0.1:16379\" }}\n{ENTITY}"
+            ),
+            "meshql.toml",
+        )
+        .unwrap();
+        let shared = c.cache.unwrap().shared.unwrap();
+        assert_eq!(shared.kind, "redis");
+        assert_eq!(shared.settings["url"], "redis://127.0.0.1:16379");
+        assert_eq!(shared.line, Some(3));
+        let off = load_str(
+            &format!("[cache]\nenabled = false\n{ENTITY}"),
+            "meshql.toml",
+        )
+        .unwrap();
+        assert!(off.cache.is_none());
+        assert!(load_str(ENTITY, "meshql.toml").unwrap().cache.is_none());
+    }
+
+    #[test]
+    fn cache_bounds_are_checked_at_their_line() {
+        for (setting, field, message) in [
+            ("max_bytes = 10", "cache.max_bytes", "at least"),
+            ("ttl_ms = 0", "cache.ttl_ms", "at least 1"),
+            ("settle_ms = 99999999999", "cache.settle_ms", "at most"),
+        ] {
+            let e = load_str(&format!("[cache]\n{setting}\n{ENTITY}"), "meshql.toml").unwrap_err();
+            let e = &e.0[0];
+            assert_eq!(e.field, field, "{setting}");
+            assert_eq!(e.line, Some(2), "{setting}");
+            assert!(e.message.contains(message), "{setting}: {}", e.message);
+        }
+        let e = load_str(&format!("[cache]\nsize = 3\n{ENTITY}"), "meshql.toml").unwrap_err();
+        assert!(e.to_string().contains("size"), "{e}");
+    }
+}

@@ -1,0 +1,559 @@
+//! The read cache through the engine: answers served from it, never stale after an
+//! acknowledged write, past moments immutable, replicas that have not caught up not cached.
+
+use async_trait::async_trait;
+use meshql_core::time::now_millis;
+use meshql_core::{
+    BatchSearch, Credentials, DynReader, DynStore, Envelope, KeyedRows, Millis, NoAuth,
+    QueryTemplate, ReadContext, Row, Search, StoreError, StoreReader,
+};
+use meshql_engine::{Cache, CacheSettings, EntityService, Session};
+use meshql_store_memory::MemoryStore;
+use serde_json::json;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// The reader behind the cache: counts the reads that reach it, can hold them at a gate, and
+/// can claim to be a replica applied up to a moment.
+struct Behind {
+    store: DynStore,
+    reads: AtomicU64,
+    gate: Semaphore,
+    /// `i64::MAX`: the primary (`applied_through` is `None`).
+    applied: AtomicI64,
+}
+
+impl Behind {
+    fn new(store: DynStore) -> Arc<Behind> {
+        Arc::new(Behind {
+            store,
+            reads: AtomicU64::new(0),
+            gate: Semaphore::new(Semaphore::MAX_PERMITS),
+            applied: AtomicI64::new(i64::MAX),
+        })
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::SeqCst)
+    }
+
+    async fn enter(&self) {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        let _permit = self.gate.acquire().await.unwrap();
+    }
+}
+
+#[async_trait]
+impl StoreReader for Behind {
+    async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
+        self.enter().await;
+        self.store.read(id, ctx).await
+    }
+    async fn read_many(
+        &self,
+        ids: &[String],
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.enter().await;
+        self.store.read_many(ids, ctx).await
+    }
+    async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
+        self.enter().await;
+        self.store.list(ctx).await
+    }
+    async fn list_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        self.enter().await;
+        self.store.list_page(after, limit, ctx).await
+    }
+    async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {
+        self.store.versions(id).await
+    }
+    async fn find(
+        &self,
+        search: &Search<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<Vec<Row>, StoreError> {
+        self.enter().await;
+        self.store.find(search, ctx).await
+    }
+    async fn find_batch(
+        &self,
+        batch: &BatchSearch<'_>,
+        ctx: &ReadContext<'_>,
+    ) -> Result<KeyedRows, StoreError> {
+        self.enter().await;
+        self.store.find_batch(batch, ctx).await
+    }
+    fn applied_through(&self) -> Option<Millis> {
+        match self.applied.load(Ordering::SeqCst) {
+            i64::MAX => None,
+            t => Some(t),
+        }
+    }
+}
+
+struct World {
+    service: EntityService,
+    behind: Arc<Behind>,
+    cache: Arc<Cache>,
+    session: Session,
+}
+
+fn world_with(settings: CacheSettings) -> World {
+    let store: DynStore = Arc::new(MemoryStore::new());
+    let behind = Behind::new(store.clone());
+    let cache = Cache::local(settings, ["hen".to_owned()]);
+    let service = EntityService::new("hen", store, None, vec![], Arc::new(NoAuth))
+        .with_reader(behind.clone() as DynReader)
+        .with_cache(cache.clone());
+    World {
+        service,
+        behind,
+        cache,
+        session: Session::unrestricted(Credentials::Unrestricted),
+    }
+}
+
+fn world() -> World {
+    world_with(CacheSettings::default())
+}
+
+fn name_of(e: &Envelope) -> String {
+    e.payload_map().unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_read_by_id_is_served_from_the_cache_until_its_document_is_written() {
+    let w = world();
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "a1"}))
+        .await
+        .unwrap();
+    let b = w
+        .service
+        .create(&w.session, json!({"name": "b1"}))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let got = w
+            .service
+            .read(&w.session, &a.id, None)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(name_of(&got), "a1");
+    }
+    assert_eq!(w.behind.reads(), 1, "one read reached storage");
+    w.service.read(&w.session, &b.id, None).await.unwrap();
+    assert_eq!(w.behind.reads(), 2);
+
+    w.service
+        .update(&w.session, &a.id, json!({"name": "a2"}))
+        .await
+        .unwrap();
+    let got = w
+        .service
+        .read(&w.session, &a.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&got), "a2", "the write is seen at once");
+    assert_eq!(w.behind.reads(), 3);
+    // b's answer does not depend on a's document
+    w.service.read(&w.session, &b.id, None).await.unwrap();
+    assert_eq!(w.behind.reads(), 3, "b still cached");
+
+    w.service.remove(&w.session, &a.id).await.unwrap();
+    assert!(w
+        .service
+        .read(&w.session, &a.id, None)
+        .await
+        .unwrap()
+        .is_none());
+    let counts = w.cache.counts();
+    assert_eq!((counts.hits, counts.misses), (3, 4), "{counts:?}");
+}
+
+#[tokio::test]
+async fn lists_and_searches_are_invalidated_by_any_write_to_their_entity() {
+    let w = world();
+    let template = QueryTemplate::filter(r#"{"payload.kind": "{{kind}}"}"#).unwrap();
+    let args = json!({"kind": "brown"}).as_object().unwrap().clone();
+    let access = meshql_engine::Access::unrestricted();
+    w.service
+        .create(&w.session, json!({"name": "a", "kind": "brown"}))
+        .await
+        .unwrap();
+    let find = || async {
+        w.service
+            .find(&access, &Search::new(&template, &args, None), None)
+            .await
+            .unwrap()
+            .rows
+            .len()
+    };
+    assert_eq!(find().await, 1);
+    assert_eq!(find().await, 1);
+    assert_eq!(w.service.list(&w.session, None).await.unwrap().len(), 1);
+    assert_eq!(w.service.list(&w.session, None).await.unwrap().len(), 1);
+    assert_eq!(w.behind.reads(), 2);
+    w.service
+        .create(&w.session, json!({"name": "b", "kind": "brown"}))
+        .await
+        .unwrap();
+    assert_eq!(find().await, 2, "a create is seen by the search at once");
+    assert_eq!(w.service.list(&w.session, None).await.unwrap().len(), 2);
+    assert_eq!(w.behind.reads(), 4);
+}
+
+#[tokio::test]
+async fn an_answer_as_of_before_a_write_is_not_kept_as_the_latest() {
+    let w = world();
+    let old = w
+        .service
+        .create(&w.session, json!({"name": "v1"}))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    w.service
+        .update(&w.session, &old.id, json!({"name": "v2"}))
+        .await
+        .unwrap();
+    // a request whose snapshot was taken before the write reads v1 (its moment) ...
+    let then = w
+        .service
+        .read(&w.session, &old.id, Some(old.created_at))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&then), "v1");
+    // ... and that answer is not what later reads get
+    for at in [None, Some(w.service.read_snapshot())] {
+        let now = w
+            .service
+            .read(&w.session, &old.id, at)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            name_of(&now),
+            "v2",
+            "never the version before an acknowledged write"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_read_held_across_a_write_does_not_leave_its_answer_behind() {
+    let w = Arc::new(world());
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "v1"}))
+        .await
+        .unwrap();
+    let held = w
+        .behind
+        .gate
+        .acquire_many(Semaphore::MAX_PERMITS as u32)
+        .await
+        .unwrap();
+    // the read misses and waits at storage; the cache's tags were taken before it
+    let reader = {
+        let (w, id) = (w.clone(), a.id.clone());
+        tokio::spawn(async move { w.service.read(&w.session, &id, None).await })
+    };
+    while w.behind.reads() < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // the write commits and is acknowledged; then the held read goes on
+    w.service
+        .update(&w.session, &a.id, json!({"name": "v2"}))
+        .await
+        .unwrap();
+    drop(held);
+    reader.await.unwrap().unwrap();
+    let now = w
+        .service
+        .read(&w.session, &a.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&now), "v2");
+}
+
+#[tokio::test]
+async fn a_recent_moment_reads_the_latest_answer_and_an_earlier_one_does_not() {
+    let w = world();
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "v1"}))
+        .await
+        .unwrap();
+    let t1 = w.service.read_snapshot();
+    w.service.read(&w.session, &a.id, Some(t1)).await.unwrap();
+    w.service
+        .read(&w.session, &a.id, Some(t1 + 1))
+        .await
+        .unwrap();
+    assert_eq!(w.behind.reads(), 1, "a later snapshot uses the answer");
+    w.service
+        .read(&w.session, &a.id, Some(t1 - 1))
+        .await
+        .unwrap();
+    assert_eq!(w.behind.reads(), 2, "an earlier one may differ: storage");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let v2 = w
+        .service
+        .update(&w.session, &a.id, json!({"name": "v2"}))
+        .await
+        .unwrap();
+    let t3 = w.service.read_snapshot();
+    let got = w
+        .service
+        .read(&w.session, &a.id, Some(t3))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&got), "v2");
+    // as of t1 (recent, before the write): v1, from storage, and not kept as the latest
+    let then = w
+        .service
+        .read(&w.session, &a.id, Some(t1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&then), "v1");
+    let got = w
+        .service
+        .read(&w.session, &a.id, Some(v2.created_at))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&got), "v2");
+}
+
+#[tokio::test]
+async fn a_read_at_a_past_moment_is_cached_and_never_changes() {
+    let w = world_with(CacheSettings {
+        settle: Duration::from_millis(100),
+        ..CacheSettings::default()
+    });
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "old"}))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let past = now_millis() - 120;
+    for _ in 0..3 {
+        let got = w
+            .service
+            .read(&w.session, &a.id, Some(past))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(name_of(&got), "old");
+    }
+    assert_eq!(w.behind.reads(), 1);
+    w.service
+        .update(&w.session, &a.id, json!({"name": "new"}))
+        .await
+        .unwrap();
+    let got = w
+        .service
+        .read(&w.session, &a.id, Some(past))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&got), "old");
+    assert_eq!(
+        w.behind.reads(),
+        1,
+        "a past moment is not invalidated by a later write"
+    );
+    let got = w
+        .service
+        .read(&w.session, &a.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&got), "new");
+}
+
+#[tokio::test]
+async fn a_replica_that_has_not_applied_the_last_write_is_not_cached() {
+    let w = world();
+    w.behind.applied.store(0, Ordering::SeqCst);
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "v1"}))
+        .await
+        .unwrap();
+    for n in 1..=3 {
+        w.service.read(&w.session, &a.id, None).await.unwrap();
+        assert_eq!(
+            w.behind.reads(),
+            n,
+            "nothing stored: the replica may be behind"
+        );
+    }
+    assert_eq!(w.cache.counts().unfilled, 3);
+    // once the replica is known to have applied it, its answers are kept
+    w.behind
+        .applied
+        .store(now_millis() + 1000, Ordering::SeqCst);
+    w.service.read(&w.session, &a.id, None).await.unwrap();
+    w.service.read(&w.session, &a.id, None).await.unwrap();
+    assert_eq!(w.behind.reads(), 4);
+}
+
+#[tokio::test]
+async fn a_change_from_the_feed_invalidates_and_marks_what_the_cache_has_seen() {
+    let w = world();
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "v1"}))
+        .await
+        .unwrap();
+    w.service.read(&w.session, &a.id, None).await.unwrap();
+    // another process writes the same store; its change arrives through the feed
+    let ctx = meshql_core::WriteContext::default();
+    let v2 = w
+        .service
+        .writer()
+        .update(
+            &a.id,
+            meshql_core::NewDocument::new(json!({"name": "v2"}).as_object().unwrap().clone()),
+            &ctx,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let reader = w.service.reader().clone();
+    assert!(
+        !reader.has_version(&a.id, v2.created_at).await.unwrap(),
+        "not seen yet"
+    );
+    let got = w
+        .service
+        .read(&w.session, &a.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        name_of(&got),
+        "v1",
+        "until the feed brings the change, the answer stands"
+    );
+    w.cache.invalidated("hen", &a.id, v2.created_at);
+    assert!(reader.has_version(&a.id, v2.created_at).await.unwrap());
+    let got = w
+        .service
+        .read(&w.session, &a.id, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(name_of(&got), "v2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_and_reads_never_see_an_older_version_than_acknowledged() {
+    let w = Arc::new(world());
+    let ids: Vec<String> = futures_ids(&w, 4).await;
+    let mut tasks = Vec::new();
+    for id in ids.clone() {
+        // a writer per document: each acknowledged version is read back at once, by id and
+        // through a search, never older
+        let w = w.clone();
+        tasks.push(tokio::spawn(async move {
+            let template = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
+            let args = json!({"id": id}).as_object().unwrap().clone();
+            let access = meshql_engine::Access::unrestricted();
+            for n in 1..=150u64 {
+                w.service
+                    .update(&w.session, &id, json!({"name": "x", "n": n}))
+                    .await
+                    .unwrap();
+                let got = w
+                    .service
+                    .read(&w.session, &id, None)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let seen = got.payload_map().unwrap()["n"].as_u64().unwrap();
+                assert!(seen >= n, "read {seen} after acknowledging {n}");
+                let rows = w
+                    .service
+                    .find(
+                        &access,
+                        &Search::new(&template, &args, None),
+                        Some(w.service.read_snapshot()),
+                    )
+                    .await
+                    .unwrap()
+                    .rows;
+                let row: serde_json::Value = serde_json::from_str(&rows[0].payload).unwrap();
+                assert!(row["n"].as_u64().unwrap() >= n);
+            }
+        }));
+    }
+    // readers keep the cache full meanwhile
+    for _ in 0..2 {
+        let (w, ids) = (w.clone(), ids.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..600 {
+                let id = &ids[round % ids.len()];
+                w.service.read(&w.session, id, None).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert!(w.cache.counts().hits > 0);
+}
+
+async fn futures_ids(w: &World, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            w.service
+                .create(&w.session, json!({"name": format!("d{i}"), "n": 0}))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    ids
+}
+
+#[tokio::test]
+async fn the_in_process_cache_stays_within_its_bytes() {
+    let w = world_with(CacheSettings {
+        max_bytes: 1 << 20,
+        ..CacheSettings::default()
+    });
+    let big = "x".repeat(2000);
+    for i in 0..2000 {
+        let e = w
+            .service
+            .create(&w.session, json!({"name": format!("{i}"), "pad": big}))
+            .await
+            .unwrap();
+        w.service.read(&w.session, &e.id, None).await.unwrap();
+    }
+    let bytes = w.cache.weighted_bytes();
+    assert!(bytes <= 1 << 20, "{bytes} bytes held");
+    assert!(bytes > 256 << 10, "{bytes}: the cache is used");
+}
