@@ -1,0 +1,364 @@
+//! The client: a lazily made, self-reconnecting connection ([`Link`]) and the three calls of
+//! the shared cache on it ([`RedisCache`]).
+
+use crate::settings::{redacted, RedisSettings};
+use async_trait::async_trait;
+use meshql_core::Millis;
+use meshql_engine::cache::TagState;
+use meshql_engine::{SharedCache, SharedCacheError};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{RedisError, RedisResult};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// While Redis is unreachable, calls fail at once and at most one call a second goes through
+/// to it (and with it at most one connection attempt).
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+
+/// Advances tags: for each pair of keys (generation, stamp) increments the generation and
+/// raises the stamp to `ARGV[1]` when that is newer (a missing stamp counts as 0). Stamps are
+/// milliseconds, exact in Lua's doubles.
+const ADVANCE: &str = r"
+local stamp = tonumber(ARGV[1])
+for i = 1, #KEYS, 2 do
+  redis.call('INCR', KEYS[i])
+  local seen = tonumber(redis.call('GET', KEYS[i + 1])) or 0
+  if seen < stamp then
+    redis.call('SET', KEYS[i + 1], ARGV[1])
+  end
+end
+return #KEYS / 2
+";
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    #[error("redis unreachable ({cause}); trying again at most once a second")]
+    Down { cause: String },
+    #[error("redis did not answer within {0} ms")]
+    Timeout(u128),
+    #[error("redis: {0}")]
+    Redis(#[from] RedisError),
+    #[error("redis: unexpected value under `{0}`")]
+    Unexpected(String),
+}
+
+impl From<Failure> for SharedCacheError {
+    fn from(f: Failure) -> Self {
+        SharedCacheError(f.to_string())
+    }
+}
+
+/// When calls may reach Redis.
+#[derive(Default)]
+struct Gate {
+    /// A connection attempt is under way.
+    connecting: bool,
+    /// Redis was unreachable: calls fail at once until then.
+    closed_until: Option<Instant>,
+    /// Why it was unreachable.
+    cause: String,
+}
+
+impl Gate {
+    fn check(&self) -> Result<(), Failure> {
+        match self.closed_until {
+            Some(until) if Instant::now() < until => Err(self.down()),
+            _ => Ok(()),
+        }
+    }
+
+    fn down(&self) -> Failure {
+        Failure::Down {
+            cause: self.cause.clone(),
+        }
+    }
+
+    fn close(&mut self, cause: &RedisError) {
+        self.closed_until = Some(Instant::now() + RETRY_EVERY);
+        self.cause = cause.to_string();
+    }
+}
+
+struct LinkState {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    /// For logs.
+    url: String,
+    /// Made by the first connection attempt that succeeds; reconnects by itself after.
+    manager: OnceLock<ConnectionManager>,
+    gate: Mutex<Gate>,
+    /// `gate.closed_until` is set (read without the lock on every call).
+    down: AtomicBool,
+    /// Counts finished connection attempts (calls wait for the one under way).
+    attempts: watch::Sender<u64>,
+}
+
+/// The connection to Redis, made on first use (or in the background from `connect`) and
+/// never an error to make: a Redis that is down only makes the calls fail until it answers.
+#[derive(Clone)]
+pub(crate) struct Link(Arc<LinkState>);
+
+impl Link {
+    /// Only a URL the client library rejects is an error.
+    pub(crate) fn new(settings: &RedisSettings) -> RedisResult<Link> {
+        let client = redis::Client::open(settings.url.trim())?;
+        // No retries of its own: a failed reconnect is tried again by the next call let
+        // through the gate.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(0)
+            .set_connection_timeout(settings.connect_timeout());
+        Ok(Link(Arc::new(LinkState {
+            client,
+            config,
+            url: redacted(settings.url.trim()),
+            manager: OnceLock::new(),
+            gate: Mutex::new(Gate::default()),
+            down: AtomicBool::new(false),
+            attempts: watch::channel(0).0,
+        })))
+    }
+
+    fn gate(&self) -> MutexGuard<'_, Gate> {
+        // The gate holds no invariant a panic could break.
+        self.0.gate.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the first connection attempt in the background.
+    pub(crate) fn warm_up(&self) {
+        let mut gate = self.gate();
+        if self.0.manager.get().is_none() && !gate.connecting {
+            gate.connecting = true;
+            self.spawn_attempt();
+        }
+    }
+
+    /// The connection, unless Redis is known to be unreachable; waits for an attempt under
+    /// way (the caller bounds the wait).
+    async fn manager(&self) -> Result<ConnectionManager, Failure> {
+        if let Some(m) = self.0.manager.get() {
+            if self.0.down.load(Ordering::Acquire) {
+                self.gate().check()?;
+            }
+            return Ok(m.clone());
+        }
+        let mut finished = self.0.attempts.subscribe();
+        {
+            let mut gate = self.gate();
+            if let Some(m) = self.0.manager.get() {
+                return Ok(m.clone());
+            }
+            if !gate.connecting {
+                gate.check()?;
+                gate.connecting = true;
+                self.spawn_attempt();
+            }
+        }
+        // The attempt cannot finish unseen: it reports after clearing `connecting`, which
+        // was set when we looked.
+        let _ = finished.changed().await;
+        match self.0.manager.get() {
+            Some(m) => Ok(m.clone()),
+            None => Err(self.gate().down()),
+        }
+    }
+
+    /// One connection attempt (bounded by `connect_timeout_ms`), on its own task so that a
+    /// call giving up does not cut it short.
+    fn spawn_attempt(&self) {
+        let link = self.clone();
+        tokio::spawn(async move {
+            let state = &link.0;
+            let made =
+                ConnectionManager::new_with_config(state.client.clone(), state.config.clone())
+                    .await;
+            {
+                let mut gate = link.gate();
+                gate.connecting = false;
+                match made {
+                    Ok(m) => {
+                        let _ = state.manager.set(m);
+                        gate.closed_until = None;
+                        state.down.store(false, Ordering::Release);
+                        tracing::debug!(url = %state.url, "redis cache connected");
+                    }
+                    Err(e) => {
+                        tracing::debug!(url = %state.url, error = %e, "redis cache: cannot connect");
+                        gate.close(&e);
+                        state.down.store(true, Ordering::Release);
+                    }
+                }
+            }
+            state.attempts.send_modify(|n| *n += 1);
+        });
+    }
+
+    /// A call was answered: the gate opens.
+    fn answered(&self) {
+        if self.0.down.load(Ordering::Acquire) {
+            let mut gate = self.gate();
+            if gate.closed_until.take().is_some() {
+                tracing::debug!(url = %self.0.url, "redis cache answering again");
+            }
+            self.0.down.store(false, Ordering::Release);
+        }
+    }
+
+    /// A call failed: when the connection is the cause, the gate closes for a while.
+    fn failed(&self, e: &RedisError) {
+        if e.is_io_error() || e.is_unrecoverable_error() {
+            self.gate().close(e);
+            self.0.down.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The shared cache on one Redis.
+pub(crate) struct RedisCache {
+    link: Link,
+    prefix: String,
+    timeout: Duration,
+    advance: redis::Script,
+}
+
+impl RedisCache {
+    pub(crate) fn new(settings: &RedisSettings, link: Link) -> RedisCache {
+        link.warm_up();
+        RedisCache {
+            link,
+            prefix: settings.prefix.clone(),
+            timeout: settings.timeout(),
+            advance: redis::Script::new(ADVANCE),
+        }
+    }
+
+    fn generation_key(&self, tag: &str) -> String {
+        format!("{}:g:{tag}", self.prefix)
+    }
+
+    fn stamp_key(&self, tag: &str) -> String {
+        format!("{}:c:{tag}", self.prefix)
+    }
+
+    fn value_key(&self, key: &str) -> String {
+        format!("{}:v:{key}", self.prefix)
+    }
+
+    /// Runs `op` on the connection within the timeout. A command sent on a connection found
+    /// dropped (Redis restarted since the last call) is sent once more on the new one.
+    async fn call<T, F, Fut>(&self, op: F) -> Result<T, Failure>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let work = async {
+            let mut resent = false;
+            loop {
+                let manager = self.link.manager().await?;
+                match op(manager).await {
+                    Ok(v) => {
+                        self.link.answered();
+                        return Ok(v);
+                    }
+                    Err(e) if e.is_connection_dropped() && !resent => resent = true,
+                    Err(e) => {
+                        self.link.failed(&e);
+                        return Err(Failure::Redis(e));
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(self.timeout, work)
+            .await
+            .map_err(|_| Failure::Timeout(self.timeout.as_millis()))?
+    }
+}
+
+/// A number stored as decimal text (0 when absent).
+fn number<N: std::str::FromStr + Default>(key: &str, bytes: Option<&[u8]>) -> Result<N, Failure> {
+    match bytes {
+        None => Ok(N::default()),
+        Some(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| Failure::Unexpected(key.to_owned())),
+    }
+}
+
+#[async_trait]
+impl SharedCache for RedisCache {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    async fn get(
+        &self,
+        key: &str,
+        tags: &[String],
+    ) -> Result<(Vec<TagState>, Option<Vec<u8>>), SharedCacheError> {
+        let mut keys = Vec::with_capacity(tags.len() * 2 + 1);
+        for tag in tags {
+            keys.push(self.generation_key(tag));
+            keys.push(self.stamp_key(tag));
+        }
+        keys.push(self.value_key(key));
+        let mut mget = redis::cmd("MGET");
+        mget.arg(&keys);
+        let mget = &mget;
+        let mut values: Vec<Option<Vec<u8>>> = self
+            .call(|mut m| async move { mget.query_async(&mut m).await })
+            .await?;
+        if values.len() != keys.len() {
+            return Err(Failure::Unexpected(self.value_key(key)).into());
+        }
+        let entry = values.pop().flatten();
+        let states = keys
+            .chunks_exact(2)
+            .zip(values.chunks_exact(2))
+            .map(|(k, v)| {
+                Ok(TagState {
+                    generation: number(&k[0], v[0].as_deref())?,
+                    changed_at: number::<Millis>(&k[1], v[1].as_deref())?,
+                })
+            })
+            .collect::<Result<Vec<_>, Failure>>()?;
+        Ok((states, entry))
+    }
+
+    async fn put(&self, key: &str, entry: Vec<u8>, ttl: Duration) -> Result<(), SharedCacheError> {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ttl_ms == 0 {
+            // Expired as soon as stored (and Redis refuses `PX 0`).
+            return Ok(());
+        }
+        let mut set = redis::cmd("SET");
+        set.arg(self.value_key(key))
+            .arg(entry)
+            .arg("PX")
+            .arg(ttl_ms);
+        let set = &set;
+        self.call(|mut m| async move { set.query_async::<()>(&mut m).await })
+            .await?;
+        Ok(())
+    }
+
+    async fn advance(&self, tags: &[String], stamp: Millis) -> Result<(), SharedCacheError> {
+        if tags.is_empty() {
+            return Ok(());
+        }
+        let mut invocation = self.advance.prepare_invoke();
+        for tag in tags {
+            invocation
+                .key(self.generation_key(tag))
+                .key(self.stamp_key(tag));
+        }
+        invocation.arg(stamp);
+        let invocation = &invocation;
+        self.call(|mut m| async move { invocation.invoke_async::<()>(&mut m).await })
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,249 @@
+//! `[cache] redis = { … }`: the block's fields, their checks and their registration.
+
+use crate::client::{Link, RedisCache};
+use async_trait::async_trait;
+use meshql_core::{parse_settings, SettingError};
+use meshql_engine::{SharedCache, SharedCacheBackend, SharedCacheTarget};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The longest `timeout_ms` or `connect_timeout_ms` accepted (a minute).
+const MAX_TIMEOUT_MS: u64 = 60_000;
+
+/// The longest prefix accepted.
+const MAX_PREFIX_LEN: usize = 128;
+
+/// A Redis shared by several meshql processes as their read cache. Keys start with
+/// `<prefix>:`; tag generations and stamps have no expiry, answers expire after the cache's
+/// `ttl`, so the server must not evict keys without an expiry (`maxmemory-policy` `noeviction`
+/// or one of the `volatile-*` policies).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    /// Server URL: `redis://[user:password@]host[:port][/db]`, e.g. `redis://127.0.0.1:6379`
+    /// (no TLS: `rediss://` is refused).
+    pub url: String,
+    /// Every key starts with `<prefix>:`, so several services can share one Redis
+    /// (letters, digits, `_`, `-`, `.` and inner `:`; default `meshql`).
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Every call to Redis is bounded by this many milliseconds; a slower answer counts as a
+    /// failure and the read goes to storage (default 100, at most 60000).
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// A connection attempt is bounded by this many milliseconds (default 1000, at most
+    /// 60000).
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+}
+
+fn default_prefix() -> String {
+    "meshql".into()
+}
+fn default_timeout_ms() -> u64 {
+    100
+}
+fn default_connect_timeout_ms() -> u64 {
+    1000
+}
+
+impl RedisSettings {
+    /// Reads and checks a `[cache] redis` block.
+    pub fn from_value(settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
+        if settings.get("url").is_none() {
+            return Err(SettingError::new(
+                "url",
+                "a redis cache needs `url = \"redis://host:port\"`",
+            ));
+        }
+        let settings: RedisSettings = parse_settings(settings)?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    fn check(&self) -> Result<(), SettingError> {
+        let url = self.url.trim();
+        if url.is_empty() {
+            return Err(SettingError::new(
+                "url",
+                "name the server, e.g. `redis://127.0.0.1:6379`",
+            ));
+        }
+        if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+            return Err(SettingError::new(
+                "url",
+                "must start with `redis://`, e.g. `redis://127.0.0.1:6379`",
+            ));
+        }
+        if url.starts_with("rediss://") {
+            // The client is built without TLS (the workspace enables no TLS feature of `redis`).
+            return Err(SettingError::new(
+                "url",
+                "`rediss://` (TLS) is not supported by this build; use `redis://`",
+            ));
+        }
+        // The client library's own parser (the URL is not repeated: it may hold a password).
+        redis::Client::open(url)
+            .map_err(|e| SettingError::new("url", format!("not a usable Redis URL: {e}")))?;
+        check_prefix(&self.prefix)?;
+        for (field, value) in [
+            ("timeout_ms", self.timeout_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+        ] {
+            if value == 0 || value > MAX_TIMEOUT_MS {
+                return Err(SettingError::new(
+                    field,
+                    format!("must be between 1 and {MAX_TIMEOUT_MS} milliseconds, not {value}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The bound of every call.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// The bound of a connection attempt.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms)
+    }
+}
+
+fn check_prefix(prefix: &str) -> Result<(), SettingError> {
+    if prefix.is_empty() {
+        return Err(SettingError::new(
+            "prefix",
+            "must not be empty (keys are `<prefix>:…`)",
+        ));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(SettingError::new(
+            "prefix",
+            format!("must be at most {MAX_PREFIX_LEN} characters"),
+        ));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':');
+    if !prefix.chars().all(allowed) || prefix.starts_with(':') || prefix.ends_with(':') {
+        return Err(SettingError::new(
+            "prefix",
+            format!(
+                "`{prefix}` is not a key prefix (letters, digits, `_`, `-`, `.` and `:` \
+                 not at either end)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The URL with any password replaced by `***` (for `Debug` and logs).
+pub(crate) fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// Registers the Redis shared cache (`[cache] redis = { … }`) with the server.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RedisBackend;
+
+impl SharedCacheBackend for RedisBackend {
+    fn kind(&self) -> &'static str {
+        "redis"
+    }
+
+    fn schema(&self) -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(RedisSettings)).expect("schemas serialise")
+    }
+
+    fn configure(
+        &self,
+        settings: &serde_json::Value,
+    ) -> Result<Box<dyn SharedCacheTarget>, SettingError> {
+        Ok(Box::new(RedisTarget(RedisSettings::from_value(settings)?)))
+    }
+}
+
+/// Checked settings, ready to connect.
+struct RedisTarget(RedisSettings);
+
+impl std::fmt::Debug for RedisTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTarget")
+            .field("url", &redacted(&self.0.url))
+            .field("prefix", &self.0.prefix)
+            .field("timeout_ms", &self.0.timeout_ms)
+            .field("connect_timeout_ms", &self.0.connect_timeout_ms)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl SharedCacheTarget for RedisTarget {
+    async fn connect(
+        &self,
+    ) -> Result<Arc<dyn SharedCache>, Box<dyn std::error::Error + Send + Sync>> {
+        let link = Link::new(&self.0)?;
+        Ok(Arc::new(RedisCache::new(&self.0, link)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn settings_resolve_with_their_defaults() {
+        let s = RedisSettings::from_value(&json!({ "url": "redis://127.0.0.1:6379" })).unwrap();
+        assert_eq!(s.prefix, "meshql");
+        assert_eq!(s.timeout(), Duration::from_millis(100));
+        assert_eq!(s.connect_timeout(), Duration::from_millis(1000));
+
+        let s = RedisSettings::from_value(&json!({
+            "url": "redis://:pw@h:1/2",
+            "prefix": "eggs:cache",
+            "timeout_ms": 60000,
+            "connect_timeout_ms": 5,
+        }))
+        .unwrap();
+        assert_eq!(s.prefix, "eggs:cache");
+        assert_eq!(s.timeout_ms, 60000);
+        assert_eq!(s.connect_timeout_ms, 5);
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redacted("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redacted("redis://:secret@h:1"), "redis://:***@h:1");
+        assert_eq!(redacted("redis://h:1/0"), "redis://h:1/0");
+        let target = RedisBackend
+            .configure(&json!({ "url": "redis://:secret@h:1" }))
+            .unwrap();
+        let debug = format!("{target:?}");
+        assert!(
+            !debug.contains("secret") && debug.contains("***"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn the_schema_describes_the_fields() {
+        let s = RedisBackend.schema();
+        assert_eq!(s["required"], json!(["url"]));
+        assert!(s["properties"]["timeout_ms"].is_object(), "{s}");
+        assert!(s["description"].as_str().unwrap().contains("Redis"), "{s}");
+        assert_eq!(RedisBackend.kind(), "redis");
+    }
+}
