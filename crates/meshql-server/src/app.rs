@@ -229,6 +229,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // the engine: one service per entity, which every frontend goes through; one record of
     // acknowledged writes for all of them (what read snapshots cover)
     let acknowledged = Arc::new(meshql_core::time::Acknowledged::new());
+    // the read cache, in front of each entity's reader (the primary or its replica)
+    let cache = crate::caches::build(config).await?;
     let mut services: HashMap<String, Arc<EntityService>> = HashMap::new();
     for entity in &config.entities {
         let validator = match &entity.rest {
@@ -264,6 +266,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 store_of(&entity.name),
                 health,
             )));
+        }
+        if let Some(cache) = &cache {
+            service = service.with_cache(cache.clone());
         }
         services.insert(entity.name.clone(), Arc::new(service));
     }
@@ -346,12 +351,16 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let (closing, closing_rx) = tokio::sync::watch::channel(false);
     let hub = if config.changes.config.enabled {
         let log = open_log(&config.changes)?;
-        let hub = Hub::start(log.clone(), stores.clone(), HubOptions::default()).map_err(
-            |e: HubError| BuildError::Changes {
+        let options = HubOptions {
+            listeners: crate::caches::listeners(cache.as_ref()),
+            ..HubOptions::default()
+        };
+        let hub = Hub::start(log.clone(), stores.clone(), options).map_err(|e: HubError| {
+            BuildError::Changes {
                 dir: config.changes.dir.display().to_string(),
                 message: e.to_string(),
-            },
-        )?;
+            }
+        })?;
         let endpoint = Arc::new(ChangesEndpoint::new(
             log.clone(),
             config
@@ -408,6 +417,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         processors: processors.clone(),
         requests: requests.clone(),
         subscriptions: subscriptions.clone(),
+        cache: cache.clone(),
     });
     let ops_router = Router::new()
         .route("/health", get(ops::health))

@@ -5,6 +5,7 @@
 mod app;
 mod assets;
 pub mod backends;
+pub mod caches;
 mod changes_routes;
 mod connection;
 mod console;

@@ -29,6 +29,8 @@ pub struct Ops {
     pub requests: Arc<crate::request_metrics::RequestMetrics>,
     /// GraphQL subscriptions, when the change feed is on.
     pub subscriptions: Arc<std::sync::OnceLock<Arc<crate::subscriptions::Subscriptions>>>,
+    /// The read cache (`[cache]`).
+    pub cache: Option<Arc<meshql_engine::Cache>>,
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: String) -> Response {
@@ -152,9 +154,52 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
     if let Some(subscriptions) = ops.subscriptions.get() {
         subscriptions.write_metrics(&mut out);
     }
+    if let Some(cache) = &ops.cache {
+        write_cache_metrics(&mut out, cache);
+    }
     crate::connection::write_metrics(&mut out);
     ops.requests.write(&mut out);
     respond(StatusCode::OK, "text/plain; version=0.0.4", out)
+}
+
+fn write_cache_metrics(out: &mut String, cache: &meshql_engine::Cache) {
+    let c = cache.counts();
+    let kind = cache.kind();
+    for (name, help, value) in [
+        ("meshql_cache_hits_total", "Reads answered by the cache.", c.hits),
+        ("meshql_cache_misses_total", "Reads the cache sent to storage.", c.misses),
+        ("meshql_cache_fills_total", "Answers stored in the cache.", c.fills),
+        (
+            "meshql_cache_unfilled_total",
+            "Answers not stored because they might not be current (a newer write, a replica behind).",
+            c.unfilled,
+        ),
+        (
+            "meshql_cache_invalidations_total",
+            "Tags invalidated (one per written document and one per entity written).",
+            c.invalidations,
+        ),
+        (
+            "meshql_cache_errors_total",
+            "Failed calls to the shared cache (each read falls through to storage).",
+            c.shared_errors,
+        ),
+        (
+            "meshql_cache_bypassed_total",
+            "Reads that went around a shared cache that failed or missed an update.",
+            c.bypassed,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{cache=\"{kind}\"}} {value}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP meshql_cache_entries Answers held in the in-process cache.\n# TYPE meshql_cache_entries gauge\nmeshql_cache_entries{{cache=\"{kind}\"}} {}",
+        cache.entry_count()
+    );
 }
 
 fn write_replica_metrics(

@@ -33,6 +33,9 @@ pub fn preflight(config: &ResolvedConfig) -> Vec<String> {
     if let Err(errors) = crate::relays::configure(config) {
         problems.extend(errors.iter().map(|e| e.to_string()));
     }
+    if let Err(errors) = crate::caches::configure(config) {
+        problems.extend(errors.iter().map(|e| e.to_string()));
+    }
     if let Err(errors) = crate::processors::configure(config) {
         problems.extend(errors.iter().map(|e| e.to_string()));
     }

@@ -1,0 +1,329 @@
+//! `[cache]` through the binary: REST and GraphQL reads answered from the cache and never
+//! stale after an acknowledged write — in one process, across a write and a read process
+//! (in-process caches told by the change feed; one Redis shared by both), and with Redis
+//! stopped and started under load.
+
+mod common;
+
+use common::{example_copy, free_port, Client, Server};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The farm example with `block` appended (its `[cache]`).
+fn farm_with(example: &str, block: &str) -> tempfile::TempDir {
+    example_copy(example, |t| format!("{t}\n{block}\n"))
+}
+
+fn redis_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/redis.sh")
+}
+
+/// Starts (or finds) the test Redis on `port` and returns its URL; fails loudly if it cannot.
+fn redis(port: u16, action: &str) -> String {
+    let out = Command::new(redis_script())
+        .arg(action)
+        .env("MESHQL_REDIS_PORT", port.to_string())
+        .output()
+        .expect("run scripts/services/redis.sh");
+    assert!(
+        out.status.success(),
+        "redis.sh {action} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+async fn metric(c: &Client, name: &str) -> u64 {
+    let text = c.get("/metrics").await.text;
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics:\n{text}")) as u64
+}
+
+async fn post(c: &Client, path: &str, body: Value) -> String {
+    let r = c.post_json(path, &body).await;
+    r.expect_status(201);
+    r.json()["id"].as_str().unwrap().to_owned()
+}
+
+async fn hen_name_rest(c: &Client, id: &str) -> String {
+    let r = c.get(&format!("/hen/api/{id}")).await;
+    r.expect_status(200);
+    r.json()["name"].as_str().unwrap().to_owned()
+}
+
+async fn graphql(c: &Client, path: &str, query: &str) -> Value {
+    let r = c.post_json(path, &json!({ "query": query })).await;
+    r.expect_status(200);
+    let v = r.json();
+    assert!(v.get("errors").is_none(), "{v}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_through_the_cache_are_never_older_than_an_acknowledged_write() {
+    let dir = farm_with("farm", "[cache]\n");
+    let port = free_port();
+    let server = Server::start_with_env(
+        &dir.path().join("meshql.toml"),
+        &[("PLATFORM_URL", format!("http://127.0.0.1:{port}"))],
+        Some(port),
+    );
+    let c = server.client();
+    let farm = post(&c, "/farm/api", json!({"name": "Emerdale"})).await;
+    let coop = post(&c, "/coop/api", json!({"name": "red", "farm_id": farm})).await;
+    let hen = post(&c, "/hen/api", json!({"name": "v0", "coop_id": coop})).await;
+
+    for i in 1..=200 {
+        let name = format!("v{i}");
+        c.put_json(
+            &format!("/hen/api/{hen}"),
+            &json!({"name": name, "coop_id": coop}),
+        )
+        .await
+        .expect_status(200);
+        assert_eq!(hen_name_rest(&c, &hen).await, name, "REST after write {i}");
+        let g = graphql(
+            &c,
+            "/hen/graph",
+            &format!(r#"{{ getById(id: "{hen}") {{ name }} }}"#),
+        )
+        .await;
+        assert_eq!(
+            g["data"]["getById"]["name"], name,
+            "GraphQL after write {i}"
+        );
+        let g = graphql(
+            &c,
+            "/coop/graph",
+            &format!(r#"{{ getById(id: "{coop}") {{ name hens {{ name }} }} }}"#),
+        )
+        .await;
+        assert_eq!(
+            g["data"]["getById"]["hens"][0]["name"], name,
+            "a relationship after write {i}"
+        );
+        // the unchanged farm is answered from the cache
+        let g = graphql(
+            &c,
+            "/farm/graph",
+            &format!(r#"{{ getById(id: "{farm}") {{ name }} }}"#),
+        )
+        .await;
+        assert_eq!(g["data"]["getById"]["name"], "Emerdale");
+    }
+    let hits = metric(&c, "meshql_cache_hits_total").await;
+    let invalidations = metric(&c, "meshql_cache_invalidations_total").await;
+    assert!(
+        hits >= 150,
+        "the unchanged farm is served from the cache: {hits} hits"
+    );
+    assert!(invalidations >= 400, "{invalidations}");
+    // a deleted hen is gone at once
+    c.delete(&format!("/hen/api/{hen}"))
+        .await
+        .expect_status(200);
+    c.get(&format!("/hen/api/{hen}")).await.expect_status(404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_process_cache_follows_the_write_process_and_honours_consistency_tokens() {
+    let dir = farm_with("farm-cqrs", "[cache]\n");
+    let config = dir.path().join("meshql.toml");
+    let data = tempfile::tempdir().unwrap();
+    let read_port = free_port();
+    let envs = [("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}"))];
+    let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
+    let read = Server::start_sharing(
+        &config,
+        data.path(),
+        &["--role", "read"],
+        &envs,
+        Some(read_port),
+    );
+    let (w, r) = (write.client(), read.client());
+    let farm = post(&w, "/farm/api", json!({"name": "f0"})).await;
+    // with the write's token, the read process answers the new version every time
+    for i in 1..=100 {
+        let name = format!("f{i}");
+        let put = w
+            .put_json(&format!("/farm/api/{farm}"), &json!({ "name": name }))
+            .await;
+        put.expect_status(200);
+        let token = put.header("x-meshql-consistency").unwrap().to_owned();
+        let got = r
+            .request(
+                "GET",
+                &format!("/farm/api/{farm}"),
+                None,
+                &[("x-meshql-consistency", token.as_str())],
+            )
+            .await;
+        got.expect_status(200);
+        assert_eq!(got.json()["name"], name.as_str(), "read {i} with its token");
+    }
+    // without a token, the cached answer follows the change feed
+    let put = w
+        .put_json(&format!("/farm/api/{farm}"), &json!({"name": "last"}))
+        .await;
+    put.expect_status(200);
+    let started = Instant::now();
+    loop {
+        let got = r.get(&format!("/farm/api/{farm}")).await.json();
+        if got["name"] == "last" {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the read process's cache saw the write within 5 s: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(metric(&r, "meshql_cache_hits_total").await > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_sharing_one_redis_never_serve_a_stale_read() {
+    let url = redis(16379, "start");
+    let prefix = format!("t{}", std::process::id());
+    let block = format!("[cache]\nredis = {{ url = \"{url}\", prefix = \"{prefix}\" }}\n");
+    let dir = farm_with("farm-cqrs", &block);
+    let config = dir.path().join("meshql.toml");
+    let data = tempfile::tempdir().unwrap();
+    let read_port = free_port();
+    let envs = [("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}"))];
+    let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
+    let read = Server::start_sharing(
+        &config,
+        data.path(),
+        &["--role", "read"],
+        &envs,
+        Some(read_port),
+    );
+    let (w, r) = (write.client(), read.client());
+    let farm = post(&w, "/farm/api", json!({"name": "f0"})).await;
+    for i in 1..=200 {
+        let name = format!("f{i}");
+        w.put_json(&format!("/farm/api/{farm}"), &json!({ "name": name }))
+            .await
+            .expect_status(200);
+        // no token: the write advanced the shared tags before it was acknowledged
+        for _ in 0..2 {
+            assert_eq!(
+                r.get(&format!("/farm/api/{farm}")).await.json()["name"],
+                name.as_str(),
+                "read process, write {i}"
+            );
+            let g = graphql(
+                &r,
+                "/farm/graph",
+                &format!(r#"{{ getById(id: "{farm}") {{ name }} }}"#),
+            )
+            .await;
+            assert_eq!(g["data"]["getById"]["name"], name.as_str());
+        }
+    }
+    let hits = metric(&r, "meshql_cache_hits_total").await;
+    assert!(
+        hits >= 200,
+        "the second read of each round is a hit: {hits}"
+    );
+    assert_eq!(metric(&r, "meshql_cache_errors_total").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_under_load_costs_no_request_and_is_used_again_when_back() {
+    let port = 16399;
+    let url = redis(port, "start");
+    let block = format!("[cache]\nredis = {{ url = \"{url}\", timeout_ms = 50 }}\n");
+    let dir = farm_with("farm-cqrs", &block);
+    let config = dir.path().join("meshql.toml");
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_sharing(&config, data.path(), &[], &[], None);
+    let c = server.client();
+    let farm = post(&c, "/farm/api", json!({"name": "f0"})).await;
+    let round = |i: usize| {
+        let c = c.clone();
+        let farm = farm.clone();
+        async move {
+            let name = format!("f{i}");
+            c.put_json(&format!("/farm/api/{farm}"), &json!({ "name": name }))
+                .await
+                .expect_status(200);
+            for _ in 0..3 {
+                let got = c.get(&format!("/farm/api/{farm}")).await;
+                got.expect_status(200);
+                assert_eq!(got.json()["name"], name.as_str(), "round {i}");
+            }
+        }
+    };
+    for i in 1..=20 {
+        round(i).await;
+    }
+    assert!(metric(&c, "meshql_cache_hits_total").await > 0);
+
+    redis(port, "stop");
+    let started = Instant::now();
+    for i in 21..=60 {
+        round(i).await;
+    }
+    let during = started.elapsed();
+    let errors = metric(&c, "meshql_cache_errors_total").await;
+    assert!(
+        errors > 0,
+        "calls to the stopped Redis failed and were counted"
+    );
+    assert!(
+        during < Duration::from_secs(20),
+        "40 rounds with Redis down took {during:?}"
+    );
+    let warnings = server.log().matches("shared cache unavailable").count();
+    assert_eq!(warnings, 1, "logged once:\n{}", server.log());
+
+    redis(port, "start");
+    let hits_before = metric(&c, "meshql_cache_hits_total").await;
+    let started = Instant::now();
+    let mut i = 61;
+    loop {
+        round(i).await;
+        i += 1;
+        if metric(&c, "meshql_cache_hits_total").await > hits_before {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the cache is used again within 15 s of Redis returning"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn a_bad_redis_setting_is_refused_by_check_naming_the_field_and_line() {
+    let dir = farm_with("farm", "[cache]\nredis = { url = \"http://nope\" }\n");
+    let out = common::run_meshql(
+        &["check", dir.path().join("meshql.toml").to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("cache.redis.url"), "{text}");
+    let dir = farm_with("farm", "[cache]\nttl_ms = 0\n");
+    let out = common::run_meshql(
+        &["check", dir.path().join("meshql.toml").to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(text.contains("cache.ttl_ms"), "{text}");
+}
