@@ -215,20 +215,6 @@ impl EntityService {
         }
     }
 
-    async fn invalidate_written(&self, written: &Result<Vec<Envelope>, EngineError>) {
-        if self.cache.is_none() {
-            return;
-        }
-        match written {
-            Ok(envelopes) => {
-                let ids: Vec<&str> = envelopes.iter().map(|e| e.id.as_str()).collect();
-                let stamp = envelopes.iter().map(|e| e.created_at).max().unwrap_or(0);
-                self.invalidate(&ids, stamp).await;
-            }
-            Err(_) => self.invalidate(&[], self.read_snapshot()).await,
-        }
-    }
-
     /// Whether reads go somewhere other than the primary (a replica, a cache).
     pub fn replicated(&self) -> bool {
         self.replicated
@@ -394,11 +380,14 @@ impl EntityService {
         let created = self
             .writer
             .create(NewDocument::new(doc), &self.write_context(session, true))
-            .await
-            .map(|c| vec![c])
-            .map_err(EngineError::from);
-        self.invalidate_written(&created).await;
-        let created = created?.pop().expect("one created");
+            .await;
+        if self.cache.is_some() {
+            match &created {
+                Ok(e) => self.invalidate(&[e.id.as_str()], e.created_at).await,
+                Err(_) => self.invalidate(&[], self.read_snapshot()).await,
+            }
+        }
+        let created = created?;
         self.acknowledge(std::slice::from_ref(&created));
         Ok(self.masked(session, created))
     }
@@ -431,9 +420,17 @@ impl EntityService {
         let created = self
             .writer
             .create_many(docs, &self.write_context(session, true))
-            .await
-            .map_err(EngineError::from);
-        self.invalidate_written(&created).await;
+            .await;
+        if self.cache.is_some() {
+            match &created {
+                Ok(written) => {
+                    let ids: Vec<&str> = written.iter().map(|e| e.id.as_str()).collect();
+                    let stamp = written.iter().map(|e| e.created_at).max().unwrap_or(0);
+                    self.invalidate(&ids, stamp).await;
+                }
+                Err(_) => self.invalidate(&[], self.read_snapshot()).await,
+            }
+        }
         let created = created?;
         self.acknowledge(&created);
         Ok(self.masked_all(session, created))

@@ -557,3 +557,70 @@ async fn the_in_process_cache_stays_within_its_bytes() {
     assert!(bytes <= 1 << 20, "{bytes} bytes held");
     assert!(bytes > 256 << 10, "{bytes}: the cache is used");
 }
+
+#[tokio::test]
+async fn a_get_by_id_search_depends_on_its_document_only() {
+    let w = world();
+    let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
+    let access = meshql_engine::Access::unrestricted();
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "a1"}))
+        .await
+        .unwrap();
+    let args = json!({"id": a.id}).as_object().unwrap().clone();
+    let find = || async {
+        let rows = w
+            .service
+            .find(&access, &Search::new(&by_id, &args, None), None)
+            .await
+            .unwrap()
+            .rows;
+        serde_json::from_str::<serde_json::Value>(&rows[0].payload).unwrap()["name"].clone()
+    };
+    assert_eq!(find().await, "a1");
+    // writes to other documents leave it cached
+    for i in 0..5 {
+        w.service
+            .create(&w.session, json!({"name": format!("other{i}")}))
+            .await
+            .unwrap();
+        assert_eq!(find().await, "a1");
+    }
+    assert_eq!(w.behind.reads(), 1);
+    w.service
+        .update(&w.session, &a.id, json!({"name": "a2"}))
+        .await
+        .unwrap();
+    assert_eq!(find().await, "a2", "its own write is seen at once");
+    // a batch by id (a relationship to parents) likewise
+    let key = "id";
+    let keys = vec![a.id.clone()];
+    let batch = BatchSearch::new(&by_id, key, &keys);
+    let reads = w.behind.reads();
+    for _ in 0..3 {
+        w.service.find_batch(&access, &batch, None).await.unwrap();
+    }
+    assert_eq!(w.behind.reads(), reads + 1);
+    w.service
+        .create(&w.session, json!({"name": "unrelated"}))
+        .await
+        .unwrap();
+    w.service.find_batch(&access, &batch, None).await.unwrap();
+    assert_eq!(
+        w.behind.reads(),
+        reads + 1,
+        "a write to another document leaves it"
+    );
+    w.service
+        .update(&w.session, &a.id, json!({"name": "a3"}))
+        .await
+        .unwrap();
+    let rows = w
+        .service
+        .find_batch(&access, &batch, None)
+        .await
+        .unwrap()
+        .rows;
+    assert!(rows[0].1.payload.contains("a3"));
+}

@@ -3,10 +3,11 @@
 use super::key::{nested_entities, Key};
 use super::{Answer, Cache, Entry, Lookup, TagRef, TagState};
 use async_trait::async_trait;
+use meshql_core::template::{ArgValue, FieldPath, TemplateKind};
 use meshql_core::time::now_millis;
 use meshql_core::{
-    BatchSearch, DynReader, Envelope, KeyedRows, Millis, Nested, NestedRow, ReadContext, Relation,
-    Row, Search, StoreError, StoreReader,
+    BatchSearch, BoundArgs, DynReader, Envelope, KeyedRows, Millis, Nested, NestedRow,
+    QueryTemplate, ReadContext, Relation, Row, Search, StoreError, StoreReader,
 };
 use std::future::Future;
 use std::sync::Arc;
@@ -108,6 +109,41 @@ impl CachedReader {
 
     fn document(&self, id: &str) -> TagRef {
         self.cache.tags().document(self.entity, id)
+    }
+
+    /// What a search's answer depends on: the one document it names when its template is an
+    /// equality on the id alone (`{"id": "{{id}}"}`: a getById), else every document of the
+    /// entity.
+    fn search_tags(&self, template: &QueryTemplate, args: &BoundArgs) -> Vec<TagRef> {
+        if let TemplateKind::Filter(predicates) = &template.kind {
+            if let [(FieldPath::Id, value)] = predicates.as_slice() {
+                if let serde_json::Value::String(id) = value.bind(args) {
+                    return vec![self.document(&id)];
+                }
+            }
+        }
+        vec![TagRef::Entity(self.entity)]
+    }
+
+    /// A batch's: the documents its keys name when its template is an equality on the id
+    /// bound to the key (a relationship to a parent by its id), for a bounded number of keys.
+    fn batch_tags(&self, batch: &BatchSearch<'_>) -> Vec<TagRef> {
+        const MAX_DOCUMENT_TAGS: usize = 64;
+        if let TemplateKind::Filter(predicates) = &batch.template.kind {
+            if let [(FieldPath::Id, ArgValue::Arg(arg))] = predicates.as_slice() {
+                if arg == batch.key_arg && batch.keys.len() <= MAX_DOCUMENT_TAGS {
+                    let mut tags: Vec<TagRef> =
+                        batch.keys.iter().map(|k| self.document(k)).collect();
+                    tags.sort_unstable_by_key(|t| match t {
+                        TagRef::Document { stripe, .. } => *stripe,
+                        _ => 0,
+                    });
+                    tags.dedup();
+                    return tags;
+                }
+            }
+        }
+        vec![TagRef::Entity(self.entity)]
     }
 
     fn key(&self, op: &str, ctx: &ReadContext<'_>) -> Key {
@@ -222,7 +258,7 @@ impl StoreReader for CachedReader {
     ) -> Result<Vec<Row>, StoreError> {
         self.through(
             self.key("find", ctx).search(search),
-            vec![TagRef::Entity(self.entity)],
+            self.search_tags(search.template, search.args),
             ctx.at,
             self.inner.find(search, ctx),
             |v| Some(Answer::Rows(v.clone())),
@@ -241,7 +277,7 @@ impl StoreReader for CachedReader {
     ) -> Result<KeyedRows, StoreError> {
         self.through(
             self.key("batch", ctx).batch(batch),
-            vec![TagRef::Entity(self.entity)],
+            self.batch_tags(batch),
             ctx.at,
             self.inner.find_batch(batch, ctx),
             |v| Some(Answer::Keyed(v.clone())),
@@ -264,7 +300,7 @@ impl StoreReader for CachedReader {
         };
         let mut entities = Vec::new();
         nested_entities(nested, &mut entities);
-        let mut tags = vec![TagRef::Entity(self.entity)];
+        let mut tags = self.search_tags(search.template, search.args);
         for e in entities {
             match self.cache.tags().entity(e) {
                 Some(i) if !tags.contains(&TagRef::Entity(i)) => tags.push(TagRef::Entity(i)),
