@@ -65,6 +65,9 @@ pub struct Options {
     pub curve_secs: f64,
     /// Base URL of an external ceiling server (default: the built-in one).
     pub ceiling: Option<String>,
+    /// Writes per second the throughput scenario sends while it measures each read path
+    /// (new hens in a coop of their own): reads with writes flowing. 0: none.
+    pub writes_per_sec: f64,
     /// Iterations per second of the `soak` scenario (open model).
     pub soak_rate: f64,
     /// Kafka bootstrap servers for the `changes` scenario's relay runs (skipped without).
@@ -93,6 +96,7 @@ impl Options {
             rounds: 1,
             curve_secs: 2.0,
             ceiling: None,
+            writes_per_sec: 0.0,
             kafka: None,
             soak_rate: 1000.0,
             bounds: Bounds::default(),

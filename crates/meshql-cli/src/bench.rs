@@ -75,6 +75,10 @@ pub struct BenchRun {
     /// Base URL of an external ceiling server (default: a built-in one on its own thread).
     #[arg(long)]
     ceiling: Option<String>,
+    /// Throughput: writes per second sent while each read path is measured (new hens in a
+    /// coop of their own), to measure reads with writes flowing (e.g. through `[cache]`).
+    #[arg(long, default_value_t = 0.0)]
+    writes_per_sec: f64,
     /// Iterations per second of the `soak` scenario (a fixed arrival rate; each iteration is
     /// one of the egg-economy suite's, 3.75 requests on average).
     #[arg(long, default_value_t = 1000.0)]
@@ -226,6 +230,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.kafka = args.kafka;
     opts.soak_rate = args.soak_rate;
     opts.ceiling = args.ceiling;
+    opts.writes_per_sec = args.writes_per_sec.max(0.0);
     opts.bounds = Bounds {
         p95_ms: args.max_p95_ms,
         error_rate: args.max_error_rate,

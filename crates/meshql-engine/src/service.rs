@@ -215,6 +215,14 @@ impl EntityService {
         }
     }
 
+    /// The entity's stored versions were replaced wholesale (a projection rebuild swapped its
+    /// table in): no cached answer of the process may be served any more.
+    pub async fn storage_replaced(&self) {
+        if let Some(cache) = &self.cache {
+            cache.clear().await;
+        }
+    }
+
     /// Whether reads go somewhere other than the primary (a replica, a cache).
     pub fn replicated(&self) -> bool {
         self.replicated

@@ -624,3 +624,17 @@ async fn a_get_by_id_search_depends_on_its_document_only() {
         .rows;
     assert!(rows[0].1.payload.contains("a3"));
 }
+
+#[tokio::test]
+async fn replaced_storage_retires_every_cached_answer() {
+    let w = world();
+    let a = w.service.create(&w.session, json!({"name": "a"})).await.unwrap();
+    w.service.read(&w.session, &a.id, None).await.unwrap();
+    w.service.list(&w.session, None).await.unwrap();
+    w.service.read(&w.session, &a.id, None).await.unwrap();
+    assert_eq!(w.behind.reads(), 2);
+    w.service.storage_replaced().await;
+    w.service.read(&w.session, &a.id, None).await.unwrap();
+    w.service.list(&w.session, None).await.unwrap();
+    assert_eq!(w.behind.reads(), 4, "both answered by storage again");
+}

@@ -646,6 +646,9 @@ impl Processors {
             .swap_rebuilt(&shadow_name, &name)
             .await
             .map_err(|e| failed(e.to_string()));
+        if swapped.is_ok() {
+            r.output.storage_replaced().await;
+        }
         let committed = log.committed(&group).ok().flatten().unwrap_or(position);
         if swapped.is_ok() {
             let _ = log.commit(&format!("processor-{name}"), committed);

@@ -59,6 +59,45 @@ impl Workload for Repeat {
     }
 }
 
+/// Writes at a fixed rate on a connection of their own while a read path is measured.
+struct BackgroundWrites {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<(u64, u64, f64)>,
+}
+
+impl BackgroundWrites {
+    fn start(target: crate::client::Target, rate: f64, coop: String) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut session = crate::client::Session::new(target);
+            let every = Duration::from_secs_f64(1.0 / rate);
+            let started = Instant::now();
+            let (mut sent, mut failed) = (0u64, 0u64);
+            let mut next = tokio::time::Instant::now();
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let body = json!({"name": format!("w{sent}"), "coop_id": coop, "breed": "leghorn"});
+                let ok = session
+                    .send(Method::POST, "/hen/api", Some(Bytes::from(body.to_string())))
+                    .await
+                    .is_ok_and(|r| r.status.is_success());
+                sent += 1;
+                failed += u64::from(!ok);
+                next += every;
+                tokio::time::sleep_until(next).await;
+            }
+            (sent, failed, started.elapsed().as_secs_f64())
+        });
+        BackgroundWrites { stop, task }
+    }
+
+    /// Stops the writes: (sent, failed, seconds).
+    async fn stop(self) -> (u64, u64, f64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap_or((0, 0, 0.0))
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -182,7 +221,16 @@ impl Scenario for Throughput {
             format!("depth 3 should hold 3 coops and 15 hens, got {d}")
         })?;
         let post_doc = json!({"name": "farm-x", "farm_type": "homestead", "zone": "north"});
-        gate::create(&mut s, "/farm/api", &post_doc).await?;
+        let other_farm = gate::create(&mut s, "/farm/api", &post_doc).await?;
+        // writes flowing (--writes-per-sec): new hens in a coop no measured read reads
+        let writes_rate = ctx.opts.writes_per_sec;
+        let writes_coop = if writes_rate > 0.0 {
+            let coop = json!({"name": "coop-w", "farm_id": other_farm, "capacity": 10, "coop_type": "barn"});
+            Some(gate::create(&mut s, "/coop/api", &coop).await?)
+        } else {
+            None
+        };
+        let mut written = Vec::new();
 
         let ceiling =
             Target::parse(&ceiling_url(ctx)?).map_err(|e| ScenarioError::Setup(e.to_string()))?;
@@ -245,7 +293,19 @@ impl Scenario for Throughput {
             ceilings.push(ceiling_rps);
             for (i, w) in paths.iter().enumerate() {
                 let label = format!("{}{suffix}", TARGETS[i].0);
+                let writes = match (&writes_coop, TARGETS[i].0) {
+                    (Some(coop), kind) if kind != "rest_post" => Some(BackgroundWrites::start(
+                        ctx.target.clone(),
+                        writes_rate,
+                        coop.clone(),
+                    )),
+                    _ => None,
+                };
                 let run = ctx.closed(&label, w.clone(), &model).await;
+                if let Some(writes) = writes {
+                    let (sent, failed, secs) = writes.stop().await;
+                    written.push((label.clone(), sent, failed, secs));
+                }
                 let ratio = if ceiling_rps > 0.0 {
                     run.overall.rps / ceiling_rps
                 } else {
@@ -262,6 +322,16 @@ impl Scenario for Throughput {
             "ceiling: {:.0} req/s (median of {rounds} round(s)); same tool, same users, same run",
             median(ceilings)
         ));
+        for (label, sent, failed, secs) in &written {
+            ctx.note(format!(
+                "{label}: {sent} hens written meanwhile ({:.0}/s asked, {:.0}/s sent), {failed} failed",
+                writes_rate,
+                *sent as f64 / secs.max(1e-9)
+            ));
+            ensure(*failed == 0, || {
+                format!("{failed} background writes failed during {label}")
+            })?;
+        }
         for (i, (kind, target)) in TARGETS.iter().enumerate() {
             let r = median(ratios[i].clone());
             ctx.note(format!(

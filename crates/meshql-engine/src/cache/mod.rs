@@ -320,6 +320,19 @@ impl Cache {
         }
     }
 
+    /// Retires every cached answer: an entity's stored versions were replaced wholesale (a
+    /// projection rebuild's swap), which no write tag describes.
+    pub async fn clear(&self) {
+        self.tags.advance_epoch();
+        if let Tier::Shared(shared) = &self.tier {
+            let epoch = [self.tags.shared_name(TagRef::Epoch)];
+            if let Err(err) = shared.advance(&epoch, meshql_core::time::now_millis()).await {
+                self.shared_failed(&err);
+                self.degraded.store(true, Ordering::Release);
+            }
+        }
+    }
+
     /// The newest stamp of the changes to `entity` this process has seen (written or brought
     /// by the change feed).
     pub fn seen(&self, entity: u32) -> Millis {
@@ -404,7 +417,10 @@ impl Cache {
     pub(crate) async fn lookup(&self, key: &str, tags: &[TagRef]) -> Lookup {
         match &self.tier {
             Tier::Local(store) => Lookup::Found(
-                tags.iter().map(|t| self.tags.state(*t)).collect(),
+                tags.iter()
+                    .chain(std::iter::once(&TagRef::Epoch))
+                    .map(|t| self.tags.state(*t))
+                    .collect(),
                 store.get(key),
             ),
             Tier::Shared(shared) => {
