@@ -624,6 +624,135 @@ fn farm_cqrs_declares_the_same_entities_on_sqlite_and_on_postgres() {
     let pg = postgres.storages.values().next().unwrap();
     assert_eq!(pg.settings["url"], "postgres://u:p@primary:5432/db");
     assert_eq!(pg.settings["read_url"], "postgres://u:p@standby:5432/db");
+    assert!(
+        postgres.cache.is_none(),
+        "meshql-postgres.toml runs without Redis"
+    );
+}
+
+#[test]
+fn farm_cqrs_on_postgres_with_redis_is_the_postgres_config_plus_a_shared_cache() {
+    let env = BTreeMap::from([
+        ("DATABASE_URL", "postgres://u:p@primary:5432/db"),
+        ("DATABASE_READ_URL", "postgres://u:p@standby:5432/db"),
+        ("REDIS_URL", "redis://cache:6379"),
+    ]);
+    let dir = common::examples_dir().join("farm-cqrs");
+    let load = |name: &str| {
+        meshql_config::resolve::load_with_env(&dir.join(name), |k| {
+            env.get(k).map(|v| v.to_string())
+        })
+        .unwrap_or_else(|e| panic!("examples/farm-cqrs/{name}: {e}"))
+    };
+    let (postgres, redis) = (
+        load("meshql-postgres.toml"),
+        load("meshql-postgres-redis.toml"),
+    );
+    assert_eq!(entities(&postgres), entities(&redis));
+    assert_eq!(processors(&postgres), processors(&redis));
+    assert_eq!(
+        (postgres.port, &postgres.data_dir),
+        (redis.port, &redis.data_dir)
+    );
+    let storage = |c: &ResolvedConfig| {
+        c.storages
+            .iter()
+            .map(|(name, s)| format!("{name} {} {}", s.kind, s.settings))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(storage(&postgres), storage(&redis));
+    assert_eq!(redis_cache_url(&redis), "redis://cache:6379");
+
+    // REDIS_URL has no default: without it the file does not load (meshql-postgres.toml is
+    // the one to serve without Redis)
+    let without =
+        meshql_config::resolve::load_with_env(&dir.join("meshql-postgres-redis.toml"), |k| {
+            env.get(k)
+                .filter(|_| k != "REDIS_URL")
+                .map(|v| v.to_string())
+        });
+    let Err(error) = without else {
+        panic!("examples/farm-cqrs/meshql-postgres-redis.toml loads without REDIS_URL")
+    };
+    assert!(error.to_string().contains("REDIS_URL"), "{error}");
+}
+
+/// The URL of a config's shared cache, which must be Redis.
+fn redis_cache_url(config: &ResolvedConfig) -> String {
+    let file = rel(&config.file);
+    let cache = config
+        .cache
+        .as_ref()
+        .unwrap_or_else(|| panic!("{file}: a [cache] block"));
+    let shared = cache
+        .shared
+        .as_ref()
+        .unwrap_or_else(|| panic!("{file}: [cache] redis = {{ … }}"));
+    assert_eq!(shared.kind, "redis", "{file}");
+    shared.settings["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{file}: [cache] redis.url"))
+        .to_owned()
+}
+
+/// A size as Redis reads it (`256mb`: 1024-based with a `b`, 1000-based without).
+fn redis_bytes(size: &str) -> u64 {
+    let lower = size.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match &lower[digits.len()..] {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1 << 10,
+        "m" => 1_000_000,
+        "mb" => 1 << 20,
+        "g" => 1_000_000_000,
+        "gb" => 1 << 30,
+        other => panic!("`{size}`: unknown unit {other}"),
+    };
+    digits.parse::<u64>().expect("a number of bytes") * unit
+}
+
+/// Checks a `redis-server` command line for what meshql's shared read cache needs of its
+/// Redis (meshql-cache-redis): tags have no expiry, so only keys with one (the answers) may
+/// be evicted (`noeviction` or a `volatile-*` policy); nothing is kept on disk (a snapshot
+/// restored would bring back tags older than the writes made since); memory is bounded.
+/// Returns `--maxmemory` in bytes.
+fn check_redis_cache_server(argv: &[String], what: &str) -> u64 {
+    assert_eq!(
+        argv.first().map(String::as_str),
+        Some("redis-server"),
+        "{what}: runs redis-server: {argv:?}"
+    );
+    let mut settings = BTreeMap::new();
+    let mut rest = argv[1..].iter();
+    while let Some(flag) = rest.next() {
+        let name = flag
+            .strip_prefix("--")
+            .unwrap_or_else(|| panic!("{what}: `{flag}` is not a --setting (no config file)"));
+        let value = rest
+            .next()
+            .unwrap_or_else(|| panic!("{what}: --{name} without a value"));
+        assert!(
+            settings.insert(name.to_owned(), value.clone()).is_none(),
+            "{what}: --{name} given twice"
+        );
+    }
+    let get = |name: &str| settings.get(name).map(String::as_str);
+    let policy = get("maxmemory-policy")
+        .unwrap_or_else(|| panic!("{what}: --maxmemory-policy (say which keys may be evicted)"));
+    assert!(
+        policy == "noeviction" || policy.starts_with("volatile-"),
+        "{what}: --maxmemory-policy {policy} could evict the cache's tags (keys without an expiry)"
+    );
+    assert_eq!(
+        get("save"),
+        Some(""),
+        "{what}: no RDB snapshots (--save \"\")"
+    );
+    assert_eq!(get("appendonly"), Some("no"), "{what}: no append-only file");
+    let maxmemory = redis_bytes(get("maxmemory").unwrap_or_else(|| panic!("{what}: --maxmemory")));
+    assert!(maxmemory > 0, "{what}: --maxmemory 0 is no bound");
+    maxmemory
 }
 
 #[test]
@@ -1049,7 +1178,7 @@ fn the_cqrs_compose_writes_on_the_primary_and_reads_on_its_standby() {
     for c in [&write, &read] {
         assert_eq!(
             c.serve().config,
-            "/opt/meshql/examples/farm-cqrs/meshql-postgres.toml"
+            "/opt/meshql/examples/farm-cqrs/meshql-postgres-redis.toml"
         );
         assert_eq!(
             c.config().storages.values().next().unwrap().kind,
@@ -1145,6 +1274,58 @@ fn the_cqrs_compose_writes_on_the_primary_and_reads_on_its_standby() {
     assert!(entry.contains("--slot=standby1"));
     assert!(entry.contains("--write-recovery-conf"));
     assert!(entry.contains("exec docker-entrypoint.sh postgres"));
+}
+
+#[test]
+fn the_cqrs_compose_shares_one_redis_that_never_evicts_a_tag_and_keeps_nothing_on_disk() {
+    let compose = compose("cqrs");
+    let image = image();
+    let what = compose.what("redis");
+    let redis = compose.service("redis");
+    let redis_image = text(&redis["image"], &what);
+    assert!(redis_image.starts_with("redis:7"), "{what}: {redis_image}");
+    let argv = compose
+        .words(&redis["command"], "redis")
+        .unwrap_or_else(|| panic!("{what}: a command with the cache's settings"));
+    check_redis_cache_server(&argv, &what);
+    // nothing persisted, and no password: not published on the host either
+    assert!(compose.volumes("redis").is_empty(), "{what}: no volume");
+    assert!(
+        compose.ports("redis").is_empty(),
+        "{what}: no published port"
+    );
+    let test = compose
+        .words(&redis["healthcheck"]["test"], "redis")
+        .unwrap_or_else(|| panic!("{what}: a healthcheck"));
+    assert!(
+        test.join(" ").contains("redis-cli ping"),
+        "{what}: healthcheck {test:?}"
+    );
+
+    // both meshql services name it (REDIS_URL, in the config's [cache] redis), wait for it,
+    // and so share their tags: a write acknowledged by one invalidates the other's answers
+    for service in ["meshql-write", "meshql-read"] {
+        let c = compose.container(service, &image);
+        let url = c
+            .env
+            .get("REDIS_URL")
+            .unwrap_or_else(|| panic!("{}: REDIS_URL", c.what));
+        assert_eq!(url, "redis://redis:6379", "{}", c.what);
+        assert_eq!(
+            redis_cache_url(&c.config()),
+            *url,
+            "{}: the config reads REDIS_URL",
+            c.what
+        );
+        let (_, _, host, port, _) = url_parts(url);
+        assert_eq!((host.as_str(), port), ("redis", 6379), "{}", c.what);
+        assert_eq!(
+            compose.depends_on(service).get("redis").map(String::as_str),
+            Some("service_healthy"),
+            "{}: waits for Redis",
+            c.what
+        );
+    }
 }
 
 #[test]
@@ -1343,10 +1524,38 @@ fn resolve_port(port: &Yaml, container: &Yaml, what: &str) -> u16 {
         .unwrap_or_else(|| panic!("{what}: no container port named {name}")) as u16
 }
 
+/// The image of a Deployment's (first) container.
+fn deployment_image(deployment: &Yaml) -> String {
+    text(
+        &deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        "image",
+    )
+}
+
 fn meshql_deployments(m: &Manifests) -> Vec<(&Path, &Yaml)> {
-    let deployments = m.of_kind("Deployment");
+    let deployments: Vec<(&Path, &Yaml)> = m
+        .of_kind("Deployment")
+        .into_iter()
+        .filter(|(_, d)| deployment_image(d).starts_with("meshql"))
+        .collect();
     assert_eq!(deployments.len(), 2, "a write and a read Deployment");
     deployments
+}
+
+/// Bytes of a Kubernetes quantity (`512Mi`, `1Gi`, `500M`).
+fn k8s_bytes(quantity: &str) -> u64 {
+    let digits = quantity.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit: u64 = match &quantity[digits.len()..] {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        other => panic!("`{quantity}`: unit {other} is not read here"),
+    };
+    digits.parse::<u64>().expect("a quantity") * unit
 }
 
 #[test]
@@ -1548,13 +1757,126 @@ fn the_k8s_write_deployment_is_one_pod_and_the_hpa_scales_the_read_one() {
         Some("http://localhost:3035"),
         "relationship fields: a read pod calls itself"
     );
+
+    // both share the read cache in the Redis of redis.yaml, through its Service
+    let redis_service = m.named("Service", "meshql-redis");
+    let redis_port = redis_service["spec"]["ports"][0]["port"].as_i64().unwrap() as u16;
+    for c in [write_c, read_c] {
+        let url = c
+            .env
+            .get("REDIS_URL")
+            .unwrap_or_else(|| panic!("{}: REDIS_URL", c.what));
+        assert_eq!(
+            redis_cache_url(&c.config()),
+            *url,
+            "{}: the config reads REDIS_URL",
+            c.what
+        );
+        let (_, _, host, port, _) = url_parts(url);
+        assert_eq!(
+            (host.as_str(), port),
+            ("meshql-redis", redis_port),
+            "{}: REDIS_URL names the Service meshql-redis",
+            c.what
+        );
+    }
+}
+
+#[test]
+fn the_k8s_redis_is_one_pod_that_never_evicts_a_tag_and_keeps_nothing_on_disk() {
+    let m = manifests();
+    let redis: Vec<(&Path, &Yaml)> = m
+        .of_kind("Deployment")
+        .into_iter()
+        .filter(|(_, d)| deployment_image(d).starts_with("redis:"))
+        .collect();
+    let [(file, deployment)] = redis.as_slice() else {
+        panic!("one Redis Deployment, not {}", redis.len())
+    };
+    let what = format!(
+        "{}: Deployment {}",
+        rel(file),
+        text(&deployment["metadata"]["name"], "name")
+    );
+    assert!(
+        deployment_image(deployment).starts_with("redis:7"),
+        "{what}"
+    );
+    // two Redis pods behind one Service would be two caches, each missing the other's
+    // invalidations: one pod, and the old one gone before the new one starts
+    assert_eq!(deployment["spec"]["replicas"].as_i64(), Some(1), "{what}");
+    assert_eq!(
+        deployment["spec"]["strategy"]["type"].as_str(),
+        Some("Recreate"),
+        "{what}"
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    let containers = list(&pod["containers"]);
+    assert_eq!(containers.len(), 1, "{what}: one container");
+    let c = &containers[0];
+    // the image's entry point runs the args
+    assert!(c["command"].is_badvalue(), "{what}: args, not command");
+    let argv: Vec<String> = list(&c["args"]).iter().map(|a| text(a, &what)).collect();
+    let maxmemory = check_redis_cache_server(&argv, &what);
+    let limit = k8s_bytes(&text(&c["resources"]["limits"]["memory"], &what));
+    assert!(
+        maxmemory < limit,
+        "{what}: --maxmemory ({maxmemory} bytes) leaves room under the memory limit ({limit})"
+    );
+    assert!(
+        scalar(&c["resources"]["requests"]["memory"]).is_some(),
+        "{what}: requests.memory"
+    );
+    // ready once it answers PING
+    let probe: Vec<String> = list(&c["readinessProbe"]["exec"]["command"])
+        .iter()
+        .map(|w| text(w, &what))
+        .collect();
+    assert_eq!(probe, ["redis-cli", "ping"], "{what}: readinessProbe");
+    // nothing persisted: no claim
+    for v in list(&pod["volumes"]) {
+        assert!(
+            v["persistentVolumeClaim"].is_badvalue(),
+            "{what}: no PersistentVolumeClaim"
+        );
+    }
+    // unprivileged, as the meshql pods
+    assert_eq!(
+        pod["securityContext"]["runAsNonRoot"].as_bool(),
+        Some(true),
+        "{what}"
+    );
+    let csc = &c["securityContext"];
+    assert_eq!(
+        csc["allowPrivilegeEscalation"].as_bool(),
+        Some(false),
+        "{what}"
+    );
+    assert_eq!(
+        csc["readOnlyRootFilesystem"].as_bool(),
+        Some(true),
+        "{what}"
+    );
+    assert_eq!(
+        csc["capabilities"]["drop"][0].as_str(),
+        Some("ALL"),
+        "{what}"
+    );
+    // the Service meshql's REDIS_URL names reaches it on Redis's port
+    let service = m.named("Service", "meshql-redis");
+    let port = &list(&service["spec"]["ports"])[0];
+    assert_eq!(
+        resolve_port(&port["targetPort"], c, &what),
+        6379,
+        "{what}: the Service reaches Redis's port"
+    );
 }
 
 #[test]
 fn k8s_services_select_the_deployments_and_reach_their_ports() {
     let m = manifests();
     let services = m.of_kind("Service");
-    assert_eq!(services.len(), 2, "one Service per role");
+    assert_eq!(services.len(), 3, "one Service per role, and Redis's");
     for (file, service) in services {
         let name = text(&service["metadata"]["name"], "name");
         let what = format!("{}: Service {name}", rel(file));
@@ -1581,7 +1903,7 @@ fn k8s_services_select_the_deployments_and_reach_their_ports() {
             assert_eq!(
                 p["port"].as_i64(),
                 Some(target as i64),
-                "{what}: the Service port is meshql's"
+                "{what}: the Service port is its container's"
             );
         }
     }
@@ -1609,7 +1931,7 @@ fn the_k8s_configmap_holds_farm_cqrs_as_it_is_in_examples() {
     let mut keys = BTreeSet::new();
     for (key, value) in data {
         let file = if key == "meshql.toml" {
-            example.join("meshql-postgres.toml")
+            example.join("meshql-postgres-redis.toml")
         } else if key.ends_with(".schema.json") {
             example.join("schema").join(&key)
         } else if key.ends_with(".graphql") {
