@@ -15,6 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
+/// Permits of the gate: taking them all holds every read at storage.
+const GATE: u32 = 1 << 20;
+
 /// The reader behind the cache: counts the reads that reach it, can hold them at a gate, and
 /// can claim to be a replica applied up to a moment.
 struct Behind {
@@ -30,7 +33,7 @@ impl Behind {
         Arc::new(Behind {
             store,
             reads: AtomicU64::new(0),
-            gate: Semaphore::new(Semaphore::MAX_PERMITS),
+            gate: Semaphore::new(GATE as usize),
             applied: AtomicI64::new(i64::MAX),
         })
     }
@@ -262,12 +265,7 @@ async fn a_read_held_across_a_write_does_not_leave_its_answer_behind() {
         .create(&w.session, json!({"name": "v1"}))
         .await
         .unwrap();
-    let held = w
-        .behind
-        .gate
-        .acquire_many(Semaphore::MAX_PERMITS as u32)
-        .await
-        .unwrap();
+    let held = w.behind.gate.acquire_many(GATE).await.unwrap();
     // the read misses and waits at storage; the cache's tags were taken before it
     let reader = {
         let (w, id) = (w.clone(), a.id.clone());
@@ -628,7 +626,11 @@ async fn a_get_by_id_search_depends_on_its_document_only() {
 #[tokio::test]
 async fn replaced_storage_retires_every_cached_answer() {
     let w = world();
-    let a = w.service.create(&w.session, json!({"name": "a"})).await.unwrap();
+    let a = w
+        .service
+        .create(&w.session, json!({"name": "a"}))
+        .await
+        .unwrap();
     w.service.read(&w.session, &a.id, None).await.unwrap();
     w.service.list(&w.session, None).await.unwrap();
     w.service.read(&w.session, &a.id, None).await.unwrap();
@@ -637,4 +639,123 @@ async fn replaced_storage_retires_every_cached_answer() {
     w.service.read(&w.session, &a.id, None).await.unwrap();
     w.service.list(&w.session, None).await.unwrap();
     assert_eq!(w.behind.reads(), 4, "both answered by storage again");
+}
+
+/// A shared tier kept in this process (the Redis client is tested against a real Redis in
+/// meshql-cache-redis and through the binary): here only to restart it empty at a chosen step.
+#[derive(Default)]
+struct Shared {
+    values: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+    tags: std::sync::Mutex<std::collections::HashMap<String, meshql_engine::cache::TagState>>,
+}
+
+impl Shared {
+    fn restart(&self) {
+        self.values.lock().unwrap().clear();
+        self.tags.lock().unwrap().clear();
+    }
+}
+
+#[async_trait]
+impl meshql_engine::SharedCache for Shared {
+    fn kind(&self) -> &'static str {
+        "test"
+    }
+    async fn get(
+        &self,
+        key: &str,
+        tags: &[String],
+    ) -> Result<
+        (Vec<meshql_engine::cache::TagState>, Option<Vec<u8>>),
+        meshql_engine::SharedCacheError,
+    > {
+        let t = self.tags.lock().unwrap();
+        Ok((
+            tags.iter()
+                .map(|n| t.get(n).copied().unwrap_or_default())
+                .collect(),
+            self.values.lock().unwrap().get(key).cloned(),
+        ))
+    }
+    async fn put(
+        &self,
+        key: &str,
+        entry: Vec<u8>,
+        _: Duration,
+    ) -> Result<(), meshql_engine::SharedCacheError> {
+        self.values.lock().unwrap().insert(key.to_owned(), entry);
+        Ok(())
+    }
+    async fn advance(
+        &self,
+        tags: &[String],
+        stamp: Millis,
+    ) -> Result<(), meshql_engine::SharedCacheError> {
+        let mut t = self.tags.lock().unwrap();
+        for n in tags {
+            let s = t.entry(n.clone()).or_default();
+            s.generation += 1;
+            s.changed_at = s.changed_at.max(stamp);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_answer_stored_across_a_shared_cache_restart_is_never_served() {
+    let store: DynStore = Arc::new(MemoryStore::new());
+    let behind = Behind::new(store.clone());
+    let shared = Arc::new(Shared::default());
+    let cache = Cache::shared(CacheSettings::default(), ["hen".to_owned()], shared.clone());
+    let service = Arc::new(
+        EntityService::new("hen", store, None, vec![], Arc::new(NoAuth))
+            .with_reader(behind.clone() as DynReader)
+            .with_cache(cache.clone()),
+    );
+    let session = Session::unrestricted(Credentials::Unrestricted);
+    let a = service
+        .create(&session, json!({"name": "v1"}))
+        .await
+        .unwrap();
+    // the first lookup finds a fresh shared cache and sets its epoch; the next ones fill and hit
+    for _ in 0..3 {
+        service.read(&session, &a.id, None).await.unwrap();
+    }
+    assert!(cache.counts().hits >= 1, "{:?}", cache.counts());
+    // a write makes the next read miss; that read is held at storage after its lookup ...
+    service
+        .update(&session, &a.id, json!({"name": "v1b"}))
+        .await
+        .unwrap();
+    let held = behind.gate.acquire_many(GATE).await.unwrap();
+    let reader = {
+        let (service, session, id) = (service.clone(), session.clone(), a.id.clone());
+        tokio::spawn(async move { service.read(&session, &id, None).await })
+    };
+    let reads = behind.reads();
+    while behind.reads() == reads {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // ... while the shared cache restarts empty; its answer lands in the fresh one
+    shared.restart();
+    drop(held);
+    reader.await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    // writes bring the generations back to what that answer was stored under
+    service
+        .update(&session, &a.id, json!({"name": "v2"}))
+        .await
+        .unwrap();
+    service
+        .update(&session, &a.id, json!({"name": "v3"}))
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let got = service.read(&session, &a.id, None).await.unwrap().unwrap();
+        assert_eq!(
+            name_of(&got),
+            "v3",
+            "never an answer from before the restart"
+        );
+    }
 }

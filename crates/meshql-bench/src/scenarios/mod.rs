@@ -15,6 +15,7 @@ mod projections;
 mod soak;
 mod subscriptions;
 mod throughput;
+mod writes;
 
 use crate::client::{Session, Target};
 use crate::gate::ScenarioError;

@@ -6,6 +6,7 @@
 //! they are dropped and counted (no coordinated omission); how late the generator started
 //! iterations is reported as `schedule_lag_p99_ms`.
 
+use super::writes::BackgroundWrites;
 use super::{Ctx, Example, Scenario};
 use crate::gate::{self, ensure, GateResult};
 use crate::load::{OpenModel, Vu, Workload};
@@ -100,9 +101,17 @@ impl Scenario for Products {
         let sweep_from = rates.len();
         rates.extend(SWEEP.iter().copied().filter(|r| *r > top));
         let bound = ctx.opts.sweep_p95_ms;
+        // --writes-per-sec: new products POSTed meanwhile (seed 004: 1,000/s on the primary)
+        let writes_rate = ctx.opts.writes_per_sec;
+        let mut written = (0u64, 0u64, 0.0f64);
         for (i, rate) in rates.into_iter().enumerate() {
             let sweeping = i >= sweep_from;
             let secs = if sweeping { (step / 3).max(1) } else { step };
+            let writes = (writes_rate > 0.0).then(|| {
+                BackgroundWrites::start(ctx.target.clone(), writes_rate, "/products/api", |k| {
+                    product(1_000_000_000 + k as usize)
+                })
+            });
             let run = ctx
                 .open(
                     &format!("{rate:.0}/s"),
@@ -110,6 +119,10 @@ impl Scenario for Products {
                     &model(rate, secs),
                 )
                 .await;
+            if let Some(writes) = writes {
+                let (sent, failed, secs) = writes.stop().await;
+                written = (written.0 + sent, written.1 + failed, written.2 + secs);
+            }
             if sweeping {
                 let behind = run.overall.rps < rate * 0.95;
                 if run.overall.p95_ms > bound || run.dropped > 0 || behind {
@@ -120,6 +133,14 @@ impl Scenario for Products {
                     break;
                 }
             }
+        }
+        if writes_rate > 0.0 {
+            let (sent, failed, secs) = written;
+            ctx.note(format!(
+                "{sent} products written during the reads ({writes_rate:.0}/s asked, {:.0}/s sent), {failed} failed",
+                sent as f64 / secs.max(1e-9)
+            ));
+            ensure(failed == 0, || format!("{failed} background writes failed"))?;
         }
         ensure(!ctx.runs.is_empty(), || "no rate was measured".into())
     }

@@ -14,6 +14,7 @@
 //! every body would spend the cores the server is being measured on.
 
 use super::egg_economy::seed_farmyard;
+use super::writes::BackgroundWrites;
 use super::{Ctx, Example, Scenario};
 use crate::client::{graphql_body, Target};
 use crate::gate::{self, ensure, len_at, GateResult, ScenarioError};
@@ -56,45 +57,6 @@ impl Workload for Repeat {
                 }
             }
         }
-    }
-}
-
-/// Writes at a fixed rate on a connection of their own while a read path is measured.
-struct BackgroundWrites {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    task: tokio::task::JoinHandle<(u64, u64, f64)>,
-}
-
-impl BackgroundWrites {
-    fn start(target: crate::client::Target, rate: f64, coop: String) -> Self {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut session = crate::client::Session::new(target);
-            let every = Duration::from_secs_f64(1.0 / rate);
-            let started = Instant::now();
-            let (mut sent, mut failed) = (0u64, 0u64);
-            let mut next = tokio::time::Instant::now();
-            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                let body = json!({"name": format!("w{sent}"), "coop_id": coop, "breed": "leghorn"});
-                let ok = session
-                    .send(Method::POST, "/hen/api", Some(Bytes::from(body.to_string())))
-                    .await
-                    .is_ok_and(|r| r.status.is_success());
-                sent += 1;
-                failed += u64::from(!ok);
-                next += every;
-                tokio::time::sleep_until(next).await;
-            }
-            (sent, failed, started.elapsed().as_secs_f64())
-        });
-        BackgroundWrites { stop, task }
-    }
-
-    /// Stops the writes: (sent, failed, seconds).
-    async fn stop(self) -> (u64, u64, f64) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.task.await.unwrap_or((0, 0, 0.0))
     }
 }
 
@@ -294,11 +256,15 @@ impl Scenario for Throughput {
             for (i, w) in paths.iter().enumerate() {
                 let label = format!("{}{suffix}", TARGETS[i].0);
                 let writes = match (&writes_coop, TARGETS[i].0) {
-                    (Some(coop), kind) if kind != "rest_post" => Some(BackgroundWrites::start(
-                        ctx.target.clone(),
-                        writes_rate,
-                        coop.clone(),
-                    )),
+                    (Some(coop), kind) if kind != "rest_post" => {
+                        let coop = coop.clone();
+                        Some(BackgroundWrites::start(
+                            ctx.target.clone(),
+                            writes_rate,
+                            "/hen/api",
+                            move |n| json!({"name": format!("w{n}"), "coop_id": coop, "breed": "leghorn"}),
+                        ))
+                    }
                     _ => None,
                 };
                 let run = ctx.closed(&label, w.clone(), &model).await;

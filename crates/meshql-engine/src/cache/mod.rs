@@ -162,6 +162,9 @@ pub(crate) struct Entry {
     generations: Vec<u64>,
     /// The answer holds every change stamped up to this moment and none after it.
     as_of: Millis,
+    /// When the epoch was last advanced, as the lookup saw it: generations restart from zero
+    /// when a shared cache restarts empty, the epoch's moment does not repeat.
+    epoch_at: Millis,
     answer: Answer,
 }
 
@@ -326,7 +329,10 @@ impl Cache {
         self.tags.advance_epoch();
         if let Tier::Shared(shared) = &self.tier {
             let epoch = [self.tags.shared_name(TagRef::Epoch)];
-            if let Err(err) = shared.advance(&epoch, meshql_core::time::now_millis()).await {
+            if let Err(err) = shared
+                .advance(&epoch, meshql_core::time::now_millis())
+                .await
+            {
                 self.shared_failed(&err);
                 self.degraded.store(true, Ordering::Release);
             }
@@ -434,6 +440,18 @@ impl Cache {
                     .map(|t| self.tags.shared_name(*t))
                     .collect();
                 match shared.get(key, &names).await {
+                    Ok((states, _)) if states.last().is_none_or(|e| e.changed_at == 0) => {
+                        // a shared cache that (re)started empty: its generations begin again
+                        // at zero and could meet those of answers stored before; a new epoch
+                        // moment sets every answer stored from now on apart
+                        let now = meshql_core::time::now_millis();
+                        let epoch = [self.tags.shared_name(TagRef::Epoch)];
+                        if let Err(err) = shared.advance(&epoch, now).await {
+                            self.shared_failed(&err);
+                        }
+                        bump(&self.counters.bypassed);
+                        Lookup::Bypass
+                    }
                     Ok((states, bytes)) => {
                         let entry = bytes.and_then(|b| serde_json::from_slice::<Entry>(&b).ok());
                         Lookup::Found(states, entry.map(Arc::new))

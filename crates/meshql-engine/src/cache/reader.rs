@@ -80,7 +80,12 @@ impl CachedReader {
         self.cache.miss();
         let started = now_millis();
         let answer = fetch.await?;
-        let changed_at = states.iter().map(|s| s.changed_at).max().unwrap_or(0);
+        // the epoch (the last state) is not a write: its moment says nothing of the answer
+        let changed_at = states[..states.len().saturating_sub(1)]
+            .iter()
+            .map(|s| s.changed_at)
+            .max()
+            .unwrap_or(0);
         let as_of = match moment {
             Moment::Latest => Some(started.max(changed_at)),
             // an answer as of `t` is the latest only if no write after `t` is known
@@ -97,6 +102,7 @@ impl CachedReader {
             (Some(as_of), true, Some(cached)) => {
                 let entry = Entry {
                     generations: states.iter().map(|s| s.generation).collect(),
+                    epoch_at: states.last().map_or(0, |e| e.changed_at),
                     as_of,
                     answer: cached,
                 };
@@ -154,6 +160,7 @@ impl CachedReader {
 /// Whether `entry` answers a read at `moment` given its tags' current `states`.
 fn fits(entry: &Entry, states: &[TagState], moment: Moment) -> bool {
     let current = entry.generations.len() == states.len()
+        && states.last().map_or(0, |e| e.changed_at) == entry.epoch_at
         && entry
             .generations
             .iter()

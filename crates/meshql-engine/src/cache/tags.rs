@@ -119,7 +119,7 @@ impl Tags {
     }
 
     pub fn advance_epoch(&self) {
-        self.epoch.advance(0);
+        self.epoch.advance(meshql_core::time::now_millis());
     }
 
     pub fn state(&self, tag: TagRef) -> TagState {
