@@ -29,6 +29,13 @@ struct Cli {
     command: Command,
 }
 
+/// How `meshql serve` runs its connections (see `--runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RuntimeKind {
+    ThreadPerCore,
+    WorkStealing,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Serve the entities of a config (a meshql.toml file, or a directory holding one).
@@ -45,9 +52,15 @@ enum Command {
         /// Override the config's data directory (created if missing).
         #[arg(long)]
         data_dir: Option<PathBuf>,
-        /// Worker threads (default: one per core).
+        /// Threads serving connections (default: one per core).
         #[arg(long)]
         workers: Option<usize>,
+        /// `thread-per-core`: each serving thread runs a single-threaded runtime and serves
+        /// every connection it accepts to the end (background work has a thread of its own);
+        /// `work-stealing`: one multi-threaded runtime serves everything. docs/BENCHMARKS.md
+        /// ("Thread per core") compares them.
+        #[arg(long, default_value = "thread-per-core", env = "MESHQL_RUNTIME")]
+        runtime: RuntimeKind,
         /// error, warn, info, debug or trace (or a tracing filter); the last one given wins.
         #[arg(
             long,
@@ -158,6 +171,7 @@ fn main() -> ExitCode {
             log_format,
             no_processors,
             role,
+            runtime: runtime_kind,
         } => {
             let started = Instant::now();
             init_tracing(&log_level, log_format);
@@ -183,8 +197,19 @@ fn main() -> ExitCode {
             resolved.set_role(role);
             let mut runtime = tokio::runtime::Builder::new_multi_thread();
             runtime.enable_all();
-            if let Some(w) = workers {
-                runtime.worker_threads(w.max(1));
+            match runtime_kind {
+                RuntimeKind::ThreadPerCore => {
+                    // connections are served by threads of their own (meshql_server's
+                    // listener); this runtime keeps the background work
+                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    resolved.server.serve_threads = workers.unwrap_or(cores).max(1);
+                    runtime.worker_threads(1);
+                }
+                RuntimeKind::WorkStealing => {
+                    if let Some(w) = workers {
+                        runtime.worker_threads(w.max(1));
+                    }
+                }
             }
             let runtime = match runtime.build() {
                 Ok(r) => r,

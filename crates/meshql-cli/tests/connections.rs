@@ -627,3 +627,53 @@ fn oversized_request_headers_get_431() {
     c.write_all(fine.as_bytes()).unwrap();
     assert_eq!(read_response(&mut c, Duration::from_secs(10)).0, 200);
 }
+
+/// The names of the server process's threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("the server's threads")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_owned())
+        .collect()
+}
+
+#[test]
+fn both_runtimes_serve_spread_connections_and_stop_gracefully() {
+    for (args, serving) in [
+        (&["--runtime", "thread-per-core", "--workers", "3"][..], 3),
+        (&["--runtime", "work-stealing", "--workers", "2"][..], 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = Server::start(&config(dir.path(), ""), args);
+        let names = thread_names(server.pid());
+        let serving_threads = names
+            .iter()
+            .filter(|n| n.starts_with("meshql-serve"))
+            .count();
+        assert_eq!(serving_threads, serving, "{args:?}: threads {names:?}");
+        // many connections at once, each with several requests, all answered
+        let handles: Vec<_> = (0..12)
+            .map(|_| {
+                let mut c = connect(&server);
+                std::thread::spawn(move || (0..20).map(|_| get_health(&mut c)).collect::<Vec<_>>())
+            })
+            .collect();
+        for h in handles {
+            assert!(h.join().unwrap().iter().all(|s| *s == 200), "{args:?}");
+        }
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let created = rt.block_on(
+            server
+                .client()
+                .post_json("/note/api", &serde_json::json!({"title": "t"})),
+        );
+        created.expect_status(201);
+        server.signal("TERM");
+        let status = server.wait_exit(Duration::from_secs(15)).expect("exits");
+        assert!(
+            status.success(),
+            "{args:?}: {status}; log:\n{}",
+            server.log()
+        );
+    }
+}

@@ -16,7 +16,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -112,6 +112,10 @@ struct Shared {
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// Open connections by id (to wake and count them at shutdown).
     conns: Mutex<HashMap<u64, Arc<ConnState>>>,
+    /// The last connection id given.
+    next_id: AtomicU64,
+    /// Connections served at once (`server.max_connections`).
+    max: usize,
 }
 
 impl Shared {
@@ -178,11 +182,120 @@ pub(crate) async fn run(
         stage: AtomicU8::new(SERVING),
         tls: tls.map(|t| t.acceptor),
         conns: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(0),
+        max,
     });
     let permits = Arc::new(Semaphore::new(max));
     STATS.max.store(max as u64, Ordering::Relaxed);
+    let serving_threads = match Some(spec.serve_threads).filter(|n| *n > 0) {
+        Some(n) => match PerCore::start(n, &shared, &permits, listener) {
+            Ok(threads) => {
+                shutdown.await;
+                threads.stop_accepting().await;
+                Some(threads)
+            }
+            Err(e) => {
+                tracing::error!("cannot start the serving threads: {e}");
+                return;
+            }
+        },
+        None => {
+            accept_loop(shared.clone(), permits.clone(), listener, shutdown).await;
+            None
+        }
+    };
+    drain(&shared, &permits, spec).await;
+    if let Some(threads) = serving_threads {
+        threads.finish().await;
+    }
+}
+
+/// The serving threads (`ServerSpec::serve_threads`, thread per core): each has a
+/// single-threaded runtime and polls the same listening socket (a clone of its descriptor
+/// registered with its own runtime); a connection is served, start to end, by the thread that
+/// accepted it — no connection or request is handed between threads, as nginx's workers do.
+/// Background work (the change feed, relays, probes) stays on the process's runtime.
+struct PerCore {
+    stop: tokio::sync::watch::Sender<bool>,
+    done: tokio::sync::watch::Sender<bool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl PerCore {
+    fn start(
+        n: usize,
+        shared: &Arc<Shared>,
+        permits: &Arc<Semaphore>,
+        listener: TcpListener,
+    ) -> io::Result<PerCore> {
+        let socket = listener.into_std()?;
+        let (stop, stop_rx) = tokio::sync::watch::channel(false);
+        let (done, done_rx) = tokio::sync::watch::channel(false);
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let socket = socket.try_clone()?;
+            let (shared, permits) = (shared.clone(), permits.clone());
+            let (mut stop_rx, mut done_rx) = (stop_rx.clone(), done_rx.clone());
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("meshql-serve-{i}"))
+                    .spawn(move || {
+                        runtime.block_on(async move {
+                            let listener = match TcpListener::from_std(socket) {
+                                Ok(l) => l,
+                                Err(e) => {
+                                    tracing::error!("serving thread {i}: {e}");
+                                    return;
+                                }
+                            };
+                            let stopping = async move {
+                                let _ = stop_rx.wait_for(|s| *s).await;
+                            };
+                            accept_loop(shared, permits, listener, stopping).await;
+                            // its connections finish (or are cut) on this thread's runtime
+                            let _ = done_rx.wait_for(|d| *d).await;
+                        });
+                    })?,
+            );
+        }
+        Ok(PerCore {
+            stop,
+            done,
+            threads,
+        })
+    }
+
+    /// Every thread stops accepting (their listeners are closed once they all have).
+    async fn stop_accepting(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// The drain is over: the threads end, dropping what is left on them.
+    async fn finish(self) {
+        let _ = self.done.send(true);
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
+    }
+}
+
+/// Accepts connections on `listener` and serves each on a task of the current runtime until
+/// `shutdown` completes; then closes the listener.
+async fn accept_loop(
+    shared: Arc<Shared>,
+    permits: Arc<Semaphore>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) {
+    let max = shared.max;
     let mut shutdown = pin!(shutdown);
-    let mut next_id: u64 = 0;
     let mut full_warned: Option<Instant> = None;
     let mut accept_error_logged: Option<Instant> = None;
     loop {
@@ -224,13 +337,18 @@ pub(crate) async fn run(
         // a change stream writes small events one after the other; with Nagle's algorithm
         // each waited for the client's delayed ACK (up to 40 ms) before the next left
         let _ = tcp.set_nodelay(true);
-        next_id += 1;
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         STATS.accepted.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(connection(shared.clone(), tcp, peer, next_id, permit));
+        tokio::spawn(connection(shared.clone(), tcp, peer, id, permit));
     }
-    // new connections are refused from here on
+    // new connections are refused from here on (once every clone of the socket is closed)
     drop(listener);
+}
 
+/// After the accepting stopped: closes idle connections, lets requests in progress finish for
+/// up to `spec.shutdown_timeout`, then closes what is left.
+async fn drain(shared: &Arc<Shared>, permits: &Arc<Semaphore>, spec: &ServerSpec) {
+    let max = shared.max;
     let started = Instant::now();
     let (open, busy) = shared.enter(DRAINING);
     if open > 0 {

@@ -33,6 +33,11 @@ pub struct ServerSpec {
     pub read_your_writes_wait_ms: u64,
     /// `[server.tls]`: HTTPS with this certificate and key.
     pub tls: Option<TlsSpec>,
+    /// Threads that accept and serve connections, each with a single-threaded runtime of its
+    /// own (a connection stays on the thread that accepted it); 0: the connections are served
+    /// by the process's work-stealing runtime. Not a config setting: `meshql serve --runtime`
+    /// and `--workers` decide it.
+    pub serve_threads: usize,
 }
 
 /// `[server.tls]`: the certificate chain and private key files, resolved against the config
@@ -96,6 +101,7 @@ impl Default for ServerSpec {
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
             read_your_writes_wait_ms: Self::DEFAULT_READ_YOUR_WRITES_WAIT_MS,
             tls: None,
+            serve_threads: 0,
         }
     }
 }
@@ -280,6 +286,7 @@ mod tests {
                 shutdown_timeout: Duration::ZERO,
                 read_your_writes_wait_ms: 200,
                 tls: None,
+                serve_threads: 0,
             }
         );
     }
