@@ -57,6 +57,11 @@ fn bind_one(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
     socket.listen(backlog)
 }
 
+/// How long a serving thread with more connections than another waits before it accepts
+/// (thread per core): long enough for an idle thread to wake and take the connection, short
+/// against a connection's set-up.
+const BALANCE_WAIT: Duration = Duration::from_micros(500);
+
 /// Files the process keeps open besides its connections (storage, log segments, outgoing
 /// connections), subtracted from the open-file limit for the default `max_connections`.
 const RESERVED_FILES: usize = 256;
@@ -200,7 +205,7 @@ pub(crate) async fn run(
             }
         },
         None => {
-            accept_loop(shared.clone(), permits.clone(), listener, shutdown).await;
+            accept_loop(shared.clone(), permits.clone(), listener, None, shutdown).await;
             None
         }
     };
@@ -232,8 +237,10 @@ impl PerCore {
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let (done, done_rx) = tokio::sync::watch::channel(false);
         let mut threads = Vec::with_capacity(n);
+        let balance: Arc<[AtomicU64]> = (0..n).map(|_| AtomicU64::new(0)).collect();
         for i in 0..n {
             let socket = socket.try_clone()?;
+            let balance = balance.clone();
             let (shared, permits) = (shared.clone(), permits.clone());
             let (mut stop_rx, mut done_rx) = (stop_rx.clone(), done_rx.clone());
             let runtime = tokio::runtime::Builder::new_current_thread()
@@ -254,7 +261,8 @@ impl PerCore {
                             let stopping = async move {
                                 let _ = stop_rx.wait_for(|s| *s).await;
                             };
-                            accept_loop(shared, permits, listener, stopping).await;
+                            let share = Some((balance, i));
+                            accept_loop(shared, permits, listener, share, stopping).await;
                             // its connections finish (or are cut) on this thread's runtime
                             let _ = done_rx.wait_for(|d| *d).await;
                         });
@@ -288,10 +296,16 @@ impl PerCore {
 
 /// Accepts connections on `listener` and serves each on a task of the current runtime until
 /// `shutdown` completes; then closes the listener.
+///
+/// With `balance` (thread per core: every thread's open connections, and this thread's
+/// index), a thread serving more connections than the least busy one waits a little before
+/// it accepts, so that the other takes the next connection: every thread polls the same
+/// socket, and the first awake would otherwise take connections whatever its load.
 async fn accept_loop(
     shared: Arc<Shared>,
     permits: Arc<Semaphore>,
     listener: TcpListener,
+    balance: Option<(Arc<[AtomicU64]>, usize)>,
     shutdown: impl Future<Output = ()>,
 ) {
     let max = shared.max;
@@ -316,6 +330,20 @@ async fn accept_loop(
                 }
             }
         };
+        if let Some((open, me)) = &balance {
+            let mine = open[*me].load(Ordering::Relaxed);
+            let least = open
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .min()
+                .unwrap_or(0);
+            if mine > least {
+                tokio::select! {
+                    _ = tokio::time::sleep(BALANCE_WAIT) => {}
+                    _ = &mut shutdown => break,
+                }
+            }
+        }
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
                 Ok(accepted) => accepted,
@@ -339,7 +367,20 @@ async fn accept_loop(
         let _ = tcp.set_nodelay(true);
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         STATS.accepted.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(connection(shared.clone(), tcp, peer, id, permit));
+        match &balance {
+            None => {
+                tokio::spawn(connection(shared.clone(), tcp, peer, id, permit));
+            }
+            Some((open, me)) => {
+                let (open, me) = (open.clone(), *me);
+                open[me].fetch_add(1, Ordering::Relaxed);
+                let serve = connection(shared.clone(), tcp, peer, id, permit);
+                tokio::spawn(async move {
+                    serve.await;
+                    open[me].fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+        }
     }
     // new connections are refused from here on (once every clone of the socket is closed)
     drop(listener);
