@@ -131,22 +131,43 @@ async fn reads_through_the_cache_are_never_older_than_an_acknowledged_write() {
     c.get(&format!("/hen/api/{hen}")).await.expect_status(404);
 }
 
+/// examples/farm-cqrs with `block` appended, served as a write process and a read process on
+/// one SQLite file.
+struct Pair {
+    write: Server,
+    read: Server,
+    _dir: tempfile::TempDir,
+    _data: tempfile::TempDir,
+}
+
+impl Pair {
+    fn start(block: &str) -> Pair {
+        let dir = farm_with("farm-cqrs", block);
+        let config = dir.path().join("meshql.toml");
+        let data = tempfile::tempdir().unwrap();
+        let read_port = free_port();
+        let envs = [("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}"))];
+        let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
+        let read = Server::start_sharing(
+            &config,
+            data.path(),
+            &["--role", "read"],
+            &envs,
+            Some(read_port),
+        );
+        Pair {
+            write,
+            read,
+            _dir: dir,
+            _data: data,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_process_cache_follows_the_write_process_and_honours_consistency_tokens() {
-    let dir = farm_with("farm-cqrs", "[cache]\n");
-    let config = dir.path().join("meshql.toml");
-    let data = tempfile::tempdir().unwrap();
-    let read_port = free_port();
-    let envs = [("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}"))];
-    let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
-    let read = Server::start_sharing(
-        &config,
-        data.path(),
-        &["--role", "read"],
-        &envs,
-        Some(read_port),
-    );
-    let (w, r) = (write.client(), read.client());
+    let pair = Pair::start("[cache]\n");
+    let (w, r) = (pair.write.client(), pair.read.client());
     let farm = post(&w, "/farm/api", json!({"name": "f0"})).await;
     // with the write's token, the read process answers the new version every time
     for i in 1..=100 {
@@ -192,20 +213,8 @@ async fn two_processes_sharing_one_redis_never_serve_a_stale_read() {
     let url = redis(16379, "start");
     let prefix = format!("t{}", std::process::id());
     let block = format!("[cache]\nredis = {{ url = \"{url}\", prefix = \"{prefix}\" }}\n");
-    let dir = farm_with("farm-cqrs", &block);
-    let config = dir.path().join("meshql.toml");
-    let data = tempfile::tempdir().unwrap();
-    let read_port = free_port();
-    let envs = [("READ_SERVICE_URL", format!("http://127.0.0.1:{read_port}"))];
-    let write = Server::start_sharing(&config, data.path(), &["--role", "write"], &envs, None);
-    let read = Server::start_sharing(
-        &config,
-        data.path(),
-        &["--role", "read"],
-        &envs,
-        Some(read_port),
-    );
-    let (w, r) = (write.client(), read.client());
+    let pair = Pair::start(&block);
+    let (w, r) = (pair.write.client(), pair.read.client());
     let farm = post(&w, "/farm/api", json!({"name": "f0"})).await;
     for i in 1..=200 {
         let name = format!("f{i}");

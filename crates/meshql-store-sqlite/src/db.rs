@@ -140,6 +140,9 @@ pub struct SqliteDatabase {
     open_readers: AtomicUsize,
     /// One permit per whole-table read allowed to run.
     scans: Arc<tokio::sync::Semaphore>,
+    /// The runtime the database was opened in, whose blocking threads run the scans: a server
+    /// with a runtime per serving thread would otherwise start scan threads in each.
+    blocking: Option<tokio::runtime::Handle>,
     commits: AtomicU64,
 }
 
@@ -251,6 +254,7 @@ impl SqliteDatabase {
             readers: Mutex::new(Vec::new()),
             open_readers: AtomicUsize::new(0),
             scans: Arc::new(tokio::sync::Semaphore::new(options.concurrent_scans.max(1))),
+            blocking: tokio::runtime::Handle::try_current().ok(),
             options,
             commits: AtomicU64::new(0),
         });
@@ -390,7 +394,7 @@ impl SqliteDatabase {
         let abandoned = Arc::new(AtomicBool::new(false));
         let _on_drop = SetOnDrop(abandoned.clone());
         let db = self.clone();
-        tokio::task::spawn_blocking(move || {
+        let scan = move || {
             let _permit = permit;
             db.read(|conn| {
                 conn.progress_handler(
@@ -401,7 +405,11 @@ impl SqliteDatabase {
                 conn.progress_handler(0, None::<fn() -> bool>);
                 result
             })
-        })
+        };
+        match &self.blocking {
+            Some(runtime) => runtime.spawn_blocking(scan),
+            None => tokio::task::spawn_blocking(scan),
+        }
         .await
         .map_err(|e| unavailable(format!("reader task failed: {e}")))?
     }
