@@ -109,6 +109,25 @@ struct World {
     session: Session,
 }
 
+impl World {
+    async fn create(&self, doc: serde_json::Value) -> Envelope {
+        self.service.create(&self.session, doc).await.unwrap()
+    }
+
+    async fn update(&self, id: &str, doc: serde_json::Value) -> Envelope {
+        self.service.update(&self.session, id, doc).await.unwrap()
+    }
+
+    /// The version of `id` the service answers as of `at` (it must have one).
+    async fn read(&self, id: &str, at: Option<Millis>) -> Envelope {
+        self.service
+            .read(&self.session, id, at)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+}
+
 fn world_with(settings: CacheSettings) -> World {
     let store: DynStore = Arc::new(MemoryStore::new());
     let behind = Behind::new(store.clone());
@@ -138,39 +157,18 @@ fn name_of(e: &Envelope) -> String {
 #[tokio::test]
 async fn a_read_by_id_is_served_from_the_cache_until_its_document_is_written() {
     let w = world();
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "a1"}))
-        .await
-        .unwrap();
-    let b = w
-        .service
-        .create(&w.session, json!({"name": "b1"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "a1"})).await;
+    let b = w.create(json!({"name": "b1"})).await;
     for _ in 0..3 {
-        let got = w
-            .service
-            .read(&w.session, &a.id, None)
-            .await
-            .unwrap()
-            .unwrap();
+        let got = w.read(&a.id, None).await;
         assert_eq!(name_of(&got), "a1");
     }
     assert_eq!(w.behind.reads(), 1, "one read reached storage");
     w.service.read(&w.session, &b.id, None).await.unwrap();
     assert_eq!(w.behind.reads(), 2);
 
-    w.service
-        .update(&w.session, &a.id, json!({"name": "a2"}))
-        .await
-        .unwrap();
-    let got = w
-        .service
-        .read(&w.session, &a.id, None)
-        .await
-        .unwrap()
-        .unwrap();
+    w.update(&a.id, json!({"name": "a2"})).await;
+    let got = w.read(&a.id, None).await;
     assert_eq!(name_of(&got), "a2", "the write is seen at once");
     assert_eq!(w.behind.reads(), 3);
     // b's answer does not depend on a's document
@@ -194,10 +192,7 @@ async fn lists_and_searches_are_invalidated_by_any_write_to_their_entity() {
     let template = QueryTemplate::filter(r#"{"payload.kind": "{{kind}}"}"#).unwrap();
     let args = json!({"kind": "brown"}).as_object().unwrap().clone();
     let access = meshql_engine::Access::unrestricted();
-    w.service
-        .create(&w.session, json!({"name": "a", "kind": "brown"}))
-        .await
-        .unwrap();
+    w.create(json!({"name": "a", "kind": "brown"})).await;
     let find = || async {
         w.service
             .find(&access, &Search::new(&template, &args, None), None)
@@ -211,10 +206,7 @@ async fn lists_and_searches_are_invalidated_by_any_write_to_their_entity() {
     assert_eq!(w.service.list(&w.session, None).await.unwrap().len(), 1);
     assert_eq!(w.service.list(&w.session, None).await.unwrap().len(), 1);
     assert_eq!(w.behind.reads(), 2);
-    w.service
-        .create(&w.session, json!({"name": "b", "kind": "brown"}))
-        .await
-        .unwrap();
+    w.create(json!({"name": "b", "kind": "brown"})).await;
     assert_eq!(find().await, 2, "a create is seen by the search at once");
     assert_eq!(w.service.list(&w.session, None).await.unwrap().len(), 2);
     assert_eq!(w.behind.reads(), 4);
@@ -223,23 +215,11 @@ async fn lists_and_searches_are_invalidated_by_any_write_to_their_entity() {
 #[tokio::test]
 async fn an_answer_as_of_before_a_write_is_not_kept_as_the_latest() {
     let w = world();
-    let old = w
-        .service
-        .create(&w.session, json!({"name": "v1"}))
-        .await
-        .unwrap();
+    let old = w.create(json!({"name": "v1"})).await;
     tokio::time::sleep(Duration::from_millis(2)).await;
-    w.service
-        .update(&w.session, &old.id, json!({"name": "v2"}))
-        .await
-        .unwrap();
+    w.update(&old.id, json!({"name": "v2"})).await;
     // a request whose snapshot was taken before the write reads v1 (its moment) ...
-    let then = w
-        .service
-        .read(&w.session, &old.id, Some(old.created_at))
-        .await
-        .unwrap()
-        .unwrap();
+    let then = w.read(&old.id, Some(old.created_at)).await;
     assert_eq!(name_of(&then), "v1");
     // ... and that answer is not what later reads get
     for at in [None, Some(w.service.read_snapshot())] {
@@ -260,11 +240,7 @@ async fn an_answer_as_of_before_a_write_is_not_kept_as_the_latest() {
 #[tokio::test]
 async fn a_read_held_across_a_write_does_not_leave_its_answer_behind() {
     let w = Arc::new(world());
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "v1"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "v1"})).await;
     let held = w.behind.gate.acquire_many(GATE).await.unwrap();
     // the read misses and waits at storage; the cache's tags were taken before it
     let reader = {
@@ -275,29 +251,17 @@ async fn a_read_held_across_a_write_does_not_leave_its_answer_behind() {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     // the write commits and is acknowledged; then the held read goes on
-    w.service
-        .update(&w.session, &a.id, json!({"name": "v2"}))
-        .await
-        .unwrap();
+    w.update(&a.id, json!({"name": "v2"})).await;
     drop(held);
     reader.await.unwrap().unwrap();
-    let now = w
-        .service
-        .read(&w.session, &a.id, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let now = w.read(&a.id, None).await;
     assert_eq!(name_of(&now), "v2");
 }
 
 #[tokio::test]
 async fn a_recent_moment_reads_the_latest_answer_and_an_earlier_one_does_not() {
     let w = world();
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "v1"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "v1"})).await;
     let t1 = w.service.read_snapshot();
     w.service.read(&w.session, &a.id, Some(t1)).await.unwrap();
     w.service
@@ -311,33 +275,14 @@ async fn a_recent_moment_reads_the_latest_answer_and_an_earlier_one_does_not() {
         .unwrap();
     assert_eq!(w.behind.reads(), 2, "an earlier one may differ: storage");
     tokio::time::sleep(Duration::from_millis(2)).await;
-    let v2 = w
-        .service
-        .update(&w.session, &a.id, json!({"name": "v2"}))
-        .await
-        .unwrap();
+    let v2 = w.update(&a.id, json!({"name": "v2"})).await;
     let t3 = w.service.read_snapshot();
-    let got = w
-        .service
-        .read(&w.session, &a.id, Some(t3))
-        .await
-        .unwrap()
-        .unwrap();
+    let got = w.read(&a.id, Some(t3)).await;
     assert_eq!(name_of(&got), "v2");
     // as of t1 (recent, before the write): v1, from storage, and not kept as the latest
-    let then = w
-        .service
-        .read(&w.session, &a.id, Some(t1))
-        .await
-        .unwrap()
-        .unwrap();
+    let then = w.read(&a.id, Some(t1)).await;
     assert_eq!(name_of(&then), "v1");
-    let got = w
-        .service
-        .read(&w.session, &a.id, Some(v2.created_at))
-        .await
-        .unwrap()
-        .unwrap();
+    let got = w.read(&a.id, Some(v2.created_at)).await;
     assert_eq!(name_of(&got), "v2");
 }
 
@@ -347,45 +292,23 @@ async fn a_read_at_a_past_moment_is_cached_and_never_changes() {
         settle: Duration::from_millis(100),
         ..CacheSettings::default()
     });
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "old"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "old"})).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
     let past = now_millis() - 120;
     for _ in 0..3 {
-        let got = w
-            .service
-            .read(&w.session, &a.id, Some(past))
-            .await
-            .unwrap()
-            .unwrap();
+        let got = w.read(&a.id, Some(past)).await;
         assert_eq!(name_of(&got), "old");
     }
     assert_eq!(w.behind.reads(), 1);
-    w.service
-        .update(&w.session, &a.id, json!({"name": "new"}))
-        .await
-        .unwrap();
-    let got = w
-        .service
-        .read(&w.session, &a.id, Some(past))
-        .await
-        .unwrap()
-        .unwrap();
+    w.update(&a.id, json!({"name": "new"})).await;
+    let got = w.read(&a.id, Some(past)).await;
     assert_eq!(name_of(&got), "old");
     assert_eq!(
         w.behind.reads(),
         1,
         "a past moment is not invalidated by a later write"
     );
-    let got = w
-        .service
-        .read(&w.session, &a.id, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let got = w.read(&a.id, None).await;
     assert_eq!(name_of(&got), "new");
 }
 
@@ -393,11 +316,7 @@ async fn a_read_at_a_past_moment_is_cached_and_never_changes() {
 async fn a_replica_that_has_not_applied_the_last_write_is_not_cached() {
     let w = world();
     w.behind.applied.store(0, Ordering::SeqCst);
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "v1"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "v1"})).await;
     for n in 1..=3 {
         w.service.read(&w.session, &a.id, None).await.unwrap();
         assert_eq!(
@@ -419,11 +338,7 @@ async fn a_replica_that_has_not_applied_the_last_write_is_not_cached() {
 #[tokio::test]
 async fn a_change_from_the_feed_invalidates_and_marks_what_the_cache_has_seen() {
     let w = world();
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "v1"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "v1"})).await;
     w.service.read(&w.session, &a.id, None).await.unwrap();
     // another process writes the same store; its change arrives through the feed
     let ctx = meshql_core::WriteContext::default();
@@ -443,12 +358,7 @@ async fn a_change_from_the_feed_invalidates_and_marks_what_the_cache_has_seen() 
         !reader.has_version(&a.id, v2.created_at).await.unwrap(),
         "not seen yet"
     );
-    let got = w
-        .service
-        .read(&w.session, &a.id, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let got = w.read(&a.id, None).await;
     assert_eq!(
         name_of(&got),
         "v1",
@@ -456,12 +366,7 @@ async fn a_change_from_the_feed_invalidates_and_marks_what_the_cache_has_seen() 
     );
     w.cache.invalidated("hen", &a.id, v2.created_at);
     assert!(reader.has_version(&a.id, v2.created_at).await.unwrap());
-    let got = w
-        .service
-        .read(&w.session, &a.id, None)
-        .await
-        .unwrap()
-        .unwrap();
+    let got = w.read(&a.id, None).await;
     assert_eq!(name_of(&got), "v2");
 }
 
@@ -479,16 +384,8 @@ async fn concurrent_writes_and_reads_never_see_an_older_version_than_acknowledge
             let args = json!({"id": id}).as_object().unwrap().clone();
             let access = meshql_engine::Access::unrestricted();
             for n in 1..=150u64 {
-                w.service
-                    .update(&w.session, &id, json!({"name": "x", "n": n}))
-                    .await
-                    .unwrap();
-                let got = w
-                    .service
-                    .read(&w.session, &id, None)
-                    .await
-                    .unwrap()
-                    .unwrap();
+                w.update(&id, json!({"name": "x", "n": n})).await;
+                let got = w.read(&id, None).await;
                 let seen = got.payload_map().unwrap()["n"].as_u64().unwrap();
                 assert!(seen >= n, "read {seen} after acknowledging {n}");
                 let rows = w
@@ -561,11 +458,7 @@ async fn a_get_by_id_search_depends_on_its_document_only() {
     let w = world();
     let by_id = QueryTemplate::filter(r#"{"id": "{{id}}"}"#).unwrap();
     let access = meshql_engine::Access::unrestricted();
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "a1"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "a1"})).await;
     let args = json!({"id": a.id}).as_object().unwrap().clone();
     let find = || async {
         let rows = w
@@ -586,10 +479,7 @@ async fn a_get_by_id_search_depends_on_its_document_only() {
         assert_eq!(find().await, "a1");
     }
     assert_eq!(w.behind.reads(), 1);
-    w.service
-        .update(&w.session, &a.id, json!({"name": "a2"}))
-        .await
-        .unwrap();
+    w.update(&a.id, json!({"name": "a2"})).await;
     assert_eq!(find().await, "a2", "its own write is seen at once");
     // a batch by id (a relationship to parents) likewise
     let key = "id";
@@ -600,20 +490,14 @@ async fn a_get_by_id_search_depends_on_its_document_only() {
         w.service.find_batch(&access, &batch, None).await.unwrap();
     }
     assert_eq!(w.behind.reads(), reads + 1);
-    w.service
-        .create(&w.session, json!({"name": "unrelated"}))
-        .await
-        .unwrap();
+    w.create(json!({"name": "unrelated"})).await;
     w.service.find_batch(&access, &batch, None).await.unwrap();
     assert_eq!(
         w.behind.reads(),
         reads + 1,
         "a write to another document leaves it"
     );
-    w.service
-        .update(&w.session, &a.id, json!({"name": "a3"}))
-        .await
-        .unwrap();
+    w.update(&a.id, json!({"name": "a3"})).await;
     let rows = w
         .service
         .find_batch(&access, &batch, None)
@@ -626,11 +510,7 @@ async fn a_get_by_id_search_depends_on_its_document_only() {
 #[tokio::test]
 async fn replaced_storage_retires_every_cached_answer() {
     let w = world();
-    let a = w
-        .service
-        .create(&w.session, json!({"name": "a"}))
-        .await
-        .unwrap();
+    let a = w.create(json!({"name": "a"})).await;
     w.service.read(&w.session, &a.id, None).await.unwrap();
     w.service.list(&w.session, None).await.unwrap();
     w.service.read(&w.session, &a.id, None).await.unwrap();
