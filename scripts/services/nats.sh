@@ -13,6 +13,8 @@ set -euo pipefail
 BASE=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}
 PORT=${MESHQL_NATS_PORT:-14222}
 DIR=$BASE/nats/$PORT
+# shellcheck source=proc-lib.sh
+source "$(dirname "$0")/proc-lib.sh"
 URL="nats://127.0.0.1:$PORT"
 
 install() {
@@ -21,11 +23,6 @@ install() {
   mkdir -p "$BASE"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server; } \
     >"$BASE/apt-nats.log" 2>&1 || { cat "$BASE/apt-nats.log" >&2; exit 1; }
-}
-
-alive() { # a live, non-zombie process
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]
 }
 
 listening() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
@@ -46,22 +43,6 @@ start() {
     listening || { echo "nats-server did not start; its log:" >&2; cat "$DIR/server.log" >&2; exit 1; }
   fi
   echo "$URL"
-}
-
-stop() {
-  local pid
-  pid=$(cat "$DIR/pid" 2>/dev/null) || return 0
-  if alive "$pid"; then
-    kill "$pid"
-    for _ in $(seq 100); do alive "$pid" || break; sleep 0.05; done
-    alive "$pid" && kill -9 "$pid"
-  fi
-  rm -f "$DIR/pid"
-}
-
-destroy() {
-  stop
-  rm -rf "$DIR"
 }
 
 case "${1:-start}" in

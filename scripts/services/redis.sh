@@ -15,6 +15,8 @@ set -euo pipefail
 BASE=${MESHQL_SERVICES_DIR:-/tmp/meshql-services}
 PORT=${MESHQL_REDIS_PORT:-16379}
 DIR=$BASE/redis/$PORT
+# shellcheck source=proc-lib.sh
+source "$(dirname "$0")/proc-lib.sh"
 URL="redis://127.0.0.1:$PORT"
 
 install() {
@@ -23,11 +25,6 @@ install() {
   mkdir -p "$BASE"
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; } \
     >"$BASE/apt-redis.log" 2>&1 || { cat "$BASE/apt-redis.log" >&2; exit 1; }
-}
-
-alive() { # a live, non-zombie process
-  local pid=$1
-  kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]
 }
 
 # The server answering on the port is the one we started (not another process's).
@@ -62,22 +59,6 @@ start() {
     running || { echo "redis-server did not start; its log:" >&2; cat "$DIR/server.log" >&2; exit 1; }
   fi
   echo "$URL"
-}
-
-stop() {
-  local pid
-  pid=$(cat "$DIR/pid" 2>/dev/null) || return 0
-  if alive "$pid"; then
-    kill "$pid"
-    for _ in $(seq 100); do alive "$pid" || break; sleep 0.05; done
-    alive "$pid" && kill -9 "$pid"
-  fi
-  rm -f "$DIR/pid"
-}
-
-destroy() {
-  stop
-  rm -rf "$DIR"
 }
 
 case "${1:-start}" in
