@@ -638,7 +638,7 @@ fn thread_names(pid: u32) -> Vec<String> {
 }
 
 #[test]
-fn both_runtimes_serve_spread_connections_and_stop_gracefully() {
+fn both_runtimes_serve_with_their_threads_many_connections_and_stop_gracefully() {
     for (args, serving) in [
         (&["--runtime", "thread-per-core", "--workers", "3"][..], 3),
         (&["--runtime", "work-stealing", "--workers", "2"][..], 0),

@@ -202,11 +202,6 @@ impl EntityService {
         self
     }
 
-    /// The read cache in front of the reader, if any.
-    pub fn cache(&self) -> Option<&Arc<Cache>> {
-        self.cache.as_ref()
-    }
-
     /// Writes to `ids` (every document when empty) were attempted: the cache's tags advance
     /// before the caller hears of it. Also after a failed write, whose outcome may be unknown.
     async fn invalidate(&self, ids: &[&str], stamp: Millis) {

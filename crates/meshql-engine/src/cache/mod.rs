@@ -268,10 +268,6 @@ impl Cache {
         }
     }
 
-    pub fn settings(&self) -> &CacheSettings {
-        &self.settings
-    }
-
     /// `"memory"` or the shared cache's kind.
     pub fn kind(&self) -> &'static str {
         match &self.tier {
