@@ -294,7 +294,16 @@ impl Subscriptions {
 
     /// Hands out the changes after the dispatcher's position, one page.
     async fn dispatch(&self) -> Result<(), String> {
-        let from = self.state.lock().position;
+        let from = {
+            let mut state = self.state.lock();
+            if state.cohorts.is_empty() {
+                // nobody to hand anything to: skip the pages instead of reading them (a member
+                // joining now starts from here, as it would from a caught-up dispatcher)
+                state.position = state.position.max(self.log.last_offset());
+                return Ok(());
+            }
+            state.position
+        };
         let (changes, last) = self.changes_after(from, u64::MAX).await?;
         for change in changes {
             let at = change.position;

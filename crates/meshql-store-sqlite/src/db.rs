@@ -228,6 +228,11 @@ impl SqliteDatabase {
         .map_err(query_error)?;
         conn.set_prepared_statement_cache_capacity(options.statement_cache);
         set_page_cache(&conn, options.page_cache_kib).map_err(query_error)?;
+        // a job's statement journal (the pages it changed, to undo it alone) stays in memory:
+        // its size is bounded by the job's (a bulk or a processor's batch), and a spill to a
+        // temporary file cost a file creation and deletion per commit
+        conn.pragma_update(None, "temp_store", "MEMORY")
+            .map_err(query_error)?;
         // checkpoints run on the checkpointer thread, not inside a commit (see below)
         conn.pragma_update(None, "wal_autocheckpoint", 0)
             .map_err(query_error)?;
@@ -543,7 +548,13 @@ fn run(conn: &Connection, sql: &str) -> rusqlite::Result<usize> {
 /// Runs a group of jobs in one transaction, each in its own savepoint. If SQLite abandons the
 /// transaction itself (disk full, I/O error), the remaining jobs are refused, not run, and
 /// every caller of the group learns that nothing was committed.
+///
+/// A job alone in its group needs no savepoint: the transaction is its own, so a failure
+/// rolls the whole of it back. That spares copying every page the job changes into the
+/// statement journal (a processor's batch changes hundreds of rows: its journal outgrew
+/// memory and SQLite created and deleted a temporary file for it on every commit).
 fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
+    let alone = batch.len() == 1;
     if let Err(e) = run(conn, "BEGIN IMMEDIATE") {
         let err = query_error(e);
         tracing::error!(error = %err, "sqlite writer cannot begin a transaction");
@@ -559,7 +570,7 @@ fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
             replies.push(job(Err(err.clone())).reply);
             continue;
         }
-        let savepoint = isolation == Isolation::Savepoint;
+        let savepoint = isolation == Isolation::Savepoint && !alone;
         if savepoint {
             if let Err(e) = run(conn, "SAVEPOINT job") {
                 replies.push(job(Err(query_error(e))).reply);
@@ -572,6 +583,11 @@ fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
             lost = Some(StoreError::Query(
                 "the write transaction was rolled back by SQLite; nothing was stored".into(),
             ));
+        } else if alone && isolation == Isolation::Savepoint {
+            if !outcome.keep {
+                // nothing else is in the transaction: undo all of it, commit nothing
+                let _ = run(conn, "ROLLBACK");
+            }
         } else if !savepoint {
             // a failed single statement was undone by SQLite itself
         } else if outcome.keep {
@@ -583,6 +599,8 @@ fn commit_group(conn: &Connection, batch: &mut Vec<(JobFn, Isolation)>) {
     }
     let result = match lost {
         Some(err) => Err(err),
+        // a lone job that failed was rolled back above
+        None if conn.is_autocommit() => Ok(0),
         None => run(conn, "COMMIT").map_err(query_error),
     };
     match result {
@@ -613,6 +631,54 @@ impl meshql_core::Database for SqliteDatabase {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn rows(db: &SqliteDatabase) -> i64 {
+        db.write(|c| {
+            c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+                .map_err(query_error)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// A job that inserts `n` rows, then fails when `fail`.
+    async fn insert_then(db: &SqliteDatabase, n: usize, fail: bool) -> Result<(), StoreError> {
+        db.write(move |c| {
+            for _ in 0..n {
+                c.execute("INSERT INTO t VALUES (zeroblob(1000))", [])
+                    .map_err(query_error)?;
+            }
+            if fail {
+                return Err(StoreError::Query("failed on purpose".into()));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_job_leaves_nothing_alone_or_in_a_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.db");
+        let db = SqliteDatabase::open(&file, SqliteOptions::default()).unwrap();
+        blob_table(&db, &file).await;
+        // alone in its transaction (no savepoint): large enough to have spilled a statement
+        // journal to a file before
+        assert!(insert_then(&db, 200, true).await.is_err());
+        assert_eq!(rows(&db).await, 0);
+        insert_then(&db, 3, false).await.unwrap();
+        assert_eq!(rows(&db).await, 3);
+        // several jobs queued together share a transaction: the failed one undoes only its own
+        let mut jobs = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let db = db.clone();
+            jobs.spawn(async move { insert_then(&db, 50, i % 2 == 1).await.is_ok() });
+        }
+        let kept = jobs.join_all().await.into_iter().filter(|ok| *ok).count() as i64;
+        assert_eq!(kept, 4);
+        assert_eq!(rows(&db).await, 3 + kept * 50);
+        db.shutdown().await;
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_checkpointer_moves_commits_into_the_database_file() {
