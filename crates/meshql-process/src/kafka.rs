@@ -11,13 +11,9 @@
 //! source = { type = "kafka", brokers = "127.0.0.1:9092", topics = ["events.events_development.event"] }
 //! ```
 //!
-//! Formats (`format`): `debezium` (default) — Debezium change events, schemaless or inside
-//! `{"schema", "payload"}`, `after`/`before` as JSON text (the MongoDB connector) or objects;
-//! a document in MeshQL's layout (`{id, payload: {…}, …}`) yields its `payload`, any other
-//! document (a table row) itself; `op` `c`/`r` create, `u` update, `d` delete. `meshql` — the
-//! changes a meshql Kafka relay publishes (`{"change_id", "entity", "id", "op", "payload", …}`).
-//! The entity of a message: `entities = { "<topic>" = "<entity>" }`, else the envelope's
-//! (`entity`, or Debezium's `source.collection` / `source.table`), else the topic's last
+//! Formats (`format`, [`crate::envelope`]): `debezium` (default) — Debezium change events;
+//! `meshql` — the changes a meshql Kafka relay publishes. The entity of a message:
+//! `entities = { "<topic>" = "<entity>" }`, else the envelope's, else the topic's last
 //! segment.
 //!
 //! **Exactly once.** Each partition's next offset is a state row of the processor
@@ -27,26 +23,25 @@
 //! stopped, whatever Kafka's own group offsets say. A broker that is down is retried with
 //! backoff; the processor's `errors` count meanwhile.
 
+pub use crate::envelope::Format;
+use crate::envelope::{self, Origin};
 use crate::plan::Input;
 use crate::runtime::{Item, ProcessorHandler};
-use meshql_core::{parse_settings, ChangeOp, SettingError, StateWrite};
+use crate::source::{scoped, SourceCounters};
+use meshql_core::{parse_settings, SettingError, StateWrite};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Format {
-    #[default]
-    Debezium,
-    Meshql,
+fn debezium() -> Format {
+    Format::Debezium
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,7 +51,7 @@ struct Settings {
     kind: String,
     brokers: String,
     topics: Vec<String>,
-    #[serde(default)]
+    #[serde(default = "debezium")]
     format: Format,
     #[serde(default)]
     entities: BTreeMap<String, String>,
@@ -75,19 +70,13 @@ pub struct KafkaSource {
     pub options: BTreeMap<String, String>,
 }
 
-/// Checks a processor's `source` block.
+/// Checks a processor's `source = { type = "kafka", … }` block.
 pub fn compile(settings: &Value) -> Result<KafkaSource, SettingError> {
-    let s: Settings = parse_settings(settings).map_err(|e| SettingError {
-        field: Some(match e.field {
-            Some(f) => format!("source.{f}"),
-            None => "source".into(),
-        }),
-        message: e.message,
-    })?;
+    let s: Settings = parse_settings(settings).map_err(scoped)?;
     if s.kind != "kafka" {
         return Err(SettingError::new(
             "source.type",
-            format!("unknown source `{}` (this build has: kafka; leave `source` out to read the service's own change log)", s.kind),
+            format!("`{}` is not a Kafka source", s.kind),
         ));
     }
     if s.brokers.trim().is_empty() {
@@ -126,27 +115,6 @@ fn offset_key(topic: &str, partition: i32) -> String {
     format!("kafka/{topic}/{partition}")
 }
 
-/// A JSON value that may be JSON text (Debezium's MongoDB connector writes documents so).
-fn document(v: &Value) -> Option<Map<String, Value>> {
-    match v {
-        Value::Object(m) => Some(m.clone()),
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(m)) => Some(m),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-fn id_of(doc: &Map<String, Value>) -> Option<String> {
-    match doc.get("id").or_else(|| doc.get("_id")) {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Object(o)) => o.get("$oid").and_then(Value::as_str).map(str::to_owned),
-        Some(Value::Null) | None => None,
-        Some(other) => Some(other.to_string()),
-    }
-}
-
 /// One message as an input (`Err`: why it cannot be read).
 pub(crate) fn input_of(
     source: &KafkaSource,
@@ -157,96 +125,17 @@ pub(crate) fn input_of(
     value: &[u8],
     position: u64,
 ) -> Result<Input, String> {
-    let v: Value =
-        serde_json::from_slice(value).map_err(|e| format!("the message is not JSON: {e}"))?;
-    let fallback_id = format!("{topic}:{partition}:{offset}");
-    let mapped = source.entities.get(topic).cloned();
-    let last_segment = topic.rsplit('.').next().unwrap_or(topic).to_owned();
-    match source.format {
-        Format::Meshql => {
-            let entity = mapped
-                .or_else(|| v["entity"].as_str().map(str::to_owned))
-                .unwrap_or(last_segment);
-            let op: ChangeOp = serde_json::from_value(v["op"].clone())
-                .map_err(|_| "no `op` of create, update or delete".to_string())?;
-            let payload = document(&v["payload"]).ok_or("no `payload` object")?;
-            let id = v["id"]
-                .as_str()
-                .map(str::to_owned)
-                .or_else(|| id_of(&payload))
-                .ok_or("no `id`")?;
-            Ok(Input {
-                position,
-                change_id: v["change_id"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or(fallback_id),
-                entity,
-                id,
-                op,
-                created_at: v["created_at"].as_i64().or(timestamp).unwrap_or(0),
-                correlation_id: v["correlation_id"].as_str().map(str::to_owned),
-                payload,
-                order: (0, position),
-                // a topic may hold a message twice: look its contribution up
-                fresh: false,
-            })
-        }
-        Format::Debezium => {
-            let env = match v.get("payload") {
-                Some(p) if p.get("op").is_some() => p,
-                _ => &v,
-            };
-            let op = match env["op"].as_str() {
-                Some("c") | Some("r") => ChangeOp::Create,
-                Some("u") => ChangeOp::Update,
-                Some("d") => ChangeOp::Delete,
-                other => return Err(format!("Debezium `op` is {other:?}, not c, r, u or d")),
-            };
-            let doc = match op {
-                ChangeOp::Delete => document(&env["before"]).unwrap_or_default(),
-                _ => document(&env["after"]).ok_or("no `after` document")?,
-            };
-            let entity = mapped
-                .or_else(|| env["source"]["collection"].as_str().map(str::to_owned))
-                .or_else(|| env["source"]["table"].as_str().map(str::to_owned))
-                .unwrap_or(last_segment);
-            // MeshQL's stored layout: the document's data is its `payload`
-            let (id, payload) = match doc.get("payload") {
-                Some(Value::Object(p)) => (id_of(&doc), p.clone()),
-                _ => (id_of(&doc), doc.clone()),
-            };
-            let id = id.unwrap_or_else(|| fallback_id.clone());
-            Ok(Input {
-                position,
-                change_id: env["source"]["change_id"]
-                    .as_str()
-                    .map(str::to_owned)
-                    .unwrap_or(fallback_id),
-                entity,
-                id,
-                op,
-                created_at: doc
-                    .get("created_at")
-                    .and_then(Value::as_i64)
-                    .or(env["ts_ms"].as_i64())
-                    .or(timestamp)
-                    .unwrap_or(0),
-                correlation_id: None,
-                payload,
-                order: (0, position),
-                // a topic may hold a message twice: look its contribution up
-                fresh: false,
-            })
-        }
-    }
-}
-
-/// What the runner shares with the processor's stats.
-#[derive(Default)]
-pub(crate) struct KafkaCounters {
-    pub errors: AtomicU64,
-    pub lag: AtomicU64,
+    envelope::input_of(
+        source.format,
+        &source.entities,
+        Origin {
+            channel: topic,
+            at: format!("{topic}:{partition}:{offset}"),
+            timestamp,
+            position,
+        },
+        value,
+    )
 }
 
 /// Reads the topics into `handler` until `stop`.
@@ -256,7 +145,7 @@ pub(crate) async fn run(
     inputs: Vec<String>,
     batch: usize,
     handler: Arc<ProcessorHandler>,
-    counters: Arc<KafkaCounters>,
+    counters: Arc<SourceCounters>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut failures: u32 = 0;
@@ -461,6 +350,7 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use meshql_core::ChangeOp;
     use serde_json::json;
 
     fn source(format: Format) -> KafkaSource {

@@ -23,12 +23,15 @@
 //! transaction — and the processor goes on.
 
 pub mod acc;
+pub mod envelope;
 pub mod expr;
 pub mod kafka;
+pub mod nats;
 pub mod plan;
 pub mod projection;
 mod runtime;
 pub mod script;
+pub mod source;
 pub mod time;
 pub mod transform;
 
@@ -144,7 +147,7 @@ impl ProcessorPlan {
     }
 
     /// Where it reads (`None`: the service's change log).
-    pub fn source(&self) -> Option<&kafka::KafkaSource> {
+    pub fn source(&self) -> Option<&source::Source> {
         match self {
             ProcessorPlan::Projection(p) => p.source.as_ref(),
             ProcessorPlan::Transform(t) => t.source.as_ref(),
@@ -179,7 +182,7 @@ pub fn configure(
     // `source` is every kind's: checked here, the rest by the kind
     let mut settings = settings.clone();
     let source = match settings.as_object_mut().and_then(|m| m.remove("source")) {
-        Some(s) => Some(kafka::compile(&s)?),
+        Some(s) => Some(source::compile(&s)?),
         None => None,
     };
     let settings = &settings;

@@ -349,11 +349,11 @@ impl Handler for ProcessorHandler {
 enum Feed {
     /// The service's change log.
     Log(Consumer),
-    /// Kafka topics ([`crate::kafka`]).
-    Kafka {
+    /// Kafka topics or a NATS stream ([`crate::source`]).
+    Source {
         stop: tokio::sync::watch::Sender<bool>,
         task: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
-        counters: Arc<crate::kafka::KafkaCounters>,
+        counters: Arc<crate::source::SourceCounters>,
     },
 }
 
@@ -362,7 +362,7 @@ impl Feed {
     async fn stop(&self) {
         match self {
             Feed::Log(consumer) => consumer.stop().await,
-            Feed::Kafka { stop, task, .. } => {
+            Feed::Source { stop, task, .. } => {
                 stop.send_replace(true);
                 let task = task.lock().take();
                 if let Some(task) = task {
@@ -379,7 +379,7 @@ impl Feed {
                 let c = consumer.stats();
                 (c.errors, c.lag, c.lag_seconds)
             }
-            Feed::Kafka { counters, .. } => (
+            Feed::Source { counters, .. } => (
                 counters.errors.load(Ordering::Relaxed),
                 counters.lag.load(Ordering::Relaxed),
                 0.0,
@@ -438,9 +438,9 @@ pub enum RebuildError {
     #[error("no processor named \"{0}\" runs here")]
     Unknown(String),
     #[error(
-        "processor \"{0}\" reads Kafka topics: only processors of the change log can be rebuilt"
+        "processor \"{0}\" reads a {1} source: only processors of the change log can be rebuilt"
     )]
-    NotFromLog(String),
+    NotFromLog(String, &'static str),
     #[error("processor \"{0}\" is being rebuilt already")]
     Busy(String),
     #[error(
@@ -502,7 +502,12 @@ fn log_feed(
             commit_every: Duration::from_secs(1),
             // a transaction per batch: under a stream of single writes, gather a few
             // milliseconds of them into one
-            linger: Duration::from_millis(3),
+            linger: Duration::from_millis(
+                std::env::var("MESHQL_EXP_LINGER")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(3),
+            ),
             ..ConsumerOptions::default()
         },
     )?))
@@ -568,8 +573,8 @@ impl Processors {
             .iter()
             .find(|r| r.plan.name() == name)
             .ok_or_else(|| RebuildError::Unknown(name.to_owned()))?;
-        if r.plan.source().is_some() {
-            return Err(RebuildError::NotFromLog(name.to_owned()));
+        if let Some(source) = r.plan.source() {
+            return Err(RebuildError::NotFromLog(name.to_owned(), source.kind()));
         }
         let Ok(_one) = r.rebuilding.try_lock() else {
             return Err(RebuildError::Busy(name.to_owned()));
@@ -770,8 +775,8 @@ pub async fn start(
             )?,
             Some(source) => {
                 let (stop, stop_rx) = tokio::sync::watch::channel(false);
-                let counters = Arc::new(crate::kafka::KafkaCounters::default());
-                let task = tokio::spawn(crate::kafka::run(
+                let counters = Arc::new(crate::source::SourceCounters::default());
+                let task = tokio::spawn(crate::source::run(
                     name.clone(),
                     source.clone(),
                     plan.inputs(),
@@ -780,7 +785,7 @@ pub async fn start(
                     counters.clone(),
                     stop_rx,
                 ));
-                Feed::Kafka {
+                Feed::Source {
                     stop,
                     task: parking_lot::Mutex::new(Some(task)),
                     counters,

@@ -112,8 +112,8 @@ pub struct TransformSpec {
     pub batch: usize,
     pub enabled: bool,
     pub transform: Arc<dyn Transform>,
-    /// Kafka topics to read instead of the service's change log.
-    pub source: Option<crate::kafka::KafkaSource>,
+    /// Kafka topics or a NATS stream to read instead of the service's change log.
+    pub source: Option<crate::source::Source>,
 }
 
 impl std::fmt::Debug for TransformSpec {

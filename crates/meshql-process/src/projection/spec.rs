@@ -158,8 +158,8 @@ pub struct ProjectionSpec {
     pub aggregates: Vec<(String, Aggregate)>,
     pub lookups: Vec<Lookup>,
     pub derive: Vec<(String, Expr)>,
-    /// Kafka topics to read instead of the service's change log.
-    pub source: Option<crate::kafka::KafkaSource>,
+    /// Kafka topics or a NATS stream to read instead of the service's change log.
+    pub source: Option<crate::source::Source>,
 }
 
 impl ProjectionSpec {
