@@ -763,6 +763,246 @@ pub async fn outputs_race_other_writers_of_the_same_ids(store: DynStore) {
     }
 }
 
+/// The names of the documents a list reads now.
+async fn listed_names(store: &DynStore) -> Vec<String> {
+    let ctx = ReadContext::new(&ALL, None);
+    let mut names: Vec<String> = store
+        .list(&ctx)
+        .await
+        .expect("list")
+        .iter()
+        .map(|e| name(&e.payload))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The names of the documents a template search for `name` finds.
+async fn found(store: &DynStore, wanted: &str) -> Vec<String> {
+    let template = meshql_core::QueryTemplate::filter(r#"{"payload.name": "{{name}}"}"#).unwrap();
+    let args = json!({ "name": wanted }).as_object().unwrap().clone();
+    store
+        .find(
+            &meshql_core::Search::new(&template, &args, None),
+            &ReadContext::new(&ALL, None),
+        )
+        .await
+        .expect("find")
+        .iter()
+        .map(|r| name(&r.payload))
+        .collect()
+}
+
+/// A projection rebuild (`rebuild_store`, then `swap_rebuilt`): the rebuild writes a table
+/// of its own while reads, searches and the consumer's rows stay the live table's; the swap
+/// puts the rebuilt table and the rebuild consumer's position, state rows and dead letters
+/// in place of the live ones (the old rows, REST's versions included, are gone), without
+/// replaying the rebuilt versions into the feed; writes after it are in the feed as usual.
+/// A second rebuild of the same table works the same way, and so does preparing the table
+/// again afterwards (a restart).
+pub async fn outputs_rebuild_swaps_in_a_new_table(store: DynStore) {
+    if !supported(&store, "outputs_rebuild_swaps_in_a_new_table") {
+        return;
+    }
+    let c = consumer("rebuild");
+    let from = format!("{c}#rebuild");
+    let mut b = batch(
+        &c,
+        5,
+        vec![
+            put("a", json!({"name": "old-a"})),
+            put("b", json!({"name": "old-b"})),
+            put("d", json!({"name": "old-d"})),
+        ],
+    );
+    b.state = vec![
+        state("k", Some("g"), Some("old")),
+        state("gone", None, Some("x")),
+    ];
+    b.dead_letters = vec![letter(2, 1)];
+    apply(&store, b, &W).await;
+    store
+        .create(
+            NewDocument::new(json!({"name": "rest"}).as_object().unwrap().clone()),
+            &W,
+        )
+        .await
+        .unwrap();
+    let before = settled(&store, Cursor::START, 4).await;
+    assert_eq!(before.len(), 4);
+    let cursor = before.last().unwrap().cursor;
+
+    let shadow = store.rebuild_store().await.expect("a rebuild table");
+    let mut b = batch(
+        &from,
+        9,
+        vec![
+            put("a", json!({"name": "new-a"})),
+            put("b", json!({"name": "new-b"})),
+        ],
+    );
+    b.state = vec![state("k", Some("g"), Some("new"))];
+    b.dead_letters = vec![letter(7, 2)];
+    apply(&shadow, b, &W).await;
+    // reads still see the live table, searches too
+    assert_eq!(
+        listed_names(&store).await,
+        strings(&["old-a", "old-b", "old-d", "rest"])
+    );
+    assert_eq!(found(&store, "old-a").await, strings(&["old-a"]));
+    assert!(found(&store, "new-a").await.is_empty());
+    assert_eq!(listed_names(&shadow).await, strings(&["new-a", "new-b"]));
+    assert_eq!(position(&store, &c).await, Some(5));
+
+    store.swap_rebuilt(&from, &c).await.expect("swap");
+    assert_eq!(listed_names(&store).await, strings(&["new-a", "new-b"]));
+    assert_eq!(found(&store, "new-b").await, strings(&["new-b"]));
+    assert!(found(&store, "old-a").await.is_empty());
+    let ctx = ReadContext::new(&ALL, None);
+    assert!(store.read("d", &ctx).await.unwrap().is_none());
+    assert_eq!(position(&store, &c).await, Some(9));
+    assert_eq!(position(&store, &from).await, None);
+    assert_eq!(
+        store.output_group(&c, "g").await.unwrap(),
+        vec![("k".to_owned(), "new".to_owned())]
+    );
+    assert!(store
+        .output_state(&c, &strings(&["gone"]))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store.dead_letters(Some(&c), 10).await.unwrap(),
+        vec![(c.clone(), letter(7, 2))]
+    );
+    assert_eq!(store.dead_letter_count(&from).await.unwrap(), 0);
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(
+        store.changes(cursor, 100).await.unwrap().is_empty(),
+        "the rebuilt versions are not replayed into the feed"
+    );
+
+    // the processor goes on in the new table: its next versions follow the rebuilt ones and
+    // are in the feed after the cursor
+    apply(
+        &store,
+        batch(&c, 10, vec![put("a", json!({"name": "after"}))]),
+        &W,
+    )
+    .await;
+    let after = settled(&store, cursor, 1).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!((after[0].id.as_str(), after[0].op), ("a", ChangeOp::Update));
+    assert_eq!(store.versions("a").await.unwrap().len(), 2);
+    let cursor = after[0].cursor;
+
+    // again, on the table the first rebuild left
+    let shadow = store.rebuild_store().await.expect("a second rebuild table");
+    assert!(listed_names(&shadow).await.is_empty(), "a fresh table");
+    apply(
+        &shadow,
+        batch(&from, 12, vec![put("e", json!({"name": "third-e"}))]),
+        &W,
+    )
+    .await;
+    store.swap_rebuilt(&from, &c).await.expect("second swap");
+    assert_eq!(listed_names(&store).await, strings(&["third-e"]));
+    assert_eq!(found(&store, "third-e").await, strings(&["third-e"]));
+    assert_eq!(position(&store, &c).await, Some(12));
+    assert!(store.dead_letters(Some(&c), 10).await.unwrap().is_empty());
+    // a restart prepares the table again
+    store
+        .prepare(&crate::templates())
+        .await
+        .expect("prepare after a swap");
+    assert_eq!(found(&store, "third-e").await, strings(&["third-e"]));
+    apply(
+        &store,
+        batch(&c, 13, vec![put("e", json!({"name": "fourth-e"}))]),
+        &W,
+    )
+    .await;
+    let after = settled(&store, cursor, 1).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].id, "e");
+    assert_eq!(listed_names(&store).await, strings(&["fourth-e"]));
+}
+
+/// Readers during a rebuild and its swap: every list reads the whole old table or the whole
+/// new one, never an empty, partial or mixed one, and a read by id the old version or the
+/// new; the readers run from before the rebuild starts until after the swap.
+pub async fn outputs_rebuild_readers_never_see_a_partial_table(store: DynStore) {
+    if !supported(&store, "outputs_rebuild_readers_never_see_a_partial_table") {
+        return;
+    }
+    const OLD: usize = 20;
+    const NEW: usize = 30;
+    const READERS: usize = 4;
+    let c = consumer("rebuild-readers");
+    let from = format!("{c}#rebuild");
+    let writes = (0..OLD)
+        .map(|i| put(&format!("k{i:02}"), json!({"name": "old"})))
+        .collect();
+    apply(&store, batch(&c, 1, writes), &W).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for r in 0..READERS {
+        let (store, stop) = (store.clone(), stop.clone());
+        readers.push(tokio::spawn(async move {
+            let ctx = ReadContext::new(&ALL, None);
+            let (mut old, mut new) = (0usize, 0usize);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let names = listed_names(&store).await;
+                let whole_old = names.len() == OLD && names.iter().all(|n| n == "old");
+                let whole_new = names.len() == NEW && names.iter().all(|n| n == "new");
+                assert!(
+                    whole_old || whole_new,
+                    "reader {r} listed a partial table: {} documents {:?}",
+                    names.len(),
+                    names.iter().collect::<std::collections::BTreeSet<_>>()
+                );
+                if whole_old {
+                    old += 1;
+                } else {
+                    new += 1;
+                }
+                let one = store
+                    .read(&format!("k{:02}", r), &ctx)
+                    .await
+                    .expect("read")
+                    .expect("the id is in both tables");
+                assert!(["old", "new"].contains(&name(&one.payload).as_str()));
+                tokio::task::yield_now().await;
+            }
+            (old, new)
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+    let shadow = store.rebuild_store().await.expect("a rebuild table");
+    // the rebuild in several batches, so that its table is partial for a while
+    for (n, chunk) in (0..NEW).collect::<Vec<_>>().chunks(7).enumerate() {
+        let writes = chunk
+            .iter()
+            .map(|i| put(&format!("k{i:02}"), json!({"name": "new"})))
+            .collect();
+        apply(&shadow, batch(&from, 2 + n as u64, writes), &W).await;
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    store.swap_rebuilt(&from, &c).await.expect("swap");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut old, mut new) = (0, 0);
+    for r in readers {
+        let (o, n) = r.await.expect("a reader saw only whole tables");
+        old += o;
+        new += n;
+    }
+    assert!(old > 0 && new > 0, "reads before ({old}) and after ({new})");
+    let names = listed_names(&store).await;
+    assert_eq!(names.len(), NEW);
+    assert_eq!(position(&store, &c).await, Some(6));
+}
+
 /// Generates one `#[tokio::test]` per output case (see [`crate::conformance_tests`]). Every
 /// backend runs them; those without outputs skip each case with a message.
 #[macro_export]
@@ -775,7 +1015,9 @@ macro_rules! output_tests {
             outputs_state_rows_upsert_move_and_delete,
             outputs_dead_letters_and_reset,
             outputs_batch_failing_part_way_commits_nothing,
-            outputs_race_other_writers_of_the_same_ids
+            outputs_race_other_writers_of_the_same_ids,
+            outputs_rebuild_swaps_in_a_new_table,
+            outputs_rebuild_readers_never_see_a_partial_table
         );
     };
 }

@@ -31,6 +31,8 @@ pub struct MysqlStore {
     /// Nested statements, by [`meshql_core::nested::signature`]: at most
     /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first.
     nested: Lru<Compiled>,
+    /// The templates [`Store::prepare`] was given (a rebuild table gets the same columns).
+    templates: std::sync::Mutex<Vec<QueryTemplate>>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -266,6 +268,7 @@ impl MysqlStore {
             sql: TableSql::new(table),
             compiled: Memo::default(),
             nested: Lru::new(Self::NESTED_STATEMENTS),
+            templates: Default::default(),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -1094,10 +1097,11 @@ fn sort_by_template<T>(
 #[async_trait]
 impl Store for MysqlStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        *self.templates.lock().unwrap_or_else(|e| e.into_inner()) = templates.to_vec();
         let mut conn = self.db.conn().await?;
         // serialise schema changes between services starting at once
-        let _: Option<i64> = conn
-            .exec_first("SELECT GET_LOCK('meshql-ddl', 30)", ())
+        let locked: Option<Option<i64>> = conn
+            .exec_first(outputs::DDL_LOCK, ())
             .await
             .map_err(my_error)?;
         let mut ddl = vec![sql::create_table(&self.table), sql::CREATE_CLOCK.to_owned()];
@@ -1118,7 +1122,12 @@ impl Store for MysqlStore {
                 break;
             }
         }
-        let _ = conn.query_drop("DO RELEASE_LOCK('meshql-ddl')").await;
+        // a rebuild's swap a crash interrupted, finished or abandoned: only under the lock,
+        // which a swap holds from its first step to its last
+        if result.is_ok() && locked == Some(Some(1)) {
+            result = self.finish_swap(&mut conn).await;
+        }
+        let _ = conn.query_drop(outputs::DDL_UNLOCK).await;
         result?;
         for t in templates {
             for batch in [false, true] {

@@ -12,15 +12,69 @@ pub(crate) fn quote_ident(name: &str) -> String {
 }
 
 /// An index name within PostgreSQL's 63-byte limit.
-fn index_name(table: &str, suffix: &str) -> String {
-    let full = format!("{table}_{suffix}");
-    if full.len() <= 63 {
-        return quote_ident(&full);
+pub(crate) fn index_name(table: &str, suffix: &str) -> String {
+    quote_ident(&within_limit(format!("{table}_{suffix}"), ""))
+}
+
+/// `name` if it fits PostgreSQL's 63-byte identifiers (longer ones are truncated, silently),
+/// else its first bytes and a hash of all of it, then `tail`.
+fn within_limit(name: String, tail: &str) -> String {
+    if name.len() + tail.len() <= 63 {
+        return name + tail;
     }
-    let hash = full.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+    let hash = name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
     });
-    quote_ident(&format!("{}_{hash:016x}", &full[..46]))
+    let mut cut = 46 - tail.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}_{hash:016x}{tail}", &name[..cut])
+}
+
+/// The table a rebuild of `table` writes (`OutputStore::rebuild_store`): always the same
+/// name for one table, so a rebuild that died half-way leaves a table the next one drops,
+/// and a long name is shortened, never truncated into the entity's own.
+pub(crate) fn rebuild_table(table: &str) -> String {
+    within_limit(table.to_owned(), "__rebuild")
+}
+
+/// The suffixes ([`index_name`]) of every index [`create_table`] and `templates`' field and
+/// range indexes create, each once.
+pub(crate) fn index_suffixes(templates: &[QueryTemplate]) -> Vec<String> {
+    let mut out: Vec<String> = TABLE_INDEXES.iter().map(|s| s.to_string()).collect();
+    for t in templates {
+        for path in t.filtered_paths() {
+            out.extend(field_index_suffix(&path));
+        }
+        for path in t.range_paths() {
+            out.extend(range_index_suffixes(&path));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|s| seen.insert(s.clone()));
+    out
+}
+
+/// The suffixes of [`create_table`]'s indexes: created, current, latest by id, feed.
+const TABLE_INDEXES: [&str; 4] = ["created", "current", "id_latest", "feed"];
+
+fn field_index_suffix(path: &FieldPath) -> Option<String> {
+    match path {
+        FieldPath::Payload(segments) => Some(format!("f_{}", segments.join("_"))),
+        FieldPath::Id => None,
+    }
+}
+
+/// The JSONB value's index, then the text's.
+fn range_index_suffixes(path: &FieldPath) -> Vec<String> {
+    match path {
+        FieldPath::Payload(segments) => {
+            let name = segments.join("_");
+            vec![format!("j_{name}"), format!("c_{name}")]
+        }
+        FieldPath::Id => Vec::new(),
+    }
 }
 
 /// `(col->>'a')` or `(col#>>'{a,b}')`; `id` for the envelope id. Segments are validated
@@ -107,20 +161,17 @@ pub(crate) fn create_table(table: &str) -> String {
          CREATE INDEX IF NOT EXISTS {latest} ON {t} (id) WHERE latest;
          CREATE INDEX IF NOT EXISTS {feed} ON {t} (tx, _id);
          CREATE INDEX IF NOT EXISTS {created} ON {t} (created_at);",
-        created = index_name(table, "created"),
-        current = index_name(table, "current"),
-        latest = index_name(table, "id_latest"),
-        feed = index_name(table, "feed"),
+        created = index_name(table, TABLE_INDEXES[0]),
+        current = index_name(table, TABLE_INDEXES[1]),
+        latest = index_name(table, TABLE_INDEXES[2]),
+        feed = index_name(table, TABLE_INDEXES[3]),
     )
 }
 
 pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String> {
-    let FieldPath::Payload(segments) = path else {
-        return None;
-    };
     Some(format!(
         "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
-        index_name(table, &format!("f_{}", segments.join("_"))),
+        index_name(table, &field_index_suffix(path)?),
         quote_ident(table),
         json_text(path, "")
     ))
@@ -129,20 +180,19 @@ pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String
 /// Indexes for a field a template compares with a range: its JSONB value (numbers) and its
 /// text in code-point order (strings), so that either branch of the comparison can use one.
 pub(crate) fn create_range_indexes(table: &str, path: &FieldPath) -> Vec<String> {
-    let FieldPath::Payload(segments) = path else {
+    let [value, text] = &range_index_suffixes(path)[..] else {
         return Vec::new();
     };
-    let name = segments.join("_");
     vec![
         format!(
             "CREATE INDEX IF NOT EXISTS {} ON {} ({})",
-            index_name(table, &format!("j_{name}")),
+            index_name(table, value),
             quote_ident(table),
             json_value(path, "")
         ),
         format!(
             "CREATE INDEX IF NOT EXISTS {} ON {} (({} COLLATE \"C\"))",
-            index_name(table, &format!("c_{name}")),
+            index_name(table, text),
             quote_ident(table),
             json_text(path, "")
         ),

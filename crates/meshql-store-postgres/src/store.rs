@@ -40,6 +40,8 @@ pub struct PostgresStore {
     /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first, and its prepared
     /// statement with it ([`Self::nested_compiled`]).
     nested: Lru<Compiled>,
+    /// The templates [`Store::prepare`] was given (a rebuild table gets the same indexes).
+    templates: std::sync::Mutex<Vec<QueryTemplate>>,
     reads: AtomicU64,
     writes: AtomicU64,
     commits: AtomicU64,
@@ -262,6 +264,7 @@ impl PostgresStore {
             sql: TableSql::new(table),
             compiled: Memo::default(),
             nested: Lru::new(Self::NESTED_STATEMENTS),
+            templates: Default::default(),
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
             commits: AtomicU64::new(0),
@@ -984,6 +987,7 @@ impl ChangeFeed for PostgresStore {
 #[async_trait]
 impl Store for PostgresStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
+        *self.templates.lock().unwrap_or_else(|e| e.into_inner()) = templates.to_vec();
         let mut ddl = sql::create_table(&self.table);
         ddl.push_str(";\n");
         ddl.push_str(outputs::DDL);

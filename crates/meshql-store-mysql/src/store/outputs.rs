@@ -22,9 +22,47 @@
 //! Consumer names are at most 255 characters, state keys and groups at most 512 (the
 //! indexes' limit with utf8mb4); keys and groups compare and sort bytewise (`utf8mb4_bin`),
 //! as on every backend. A batch with a longer consumer name or key fails as a whole.
+//!
+//! # Rebuilds
+//!
+//! [`OutputStore::rebuild_store`] creates the entity's table again under
+//! [`crate::sql::rebuild_table`]'s name (`<table>__rebuild`, dropping what an earlier
+//! rebuild left), with the generated columns and indexes of the live table's templates, and
+//! answers a store on it; every reader and writer of the entity still uses the live table.
+//!
+//! [`OutputStore::swap_rebuilt`] puts it in place with `RENAME TABLE t TO t__old, t__rebuild
+//! TO t`, which is atomic: it waits for the statements using either table to end, holds off
+//! new ones, and a statement that waited opens `t` by its name afterwards, the new table.
+//! A reader never sees an empty or a partial table. Nothing of this store has to follow the
+//! rename: its statements, nested ones included, name the table, and the server prepares a
+//! statement again when a table it names changed (mysql_async's per-connection cache keeps
+//! the text, which stays right).
+//!
+//! MySQL and MariaDB commit before and after every DDL statement, so the rename cannot share
+//! a transaction with the consumer's rows; the swap is made atomic as a whole by a row of
+//! `_meshql_rebuild_swaps` (`table → from, to`), all of it under the DDL lock
+//! (`GET_LOCK('meshql-ddl')`) that `prepare` takes too:
+//!
+//! 1. one transaction: the rebuilt versions' feed positions negated (they were the rebuild
+//!    table's own, and would otherwise come after the cursors of the live table's feed:
+//!    negated, they sit before every cursor, so the rebuilt versions are not replayed into
+//!    the feed; the next versions take positions from the live table's clock as before),
+//!    and the swap's row written;
+//! 2. the rename;
+//! 3. one transaction: `to`'s position, state rows and dead letters deleted, `from`'s made
+//!    `to`'s, the swap's row deleted (retried a few times should it fail);
+//! 4. the old table dropped.
+//!
+//! After a crash, `prepare` (and the next rebuild) finds the swap's row: with the rebuild
+//! table still there the rename never happened and the row is deleted (the live table and
+//! consumer are as they were); without it, step 3 is done then. Until then, a processor
+//! started on the rebuilt table resumes from its old position with its old rows; once step
+//! 3 runs it goes on from the rebuild's position, and the inputs after it recompute every
+//! key they touch from the rebuilt state.
 
 use super::{Current, MysqlStore, Version, WriteTx};
 use crate::db::my_error;
+use crate::sql::{self, quote_ident};
 use async_trait::async_trait;
 use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, StateWrite, StoreError,
@@ -36,8 +74,13 @@ use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
+/// The lock every schema change of a database takes (`prepare`, a swap); `Some(1)` when
+/// taken within 30 seconds.
+pub(super) const DDL_LOCK: &str = "SELECT GET_LOCK('meshql-ddl', 30)";
+pub(super) const DDL_UNLOCK: &str = "DO RELEASE_LOCK('meshql-ddl')";
+
 /// The tables, created if missing (run by `prepare`, under its DDL lock).
-pub(super) const DDL: [&str; 3] = [
+pub(super) const DDL: [&str; 4] = [
     "CREATE TABLE IF NOT EXISTS _meshql_outputs (
         consumer VARCHAR(255) NOT NULL PRIMARY KEY,
         `position` BIGINT NOT NULL
@@ -63,6 +106,19 @@ pub(super) const DDL: [&str; 3] = [
         `at` BIGINT NOT NULL,
         KEY k_consumer (consumer, seq)
      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+    // a swap whose consumer rows are still to move (module docs, "Rebuilds")
+    "CREATE TABLE IF NOT EXISTS _meshql_rebuild_swaps (
+        tbl VARCHAR(64) NOT NULL PRIMARY KEY,
+        from_consumer VARCHAR(255) NOT NULL,
+        to_consumer VARCHAR(255) NOT NULL
+     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+];
+
+/// The consumers' tables, whose rows a swap moves from one consumer to another.
+const CONSUMER_TABLES: [&str; 3] = [
+    "_meshql_outputs",
+    "_meshql_output_state",
+    "_meshql_dead_letters",
 ];
 
 /// The longest consumer name and state key or group (characters).
@@ -236,7 +292,194 @@ fn letter(r: mysql_async::Row) -> (String, DeadLetter) {
     )
 }
 
+/// Whether `table` exists in the connection's database.
+async fn table_exists<Q: Queryable>(q: &mut Q, table: &str) -> Result<bool, StoreError> {
+    let n: Option<i64> = q
+        .exec_first(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = ?",
+            (table,),
+        )
+        .await
+        .map_err(my_error)?;
+    Ok(n.unwrap_or(0) > 0)
+}
+
 impl MysqlStore {
+    /// Step 3 of a swap (module docs): in one transaction, if the swap's row of this table is
+    /// there, its `from` consumer's rows become its `to`'s and the row is deleted. Whether
+    /// there was a row.
+    async fn move_swapped_consumer(&self, q: &mut mysql_async::Conn) -> Result<bool, StoreError> {
+        let mut tx = q
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(my_error)?;
+        let result: Result<bool, mysql_async::Error> = async {
+            let swap: Option<(String, String)> = tx
+                .exec_first(
+                    "SELECT from_consumer, to_consumer FROM _meshql_rebuild_swaps \
+                     WHERE tbl = ? FOR UPDATE",
+                    (self.table.as_str(),),
+                )
+                .await?;
+            let Some((from, to)) = swap else {
+                return Ok(false);
+            };
+            for t in CONSUMER_TABLES {
+                tx.exec_drop(format!("DELETE FROM {t} WHERE consumer = ?"), (&to,))
+                    .await?;
+                tx.exec_drop(
+                    format!("UPDATE {t} SET consumer = ? WHERE consumer = ?"),
+                    (&to, &from),
+                )
+                .await?;
+            }
+            tx.exec_drop(
+                "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
+                (self.table.as_str(),),
+            )
+            .await?;
+            Ok(true)
+        }
+        .await;
+        match result {
+            Ok(true) => {
+                tx.commit().await.map_err(my_error)?;
+                Ok(true)
+            }
+            Ok(false) => {
+                let _ = tx.rollback().await;
+                Ok(false)
+            }
+            Err(e) => {
+                let _ = tx.rollback().await;
+                Err(my_error(e))
+            }
+        }
+    }
+
+    /// A swap of this table a crash interrupted, finished or abandoned (module docs); run
+    /// holding the DDL lock.
+    pub(super) async fn finish_swap(&self, q: &mut mysql_async::Conn) -> Result<(), StoreError> {
+        let pending: Option<i64> = q
+            .exec_first(
+                "SELECT 1 FROM _meshql_rebuild_swaps WHERE tbl = ?",
+                (self.table.as_str(),),
+            )
+            .await
+            .map_err(my_error)?;
+        if pending.is_none() {
+            return Ok(());
+        }
+        if table_exists(q, &sql::rebuild_table(&self.table)).await? {
+            // the rename never happened: the live table and its consumer are as they were
+            q.exec_drop(
+                "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
+                (self.table.as_str(),),
+            )
+            .await
+            .map_err(my_error)?;
+        } else {
+            self.move_swapped_consumer(q).await?;
+        }
+        let old = quote_ident(&sql::swapped_out_table(&self.table));
+        q.query_drop(format!("DROP TABLE IF EXISTS {old}"))
+            .await
+            .map_err(my_error)
+    }
+
+    /// [`OutputStore::swap_rebuilt`], holding the DDL lock.
+    async fn swap_locked(
+        &self,
+        q: &mut mysql_async::Conn,
+        from: &str,
+        to: &str,
+    ) -> Result<(), StoreError> {
+        self.finish_swap(q).await?;
+        let shadow = sql::rebuild_table(&self.table);
+        if !table_exists(q, &shadow).await? {
+            return Err(StoreError::Invalid(format!(
+                "no rebuild of `{}` to swap in",
+                self.table
+            )));
+        }
+        let (live_q, shadow_q, old_q) = (
+            quote_ident(&self.table),
+            quote_ident(&shadow),
+            quote_ident(&sql::swapped_out_table(&self.table)),
+        );
+        // 1: the rebuilt versions before every cursor of the feed, and the swap's row
+        let mut tx = q
+            .start_transaction(TxOpts::default())
+            .await
+            .map_err(my_error)?;
+        let prepared: Result<(), mysql_async::Error> = async {
+            tx.query_drop(format!("UPDATE {shadow_q} SET pos = -pos WHERE pos > 0"))
+                .await?;
+            tx.exec_drop(
+                "INSERT INTO _meshql_rebuild_swaps (tbl, from_consumer, to_consumer) \
+                 VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE \
+                 from_consumer = VALUES(from_consumer), to_consumer = VALUES(to_consumer)",
+                (self.table.as_str(), from, to),
+            )
+            .await
+        }
+        .await;
+        match prepared {
+            Ok(()) => tx.commit().await.map_err(my_error)?,
+            Err(e) => {
+                let _ = tx.rollback().await;
+                return Err(my_error(e));
+            }
+        }
+        // 2: the rename, atomic
+        if let Err(e) = q
+            .query_drop(format!(
+                "RENAME TABLE {live_q} TO {old_q}, {shadow_q} TO {live_q}"
+            ))
+            .await
+        {
+            let _ = q
+                .exec_drop(
+                    "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
+                    (self.table.as_str(),),
+                )
+                .await;
+            return Err(my_error(e));
+        }
+        // 3: the consumer's rows; the swap is done once the rename is, so this is retried
+        let mut wait = std::time::Duration::from_millis(100);
+        let mut attempt = 1;
+        loop {
+            match self.move_swapped_consumer(q).await {
+                Ok(_) => break,
+                Err(e) if attempt < 5 => {
+                    tracing::warn!(table = %self.table, error = %e, attempt,
+                        "moving the rebuilt consumer's rows failed; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "the rebuilt table of `{}` is in place, but its consumer's rows could \
+                         not be moved ({e}); the next start finishes it",
+                        self.table
+                    )))
+                }
+            }
+        }
+        // 4: what is left of the old table and the rebuild table's clock
+        q.query_drop(format!("DROP TABLE IF EXISTS {old_q}"))
+            .await
+            .map_err(my_error)?;
+        q.exec_drop(
+            "DELETE FROM meshql_feed_clock WHERE name = ?",
+            (shadow.as_str(),),
+        )
+        .await
+        .map_err(my_error)
+    }
     /// The newest versions of `ids`, read and locked (in id order), by id.
     async fn current_many(
         &self,
@@ -449,6 +692,59 @@ impl OutputStore for MysqlStore {
             .await
             .map_err(my_error)?;
         Ok(n.unwrap_or(0) as u64)
+    }
+
+    async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
+        let shadow = sql::rebuild_table(&self.table);
+        let mut conn = self.db.conn().await?;
+        let locked: Option<Option<i64>> = conn.exec_first(DDL_LOCK, ()).await.map_err(my_error)?;
+        if locked != Some(Some(1)) {
+            return Err(StoreError::Unavailable(
+                "another service is changing the schema (the `meshql-ddl` lock)".into(),
+            ));
+        }
+        let cleared = async {
+            self.finish_swap(&mut conn).await?;
+            conn.query_drop(format!("DROP TABLE IF EXISTS {}", quote_ident(&shadow)))
+                .await
+                .map_err(my_error)?;
+            conn.exec_drop(
+                "DELETE FROM meshql_feed_clock WHERE name = ?",
+                (shadow.as_str(),),
+            )
+            .await
+            .map_err(my_error)
+        }
+        .await;
+        let _ = conn.query_drop(DDL_UNLOCK).await;
+        cleared?;
+        drop(conn);
+        let store = MysqlStore::new(self.db.clone(), &shadow);
+        let templates = self
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        meshql_core::Store::prepare(&store, &templates).await?;
+        Ok(std::sync::Arc::new(store))
+    }
+
+    async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        check_consumer(from)?;
+        check_consumer(to)?;
+        let mut conn = self.db.conn().await?;
+        let locked: Option<Option<i64>> = conn.exec_first(DDL_LOCK, ()).await.map_err(my_error)?;
+        if locked != Some(Some(1)) {
+            return Err(StoreError::Unavailable(
+                "another service is changing the schema (the `meshql-ddl` lock)".into(),
+            ));
+        }
+        let result = self.swap_locked(&mut conn, from, to).await;
+        let _ = conn.query_drop(DDL_UNLOCK).await;
+        if result.is_ok() {
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        result
     }
 
     async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {

@@ -20,10 +20,47 @@
 //! bytewise (`COLLATE "C"`), as on every backend. The reads (position, state, dead letters)
 //! go to the primary too: a processor must see what it committed, which a replica may not
 //! show yet.
+//!
+//! # Rebuilds
+//!
+//! [`OutputStore::rebuild_store`] drops what an earlier rebuild left and creates the entity's
+//! table again under [`crate::sql::rebuild_table`]'s name (`<table>__rebuild`), with the
+//! indexes of the live table's templates, and answers a store on it: the rebuild writes
+//! there while every reader and writer of the entity still uses the live table. Its versions
+//! are written at transaction id 0 (the `tx` column's default on that table), so once they
+//! take the live table's place they sit before every cursor of the change feed but its start:
+//! a feed reader does not get them again (what readers already read of the old table stays
+//! read), and the versions written after the swap come after every cursor as always.
+//!
+//! [`OutputStore::swap_rebuilt`] is one transaction, PostgreSQL's DDL being transactional:
+//! both tables locked (ACCESS EXCLUSIVE, the live one first), the live table dropped, the
+//! rebuild table renamed to the live name, its indexes, constraints and `_id` sequence
+//! renamed to the names the live table's had (so that `prepare` at the next start finds its
+//! indexes under the names it creates them with, and the next rebuild's names are free),
+//! `tx`'s default restored, then consumer `from`'s position, state rows and dead letters
+//! become `to`'s. A reader's statement runs before the lock (on the old table, which the
+//! swap waits for) or after the commit (on the new one); one that arrives meanwhile waits on
+//! the lock and, as PostgreSQL looks the name up again once it holds a lock on a relation
+//! that changed, reads the new table. Never an empty or partial table: the rebuild table
+//! was complete before the transaction began.
+//!
+//! Why a rename and not a view or a second name: every statement of this store names the
+//! table, and the statements are prepared once per pooled connection and cached by their
+//! text (deadpool's `prepare_cached`, [`PostgresStore`]'s nested statements, its template
+//! statements). A prepared statement keeps its query's names, not the table it found: when a
+//! table it reads is altered, renamed or dropped, PostgreSQL invalidates the plan and plans
+//! it again from the names at its next execution (with the same result columns, which the
+//! rebuild table has). So the live store's cached texts, its nested statements and the
+//! statements cached on every connection stay valid and read the new table after the swap;
+//! nothing of this store has to follow it. The rebuild table's name is fixed per table, not
+//! a new generation each time, for the same caches: the statements the rebuild store
+//! prepared on the pool's connections name it, and the next rebuild uses them again instead
+//! of adding a set per rebuild to caches that are never emptied.
 
 use super::{prepared, Current, PostgresStore, Version};
 use crate::db::{pg_error, pool_error};
 use crate::pipeline::pipelined_all;
+use crate::sql::{self, quote_ident};
 use async_trait::async_trait;
 use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, StoreError, WriteContext,
@@ -108,6 +145,31 @@ fn with_id(id: &str, payload: &str) -> Result<String, StoreError> {
     let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
         .map_err(|e| StoreError::Invalid(format!("output payload of `{id}`: {e}")))?;
     Ok(meshql_core::NewDocument::with_id(id, map).into_payload_text(id))
+}
+
+/// The names of a table's primary key (`'p'`), its unique key (`'u'`) and its `_id` sequence
+/// (`'S'`), which PostgreSQL chose from the table's name when it was created.
+async fn implicit_names<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    table: &str,
+) -> Result<Vec<(char, String)>, StoreError> {
+    let rows = client
+        .query(
+            "SELECT c.contype::text, c.conname::text FROM pg_constraint c \
+             WHERE c.conrelid = $1::text::regclass AND c.contype IN ('p', 'u') \
+             UNION ALL SELECT 'S', s.relname::text FROM pg_class s \
+             WHERE s.oid = pg_get_serial_sequence($1::text, '_id')::regclass",
+            &[&table],
+        )
+        .await
+        .map_err(pg_error)?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let kind: String = r.get(0);
+            (kind.chars().next().unwrap_or(' '), r.get(1))
+        })
+        .collect())
 }
 
 impl PostgresStore {
@@ -328,6 +390,112 @@ impl OutputStore for PostgresStore {
             .await
             .map_err(pg_error)?;
         Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
+        let shadow = sql::rebuild_table(&self.table);
+        let client = self.db.write.get().await.map_err(pool_error)?;
+        client
+            .batch_execute(&format!("DROP TABLE IF EXISTS {}", quote_ident(&shadow)))
+            .await
+            .map_err(pg_error)?;
+        drop(client);
+        let store = PostgresStore::new(self.db.clone(), &shadow);
+        let templates = self
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        meshql_core::Store::prepare(&store, &templates).await?;
+        // its versions are before every cursor of the feed once swapped in (module docs)
+        let client = self.db.write.get().await.map_err(pool_error)?;
+        client
+            .batch_execute(&format!(
+                "ALTER TABLE {} ALTER COLUMN tx SET DEFAULT '0'::xid8",
+                quote_ident(&shadow)
+            ))
+            .await
+            .map_err(pg_error)?;
+        Ok(std::sync::Arc::new(store))
+    }
+
+    async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let shadow = sql::rebuild_table(&self.table);
+        let (live_q, shadow_q) = (quote_ident(&self.table), quote_ident(&shadow));
+        let templates = self
+            .templates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let exists = tx
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&shadow_q])
+            .await
+            .map_err(pg_error)?;
+        if !exists.get::<_, bool>(0) {
+            return Err(StoreError::Invalid(format!(
+                "no rebuild of `{}` to swap in",
+                self.table
+            )));
+        }
+        tx.batch_execute(&format!(
+            "LOCK TABLE {live_q}, {shadow_q} IN ACCESS EXCLUSIVE MODE"
+        ))
+        .await
+        .map_err(pg_error)?;
+        // the names PostgreSQL chose for the live table's constraints and sequence
+        let (live_names, shadow_names) = (
+            implicit_names(&tx, &live_q).await?,
+            implicit_names(&tx, &shadow_q).await?,
+        );
+        let mut ddl = format!(
+            "DROP TABLE {live_q};\nALTER TABLE {shadow_q} RENAME TO {live_q};\n\
+             ALTER TABLE {live_q} ALTER COLUMN tx SET DEFAULT pg_current_xact_id();\n"
+        );
+        for suffix in sql::index_suffixes(&templates) {
+            let (was, is) = (
+                sql::index_name(&shadow, &suffix),
+                sql::index_name(&self.table, &suffix),
+            );
+            ddl.push_str(&format!("ALTER INDEX IF EXISTS {was} RENAME TO {is};\n"));
+        }
+        for (kind, live_name) in &live_names {
+            let Some((_, shadow_name)) = shadow_names.iter().find(|(k, _)| k == kind) else {
+                continue;
+            };
+            if shadow_name == live_name {
+                continue;
+            }
+            let (was, is) = (quote_ident(shadow_name), quote_ident(live_name));
+            ddl.push_str(&match kind {
+                'S' => format!("ALTER SEQUENCE {was} RENAME TO {is};\n"),
+                _ => format!("ALTER TABLE {live_q} RENAME CONSTRAINT {was} TO {is};\n"),
+            });
+        }
+        tx.batch_execute(&ddl).await.map_err(pg_error)?;
+        let params: [&(dyn ToSql + Sync); 2] = [&from, &to];
+        for t in [
+            "_meshql_outputs",
+            "_meshql_output_state",
+            "_meshql_dead_letters",
+        ] {
+            tx.execute(
+                &format!("DELETE FROM {t} WHERE consumer = $1"),
+                &params[1..],
+            )
+            .await
+            .map_err(pg_error)?;
+            tx.execute(
+                &format!("UPDATE {t} SET consumer = $2 WHERE consumer = $1"),
+                &params,
+            )
+            .await
+            .map_err(pg_error)?;
+        }
+        tx.commit().await.map_err(pg_error)?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {
