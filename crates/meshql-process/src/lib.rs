@@ -21,6 +21,13 @@
 //! change in the feed), never through HTTP. An input that cannot be processed is a *dead
 //! letter* — kept with the reason and the input in the output store, in the same
 //! transaction — and the processor goes on.
+//!
+//! Instead of the change log a processor may read a [`source`]: Kafka topics ([`kafka`]) or a
+//! NATS JetStream stream ([`nats`]), in Debezium's or meshql's message format
+//! ([`envelope`]). Exactly once holds there too: the source's own position (the stream
+//! sequence to read next, each partition's next offset) is a state row of the processor,
+//! committed with the batch's outputs in the same transaction and read back at start; the
+//! broker's acknowledgements and group offsets play no part.
 
 pub mod acc;
 pub mod envelope;

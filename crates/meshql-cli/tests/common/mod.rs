@@ -820,3 +820,66 @@ pub fn bearer_with(claims: &Value) -> String {
     .expect("sign a test JWT");
     format!("Bearer {token}")
 }
+
+/// A throw-away server of `scripts/services/<service>.sh` on a port of a test's own (the
+/// script's port variable, e.g. `MESHQL_NATS_PORT`), which the test may stop and start again
+/// without disturbing the shared one; stopped when dropped. Not started by [`OwnService::new`].
+pub struct OwnService {
+    script: PathBuf,
+    port_var: &'static str,
+    port: u16,
+}
+
+impl OwnService {
+    pub fn new(service: &str, port_var: &'static str, port: u16) -> OwnService {
+        OwnService {
+            script: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../scripts/services")
+                .join(format!("{service}.sh")),
+            port_var,
+            port,
+        }
+    }
+
+    fn run(&self, verb: &str) -> String {
+        let out = Command::new("bash")
+            .arg(&self.script)
+            .arg(verb)
+            .env(self.port_var, self.port.to_string())
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the service script");
+        assert!(
+            out.status.success(),
+            "{} {verb} failed:\n{}",
+            self.script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    /// Starts the server (idempotent) and returns its URL; panics when it cannot start.
+    pub fn start(&self) -> String {
+        self.run("start")
+    }
+
+    /// Stops the server (idempotent).
+    pub fn stop(&self) {
+        self.run("stop");
+    }
+
+    /// Its URL, whether or not it runs.
+    pub fn url(&self) -> String {
+        self.run("url")
+    }
+}
+
+impl Drop for OwnService {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(&self.script)
+            .arg("stop")
+            .env(self.port_var, self.port.to_string())
+            .output();
+    }
+}
