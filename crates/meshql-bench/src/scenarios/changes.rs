@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
-mod kafka;
+pub(super) mod kafka;
 
 pub struct Changes;
 

@@ -48,7 +48,8 @@ pub(super) async fn run(ctx: &mut Ctx) -> GateResult<Vec<String>> {
     };
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let prefix = format!("meshql-bench-{}.", &tag[..8]);
-    let (_copy, relayed) = config_with_relay(&config, &brokers, &prefix).map_err(|e| {
+    let relay = relay_block(RELAY, &brokers, &prefix, &[]);
+    let (_copy, relayed) = edited_copy(&config, |text| Ok(text + &relay)).map_err(|e| {
         ScenarioError::Setup(format!("a copy of {} with a relay: {e}", config.display()))
     })?;
 
@@ -113,13 +114,37 @@ fn committed_of(metrics: &str, relay: &str) -> Option<u64> {
         .find_map(|l| l.rsplit_once(' ')?.1.trim().parse().ok())
 }
 
-/// A copy of the config's directory (without `data` folders) in a temporary directory, with
-/// a `[[changes.relay]]` of type kafka appended to the config file. Returns the directory
-/// (deleted when dropped) and the copied config file.
-fn config_with_relay(
-    config: &Path,
+/// A `[[changes.relay]]` block of type kafka named `name` (extra `key = value` lines after
+/// the usual ones), to append to a config.
+pub(crate) fn relay_block(
+    name: &str,
     brokers: &str,
     topic_prefix: &str,
+    extra: &[(&str, &str)],
+) -> String {
+    let mut block = format!(
+        "\n# added by `meshql bench`\n[[changes.relay]]\nname = {}\ntype = \"kafka\"\nbrokers = {}\ntopic_prefix = {}\n",
+        toml_string(name),
+        toml_string(brokers),
+        toml_string(topic_prefix),
+    );
+    for (k, v) in extra {
+        block.push_str(&format!("{k} = {}\n", toml_string(v)));
+    }
+    block
+}
+
+/// A TOML basic string: JSON string syntax is valid TOML basic-string syntax for these values.
+pub(crate) fn toml_string(v: &str) -> String {
+    serde_json::Value::from(v).to_string()
+}
+
+/// A copy of the config's directory (without `data` folders) in a temporary directory, its
+/// config file's text changed by `edit`. Returns the directory (deleted when dropped) and
+/// the copied config file.
+pub(crate) fn edited_copy(
+    config: &Path,
+    edit: impl FnOnce(String) -> std::io::Result<String>,
 ) -> std::io::Result<(tempfile::TempDir, PathBuf)> {
     let (dir, file) = if config.is_dir() {
         (config.to_path_buf(), config.join("meshql.toml"))
@@ -127,20 +152,10 @@ fn config_with_relay(
         let dir = config.parent().unwrap_or(Path::new(".")).to_path_buf();
         (dir, config.to_path_buf())
     };
-    let copy = tempfile::Builder::new()
-        .prefix("meshql-bench-relay-")
-        .tempdir()?;
+    let copy = tempfile::Builder::new().prefix("meshql-bench-").tempdir()?;
     copy_tree(&dir, copy.path())?;
     let copied = copy.path().join(file.file_name().unwrap_or_default());
-    let mut text = std::fs::read_to_string(&copied)?;
-    // JSON string syntax is valid TOML basic-string syntax for these values
-    let quote = |v: &str| serde_json::Value::from(v).to_string();
-    text.push_str(&format!(
-        "\n# added by `meshql bench changes --kafka`\n[[changes.relay]]\nname = {}\ntype = \"kafka\"\nbrokers = {}\ntopic_prefix = {}\n",
-        quote(RELAY),
-        quote(brokers),
-        quote(topic_prefix),
-    ));
+    let text = edit(std::fs::read_to_string(&copied)?)?;
     std::fs::write(&copied, text)?;
     Ok((copy, copied))
 }
@@ -296,11 +311,12 @@ mod tests {
             "port = 1\n[changes]\nenabled = true\n",
         )
         .unwrap();
-        let (copy, file) = config_with_relay(src.path(), "127.0.0.1:19092", "p.").unwrap();
+        let relay = relay_block(RELAY, "127.0.0.1:19092", "p.", &[("db", "d")]);
+        let (copy, file) = edited_copy(src.path(), |text| Ok(text + &relay)).unwrap();
         assert!(copy.path().join("schema/farm.json").is_file());
         assert!(!copy.path().join("data").exists());
         let text = std::fs::read_to_string(file).unwrap();
         assert!(text.starts_with("port = 1\n[changes]\nenabled = true\n"));
-        assert!(text.contains("[[changes.relay]]\nname = \"bench\"\ntype = \"kafka\"\nbrokers = \"127.0.0.1:19092\"\ntopic_prefix = \"p.\"\n"));
+        assert!(text.contains("[[changes.relay]]\nname = \"bench\"\ntype = \"kafka\"\nbrokers = \"127.0.0.1:19092\"\ntopic_prefix = \"p.\"\ndb = \"d\"\n"));
     }
 }
