@@ -592,3 +592,122 @@ async fn the_callers_grants_and_tokens_decide_what_a_subscription_sees() {
         .unwrap();
     assert_eq!(r.status(), 401);
 }
+
+/// Reads an event stream until its `: subscribed` comment (10 s at most).
+async fn until_subscribed(response: &mut reqwest::Response) {
+    let mut text = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !text.contains(": subscribed") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let chunk = tokio::time::timeout(left, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("`: subscribed` within 10 s; got {text:?}"))
+            .unwrap()
+            .expect("the stream is open");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_subscriptions_refuses_one_more_until_one_closes() {
+    let dir = farm("\n[server]\nmax_subscriptions = 3\n");
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    assert_eq!(metric(&server, "meshql_subscriptions_max").await, 3);
+    assert_eq!(
+        metric(&server, "meshql_subscriptions_refused_total").await,
+        0
+    );
+    let farm = post(&server, "/farm/api", json!({"name": "Emerdale"})).await;
+    let red = post(
+        &server,
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm}),
+    )
+    .await;
+    // the creates are in the log before anyone subscribes (else they would be events)
+    until_in_feed(&server, 2).await;
+    let query = format!(r#"subscription {{ getByCoop(id: "{red}") {{ name }} }}"#);
+
+    // three streams fill the server
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut stream = open_stream(&server, &query, None, None).await;
+        assert_eq!(stream.status(), 200);
+        until_subscribed(&mut stream).await;
+        streams.push(stream);
+    }
+    until_open(&server, 3).await;
+
+    // a fourth event stream: 503 with a JSON error naming the limit
+    let refused = reqwest::Client::new()
+        .post(server.url("/hen/graph"))
+        .header("accept", "text/event-stream")
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(
+        refused.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"),
+        "{:?}",
+        refused.headers()
+    );
+    let body: Value = refused.json().await.unwrap();
+    let message = body["errors"][0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("too many subscriptions") && message.contains("max_subscriptions = 3"),
+        "{body}"
+    );
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "UNAVAILABLE",
+        "{body}"
+    );
+
+    // a fourth over graphql-transport-ws: an error message for that operation
+    let mut ws = connect(&server, None).await;
+    send(
+        &mut ws,
+        json!({"id": "4", "type": "subscribe", "payload": {"query": query}}),
+    )
+    .await;
+    let error = receive(&mut ws).await;
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["id"], "4", "{error}");
+    let message = error["payload"][0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_subscriptions = 3"), "{error}");
+    assert_eq!(open_subscriptions(&server).await, 3);
+    assert_eq!(
+        metric(&server, "meshql_subscriptions_refused_total").await,
+        2
+    );
+
+    // one stream closes: its place is free, and a new stream is accepted
+    drop(streams.pop());
+    until_open(&server, 2).await;
+    let mut stream = open_stream(&server, &query, None, None).await;
+    assert_eq!(stream.status(), 200);
+    until_subscribed(&mut stream).await;
+    streams.push(stream);
+    until_open(&server, 3).await;
+
+    // the three open streams still receive the events of a write
+    post(&server, "/hen/api", json!({"name": "ruby", "coop_id": red})).await;
+    for stream in &mut streams {
+        let mut text = String::new();
+        let events = read_events(stream, &mut text, 1).await;
+        assert_eq!(
+            events[0].1["data"]["getByCoop"],
+            json!([{"name": "ruby"}]),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        metric(&server, "meshql_subscriptions_refused_total").await,
+        2
+    );
+    drop(streams);
+    until_open(&server, 0).await;
+}

@@ -143,6 +143,12 @@ pub struct ServerConfig {
     #[serde(default)]
     #[schemars(with = "Option<u64>")]
     pub max_connections: Option<Spanned<u64>>,
+    /// GraphQL subscriptions open at once on this server, over graphql-transport-ws and
+    /// graphql-sse together (1 to 1000000, default 10000); one more is refused: a 503 on an
+    /// event stream, an `error` message on a WebSocket.
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub max_subscriptions: Option<Spanned<u64>>,
     /// Length of the listen queue of connections not yet accepted (default 4096; Linux caps
     /// it at `net.core.somaxconn`).
     #[serde(default)]

@@ -378,6 +378,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             let _ = subscriptions.set(crate::subscriptions::Subscriptions::start(
                 log.clone(),
                 registry.clone(),
+                config.server.max_subscriptions,
                 closing_rx.clone(),
             ));
         }

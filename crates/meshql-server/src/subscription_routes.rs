@@ -41,8 +41,17 @@ const HEARTBEAT: Duration = Duration::from_secs(15);
 const SLOW: &str = r#"{"errors":[{"message":"the subscriber did not read its events in time and was dropped; resume with the last event's id","extensions":{"code":"SLOW_SUBSCRIBER"}}]}"#;
 /// The error event of a subscription ended by the server's shutdown.
 const CLOSING: &str = r#"{"errors":[{"message":"the server is shutting down; resume with the last event's id","extensions":{"code":"UNAVAILABLE"}}]}"#;
-/// The error of a subscription refused for lack of room.
-const FULL: &str = r#"{"errors":[{"message":"too many subscriptions open on this server; try again later","extensions":{"code":"UNAVAILABLE"}}]}"#;
+/// The error of a subscription refused for lack of room: `max` subscriptions are open.
+fn full(max: u64) -> Vec<u8> {
+    json!({"errors": [{
+        "message": format!(
+            "too many subscriptions open on this server (server.max_subscriptions = {max}); try again later"
+        ),
+        "extensions": {"code": "UNAVAILABLE"},
+    }]})
+    .to_string()
+    .into_bytes()
+}
 
 /// Where a subscription resumes: `Last-Event-ID`, else `extensions.since`.
 pub fn since(
@@ -175,7 +184,7 @@ pub async fn sse(
         }
         Ok(Subscribed::Live(subscription)) => {
             let Some(membership) = hub.join(*subscription, since) else {
-                let mut r = crate::graphql_routes::json_ok(FULL.as_bytes().to_vec());
+                let mut r = crate::graphql_routes::json_ok(full(hub.max()));
                 *r.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
                 return r;
             };
@@ -427,7 +436,7 @@ async fn operation(
                 return;
             };
             let Some(membership) = hub.join(*subscription, since) else {
-                let _ = out.send(Out::Text(error(FULL.as_bytes()))).await;
+                let _ = out.send(Out::Text(error(&full(hub.max())))).await;
                 return;
             };
             let mut events = Events::new(hub, membership);

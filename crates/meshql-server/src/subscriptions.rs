@@ -29,9 +29,6 @@ use tokio::sync::mpsc;
 pub const QUEUE: usize = 256;
 /// Changes read from the log per step.
 const PAGE: usize = 256;
-/// Subscriptions a server serves at once (each holds a queue of at most [`QUEUE`] events);
-/// one more is refused (a 503 on an event stream, an `error` on a WebSocket).
-pub const MAX_SUBSCRIBERS: u64 = 10_000;
 
 /// Why a member's events ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +68,8 @@ pub struct SubscriptionStats {
     pub members: AtomicU64,
     pub events: AtomicU64,
     pub dropped_slow: AtomicU64,
+    /// Subscriptions refused because [`Subscriptions::max`] were open.
+    pub refused: AtomicU64,
 }
 
 pub struct Subscriptions {
@@ -80,6 +79,11 @@ pub struct Subscriptions {
     next_member: AtomicU64,
     /// Set when the server shuts down: every member's events end.
     closed: std::sync::atomic::AtomicBool,
+    /// Subscriptions served at once (`server.max_subscriptions`, default
+    /// [`ServerSpec::DEFAULT_MAX_SUBSCRIPTIONS`](meshql_config::resolve::ServerSpec::DEFAULT_MAX_SUBSCRIPTIONS));
+    /// each holds a queue of at most [`QUEUE`] events. One more is refused: a 503 on an event
+    /// stream, an `error` on a WebSocket.
+    max: u64,
     pub stats: SubscriptionStats,
 }
 
@@ -102,10 +106,12 @@ impl Drop for Membership {
 }
 
 impl Subscriptions {
-    /// Starts the dispatcher after the log's newest change; it ends when `closing` is set.
+    /// Starts the dispatcher after the log's newest change, serving at most `max` subscribers
+    /// at once; it ends when `closing` is set.
     pub fn start(
         log: Log,
         registry: Arc<Registry>,
+        max: u64,
         mut closing: tokio::sync::watch::Receiver<bool>,
     ) -> Arc<Subscriptions> {
         let hub = Arc::new(Subscriptions {
@@ -117,6 +123,7 @@ impl Subscriptions {
             registry,
             next_member: AtomicU64::new(1),
             closed: std::sync::atomic::AtomicBool::new(false),
+            max,
             stats: SubscriptionStats::default(),
         });
         let weak = Arc::downgrade(&hub);
@@ -170,8 +177,8 @@ impl Subscriptions {
     }
 
     /// Joins the cohort of `subscription`; with `since`, the member catches up on the changes
-    /// after it first. `None` when the server serves [`MAX_SUBSCRIBERS`] already or is
-    /// shutting down.
+    /// after it first. `None` when the server serves [`Subscriptions::max`] already (counted in
+    /// `refused`) or is shutting down.
     pub fn join(
         self: &Arc<Self>,
         subscription: Subscription,
@@ -181,9 +188,11 @@ impl Subscriptions {
         let id = self.next_member.fetch_add(1, Ordering::Relaxed);
         let key: Arc<str> = Arc::from(subscription.cohort());
         let mut state = self.state.lock();
-        if self.closed.load(Ordering::Acquire)
-            || self.stats.members.load(Ordering::Relaxed) >= MAX_SUBSCRIBERS
-        {
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        if self.stats.members.load(Ordering::Relaxed) >= self.max {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
             return None;
         }
         let position = state.position;
@@ -207,6 +216,11 @@ impl Subscriptions {
             catch_up: since.filter(|s| *s < position).map(|s| (s, position)),
             subscription,
         })
+    }
+
+    /// Subscriptions served at once (`server.max_subscriptions`).
+    pub fn max(&self) -> u64 {
+        self.max
     }
 
     fn leave(&self, cohort: &str, id: u64) {
@@ -233,6 +247,8 @@ impl Subscriptions {
         };
         for (name, kind, help, value) in [
             ("meshql_subscriptions", "gauge", "GraphQL subscriptions open (WebSocket operations and event streams).", s.members.load(Ordering::Relaxed)),
+            ("meshql_subscriptions_max", "gauge", "server.max_subscriptions: subscriptions served at once; one more is refused.", self.max),
+            ("meshql_subscriptions_refused_total", "counter", "Subscriptions refused because server.max_subscriptions were open (a 503 on an event stream, an error on a WebSocket).", s.refused.load(Ordering::Relaxed)),
             ("meshql_subscription_cohorts", "gauge", "Groups of subscriptions that share a query, its variables and a caller: each change's event is computed once per cohort.", cohorts),
             ("meshql_subscription_events_total", "counter", "Events handed to subscribers.", s.events.load(Ordering::Relaxed)),
             ("meshql_subscription_dropped_total", "counter", "Subscribers dropped because they stopped reading and their queue filled.", s.dropped_slow.load(Ordering::Relaxed)),

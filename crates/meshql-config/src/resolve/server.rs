@@ -12,6 +12,8 @@ use toml::Spanned;
 const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 /// The most connections accepted as `max_connections`.
 pub const MAX_CONNECTIONS: usize = 1_000_000;
+/// The most subscriptions accepted as `max_subscriptions`.
+pub const MAX_SUBSCRIPTIONS: u64 = 1_000_000;
 
 /// Connection limits of the HTTP listener (`[server]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +28,8 @@ pub struct ServerSpec {
     pub write_timeout: Duration,
     /// Connections served at once; `None`: derived from the open-file limit at start.
     pub max_connections: Option<usize>,
+    /// GraphQL subscriptions open at once; one more is refused.
+    pub max_subscriptions: u64,
     pub listen_backlog: u32,
     /// How long requests in progress may still run after SIGTERM/SIGINT.
     pub shutdown_timeout: Duration,
@@ -84,6 +88,8 @@ impl ServerSpec {
     pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
     /// The default `max_connections` when the open-file limit allows it.
     pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+    /// The default `max_subscriptions`.
+    pub const DEFAULT_MAX_SUBSCRIPTIONS: u64 = 10_000;
     pub const DEFAULT_LISTEN_BACKLOG: u32 = 4096;
     pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
     pub const DEFAULT_READ_YOUR_WRITES_WAIT_MS: u64 = 200;
@@ -97,6 +103,7 @@ impl Default for ServerSpec {
             body_read_timeout: Self::DEFAULT_BODY_READ_TIMEOUT,
             write_timeout: Self::DEFAULT_WRITE_TIMEOUT,
             max_connections: None,
+            max_subscriptions: Self::DEFAULT_MAX_SUBSCRIPTIONS,
             listen_backlog: Self::DEFAULT_LISTEN_BACKLOG,
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
             read_your_writes_wait_ms: Self::DEFAULT_READ_YOUR_WRITES_WAIT_MS,
@@ -188,6 +195,15 @@ impl Resolver {
             spec.max_connections = Some(n as usize);
         }
         if let Some(n) = self.server_setting(
+            &s.max_subscriptions,
+            "max_subscriptions",
+            1,
+            MAX_SUBSCRIPTIONS,
+            "must be at least 1 (0 would refuse every subscription)",
+        ) {
+            spec.max_subscriptions = n;
+        }
+        if let Some(n) = self.server_setting(
             &s.listen_backlog,
             "listen_backlog",
             1,
@@ -262,6 +278,7 @@ mod tests {
         assert_eq!(c.server.body_read_timeout, Duration::from_secs(30));
         assert_eq!(c.server.write_timeout, Duration::from_secs(60));
         assert_eq!(c.server.max_connections, None);
+        assert_eq!(c.server.max_subscriptions, 10_000);
         assert_eq!(c.server.listen_backlog, 4096);
         assert_eq!(c.server.shutdown_timeout, Duration::from_secs(10));
     }
@@ -271,7 +288,7 @@ mod tests {
         let c = load(
             "[server]\nheader_read_timeout_ms = 1000\nkeep_alive_timeout_ms = 2000\n\
              body_read_timeout_ms = 3000\nwrite_timeout_ms = 4000\nmax_connections = 20\nlisten_backlog = 64\n\
-             shutdown_timeout_ms = 0\n",
+             shutdown_timeout_ms = 0\nmax_subscriptions = 3\n",
         )
         .expect("valid");
         assert_eq!(
@@ -282,6 +299,7 @@ mod tests {
                 body_read_timeout: Duration::from_secs(3),
                 write_timeout: Duration::from_secs(4),
                 max_connections: Some(20),
+                max_subscriptions: 3,
                 listen_backlog: 64,
                 shutdown_timeout: Duration::ZERO,
                 read_your_writes_wait_ms: 200,
@@ -335,6 +353,16 @@ mod tests {
                 "at most 1000000",
             ),
             (
+                "max_subscriptions = 0",
+                "server.max_subscriptions",
+                "at least 1",
+            ),
+            (
+                "max_subscriptions = 1000001",
+                "server.max_subscriptions",
+                "at most 1000000",
+            ),
+            (
                 "listen_backlog = 70000",
                 "server.listen_backlog",
                 "at most 65535",
@@ -360,6 +388,14 @@ mod tests {
             .0;
         assert_eq!(e[0].line, Some(3), "{e:?}");
         assert_eq!(e[0].field, "server.max_connections", "{e:?}");
+        let e = load("[server]\nmax_subscriptions = -1\n")
+            .expect_err("negative")
+            .0;
+        assert_eq!(e[0].line, Some(3), "{e:?}");
+        assert_eq!(e[0].field, "server.max_subscriptions", "{e:?}");
+        // the largest accepted
+        let c = load("[server]\nmax_subscriptions = 1000000\n").expect("valid");
+        assert_eq!(c.server.max_subscriptions, 1_000_000);
     }
 
     /// A config with `[server.tls]` (`tls` is the table's body) next to the given files.
