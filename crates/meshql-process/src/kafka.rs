@@ -154,7 +154,9 @@ pub(crate) async fn run(
             return;
         }
         if failures > 0 {
-            let delay = Duration::from_millis(100 * (1u64 << failures.min(7)));
+            // at most 3.2 s: a topic that does not exist yet (a relay creates it with its first
+            // message) is found soon after it appears
+            let delay = Duration::from_millis(100 * (1u64 << failures.min(5)));
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = stop.changed() => return,
@@ -171,6 +173,7 @@ pub(crate) async fn run(
         };
         let mut position = handler.position.load(Ordering::Acquire);
         let mut lag_checked = std::time::Instant::now();
+        let lag_running = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             let first = tokio::select! {
                 m = consumer.recv() => m,
@@ -246,15 +249,24 @@ pub(crate) async fn run(
                 continue 'connect;
             }
             failures = 0;
-            if lag_checked.elapsed() > Duration::from_secs(1) {
+            if lag_checked.elapsed() > Duration::from_secs(1)
+                && !lag_running.swap(true, Ordering::AcqRel)
+            {
                 lag_checked = std::time::Instant::now();
-                counters.lag.store(lag(&consumer), Ordering::Relaxed);
+                let (consumer, counters, running) =
+                    (consumer.clone(), counters.clone(), lag_running.clone());
+                tokio::task::spawn_blocking(move || {
+                    counters.lag.store(lag(&consumer), Ordering::Relaxed);
+                    running.store(false, Ordering::Release);
+                });
             }
         }
     }
 }
 
-/// Messages after the consumer's positions, over its assigned partitions.
+/// Messages after the consumer's positions, over its assigned partitions. Blocking: a round
+/// trip to the broker per partition (run it on a blocking thread, never between batches on
+/// the runtime's thread, where it stalled every task of that thread, the relays' included).
 fn lag(consumer: &StreamConsumer) -> u64 {
     let Ok(assigned) = consumer.assignment() else {
         return 0;
@@ -285,7 +297,7 @@ async fn connect(
     name: &str,
     source: &KafkaSource,
     handler: &ProcessorHandler,
-) -> Result<StreamConsumer, String> {
+) -> Result<Arc<StreamConsumer>, String> {
     handler.ensure_loaded().await.map_err(|e| e.0)?;
     let mut config = ClientConfig::new();
     config
@@ -344,7 +356,7 @@ async fn connect(
             .map_err(|e| e.to_string())?;
     }
     consumer.assign(&list).map_err(|e| e.to_string())?;
-    Arc::try_unwrap(consumer).map_err(|_| "the consumer is still shared".to_string())
+    Ok(consumer)
 }
 
 #[cfg(test)]
