@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{example_copy, examples_dir, meshql_bin, run_meshql, Server};
+use common::{example_copy, examples_dir, meshql_bin, processed_once, run_meshql, Client, Server};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -625,30 +625,7 @@ async fn a_processor_reads_debezium_events_from_kafka_once_across_kill_9() {
         .map(|e| e["id"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(events.len() as u64, written);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let processed = list(&http, &b.url(""), "processedevent").await;
-        let mut per: BTreeMap<String, usize> = BTreeMap::new();
-        for p in &processed {
-            *per.entry(p["raw_event_id"].as_str().unwrap().to_owned())
-                .or_default() += 1;
-        }
-        assert!(per.values().all(|n| *n == 1), "an event processed twice");
-        assert!(
-            per.keys().all(|k| events.contains(k)),
-            "a processed event from nowhere"
-        );
-        if per.len() == events.len() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {} events processed",
-            per.len(),
-            events.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    processed_once(&Client::new(&b.url("")), &events, Duration::from_secs(60)).await;
     let metrics = http
         .get(b.url("/metrics"))
         .send()

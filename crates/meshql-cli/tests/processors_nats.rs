@@ -11,9 +11,9 @@
 
 mod common;
 
-use common::{example_copy, run_meshql, Client, OwnService, Server};
+use common::{example_copy, processed_once, run_meshql, Client, OwnService, Server};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,39 +50,6 @@ async fn processor_metric(c: &Client, series: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .map(|v| v.trim().parse().unwrap())
-}
-
-/// Waits until every id of `events` has exactly one processed event at `c` and nothing else
-/// is processed; fails at once on an event processed twice.
-async fn processed_once(c: &Client, events: &BTreeSet<String>, within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let processed = c.list("/processedevent/api").await;
-        let mut per: BTreeMap<String, usize> = BTreeMap::new();
-        for p in &processed {
-            *per.entry(p["raw_event_id"].as_str().unwrap().to_owned())
-                .or_default() += 1;
-        }
-        assert!(
-            per.values().all(|n| *n == 1),
-            "an event processed twice: {:?}",
-            per.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
-        );
-        assert!(
-            per.keys().all(|k| events.contains(k)),
-            "a processed event from nowhere"
-        );
-        if per.len() == events.len() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} of {} events processed",
-            per.len(),
-            events.len()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -883,3 +883,40 @@ impl Drop for OwnService {
             .output();
     }
 }
+
+/// Waits until every id of `events` has exactly one processed event at `c` and nothing else
+/// is processed; fails at once on an event processed twice.
+pub async fn processed_once(
+    c: &Client,
+    events: &std::collections::BTreeSet<String>,
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let processed = c.list("/processedevent/api").await;
+        let mut per: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        for p in &processed {
+            *per.entry(p["raw_event_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        assert!(
+            per.values().all(|n| *n == 1),
+            "an event processed twice: {:?}",
+            per.iter().filter(|(_, n)| **n > 1).collect::<Vec<_>>()
+        );
+        assert!(
+            per.keys().all(|k| events.contains(k)),
+            "a processed event from nowhere"
+        );
+        if per.len() == events.len() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} events processed",
+            per.len(),
+            events.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
