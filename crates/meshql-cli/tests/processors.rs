@@ -5,7 +5,9 @@
 
 mod common;
 
-use common::{example_copy, examples_dir, meshql_bin, processed_once, run_meshql, Client, Server};
+use common::{
+    check_error_line, example_copy, examples_dir, meshql_bin, processed_once, Client, Server,
+};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -874,16 +876,7 @@ fn check_names_file_line_and_field_of_a_bad_processor() {
             "hen_productivity"
         };
         let first = block_start(&text, name);
-        let out = run_meshql(
-            &["check", config.to_str().unwrap()],
-            Duration::from_secs(60),
-        );
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{said}");
-        let line = said
-            .lines()
-            .find(|l| l.contains(needle))
-            .unwrap_or_else(|| panic!("`{needle}` in:\n{said}"));
+        let line = check_error_line(&config, needle);
         assert!(line.contains(field), "{field} in {line}");
         let at: usize = line
             .split("meshql.toml:")

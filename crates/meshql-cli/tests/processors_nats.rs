@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{example_copy, processed_once, run_meshql, Client, OwnService, Server};
+use common::{check_error_line, example_copy, processed_once, Client, OwnService, Server};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -270,16 +270,7 @@ fn check_names_file_line_and_field_of_a_bad_nats_source() {
             .position(|l| l.starts_with("source = "))
             .expect("the source line")
             + 1;
-        let out = run_meshql(
-            &["check", config.to_str().unwrap()],
-            Duration::from_secs(60),
-        );
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(!out.status.success(), "{said}");
-        let line = said
-            .lines()
-            .find(|l| l.contains(needle))
-            .unwrap_or_else(|| panic!("`{needle}` in:\n{said}"));
+        let line = check_error_line(&config, needle);
         assert!(
             line.contains(&format!("meshql.toml:{at}: processor[0] \"events-processor\".{field}:")),
             "line {at}, {field} in {line}"

@@ -920,3 +920,18 @@ pub async fn processed_once(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Runs `meshql check CONFIG`, which must fail, and returns the line of its errors that
+/// contains `needle` (failing the test when none does).
+pub fn check_error_line(config: &Path, needle: &str) -> String {
+    let out = run_meshql(
+        &["check", config.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{said}");
+    said.lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("`{needle}` in:\n{said}"))
+        .to_owned()
+}
