@@ -657,7 +657,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_failed_job_leaves_nothing_alone_or_in_a_group() {
+    async fn a_failed_job_leaves_nothing_and_concurrent_jobs_keep_theirs() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("f.db");
         let db = SqliteDatabase::open(&file, SqliteOptions::default()).unwrap();
@@ -668,7 +668,8 @@ mod tests {
         assert_eq!(rows(&db).await, 0);
         insert_then(&db, 3, false).await.unwrap();
         assert_eq!(rows(&db).await, 3);
-        // several jobs queued together share a transaction: the failed one undoes only its own
+        // concurrent jobs (queued together they share a transaction, though this does not force
+        // them to): each failed one undoes only its own
         let mut jobs = tokio::task::JoinSet::new();
         for i in 0..8 {
             let db = db.clone();
