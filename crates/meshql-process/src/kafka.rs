@@ -173,7 +173,6 @@ pub(crate) async fn run(
         };
         let mut position = handler.position.load(Ordering::Acquire);
         let mut lag_checked = std::time::Instant::now();
-        let lag_running = Arc::new(std::sync::atomic::AtomicBool::new(false));
         loop {
             let first = tokio::select! {
                 m = consumer.recv() => m,
@@ -192,11 +191,16 @@ pub(crate) async fn run(
             let mut messages: Vec<Owned> = Vec::with_capacity(batch);
             match first {
                 Ok(m) => take(&mut messages, m),
-                Err(e) => {
+                Err(e) if needs_reconnect(&e) => {
                     failures += 1;
                     counters.errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(processor = %name, error = %e, "kafka source: receiving failed; reconnecting");
                     continue 'connect;
+                }
+                Err(e) => {
+                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(processor = %name, error = %e, "kafka source: the consumer reported an error; it retries by itself");
+                    continue;
                 }
             }
             while messages.len() < batch {
@@ -249,24 +253,18 @@ pub(crate) async fn run(
                 continue 'connect;
             }
             failures = 0;
-            if lag_checked.elapsed() > Duration::from_secs(1)
-                && !lag_running.swap(true, Ordering::AcqRel)
-            {
+            if lag_checked.elapsed() > Duration::from_secs(1) {
                 lag_checked = std::time::Instant::now();
-                let (consumer, counters, running) =
-                    (consumer.clone(), counters.clone(), lag_running.clone());
-                tokio::task::spawn_blocking(move || {
-                    counters.lag.store(lag(&consumer), Ordering::Relaxed);
-                    running.store(false, Ordering::Release);
-                });
+                counters.lag.store(lag(&consumer), Ordering::Relaxed);
             }
         }
     }
 }
 
-/// Messages after the consumer's positions, over its assigned partitions. Blocking: a round
-/// trip to the broker per partition (run it on a blocking thread, never between batches on
-/// the runtime's thread, where it stalled every task of that thread, the relays' included).
+/// Messages after the consumer's positions, over its assigned partitions, from the high
+/// watermarks librdkafka cached from its last fetch responses (no broker round trip: a
+/// `fetch_watermarks` probe per partition stalled the thread it ran on, and its timed-out
+/// requests came back to the consumer as errors).
 fn lag(consumer: &StreamConsumer) -> u64 {
     let Ok(assigned) = consumer.assignment() else {
         return 0;
@@ -274,12 +272,27 @@ fn lag(consumer: &StreamConsumer) -> u64 {
     let Ok(positions) = consumer.position() else {
         return 0;
     };
+    let client = consumer.client().native_ptr();
     let mut total = 0u64;
     for e in assigned.elements() {
-        let high = consumer
-            .fetch_watermarks(e.topic(), e.partition(), Duration::from_millis(200))
-            .map(|(_, h)| h)
-            .unwrap_or(0);
+        let Ok(topic) = std::ffi::CString::new(e.topic()) else {
+            continue;
+        };
+        let (mut low, mut high) = (-1i64, -1i64);
+        // SAFETY: `client` is the live handle of `consumer`, borrowed for this call; the topic
+        // is a NUL-terminated string that outlives it; librdkafka only reads its cache.
+        let err = unsafe {
+            rdkafka_sys::rd_kafka_get_watermark_offsets(
+                client,
+                topic.as_ptr(),
+                e.partition(),
+                &mut low,
+                &mut high,
+            )
+        };
+        if err != rdkafka_sys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || high < 0 {
+            continue; // nothing fetched from this partition yet
+        }
         let at = positions
             .find_partition(e.topic(), e.partition())
             .and_then(|p| match p.offset() {
@@ -290,6 +303,26 @@ fn lag(consumer: &StreamConsumer) -> u64 {
         total += (high - at).max(0) as u64;
     }
     total
+}
+
+/// Whether a consumer error needs a new consumer (assigned again from the stored offsets):
+/// a fatal error, or a topic or partition that went away. Anything else (a timed-out request,
+/// a broker connection that dropped) librdkafka recovers from by itself; tearing the consumer
+/// down for it cost a reconnect and a fresh fetch session each time.
+fn needs_reconnect(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+    match e {
+        KafkaError::MessageConsumptionFatal(_) => true,
+        KafkaError::MessageConsumption(code) => matches!(
+            code,
+            C::UnknownTopicOrPartition
+                | C::UnknownTopic
+                | C::UnknownPartition
+                | C::OffsetOutOfRange
+                | C::Fatal
+        ),
+        _ => true,
+    }
 }
 
 /// A consumer assigned every partition of the topics at the offsets the output committed.
@@ -462,6 +495,30 @@ mod tests {
         s.entities.insert("meshql.hen".into(), "chicken".into());
         let i = input_of(&s, "meshql.hen", 0, 0, None, msg.to_string().as_bytes(), 1).unwrap();
         assert_eq!(i.entity, "chicken");
+    }
+
+    #[test]
+    fn only_errors_librdkafka_cannot_recover_from_replace_the_consumer() {
+        use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
+        for code in [
+            C::OperationTimedOut,
+            C::BrokerTransportFailure,
+            C::AllBrokersDown,
+        ] {
+            assert!(
+                !needs_reconnect(&KafkaError::MessageConsumption(code)),
+                "{code:?}"
+            );
+        }
+        for code in [C::UnknownTopicOrPartition, C::OffsetOutOfRange] {
+            assert!(
+                needs_reconnect(&KafkaError::MessageConsumption(code)),
+                "{code:?}"
+            );
+        }
+        assert!(needs_reconnect(&KafkaError::MessageConsumptionFatal(
+            C::Fatal
+        )));
     }
 
     #[test]

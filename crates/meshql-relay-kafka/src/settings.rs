@@ -9,8 +9,8 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Kafka (librdkafka: idempotent producer, `acks=all`): one topic per entity, created by the
-/// broker on first use (`auto.create.topics.enable`); message key = the document id; headers
+/// Kafka (librdkafka: idempotent producer, `acks=all`): one topic per entity, created when
+/// the relay starts if missing (`create_topics`); message key = the document id; headers
 /// `change_id`, `op`, `position`, `correlation_id`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -41,6 +41,18 @@ pub struct KafkaSettings {
     /// `acks = all`, `compression.type = lz4`, `linger.ms = 5`, `message.timeout.ms = 30000`).
     #[serde(default)]
     pub options: BTreeMap<String, OptionValue>,
+    /// Create the entities' topics that do not exist yet when the relay starts (default
+    /// `true`; the broker's default partitions and replication factor). Without it the first
+    /// change of an entity waits while the broker auto-creates the topic
+    /// (`auto.create.topics.enable`), about a second, and the batches behind it wait too.
+    /// `false` where topics are provisioned by the operator (a refused creation is only
+    /// logged).
+    #[serde(default = "yes")]
+    pub create_topics: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_db() -> String {
@@ -205,6 +217,7 @@ fn sink_config(
             .map(|e| (e.name.to_owned(), e.table.to_owned()))
             .collect(),
         options,
+        create_topics: settings.create_topics,
     })
 }
 
@@ -214,7 +227,11 @@ struct KafkaTarget(KafkaSinkConfig);
 #[async_trait]
 impl RelayTarget for KafkaTarget {
     async fn sink(&self) -> Result<Arc<dyn Sink>, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Arc::new(KafkaSink::new(self.0.clone())?))
+        let sink = Arc::new(KafkaSink::new(self.0.clone())?);
+        // in the background: a broker that is down must not hold up the server's start
+        let preparing = sink.clone();
+        tokio::spawn(async move { preparing.prepare().await });
+        Ok(sink)
     }
 }
 

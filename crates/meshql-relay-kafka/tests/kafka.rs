@@ -105,6 +105,7 @@ fn config(run: &str, naming: TopicNaming, format: Format) -> KafkaSinkConfig {
             ("coop".to_owned(), "coop".to_owned()),
         ]),
         options: BTreeMap::new(),
+        create_topics: false,
     }
 }
 
@@ -201,4 +202,46 @@ async fn an_unreachable_broker_fails_the_batch() {
         .await
         .expect_err("nothing can be delivered");
     assert!(e.to_string().contains("Kafka"), "{e}");
+}
+
+/// The partitions of `topic` the broker reports (0 when it does not know the topic).
+fn partitions(brokers: &str, topic: &str) -> usize {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("consumer");
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    md.topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_entities_topics_are_created_before_the_first_change() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let mut cfg = config(&run, TopicNaming::Debezium, Format::Debezium);
+    cfg.create_topics = true;
+    let sink = KafkaSink::new(cfg).unwrap();
+    let hens = format!("events{run}.events_development.hens");
+    let coops = format!("events{run}.events_development.coop");
+    assert_eq!(partitions(&brokers(), &hens), 0, "a fresh run's topic");
+    let mut created = sink.create_topics().await;
+    created.sort();
+    assert_eq!(created, vec![coops.clone(), hens.clone()]);
+    assert!(partitions(&brokers(), &hens) >= 1);
+    assert!(partitions(&brokers(), &coops) >= 1);
+    // again: both exist, nothing created, no error
+    assert!(sink.create_topics().await.is_empty());
+    // and the first change goes to the existing topic
+    sink.send(&[change(1, "hen", "h1", "create", None)])
+        .await
+        .expect("delivered");
+    sink.close().await;
+    let got = consume(&brokers(), &[&hens], 1);
+    assert_eq!(got[0].key, "h1");
 }
