@@ -442,6 +442,40 @@ async fn the_events_example_enriches_every_event_once_across_kill_9() {
     );
 
     // under load, killed mid-stream twice: every stored event is processed exactly once
+    events_once_across_kill_9(&config, data.path(), server).await;
+}
+
+/// The enrichment in three lanes (`parallel = 3`), killed mid-stream twice: still every
+/// event processed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_enrichment_in_parallel_lanes_processes_every_event_once_across_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = examples_dir().join("events");
+    for sub in ["graph", "schema"] {
+        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        for f in std::fs::read_dir(src.join(sub)).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, dir.path().join(sub).join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    let text = std::fs::read_to_string(src.join("meshql.toml")).unwrap();
+    let line = "output = \"processedevent\"\n";
+    assert!(text.contains(line));
+    let text = text.replacen(line, &format!("{line}parallel = 3\n"), 1);
+    std::fs::write(dir.path().join("meshql.toml"), text).unwrap();
+    let config = dir.path().to_path_buf();
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    events_once_across_kill_9(&config, data.path(), server).await;
+}
+
+/// Four writers POST events; the server is killed (-9) mid-stream and started again, twice;
+/// each time every stored event has exactly one processed record.
+async fn events_once_across_kill_9(
+    config: &std::path::Path,
+    data: &std::path::Path,
+    server: Server,
+) {
     let mut server = server;
     for round in 0..2 {
         let stop = Arc::new(AtomicBool::new(false));
@@ -471,7 +505,7 @@ async fn the_events_example_enriches_every_event_once_across_kill_9() {
         }
         assert!(sent > 20, "round {round}: the load ran ({sent})");
         drop(server);
-        server = Server::start_with_data_dir(&config, data.path(), &[]);
+        server = Server::start_with_data_dir(config, data, &[]);
         let n = events_processed_once(&server.url("")).await;
         assert!(n > 20);
     }

@@ -30,7 +30,7 @@ use crate::transform::{Emit, Transform};
 use parking_lot::Mutex;
 use rquickjs::{Context, Ctx, Function, Runtime};
 use serde_json::Value;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -46,15 +46,23 @@ struct Engine {
     context: Context,
 }
 
-/// A loaded script.
-pub struct Script {
-    name: String,
-    source: String,
-    limits: Limits,
+/// One engine and the clock of its call in progress.
+struct Slot {
     engine: Mutex<Engine>,
     /// Deadline of the call in progress (ms since `epoch`); 0 when idle.
     deadline: Arc<AtomicI64>,
     interrupted: Arc<AtomicBool>,
+}
+
+/// A loaded script: one engine per lane that may call it at once (`parallel`), each with its
+/// own memory and time limits.
+pub struct Script {
+    name: String,
+    source: String,
+    limits: Limits,
+    slots: Vec<Slot>,
+    /// Where a caller that finds every engine busy waits next.
+    next: AtomicUsize,
     epoch: Instant,
 }
 
@@ -87,22 +95,40 @@ impl std::fmt::Debug for Script {
 }
 
 impl Script {
-    /// Loads `source` (named `name` in messages); fails when it does not parse or defines no
-    /// `transform` function.
-    pub fn new(name: &str, source: &str, limits: Limits) -> Result<Script, String> {
-        let deadline = Arc::new(AtomicI64::new(0));
-        let interrupted = Arc::new(AtomicBool::new(false));
+    /// Loads `source` (named `name` in messages) into `engines` engines (at least one); fails
+    /// when it does not parse or defines no `transform` function.
+    pub fn new(name: &str, source: &str, limits: Limits, engines: usize) -> Result<Script, String> {
         let epoch = Instant::now();
-        let engine = Self::load(name, source, limits, &deadline, &interrupted, epoch)?;
+        let mut slots = Vec::with_capacity(engines.max(1));
+        for _ in 0..engines.max(1) {
+            let deadline = Arc::new(AtomicI64::new(0));
+            let interrupted = Arc::new(AtomicBool::new(false));
+            let engine = Self::load(name, source, limits, &deadline, &interrupted, epoch)?;
+            slots.push(Slot {
+                engine: Mutex::new(engine),
+                deadline,
+                interrupted,
+            });
+        }
         Ok(Script {
             name: name.to_owned(),
             source: source.to_owned(),
             limits,
-            engine: Mutex::new(engine),
-            deadline,
-            interrupted,
+            slots,
+            next: AtomicUsize::new(0),
             epoch,
         })
+    }
+
+    /// A free engine, or (all busy) the next one in turn once it is free.
+    fn slot(&self) -> (&Slot, parking_lot::MutexGuard<'_, Engine>) {
+        for slot in &self.slots {
+            if let Some(engine) = slot.engine.try_lock() {
+                return (slot, engine);
+            }
+        }
+        let slot = &self.slots[self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len()];
+        (slot, slot.engine.lock())
     }
 
     fn load(
@@ -171,24 +197,24 @@ impl Transform for Script {
             "payload": input.payload,
         })
         .to_string();
-        let mut engine = self.engine.lock();
-        self.interrupted.store(false, Ordering::Relaxed);
+        let (slot, mut engine) = self.slot();
+        slot.interrupted.store(false, Ordering::Relaxed);
         let limit =
             self.epoch.elapsed().as_millis() as i64 + self.limits.timeout.as_millis() as i64;
-        self.deadline.store(limit, Ordering::Relaxed);
+        slot.deadline.store(limit, Ordering::Relaxed);
         let result = self.call(&engine, &argument);
-        self.deadline.store(0, Ordering::Relaxed);
+        slot.deadline.store(0, Ordering::Relaxed);
         let text = match result {
             Ok(t) => t,
             Err(e) => {
-                let timed_out = self.interrupted.load(Ordering::Relaxed);
+                let timed_out = slot.interrupted.load(Ordering::Relaxed);
                 // a call cut short may leave the script's globals half-changed: start afresh
                 if let Ok(fresh) = Self::load(
                     &self.name,
                     &self.source,
                     self.limits,
-                    &self.deadline,
-                    &self.interrupted,
+                    &slot.deadline,
+                    &slot.interrupted,
                     self.epoch,
                 ) {
                     *engine = fresh;
@@ -282,6 +308,7 @@ mod tests {
                return [{ order_id: c.id, total: c.payload.qty * c.payload.price, op: c.op },
                        { id: 'fixed', _delete: true }]; }",
             limits(),
+            1,
         )
         .unwrap();
         let out = s
@@ -310,6 +337,7 @@ mod tests {
                if (c.payload.grow) { var a = []; while (true) { a.push(new Array(1000).fill('x')); } }
                if (c.payload.fail) throw new Error('no price'); return { calls: calls }; }",
             limits(),
+            1,
         )
         .unwrap();
         let started = Instant::now();
@@ -323,14 +351,43 @@ mod tests {
         // after a failure the script starts afresh and still works
         let ok = s.transform(&change(json!({}))).unwrap();
         assert_eq!(ok[0].payload.as_ref().unwrap()["calls"], 1);
-        let e = Script::new("bad.js", "function nope( {", limits()).unwrap_err();
+        let e = Script::new("bad.js", "function nope( {", limits(), 1).unwrap_err();
         assert!(e.starts_with("bad.js:"), "{e}");
-        let e = Script::new("none.js", "var x = 1;", limits()).unwrap_err();
+        let e = Script::new("none.js", "var x = 1;", limits(), 1).unwrap_err();
         assert!(e.contains("defines no"), "{e}");
-        let s = Script::new("n.js", "function transform(c) { return 3; }", limits()).unwrap();
+        let s = Script::new("n.js", "function transform(c) { return 3; }", limits(), 1).unwrap();
         assert!(s
             .transform(&change(json!({})))
             .unwrap_err()
             .contains("not an object"));
+    }
+
+    #[test]
+    fn engines_run_at_once_each_with_its_own_time_limit() {
+        let s = Arc::new(
+            Script::new(
+                "two.js",
+                "function transform(c) { var t = Date.now() + c.payload.ms;
+                   while (Date.now() < t) {} return { ms: c.payload.ms }; }",
+                limits(),
+                2,
+            )
+            .unwrap(),
+        );
+        // one call runs past its limit while the other, started later, finishes in time:
+        // the first's deadline does not cut the second short, nor the reverse
+        let slow = {
+            let s = s.clone();
+            std::thread::spawn(move || s.transform(&change(json!({"ms": 400}))))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        let quick = s.transform(&change(json!({"ms": 60}))).unwrap();
+        assert_eq!(quick[0].payload.as_ref().unwrap()["ms"], 60);
+        let e = slow.join().unwrap().unwrap_err();
+        assert!(e.contains("longer than 100 ms"), "{e}");
+        // both engines still answer
+        for _ in 0..2 {
+            assert!(s.transform(&change(json!({"ms": 0}))).is_ok());
+        }
     }
 }

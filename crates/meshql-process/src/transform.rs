@@ -16,7 +16,17 @@
 //! transform's answer, so the same input always writes the same document: with the output's
 //! position committed in the same transaction that is exactly once, and even a replay would
 //! only add a version, never a second document. A transform that fails on an input sends it
-//! to the dead letters with its message.
+//! to the dead letters with its message (a transform that panics, too).
+//!
+//! **Parallel by key, ordered per key.** `parallel = N` (default 1; scripts get N engines)
+//! splits each batch into N lanes by a hash of the input's key — the field named by `key`,
+//! else the document's id — and runs the lanes at once on blocking threads; inside a lane the
+//! inputs keep their order, so one key's changes are transformed in the order they happened.
+//! The lanes' documents are then written in the batch's order, in one transaction with the
+//! batch's position as before: parallelism changes how fast a batch is computed, never what is
+//! committed. Scripts always run off the change feed's own thread (a slow script must not hold
+//! up the relays and the other processors); a compiled transform with `parallel = 1` runs
+//! inline.
 
 use crate::plan::{Input, Outcome, PlanIo, Planner};
 use crate::EntityInfo;
@@ -94,9 +104,16 @@ struct Settings {
     output: String,
     #[serde(default)]
     batch: Option<usize>,
+    #[serde(default)]
+    parallel: Option<usize>,
+    #[serde(default)]
+    key: Option<String>,
     #[serde(default = "yes")]
     enabled: bool,
 }
+
+/// The most lanes a transform processor may run at once.
+pub const MAX_PARALLEL: usize = 64;
 
 fn yes() -> bool {
     true
@@ -110,6 +127,10 @@ pub struct TransformSpec {
     pub inputs: Vec<String>,
     pub output: String,
     pub batch: usize,
+    /// Lanes run at once (see the module docs).
+    pub parallel: usize,
+    /// The payload field that orders inputs (`None`: the document id).
+    pub key: Option<String>,
     pub enabled: bool,
     pub transform: Arc<dyn Transform>,
     /// Kafka topics or a NATS stream to read instead of the service's change log.
@@ -166,6 +187,21 @@ pub fn compile(
             return Err(SettingError::new("batch", "must be between 1 and 10000"));
         }
     }
+    let parallel = s.parallel.unwrap_or(1);
+    if !(1..=MAX_PARALLEL).contains(&parallel) {
+        return Err(SettingError::new(
+            "parallel",
+            format!("must be between 1 and {MAX_PARALLEL}"),
+        ));
+    }
+    if let Some(k) = &s.key {
+        if k.trim().is_empty() {
+            return Err(SettingError::new(
+                "key",
+                "name the payload field whose value orders the inputs",
+            ));
+        }
+    }
     let transform: Arc<dyn Transform> = match kind {
         "rust" => {
             if s.script.is_some() || s.timeout_ms.is_some() || s.memory_bytes.is_some() {
@@ -212,7 +248,7 @@ pub fn compile(
                 memory_bytes: s.memory_bytes.unwrap_or(16 << 20).max(1 << 20),
             };
             Arc::new(
-                crate::script::Script::new(&path.display().to_string(), &source, limits)
+                crate::script::Script::new(&path.display().to_string(), &source, limits, parallel)
                     .map_err(|e| SettingError::new("script", e))?,
             )
         }
@@ -223,6 +259,8 @@ pub fn compile(
         inputs: s.inputs,
         output: s.output,
         batch: s.batch.unwrap_or(100),
+        parallel,
+        key: s.key,
         enabled: s.enabled,
         transform,
         source: None,
@@ -244,6 +282,75 @@ impl TransformPlanner {
     }
 }
 
+/// What a transform made of one input.
+type Made = Result<Vec<Emit>, String>;
+
+/// Runs `transform` on `input`; a panic becomes the input's failure.
+fn run_one(transform: &dyn Transform, input: &Input) -> Made {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transform.transform(input)))
+        .unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(format!("the transform panicked: {message}"))
+        })
+}
+
+impl TransformPlanner {
+    /// The lane of an input: inputs with the same key share one, in order.
+    fn lane(&self, input: &Input) -> usize {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match self.spec.key.as_deref().and_then(|k| input.payload.get(k)) {
+            Some(Value::String(s)) => s.hash(&mut h),
+            Some(other) => other.to_string().hash(&mut h),
+            None => input.id.hash(&mut h),
+        }
+        (h.finish() % self.spec.parallel as u64) as usize
+    }
+
+    /// The transform's answer for each input, in the inputs' order.
+    async fn made(&self, inputs: &[Input]) -> Result<Vec<Made>, StoreError> {
+        let transform = &self.spec.transform;
+        if self.spec.parallel == 1 && self.spec.kind == "rust" {
+            return Ok(inputs
+                .iter()
+                .map(|input| run_one(transform.as_ref(), input))
+                .collect());
+        }
+        let mut lanes: Vec<Vec<(usize, Input)>> = vec![Vec::new(); self.spec.parallel];
+        for (i, input) in inputs.iter().enumerate() {
+            lanes[self.lane(input)].push((i, input.clone()));
+        }
+        let running: Vec<_> = lanes
+            .into_iter()
+            .filter(|lane| !lane.is_empty())
+            .map(|lane| {
+                let transform = transform.clone();
+                tokio::task::spawn_blocking(move || {
+                    lane.into_iter()
+                        .map(|(i, input)| (i, run_one(transform.as_ref(), &input)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut made: Vec<Option<Made>> = vec![None; inputs.len()];
+        for lane in futures::future::join_all(running).await {
+            let lane =
+                lane.map_err(|e| StoreError::Unavailable(format!("a transform lane: {e}")))?;
+            for (i, m) in lane {
+                made[i] = Some(m);
+            }
+        }
+        Ok(made
+            .into_iter()
+            .map(|m| m.unwrap_or_else(|| Err("the transform gave no answer".into())))
+            .collect())
+    }
+}
+
 #[async_trait::async_trait]
 impl Planner for TransformPlanner {
     fn kind(&self) -> &'static str {
@@ -252,8 +359,8 @@ impl Planner for TransformPlanner {
 
     async fn plan(&self, _io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError> {
         let mut outcome = Outcome::default();
-        for (i, input) in inputs.iter().enumerate() {
-            let emits = match self.spec.transform.transform(input) {
+        for (i, (input, made)) in inputs.iter().zip(self.made(inputs).await?).enumerate() {
+            let emits = match made {
                 Ok(e) => e,
                 Err(reason) => {
                     outcome.dead.push((i, reason));
@@ -405,5 +512,167 @@ mod tests {
             .transform(&input(json!({"name": "x"}), ChangeOp::Delete))
             .unwrap()
             .is_empty());
+    }
+
+    struct NoIo;
+
+    #[async_trait::async_trait]
+    impl PlanIo for NoIo {
+        async fn state(&self, _: &[String]) -> Result<HashMap<String, String>, StoreError> {
+            Ok(HashMap::new())
+        }
+        async fn group(&self, _: &str) -> Result<Vec<(String, String)>, StoreError> {
+            Ok(Vec::new())
+        }
+        async fn lookup(&self, _: &str, _: &str) -> Result<Option<Map<String, Value>>, StoreError> {
+            Ok(None)
+        }
+    }
+
+    /// Sleeps in each call, and records how many calls overlapped and each key's sequence.
+    #[derive(Default)]
+    struct Slow {
+        running: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+        seen: parking_lot::Mutex<Vec<(String, u64)>>,
+    }
+
+    impl Transform for Slow {
+        fn transform(&self, input: &Input) -> Result<Vec<Emit>, String> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.running.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let k = input.payload["k"].as_str().unwrap().to_owned();
+            let n = input.payload["n"].as_u64().unwrap();
+            self.seen.lock().push((k.clone(), n));
+            self.running.fetch_sub(1, SeqCst);
+            if n == 3 && k == "b" {
+                panic!("no b3");
+            }
+            Ok(vec![Emit::document(
+                json!({"k": k, "n": n}).as_object().unwrap().clone(),
+            )])
+        }
+    }
+
+    fn planner(
+        transform: Arc<dyn Transform>,
+        parallel: usize,
+        key: Option<&str>,
+    ) -> TransformPlanner {
+        TransformPlanner {
+            spec: TransformSpec {
+                name: "t".into(),
+                kind: "rust",
+                inputs: vec!["event".into()],
+                output: "out".into(),
+                batch: 100,
+                parallel,
+                key: key.map(str::to_owned),
+                enabled: true,
+                transform,
+                source: None,
+            },
+        }
+    }
+
+    /// Four keys, six changes each, interleaved; each a different document (the lane follows
+    /// `key`, not the id).
+    fn keyed_inputs() -> Vec<Input> {
+        let mut inputs = Vec::new();
+        for n in 0..6u64 {
+            for k in ["a", "b", "c", "d"] {
+                let mut i = input(json!({"k": k, "n": n}), ChangeOp::Create);
+                i.id = format!("{k}{n}");
+                i.change_id = format!("event:{k}{n}:{n}");
+                inputs.push(i);
+            }
+        }
+        inputs
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lanes_run_at_once_and_each_key_keeps_its_order() {
+        let slow = Arc::new(Slow::default());
+        let p = planner(slow.clone(), 4, Some("k"));
+        let inputs = keyed_inputs();
+        let outcome = p.plan(&NoIo, &inputs).await.unwrap();
+        assert!(
+            slow.most.load(std::sync::atomic::Ordering::SeqCst) > 1,
+            "the lanes overlapped"
+        );
+        // each key's changes were transformed in order, in one lane
+        let seen = slow.seen.lock().clone();
+        assert_eq!(seen.len(), inputs.len());
+        for k in ["a", "b", "c", "d"] {
+            let order: Vec<u64> = seen
+                .iter()
+                .filter(|(x, _)| x == k)
+                .map(|(_, n)| *n)
+                .collect();
+            assert_eq!(order, (0..6).collect::<Vec<_>>(), "key {k}");
+        }
+        // the writes come in the batch's order, whatever lane finished first; the panic is
+        // the one dead letter, the lane goes on after it
+        assert_eq!(outcome.dead.len(), 1);
+        let (dead, reason) = &outcome.dead[0];
+        assert_eq!(inputs[*dead].id, "b3");
+        assert!(reason.contains("panicked: no b3"), "{reason}");
+        let indexes: Vec<usize> = outcome.writes.iter().map(|(_, from)| from[0]).collect();
+        let expected: Vec<usize> = (0..inputs.len()).filter(|i| i != dead).collect();
+        assert_eq!(indexes, expected);
+        // the same ids as a run in one lane: parallelism changes nothing that is written
+        let one = planner(Arc::new(Slow::default()), 1, None)
+            .plan(&NoIo, &inputs)
+            .await
+            .unwrap();
+        let ids = |o: &Outcome| -> Vec<String> {
+            o.writes
+                .iter()
+                .map(|(w, _)| match w {
+                    OutputWrite::Put { id, payload } => format!("{id} {payload}"),
+                    OutputWrite::Delete { id } => id.clone(),
+                })
+                .collect()
+        };
+        assert_eq!(ids(&one), ids(&outcome));
+    }
+
+    #[tokio::test]
+    async fn one_lane_runs_one_call_at_a_time() {
+        let slow = Arc::new(Slow::default());
+        let p = planner(slow.clone(), 1, None);
+        p.plan(&NoIo, &keyed_inputs()[..8]).await.unwrap();
+        assert_eq!(slow.most.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn parallel_and_key_are_checked() {
+        let entities: Vec<EntityInfo> = ["event", "processedevent"]
+            .into_iter()
+            .map(|name| EntityInfo {
+                name: name.into(),
+                fields: None,
+            })
+            .collect();
+        let base = std::path::Path::new(".");
+        let ok = json!({"function": "events.enrich", "inputs": ["event"], "output": "processedevent", "parallel": 8, "key": "name"});
+        let spec = compile("p", "rust", &ok, &entities, base).unwrap();
+        assert_eq!((spec.parallel, spec.key.as_deref()), (8, Some("name")));
+        for (bad, field) in [
+            (json!({"parallel": 0}), "parallel"),
+            (json!({"parallel": 65}), "parallel"),
+            (json!({"key": " "}), "key"),
+        ] {
+            let mut s = ok.clone();
+            s.as_object_mut().unwrap().remove("parallel");
+            s.as_object_mut().unwrap().remove("key");
+            for (k, v) in bad.as_object().unwrap() {
+                s[k] = v.clone();
+            }
+            let e = compile("p", "rust", &s, &entities, base).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
+        }
     }
 }
