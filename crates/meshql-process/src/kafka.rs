@@ -225,7 +225,10 @@ pub(crate) async fn run(
                 match input_of(
                     &source, &topic, partition, offset, timestamp, &value, position,
                 ) {
-                    Ok(input) if inputs.contains(&input.entity) => items.push(Item { input, raw }),
+                    Ok(input) if inputs.contains(&input.entity) => items.push(Item {
+                        input,
+                        raw: raw.into(),
+                    }),
                     Ok(_) => {} // another entity's change on the topic
                     Err(reason) => letters.push(meshql_core::DeadLetter {
                         position,

@@ -342,7 +342,10 @@ pub(crate) async fn run(
                 }
                 let raw = String::from_utf8_lossy(&r.payload).into_owned();
                 match input_of(&source, r, position) {
-                    Ok(input) if inputs.contains(&input.entity) => items.push(Item { input, raw }),
+                    Ok(input) if inputs.contains(&input.entity) => items.push(Item {
+                        input,
+                        raw: raw.into(),
+                    }),
                     Ok(_) => {} // another entity's change on the stream
                     Err(reason) => letters.push(meshql_core::DeadLetter {
                         position,

@@ -145,22 +145,22 @@ impl PlanIo for Io<'_> {
 }
 
 /// An input as the runtime carries it: what the planner reads, and what a dead letter keeps.
-pub(crate) struct Item {
+pub(crate) struct Item<'a> {
     pub input: Input,
-    /// The input as read (JSON text), for its dead letter.
-    pub raw: String,
+    /// The input as read (JSON text), for its dead letter (borrowed from the log's change:
+    /// copied only for an input that becomes one).
+    pub raw: std::borrow::Cow<'a, str>,
 }
 
-impl Item {
-    pub(crate) fn letter(&self, reason: String) -> DeadLetter {
-        DeadLetter {
-            position: self.input.position,
-            change_id: self.input.change_id.clone(),
-            entity: self.input.entity.clone(),
-            reason,
-            input: self.raw.clone(),
-            at: now_millis(),
-        }
+/// The dead letter of an input read as `raw`.
+fn letter_of(input: &Input, raw: &str, reason: String) -> DeadLetter {
+    DeadLetter {
+        position: input.position,
+        change_id: input.change_id.clone(),
+        entity: input.entity.clone(),
+        reason,
+        input: raw.to_owned(),
+        at: now_millis(),
     }
 }
 
@@ -235,7 +235,7 @@ impl ProcessorHandler {
                         // it was not applied: a create has no contribution yet
                         fresh: c.op == meshql_core::ChangeOp::Create,
                     },
-                    raw: String::from_utf8_lossy(&c.json).into_owned(),
+                    raw: String::from_utf8_lossy(&c.json),
                 }),
                 Err(e) => letters.push(Self::letter(
                     c,
@@ -250,24 +250,33 @@ impl ProcessorHandler {
     /// `extra` state rows (a source's own positions) and the dead letters with `position`.
     pub(crate) async fn apply(
         &self,
-        items: Vec<Item>,
+        items: Vec<Item<'_>>,
         mut letters: Vec<DeadLetter>,
         last: u64,
         extra: Vec<meshql_core::StateWrite>,
     ) -> Result<(), HandlerError> {
-        let mut excluded = vec![false; items.len()];
+        let (all, raws): (Vec<Input>, Vec<std::borrow::Cow<'_, str>>) =
+            items.into_iter().map(|it| (it.input, it.raw)).unzip();
+        let mut excluded = vec![false; all.len()];
         loop {
-            let active: Vec<usize> = (0..items.len()).filter(|i| !excluded[*i]).collect();
-            let plan_inputs: Vec<Input> = active.iter().map(|i| items[*i].input.clone()).collect();
+            let active: Vec<usize> = (0..all.len()).filter(|i| !excluded[*i]).collect();
+            // the inputs are copied only once one is set aside (rare)
+            let some: Vec<Input>;
+            let plan_inputs: &[Input] = if active.len() == all.len() {
+                &all
+            } else {
+                some = active.iter().map(|i| all[*i].clone()).collect();
+                &some
+            };
             let outcome = self
                 .planner
-                .plan(&Io(self), &plan_inputs)
+                .plan(&Io(self), plan_inputs)
                 .await
                 .map_err(HandlerError::new)?;
             for (ai, reason) in &outcome.dead {
                 let i = active[*ai];
                 excluded[i] = true;
-                letters.push(items[i].letter(reason.clone()));
+                letters.push(letter_of(&all[i], &raws[i], reason.clone()));
             }
             // an output the entity's schema refuses: blame the last input that touched it,
             // set it aside and plan again
@@ -298,7 +307,7 @@ impl ProcessorHandler {
             }
             if let Some((i, reason)) = culprit {
                 excluded[i] = true;
-                letters.push(items[i].letter(reason));
+                letters.push(letter_of(&all[i], &raws[i], reason));
                 continue;
             }
             let applied = excluded.iter().filter(|x| !**x).count() as u64;
