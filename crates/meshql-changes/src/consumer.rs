@@ -254,6 +254,11 @@ pub trait ConsumerLog: FeedSource + Send + Sync {
     fn commit(&self, group: &str, position: u64) -> Result<(), LogError>;
     /// Changes value after appends.
     fn appended(&self) -> watch::Receiver<u64>;
+    /// The log's identity (`meshql_log::Log::id`): positions mean something only within
+    /// one log. `None`: unknown.
+    fn id(&self) -> Option<String> {
+        None
+    }
 }
 
 impl ConsumerLog for Log {
@@ -271,6 +276,9 @@ impl ConsumerLog for Log {
     }
     fn appended(&self) -> watch::Receiver<u64> {
         self.subscribe()
+    }
+    fn id(&self) -> Option<String> {
+        Some(Log::id(self).to_owned())
     }
 }
 
@@ -318,6 +326,9 @@ impl ConsumerLog for TailedReader {
     }
     fn commit(&self, group: &str, position: u64) -> Result<(), LogError> {
         self.reader.commit(group, position)
+    }
+    fn id(&self) -> Option<String> {
+        self.reader.id()
     }
     /// Starts the poller on first use (inside the consumer's runtime); it ends when every
     /// receiver is gone.

@@ -774,6 +774,88 @@ async fn a_rebuild_swaps_in_a_recomputed_projection_without_downtime() {
     assert_eq!(r.status(), 404);
 }
 
+/// egg-economy on PostgreSQL: the projections live in the database, the change log in the
+/// data directory. Served again with a new data directory (a new log, which the hub fills
+/// from the database), each processor notices that its position belongs to the old log and is
+/// rebuilt from the new one: the projections still equal a recomputation, nothing counted
+/// twice or skipped, and writes after it count once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projections_on_postgres_are_rebuilt_when_the_change_log_is_replaced() {
+    rebuilt_when_the_change_log_is_replaced(
+        "meshql-postgres.toml",
+        common::fresh_postgres_database(),
+    )
+    .await;
+}
+
+/// The same on MariaDB (egg-economy's MySQL variant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projections_on_mariadb_are_rebuilt_when_the_change_log_is_replaced() {
+    rebuilt_when_the_change_log_is_replaced("meshql-mysql.toml", common::fresh_mysql_database())
+        .await;
+}
+
+async fn rebuilt_when_the_change_log_is_replaced(variant: &str, database: String) {
+    let config = examples_dir().join("egg-economy").join(variant);
+    let env = [("DATABASE_URL", database)];
+    let serve = |data: &std::path::Path| Server::start_sharing(&config, data, &[], &env, None);
+    let load = |server: &Server, containers: Arc<Vec<String>>, seed: u64| {
+        let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(0u64)));
+        let writer = tokio::spawn(write_load(
+            server.url(""),
+            containers,
+            seed,
+            stop.clone(),
+            done.clone(),
+        ));
+        async move {
+            tokio::time::sleep(Duration::from_millis(700)).await;
+            stop.store(true, Ordering::Relaxed);
+            writer.await.unwrap();
+            let n = *done.lock().unwrap();
+            n
+        }
+    };
+    let first = tempfile::tempdir().unwrap();
+    let server = serve(first.path());
+    let containers = Arc::new(two_containers(&server.url("")).await);
+    assert!(load(&server, containers.clone(), 17).await > 20);
+    converges(&server.url("")).await;
+    let log_id = |dir: &std::path::Path| {
+        std::fs::read_to_string(dir.join("changes/log.id"))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+    };
+    let old_log = log_id(first.path());
+    server.stop_gracefully();
+
+    // a new data directory: a new log, the same database
+    let second = tempfile::tempdir().unwrap();
+    let server = serve(second.path());
+    assert_ne!(log_id(second.path()), old_log);
+    converges(&server.url("")).await;
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state: Value = http
+            .get(server.url("/_meshql/processors/farm_output"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if state["rebuild"]["state"] == "done" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never rebuilt: {state}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // and it goes on on the new log
+    assert!(load(&server, containers, 29).await > 20);
+    converges(&server.url("")).await;
+}
+
 /// The projections' database is down when the server starts: the service starts anyway and
 /// takes events, the processors wait; once the database is up they catch up, without a
 /// restart, to what a recomputation from the stored events says.

@@ -94,6 +94,7 @@ mod error;
 mod flusher;
 mod frame;
 mod groups;
+mod identity;
 mod index;
 mod lock;
 mod log;

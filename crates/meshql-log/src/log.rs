@@ -36,6 +36,8 @@ struct Inner {
     notify: watch::Sender<u64>,
     flusher: Option<Flusher>,
     recovery: Option<Recovery>,
+    /// See [`Log::id`].
+    id: String,
     _lock: DirLock,
 }
 
@@ -78,6 +80,7 @@ impl Log {
         let lock = lock::acquire(dir)?;
         let groups = groups::groups_dir(dir);
         fs::create_dir_all(&groups).map_err(io_at(&groups))?;
+        let id = crate::identity::ensure(dir)?;
 
         let mut bases = list_segments(dir)?;
         if bases.is_empty() {
@@ -154,6 +157,7 @@ impl Log {
                 notify: watch::channel(last).0,
                 flusher,
                 recovery,
+                id,
                 _lock: lock,
             }),
         };
@@ -170,6 +174,14 @@ impl Log {
     /// The log directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// This log's identity: a random id written when the log was created (`log.id`). A log
+    /// created again in a new directory has another, so a position kept elsewhere (a
+    /// processor's, committed with its outputs) can tell that it belongs to a log that is
+    /// gone: positions are only meaningful within one log.
+    pub fn id(&self) -> &str {
+        &self.inner.id
     }
 
     /// The options the log was opened with.

@@ -55,6 +55,11 @@ impl LogReader {
         &self.dir
     }
 
+    /// The log's identity ([`Log::id`](crate::Log::id)); `None` until its writer created it.
+    pub fn id(&self) -> Option<String> {
+        crate::identity::read(&self.dir).ok().flatten()
+    }
+
     /// Like [`Log::read`](crate::Log::read), after looking for new records.
     pub fn read(
         &self,

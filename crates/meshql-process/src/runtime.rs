@@ -45,6 +45,17 @@ pub enum ProcessError {
          processor once (`meshql serve --no-processors` beside `meshql process`)"
     )]
     RunningElsewhere { processor: String, source: LogError },
+    #[error(
+        "processor \"{processor}\": its output is at a position of change log {stored}, but \
+         this service's log is {current} (its data directory was replaced while the storage \
+         was kept): the processor is rebuilt from this log (`meshql projections rebuild \
+         {processor}`), which starts by itself"
+    )]
+    LogReplaced {
+        processor: String,
+        stored: String,
+        current: String,
+    },
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
 }
@@ -108,8 +119,16 @@ pub(crate) struct ProcessorHandler {
     loaded: std::sync::atomic::AtomicBool,
     /// The log whose end the stored position may not be past (log-fed processors).
     log: Option<Arc<dyn ConsumerLog>>,
+    /// The identity of the log the position is in, committed with the outputs (state row
+    /// [`LOG_ID`]) once per start, so that a position of another log is not read as this
+    /// one's. `None`: not fed by the log, or a log without an identity.
+    log_id: Option<String>,
+    log_id_written: std::sync::atomic::AtomicBool,
     counters: Counters,
 }
+
+/// The state row holding the identity of the log a processor's position is in.
+const LOG_ID: &str = "log";
 
 struct Io<'a>(&'a ProcessorHandler);
 
@@ -191,6 +210,21 @@ impl ProcessorHandler {
             .dead_letter_count(&self.name)
             .await
             .map_err(HandlerError::new)?;
+        if let (Some(current), true) = (&self.log_id, position > 0) {
+            let stored = writer
+                .output_state(&self.name, &[LOG_ID.to_owned()])
+                .await
+                .map_err(HandlerError::new)?
+                .remove(LOG_ID);
+            // a position without an identity (written before logs had one) is this log's
+            if let Some(stored) = stored.filter(|s| s != current) {
+                return Err(HandlerError::new(ProcessError::LogReplaced {
+                    processor: self.name.clone(),
+                    stored,
+                    current: current.clone(),
+                }));
+            }
+        }
         if let Some(log) = &self.log {
             if position > log.last() {
                 return Err(HandlerError::new(ProcessError::CheckpointAhead {
@@ -316,6 +350,14 @@ impl ProcessorHandler {
             out.writes = outcome.writes.into_iter().map(|(w, _)| w).collect();
             out.state = outcome.state;
             out.state.extend(extra);
+            let writes_id = !self.log_id_written.load(Ordering::Acquire);
+            if let (Some(id), true) = (&self.log_id, writes_id) {
+                out.state.push(meshql_core::StateWrite {
+                    key: LOG_ID.to_owned(),
+                    group: None,
+                    value: Some(id.clone()),
+                });
+            }
             out.dead_letters = letters;
             let session = Session {
                 credentials: Credentials::Unrestricted,
@@ -329,6 +371,9 @@ impl ProcessorHandler {
                 .await
                 .map_err(HandlerError::new)?;
             self.position.store(last, Ordering::Release);
+            if writes_id {
+                self.log_id_written.store(true, Ordering::Release);
+            }
             let c = &self.counters;
             c.processed.fetch_add(applied, Ordering::Relaxed);
             c.written.fetch_add(written.len() as u64, Ordering::Relaxed);
@@ -470,6 +515,7 @@ fn handler_for(
     lookups: HashMap<String, Arc<EntityService>>,
     known: Option<(u64, u64)>,
     log: Option<Arc<dyn ConsumerLog>>,
+    log_id: Option<String>,
 ) -> Arc<ProcessorHandler> {
     let (position, dead) = known.unwrap_or((0, 0));
     Arc::new(ProcessorHandler {
@@ -483,6 +529,8 @@ fn handler_for(
         position: AtomicU64::new(position),
         loaded: std::sync::atomic::AtomicBool::new(known.is_some()),
         log,
+        log_id,
+        log_id_written: std::sync::atomic::AtomicBool::new(false),
         counters: Counters {
             dead: AtomicU64::new(dead),
             ..Counters::default()
@@ -561,6 +609,50 @@ impl Processors {
 
     pub fn is_empty(&self) -> bool {
         self.running.is_empty()
+    }
+
+    /// Rebuilds, in the background, each processor of the log whose committed position
+    /// belongs to another log ([`ProcessError::LogReplaced`]: a data directory replaced while
+    /// the output's storage was kept). Its live consumer refuses to apply anything meanwhile;
+    /// the rebuild recomputes it from this log, which the hub filled again from the stores.
+    pub fn rebuild_if_log_replaced(self: &Arc<Self>) {
+        let Some(current) = self.log.as_ref().and_then(|l| l.id()) else {
+            return;
+        };
+        for r in self.running.iter().filter(|r| r.plan.source().is_none()) {
+            let (name, output) = (r.plan.name().to_owned(), r.output.clone());
+            let (processors, current) = (self.clone(), current.clone());
+            tokio::spawn(async move {
+                let mut failures: u32 = 0;
+                let stored = loop {
+                    match output
+                        .writer()
+                        .output_state(&name, &[LOG_ID.to_owned()])
+                        .await
+                    {
+                        Ok(mut rows) => break rows.remove(LOG_ID),
+                        Err(_) => {
+                            // the store is down: the live consumer waits for it too
+                            failures += 1;
+                            let ms = (100u64 << failures.min(7)).min(10_000);
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                        }
+                    }
+                };
+                let Some(stored) = stored.filter(|s| *s != current) else {
+                    return;
+                };
+                tracing::warn!(processor = %name, %stored, %current, "the processor's position belongs to another change log; rebuilding it from this one");
+                match processors.rebuild(&name).await {
+                    Ok(state) => {
+                        tracing::info!(processor = %name, ?state, "rebuilt on this change log")
+                    }
+                    Err(e) => {
+                        tracing::error!(processor = %name, error = %e, "cannot rebuild on this change log")
+                    }
+                }
+            });
+        }
     }
 
     /// Where the last rebuild of `name` is.
@@ -642,6 +734,7 @@ impl Processors {
             r.lookups.clone(),
             Some((0, 0)),
             None,
+            log.id(),
         );
         let feed = log_feed(&r.plan, &shadow_name, &group, log.clone(), handler.clone())
             .map_err(|e| failed(e.to_string()))?;
@@ -688,6 +781,7 @@ impl Processors {
             r.lookups.clone(),
             Some((resume, dead)),
             Some(log.clone()),
+            log.id(),
         );
         let feed = log_feed(
             &r.plan,
@@ -766,6 +860,7 @@ pub async fn start(
         // the position is read at the first batch: a store that is down now delays this
         // processor, not the service
         let log_bound = plan.source().is_none().then(|| log.clone());
+        let log_id = log_bound.as_ref().and_then(|l| l.id());
         let handler = handler_for(
             plan,
             &name,
@@ -773,6 +868,7 @@ pub async fn start(
             lookups.clone(),
             None,
             log_bound,
+            log_id,
         );
         let feed = match plan.source() {
             None => log_feed(

@@ -400,6 +400,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         }
         None => meshql_process::Processors::default(),
     });
+    processors.rebuild_if_log_replaced();
 
     let mut storages: Vec<(String, DynStore)> = Vec::new();
     for entity in &config.entities {

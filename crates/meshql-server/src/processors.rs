@@ -118,7 +118,7 @@ pub fn write_metrics(out: &mut String, stats: &[ProcessorStats]) {
 /// config on this machine: they read its change log as a reader in another process and write
 /// their outputs to the config's storage directly.
 pub struct ProcessorHost {
-    processors: Processors,
+    processors: Arc<Processors>,
     databases: Vec<meshql_core::DynDatabase>,
 }
 
@@ -244,6 +244,8 @@ pub async fn host(
         },
     )
     .await?;
+    let processors = Arc::new(processors);
+    processors.rebuild_if_log_replaced();
     Ok(ProcessorHost {
         processors,
         databases: databases.into_values().collect(),
