@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    check_error_line, example_copy, examples_dir, meshql_bin, processed_once, Client, Server,
+    check_error_line, example_copy, examples_dir, meshql_bin, processed_once, spawn_process,
+    Client, Server,
 };
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -509,27 +510,6 @@ async fn events_once_across_kill_9(
         let n = events_processed_once(&server.url("")).await;
         assert!(n > 20);
     }
-}
-
-/// `meshql process` on a config and data directory, its output in `log`.
-fn spawn_process(
-    config: &std::path::Path,
-    data: &std::path::Path,
-    log: &std::path::Path,
-) -> std::process::Child {
-    let out = std::fs::File::create(log).unwrap();
-    std::process::Command::new(meshql_bin())
-        .arg("process")
-        .arg(config)
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--status-every")
-        .arg("1")
-        .stdin(std::process::Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,9 @@
 
 mod common;
 
-use common::{check_error_line, example_copy, processed_once, Client, OwnService, Server};
+use common::{
+    check_error_line, example_copy, processed_once, spawn_process, Client, OwnService, Server,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -135,6 +137,79 @@ async fn a_processor_reads_a_nats_relay_once_across_kill_9() {
         processor_metric(&bc, "meshql_processor_dead_letters").await,
         Some(0.0)
     );
+}
+
+/// The same stream read by `meshql process` beside a server that runs no processor (SQLite
+/// shared between them), killed (-9) mid-stream and started again: still every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meshql_process_reads_a_nats_stream_once_across_kill_9() {
+    let run = run_id();
+    let url = nats();
+    let publisher = example_copy("events", |t| {
+        format!(
+            "{t}\n[[changes.relay]]\nname = \"nats\"\ntype = \"nats\"\nurl = \"{url}\"\nsubject_prefix = \"p{run}.changes\"\nstream = \"P{run}\"\n"
+        )
+    });
+    let consumer = example_copy("events", |t| {
+        let source = format!(
+            "{{ type = \"nats\", url = \"{url}\", stream = \"P{run}\", subjects = [\"p{run}.changes.event\"] }}"
+        );
+        t.replace(
+            "output = \"processedevent\"\n",
+            &format!("output = \"processedevent\"\nsource = {source}\n"),
+        )
+        .replace(
+            "file = \"events.db\"",
+            "file = \"events.db\"\nexclusive = false",
+        )
+    });
+    let a = Server::start(&publisher.path().join("meshql.toml"), &["--no-processors"]);
+    let data = tempfile::tempdir().unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let b_config = consumer.path().join("meshql.toml");
+    let b = Server::start_with_data_dir(&b_config, data.path(), &["--no-processors"]);
+    let mut process = spawn_process(&b_config, data.path(), &logs.path().join("p0.log"));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (c, stop) = (a.client(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) && n < 3000 {
+                let body = json!({"name": format!("p-{n}"), "data": "{}", "timestamp": "2026-11-27T10:00:00Z"});
+                c.post_json("/event/api", &body).await.expect_status(201);
+                n += 1;
+            }
+            n
+        })
+    };
+    let bc = b.client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while bc.list("/processedevent/api").await.len() < 20 {
+        let log = std::fs::read_to_string(logs.path().join("p0.log")).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "`meshql process` processed nothing: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    process.kill().unwrap();
+    process.wait().unwrap();
+    let mut process = spawn_process(&b_config, data.path(), &logs.path().join("p1.log"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    let written = writer.await.unwrap();
+    let events: BTreeSet<String> = a
+        .client()
+        .list("/event/api")
+        .await
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(events.len() as u64, written);
+    processed_once(&bc, &events, Duration::from_secs(60)).await;
+    process.kill().unwrap();
+    process.wait().unwrap();
 }
 
 /// A change as a meshql NATS relay publishes it.

@@ -935,3 +935,25 @@ pub fn check_error_line(config: &Path, needle: &str) -> String {
         .unwrap_or_else(|| panic!("`{needle}` in:\n{said}"))
         .to_owned()
 }
+
+/// `meshql process` on a config and data directory, its output in `log`.
+#[allow(dead_code)]
+pub fn spawn_process(
+    config: &std::path::Path,
+    data: &std::path::Path,
+    log: &std::path::Path,
+) -> std::process::Child {
+    let out = std::fs::File::create(log).unwrap();
+    std::process::Command::new(meshql_bin())
+        .arg("process")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--status-every")
+        .arg("1")
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap()
+}
