@@ -6,8 +6,7 @@
 mod common;
 
 use common::{
-    check_error_line, example_copy, examples_dir, meshql_bin, processed_once, spawn_process,
-    Client, Server,
+    check_error_line, example_copy, examples_dir, processed_once, spawn_process, Client, Server,
 };
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
