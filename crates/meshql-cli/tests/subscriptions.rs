@@ -201,6 +201,38 @@ async fn websocket_subscriptions_follow_the_changes_their_query_matches() {
         "{event}"
     );
     assert_eq!(event["payload"]["extensions"]["change"]["op"], "update");
+    assert!(event["payload"]["extensions"]["change"]
+        .get("departed")
+        .is_none());
+
+    // moved to the blue coop, the hen leaves the query's match: a departure (the field
+    // answers nothing); updates while it is away are no events; moved back, it is one again
+    let put = |body: Value| {
+        let (c, path) = (server.client(), format!("/hen/api/{hen}"));
+        async move {
+            c.put_json(&path, &body).await.expect_status(200);
+        }
+    };
+    put(json!({"name": "ruby", "coop_id": blue, "eggs": 5})).await;
+    let event = receive(&mut ws).await;
+    assert_eq!(event["payload"]["data"]["getByCoop"], json!([]), "{event}");
+    let change = &event["payload"]["extensions"]["change"];
+    assert_eq!(
+        (&change["op"], &change["departed"], &change["id"]),
+        (&json!("update"), &json!(true), &json!(hen)),
+        "{event}"
+    );
+    put(json!({"name": "ruby", "coop_id": blue, "eggs": 6})).await;
+    assert!(silent(&mut ws, Duration::from_millis(300)).await);
+    put(json!({"name": "ruby", "coop_id": red, "eggs": 6})).await;
+    let event = receive(&mut ws).await;
+    assert_eq!(
+        event["payload"]["data"]["getByCoop"][0]["eggs"], 6,
+        "{event}"
+    );
+    assert!(event["payload"]["extensions"]["change"]
+        .get("departed")
+        .is_none());
     server
         .client()
         .delete(&format!("/hen/api/{hen}"))

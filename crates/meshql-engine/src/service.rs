@@ -581,6 +581,23 @@ impl EntityService {
             .map(|e| apply_mask(mask.as_deref(), e)))
     }
 
+    /// The version of `id` current just before `at`, whoever may read it, from the primary:
+    /// for the change feed's own consumers (subscriptions tell a document that left a query's
+    /// match by it), which decide who may see what themselves.
+    pub async fn version_before(
+        &self,
+        id: &str,
+        at: Millis,
+    ) -> Result<Option<Envelope>, EngineError> {
+        Ok(self
+            .reader_for(true)
+            .read(
+                id,
+                &ReadContext::new(&meshql_core::TokenFilter::All, Some(at - 1)),
+            )
+            .await?)
+    }
+
     pub async fn read_many(
         &self,
         session: &Session,

@@ -45,4 +45,4 @@ mod tree;
 pub use catalog::{Catalog, Graphlette, GraphletteQuery};
 pub use registry::{Registry, RegistryError};
 pub use request::{Budget, GraphqlRequest, RequestContext};
-pub use subscribe::{ChangeEvent, Subscribed, Subscription};
+pub use subscribe::{version_before, Before, ChangeEvent, Subscribed, Subscription};

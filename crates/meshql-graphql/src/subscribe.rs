@@ -7,7 +7,10 @@
 //! the caller may read: the changed document with the subscription's selection, its
 //! relationships resolved as of the change (one snapshot per event, as a query's `at`). A
 //! delete answers the field with nothing (`null`, or `[]` for a list) and says so in the
-//! event's `extensions.change`. Whether the caller may read, and which fields, is the engine's
+//! event's `extensions.change`. So does an update that takes a document *out* of the match
+//! (its version before the change matched and was visible to the caller, the new one does not
+//! or is not): `extensions.change.departed` is `true`, so a client keeping the query's result
+//! removes it. Whether the caller may read, and which fields, is the engine's
 //! decision, as for every other read ([`meshql_engine::EntityService::read_grant`]).
 //!
 //! Subscriptions with the same query, variables and caller are one *cohort*
@@ -41,6 +44,43 @@ pub struct ChangeEvent<'a> {
     /// The same, parsed once for every subscription that looks at the change (`None`: not
     /// a JSON object, which no subscription matches).
     pub document: Option<&'a Map<String, Value>>,
+    /// For an update: the version before it (read once for every subscription:
+    /// [`version_before`]), to tell a document that leaves a query's match.
+    pub before: Option<&'a Before>,
+}
+
+/// A document's version before a change.
+#[derive(Debug, Clone)]
+pub struct Before {
+    pub document: Map<String, Value>,
+    pub authorized_tokens: Vec<String>,
+}
+
+/// The version of `change`'s document before it, for an update of an entity served here
+/// (`None` otherwise, or when it cannot be read: then no departure is told).
+pub async fn version_before(registry: &Registry, change: &ChangeEvent<'_>) -> Option<Before> {
+    if change.op != "update" {
+        return None;
+    }
+    let graphlette = registry
+        .graphlettes()
+        .iter()
+        .find(|g| g.entity == change.entity)?;
+    match graphlette
+        .service
+        .version_before(change.id, change.created_at)
+        .await
+    {
+        Ok(Some(e)) => Some(Before {
+            document: serde_json::from_str(&e.payload).ok()?,
+            authorized_tokens: e.authorized_tokens,
+        }),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "subscriptions: the version before an update could not be read; no departure is told");
+            None
+        }
+    }
 }
 
 /// A planned subscription: what a transport keeps per subscriber.
@@ -149,41 +189,93 @@ impl Subscription {
     /// `extensions.change`), or `None` when the subscriber should not hear of it: another
     /// entity, a document the caller may not see, one the arguments do not match.
     pub async fn event(&self, registry: &Registry, change: &ChangeEvent<'_>) -> Option<Vec<u8>> {
-        if change.entity != self.entity
-            || !meshql_core::is_visible(&self.ctx.access.filter, change.authorized_tokens)
-        {
+        if change.entity != self.entity {
             return None;
         }
+        let visible = |tokens: &[String]| meshql_core::is_visible(&self.ctx.access.filter, tokens);
+        let now = visible(change.authorized_tokens) && self.matches(registry, change).await;
+        // an update that takes the document out of the match: a departure, if the caller saw
+        // the version before it
+        let departed = !now
+            && match change.before {
+                Some(before) => {
+                    visible(&before.authorized_tokens)
+                        && self.matched_before(registry, change, before).await
+                }
+                None => false,
+            };
+        if !now && !departed {
+            return None;
+        }
+        let body = self
+            .execute(registry, change, change.op != "delete" && !departed)
+            .await;
+        Some(with_change(body, change, departed))
+    }
+
+    /// Whether the query, with this subscription's arguments, finds the changed document.
+    async fn matches(&self, registry: &Registry, change: &ChangeEvent<'_>) -> bool {
         let graphlette = &registry.graphlettes()[self.index];
         let template = &graphlette.queries[self.query].template;
-        let payload = change.document?;
-        let matches = if template.is_sql() {
-            // a SQL template cannot be evaluated here: ask the store whether the query, as
-            // of the change, finds the document
-            let search = Search::new(template, &self.args, None);
+        let Some(payload) = change.document else {
+            return false;
+        };
+        if template.is_sql() {
             let at = if change.op == "delete" {
                 change.created_at - 1
             } else {
                 change.created_at
             };
-            match graphlette
-                .service
-                .find(&self.ctx.access, &search, Some(at))
-                .await
-            {
-                Ok(found) => found.rows.iter().any(|r| r.id == change.id),
-                Err(e) => {
-                    tracing::warn!(error = %e, "a subscription's SQL template could not be evaluated for a change");
-                    false
-                }
-            }
+            self.found_by_sql(registry, change.id, at).await
         } else {
             template.matches(&self.args, change.id, payload)
-        };
-        if !matches {
-            return None;
         }
-        let node = (change.op != "delete").then(|| {
+    }
+
+    /// Whether the query found the document's version before the change.
+    async fn matched_before(
+        &self,
+        registry: &Registry,
+        change: &ChangeEvent<'_>,
+        before: &Before,
+    ) -> bool {
+        let template = &registry.graphlettes()[self.index].queries[self.query].template;
+        if template.is_sql() {
+            self.found_by_sql(registry, change.id, change.created_at - 1)
+                .await
+        } else {
+            template.matches(&self.args, change.id, &before.document)
+        }
+    }
+
+    /// A SQL template cannot be evaluated here: ask the store whether the query, as of `at`,
+    /// finds document `id`.
+    async fn found_by_sql(&self, registry: &Registry, id: &str, at: Millis) -> bool {
+        let graphlette = &registry.graphlettes()[self.index];
+        let template = &graphlette.queries[self.query].template;
+        let search = Search::new(template, &self.args, None);
+        match graphlette
+            .service
+            .find(&self.ctx.access, &search, Some(at))
+            .await
+        {
+            Ok(found) => found.rows.iter().any(|r| r.id == id),
+            Err(e) => {
+                tracing::warn!(error = %e, "a subscription's SQL template could not be evaluated for a change");
+                false
+            }
+        }
+    }
+
+    /// The response for `change`: the document with the subscription's selection
+    /// (`with_document`), or the field answered with nothing.
+    async fn execute(
+        &self,
+        registry: &Registry,
+        change: &ChangeEvent<'_>,
+        with_document: bool,
+    ) -> Vec<u8> {
+        let node = with_document.then(|| {
             Node::from_row(
                 Row {
                     id: change.id.to_owned(),
@@ -195,7 +287,7 @@ impl Subscription {
         });
         let limits = registry.limits();
         let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms.get());
-        let body = execute_event(
+        execute_event(
             registry.graphlettes(),
             registry.fetchers(),
             &self.plan,
@@ -206,25 +298,26 @@ impl Subscription {
             node,
             change.created_at,
         )
-        .await;
-        Some(with_change(body, change))
+        .await
     }
 }
 
 /// `body` (a GraphQL response object) with `"extensions":{"change":{…}}` added.
-fn with_change(mut body: Vec<u8>, change: &ChangeEvent<'_>) -> Vec<u8> {
+fn with_change(mut body: Vec<u8>, change: &ChangeEvent<'_>, departed: bool) -> Vec<u8> {
     if body.last() != Some(&b'}') {
         return body;
     }
     body.pop();
-    let extensions = serde_json::json!({
-        "change": {
-            "position": change.position,
-            "op": change.op,
-            "id": change.id,
-            "created_at": change.created_at,
-        }
+    let mut about = serde_json::json!({
+        "position": change.position,
+        "op": change.op,
+        "id": change.id,
+        "created_at": change.created_at,
     });
+    if departed {
+        about["departed"] = Value::Bool(true);
+    }
+    let extensions = serde_json::json!({ "change": about });
     body.extend_from_slice(b",\"extensions\":");
     body.extend_from_slice(extensions.to_string().as_bytes());
     body.push(b'}');
@@ -246,11 +339,16 @@ mod tests {
             authorized_tokens: &[],
             payload: "{}",
             document: None,
+            before: None,
         };
-        let body = with_change(br#"{"data":{"x":1}}"#.to_vec(), &change);
+        let body = with_change(br#"{"data":{"x":1}}"#.to_vec(), &change, false);
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["data"]["x"], 1);
         assert_eq!(v["extensions"]["change"]["position"], 7);
         assert_eq!(v["extensions"]["change"]["op"], "update");
+        assert!(v["extensions"]["change"].get("departed").is_none());
+        let body = with_change(br#"{"data":{"x":null}}"#.to_vec(), &change, true);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["extensions"]["change"]["departed"], true);
     }
 }

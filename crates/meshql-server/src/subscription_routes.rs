@@ -104,10 +104,9 @@ impl Events {
                     .await
                     .map_err(|_| r#"{"errors":[{"message":"the change log cannot be read","extensions":{"code":"UNAVAILABLE"}}]}"#)?;
                 for change in &changes {
-                    let document = crate::subscriptions::parse(change);
                     if let Some(body) = self
                         .hub
-                        .event(&self.membership.subscription, change, document.as_ref())
+                        .event_of_change(&self.membership.subscription, change)
                         .await
                     {
                         self.pending.push_back((change.position, Arc::new(body)));

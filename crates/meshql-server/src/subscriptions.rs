@@ -17,7 +17,7 @@
 
 use meshql_changes::feed::read_page;
 use meshql_changes::{Change, FeedFilter};
-use meshql_graphql::{ChangeEvent, Registry, Subscription};
+use meshql_graphql::{Before, ChangeEvent, Registry, Subscription};
 use meshql_log::Log;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -286,25 +286,48 @@ impl Subscriptions {
         Ok((changes, page.last.min(until)))
     }
 
-    /// The event of `change` (whose payload is `document`, parsed once for all the
-    /// subscriptions that look at it: [`parse`]) for `subscription`, if it has one.
+    /// What every subscription looks at in `change`: its document, parsed once ([`parse`]).
+    pub fn seen(&self, change: &Change) -> Seen {
+        Seen {
+            document: parse(change),
+            before: None,
+        }
+    }
+
+    /// `seen` with the version before `change` when it is an update (read once, and only
+    /// when a subscription has no event for the new version: it may have one for leaving).
+    async fn with_before(&self, change: &Change, mut seen: Seen) -> Option<Seen> {
+        if change.op != meshql_core::ChangeOp::Update {
+            return None;
+        }
+        seen.before =
+            meshql_graphql::version_before(&self.registry, &event_of(change, None, None)).await;
+        seen.before.is_some().then_some(seen)
+    }
+
+    /// The event of `change` for `subscription`, a departure included (see
+    /// [`meshql_graphql::Subscription::event`]).
+    pub async fn event_of_change(
+        &self,
+        subscription: &Subscription,
+        change: &Change,
+    ) -> Option<Vec<u8>> {
+        let seen = self.seen(change);
+        if let Some(event) = self.event(subscription, change, &seen).await {
+            return Some(event);
+        }
+        let seen = self.with_before(change, seen).await?;
+        self.event(subscription, change, &seen).await
+    }
+
+    /// The event of `change` (as [`Self::seen`] saw it) for `subscription`, if it has one.
     pub async fn event(
         &self,
         subscription: &Subscription,
         change: &Change,
-        document: Option<&serde_json::Map<String, serde_json::Value>>,
+        seen: &Seen,
     ) -> Option<Vec<u8>> {
-        let payload = change.payload.get();
-        let event = ChangeEvent {
-            position: change.position,
-            entity: &change.entity,
-            id: &change.id,
-            op: change.op.as_str(),
-            created_at: change.created_at,
-            authorized_tokens: &change.authorized_tokens,
-            payload,
-            document,
-        };
+        let event = event_of(change, seen.document.as_ref(), seen.before.as_ref());
         subscription.event(&self.registry, &event).await
     }
 
@@ -339,13 +362,24 @@ impl Subscriptions {
             if cohorts.is_empty() {
                 continue;
             }
-            let document = parse(&change);
-            let events = futures::future::join_all(
+            let seen = self.seen(&change);
+            let mut events = futures::future::join_all(
                 cohorts
                     .iter()
-                    .map(|(_, subscription)| self.event(subscription, &change, document.as_ref())),
+                    .map(|(_, subscription)| self.event(subscription, &change, &seen)),
             )
             .await;
+            // the cohorts without an event for the new version may have one for the document
+            // leaving their match: the version before is read once for them all
+            if events.iter().any(Option::is_none) {
+                if let Some(seen) = self.with_before(&change, seen).await {
+                    for ((_, subscription), event) in cohorts.iter().zip(events.iter_mut()) {
+                        if event.is_none() {
+                            *event = self.event(subscription, &change, &seen).await;
+                        }
+                    }
+                }
+            }
             // hand each event to the members of its cohort (non-blocking sends, under the
             // lock: members are not copied)
             let mut state = self.state.lock();
@@ -392,6 +426,30 @@ impl Subscriptions {
             state.position = last;
         }
         Ok(())
+    }
+}
+
+/// What the subscriptions look at in a change ([`Subscriptions::seen`]).
+pub struct Seen {
+    pub document: Option<serde_json::Map<String, serde_json::Value>>,
+    pub before: Option<Before>,
+}
+
+fn event_of<'a>(
+    change: &'a Change,
+    document: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    before: Option<&'a Before>,
+) -> ChangeEvent<'a> {
+    ChangeEvent {
+        position: change.position,
+        entity: &change.entity,
+        id: &change.id,
+        op: change.op.as_str(),
+        created_at: change.created_at,
+        authorized_tokens: &change.authorized_tokens,
+        payload: change.payload.get(),
+        document,
+        before,
     }
 }
 
