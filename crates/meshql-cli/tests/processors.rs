@@ -253,6 +253,16 @@ fn same(a: &Value, b: &Value) -> bool {
 }
 
 /// Waits until the served projections equal the recomputation from the stored inputs.
+/// `GET /_meshql/processors/<name>`.
+async fn processor_state(base: &str, name: &str) -> Value {
+    reqwest::get(format!("{base}/_meshql/processors/{name}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 async fn converges(base: &str) {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -735,14 +745,7 @@ async fn a_rebuild_swaps_in_a_recomputed_projection_without_downtime() {
         "a read during the rebuild saw {smallest} of the {hens_before} documents"
     );
     converges(&server.url("")).await;
-    let state: Value = http
-        .get(server.url("/_meshql/processors/hen_productivity"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let state = processor_state(&server.url(""), "hen_productivity").await;
     assert_eq!(state["rebuild"]["state"], "done", "{state}");
     // a rebuild of an unknown processor is a 404 naming it
     let r = http
@@ -813,17 +816,9 @@ async fn rebuilt_when_the_change_log_is_replaced(variant: &str, database: String
     let server = serve(second.path());
     assert_ne!(log_id(second.path()), old_log);
     converges(&server.url("")).await;
-    let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let state: Value = http
-            .get(server.url("/_meshql/processors/farm_output"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let state = processor_state(&server.url(""), "farm_output").await;
         if state["rebuild"]["state"] == "done" {
             break;
         }

@@ -41,6 +41,24 @@ fn consumer_of(source: &str) -> tempfile::TempDir {
     })
 }
 
+/// POSTs events (`<prefix>-<n>`, with `data`) until `stop`, 3,000 at most; how many it POSTed.
+fn post_events(
+    c: Client,
+    stop: Arc<AtomicBool>,
+    prefix: &'static str,
+    data: &'static str,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) && n < 3000 {
+            let body = json!({"name": format!("{prefix}-{n}"), "data": data, "timestamp": "2026-11-27T10:00:00Z"});
+            c.post_json("/event/api", &body).await.expect_status(201);
+            n += 1;
+        }
+        n
+    })
+}
+
 /// A series of the events processor in `/metrics` (`None`: not there).
 async fn processor_metric(c: &Client, series: &str) -> Option<f64> {
     let prefix = format!(
@@ -72,18 +90,7 @@ async fn a_processor_reads_a_nats_relay_once_across_kill_9() {
     let mut b = Server::start_with_data_dir(&b_config, data.path(), &[]);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (c, stop) = (a.client(), stop.clone());
-        tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) && n < 3000 {
-                let body = json!({"name": format!("n-{n}"), "data": "{\"user_id\":\"u\"}", "timestamp": "2026-11-27T10:00:00Z"});
-                c.post_json("/event/api", &body).await.expect_status(201);
-                n += 1;
-            }
-            n
-        })
-    };
+    let writer = post_events(a.client(), stop.clone(), "n", "{\"user_id\":\"u\"}");
     // the consumer has committed some batches when it is killed
     let deadline = Instant::now() + Duration::from_secs(30);
     while b.client().list("/processedevent/api").await.len() < 20 {
@@ -171,18 +178,7 @@ async fn meshql_process_reads_a_nats_stream_once_across_kill_9() {
     let mut process = spawn_process(&b_config, data.path(), &logs.path().join("p0.log"));
 
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (c, stop) = (a.client(), stop.clone());
-        tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) && n < 3000 {
-                let body = json!({"name": format!("p-{n}"), "data": "{}", "timestamp": "2026-11-27T10:00:00Z"});
-                c.post_json("/event/api", &body).await.expect_status(201);
-                n += 1;
-            }
-            n
-        })
-    };
+    let writer = post_events(a.client(), stop.clone(), "p", "{}");
     let bc = b.client();
     let deadline = Instant::now() + Duration::from_secs(30);
     while bc.list("/processedevent/api").await.len() < 20 {

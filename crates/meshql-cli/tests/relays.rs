@@ -157,16 +157,19 @@ async fn metric(c: &Client, name: &str, relay: &str) -> Option<f64> {
 }
 
 /// Waits until every change of the log is committed by `relay` (panics after `limit`).
-async fn caught_up(c: &Client, relay: &str, limit: Duration) {
+/// Waits until the feed holds at least `at_least` changes (the hub copies writes into the log
+/// a moment after they are acknowledged: a relay "caught up" with a log that has not got them
+/// yet proves nothing) and `relay` has committed its last one with no lag.
+async fn caught_up(c: &Client, relay: &str, at_least: usize, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
-        let last = feed(c)
-            .await
+        let changes = feed(c).await;
+        let last = changes
             .last()
             .map_or(0, |v| v["position"].as_u64().unwrap());
         let committed = metric(c, "meshql_relay_committed_position", relay).await;
         let lag = metric(c, "meshql_relay_lag", relay).await;
-        if committed == Some(last as f64) && lag == Some(0.0) {
+        if changes.len() >= at_least && committed == Some(last as f64) && lag == Some(0.0) {
             return;
         }
         assert!(
@@ -322,8 +325,8 @@ format = "debezium"
     let server = Server::start(&config, &[]);
     let c = server.client();
     some_writes(&c).await;
-    caught_up(&c, "plain", Duration::from_secs(60)).await;
-    caught_up(&c, "cdc", Duration::from_secs(60)).await;
+    caught_up(&c, "plain", 5, Duration::from_secs(60)).await;
+    caught_up(&c, "cdc", 5, Duration::from_secs(60)).await;
     let changes = feed(&c).await;
     assert_eq!(changes.len(), 5);
     let want = change_ids(&changes);
@@ -427,7 +430,7 @@ stream = "R{run}"
     let server = Server::start(&config, &[]);
     let c = server.client();
     some_writes(&c).await;
-    caught_up(&c, "js", Duration::from_secs(60)).await;
+    caught_up(&c, "js", 5, Duration::from_secs(60)).await;
     let changes = feed(&c).await;
     let stored = read_stream(&url, &format!("R{run}")).await;
     assert_eq!(stored.len(), changes.len(), "{stored:?}");
@@ -579,7 +582,7 @@ options = {{ "message.timeout.ms" = 3000 }}
     let c = server.client();
     // the baseline, with the broker up
     let (before, baseline) = timed_writes(&c, "before", WRITES_PER_PHASE).await;
-    caught_up(&c, "k", Duration::from_secs(30)).await;
+    caught_up(&c, "k", before.len(), Duration::from_secs(30)).await;
     let errors_before = metric(&c, "meshql_relay_errors_total", "k").await.unwrap();
 
     let b = broker.clone_handle();
@@ -603,7 +606,8 @@ options = {{ "message.timeout.ms" = 3000 }}
         .await
         .unwrap();
     let (after, _) = timed_writes(&c, "after", 5).await;
-    caught_up(&c, "k", Duration::from_secs(90)).await;
+    let written = before.len() + during.len() + after.len();
+    caught_up(&c, "k", written, Duration::from_secs(90)).await;
     assert_eq!(
         metric(&c, "meshql_relay_seconds_since_last_success", "k").await,
         Some(0.0)
@@ -648,7 +652,7 @@ retry_backoff_max_ms = 1000
     let server = Server::start(&config, &[]);
     let c = server.client();
     let (before, baseline) = timed_writes(&c, "before", WRITES_PER_PHASE).await;
-    caught_up(&c, "n", Duration::from_secs(30)).await;
+    caught_up(&c, "n", before.len(), Duration::from_secs(30)).await;
     let errors_before = metric(&c, "meshql_relay_errors_total", "n").await.unwrap();
 
     server_nats.kill_9("nats");
@@ -664,7 +668,8 @@ retry_backoff_max_ms = 1000
         .await
         .unwrap();
     let (after, _) = timed_writes(&c, "after", 5).await;
-    caught_up(&c, "n", Duration::from_secs(90)).await;
+    let written = before.len() + during.len() + after.len();
+    caught_up(&c, "n", written, Duration::from_secs(90)).await;
 
     let changes = feed(&c).await;
     let fed: Vec<&str> = changes.iter().map(|c| c["id"].as_str().unwrap()).collect();
@@ -753,8 +758,8 @@ batch = 50
 
     let server = Server::start_with_data_dir(&config, data.path(), &[]);
     let c = server.client();
-    caught_up(&c, "k", Duration::from_secs(90)).await;
-    caught_up(&c, "n", Duration::from_secs(90)).await;
+    caught_up(&c, "k", acknowledged.len(), Duration::from_secs(90)).await;
+    caught_up(&c, "n", acknowledged.len(), Duration::from_secs(90)).await;
     let changes = feed(&c).await;
     let stored = change_ids(&changes);
     let stored_ids: BTreeSet<&str> = changes.iter().map(|c| c["id"].as_str().unwrap()).collect();
