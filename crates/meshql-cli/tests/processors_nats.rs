@@ -59,6 +59,15 @@ fn post_events(
     })
 }
 
+/// The ids of the events a server stores.
+async fn event_ids(c: &Client) -> BTreeSet<String> {
+    c.list("/event/api")
+        .await
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 /// A series of the events processor in `/metrics` (`None`: not there).
 async fn processor_metric(c: &Client, series: &str) -> Option<f64> {
     let prefix = format!(
@@ -120,13 +129,7 @@ async fn a_processor_reads_a_nats_relay_once_across_kill_9() {
     assert!(written > committed, "the load ran on ({written} events)");
 
     // every event of the publisher is processed exactly once by the consumer
-    let events: BTreeSet<String> = a
-        .client()
-        .list("/event/api")
-        .await
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let events = event_ids(&a.client()).await;
     assert_eq!(events.len() as u64, written);
     let bc = b.client();
     processed_once(&bc, &events, Duration::from_secs(60)).await;
@@ -195,13 +198,7 @@ async fn meshql_process_reads_a_nats_stream_once_across_kill_9() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
     let written = writer.await.unwrap();
-    let events: BTreeSet<String> = a
-        .client()
-        .list("/event/api")
-        .await
-        .iter()
-        .map(|e| e["id"].as_str().unwrap().to_owned())
-        .collect();
+    let events = event_ids(&a.client()).await;
     assert_eq!(events.len() as u64, written);
     processed_once(&bc, &events, Duration::from_secs(60)).await;
     process.kill().unwrap();
