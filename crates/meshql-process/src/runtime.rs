@@ -127,6 +127,9 @@ pub(crate) struct ProcessorHandler {
     counters: Counters,
 }
 
+/// How long a processor woken by a change waits for more before reading its batch.
+const PROCESSOR_LINGER: Duration = Duration::from_millis(3);
+
 /// The state row holding the identity of the log a processor's position is in.
 const LOG_ID: &str = "log";
 
@@ -559,12 +562,9 @@ fn log_feed(
             commit_every: Duration::from_secs(1),
             // a transaction per batch: under a stream of single writes, gather a few
             // milliseconds of them into one
-            linger: Duration::from_millis(
-                std::env::var("MESHQL_EXP_LINGER")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(3),
-            ),
+            // (15 ms was measured too: 73–79 µs of CPU per POST against 82–85, within noise,
+            // for 12 ms more on every quiet change)
+            linger: PROCESSOR_LINGER,
             ..ConsumerOptions::default()
         },
     )?))
