@@ -196,9 +196,12 @@ impl KafkaSink {
             for topic in &names {
                 if let Err(e) = producer
                     .client()
-                    .fetch_metadata(Some(topic), Duration::from_secs(10))
+                    .fetch_metadata(Some(topic), Duration::from_secs(5))
                 {
-                    tracing::debug!(%relay, %topic, error = %e, "kafka relay: no metadata for a topic yet");
+                    // the broker is unreachable: the producer asks again when it sends (and a
+                    // blocking thread is not held for every topic in turn)
+                    tracing::debug!(%relay, %topic, error = %e, "kafka relay: no metadata for its topics yet");
+                    break;
                 }
             }
         })
