@@ -11,13 +11,13 @@
 
 mod common;
 
-use common::{example_copy, Client, Server};
+use common::{example_copy, Client, OwnService, Server};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,92 +41,6 @@ fn farm_with(extra: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = example_copy("farm", |text| format!("{text}\n{extra}\n"));
     let config = dir.path().join("meshql.toml");
     (dir, config)
-}
-
-/// A broker of a test's own on its own port, stopped when dropped.
-struct OwnServer {
-    script: PathBuf,
-    env: (&'static str, String),
-    url: String,
-}
-
-impl OwnServer {
-    fn script(service: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../scripts/services")
-            .join(format!("{service}.sh"))
-    }
-
-    fn run(script: &Path, env: &(&'static str, String), verb: &str) -> String {
-        let out = Command::new("bash")
-            .arg(script)
-            .arg(verb)
-            .env(env.0, &env.1)
-            .stdin(std::process::Stdio::null())
-            .output()
-            .expect("run the service script");
-        assert!(
-            out.status.success(),
-            "{} {verb} failed:\n{}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap().trim().to_owned()
-    }
-
-    fn start(service: &str, port_var: &'static str, port: u16) -> OwnServer {
-        let script = Self::script(service);
-        let env = (port_var, port.to_string());
-        let url = Self::run(&script, &env, "start");
-        OwnServer { script, env, url }
-    }
-
-    /// A handle that can stop and restart the server from a blocking thread.
-    fn clone_handle(&self) -> Handle {
-        Handle {
-            script: self.script.clone(),
-            env: self.env.clone(),
-        }
-    }
-
-    /// kill -9 of the server process (its pid file is the script's).
-    fn kill_9(&self, service: &str) {
-        let base = std::env::var("MESHQL_SERVICES_DIR")
-            .unwrap_or_else(|_| "/tmp/meshql-services".to_owned());
-        let pid = std::fs::read_to_string(format!("{base}/{service}/{}/pid", self.env.1))
-            .expect("the server's pid file");
-        let status = Command::new("kill")
-            .args(["-9", pid.trim()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-struct Handle {
-    script: PathBuf,
-    env: (&'static str, String),
-}
-
-impl Handle {
-    fn stop(&self) {
-        OwnServer::run(&self.script, &self.env, "stop");
-    }
-
-    fn restart(&self) {
-        OwnServer::run(&self.script, &self.env, "start");
-    }
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(&self.script)
-            .arg("stop")
-            .env(self.env.0, &self.env.1)
-            .output();
-    }
 }
 
 /// Every change in `/_changes`, in order.
@@ -563,8 +477,9 @@ fn assert_not_blocked(baseline: &[Duration], outage: &[Duration]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_down_writes_are_acknowledged_as_fast_and_all_delivered_after() {
-    let broker = OwnServer::start("kafka", "MESHQL_KAFKA_PORT", 19192);
-    let addr = broker_addr(&broker.url);
+    let broker = Arc::new(OwnService::new("kafka", "MESHQL_KAFKA_PORT", 19192));
+    let broker_url = broker.start();
+    let addr = broker_addr(&broker_url);
     let run = run_id();
     let (_dir, config) = farm_with(&format!(
         r#"
@@ -576,7 +491,7 @@ topic_prefix = "o{run}."
 retry_backoff_max_ms = 1000
 options = {{ "message.timeout.ms" = 3000 }}
 "#,
-        broker.url
+        broker_url
     ));
     let server = Server::start(&config, &[]);
     let c = server.client();
@@ -585,7 +500,7 @@ options = {{ "message.timeout.ms" = 3000 }}
     caught_up(&c, "k", before.len(), Duration::from_secs(30)).await;
     let errors_before = metric(&c, "meshql_relay_errors_total", "k").await.unwrap();
 
-    let b = broker.clone_handle();
+    let b = broker.clone();
     tokio::task::spawn_blocking(move || b.stop()).await.unwrap();
     until_refused(addr).await;
     let (during, outage) = writes_during_outage(&c, "k", addr, errors_before).await;
@@ -601,8 +516,8 @@ options = {{ "message.timeout.ms" = 3000 }}
     assert!(refuses(addr), "the broker was down throughout");
     assert_not_blocked(&baseline, &outage);
 
-    let b = broker.clone_handle();
-    tokio::task::spawn_blocking(move || b.restart())
+    let b = broker.clone();
+    tokio::task::spawn_blocking(move || b.start())
         .await
         .unwrap();
     let (after, _) = timed_writes(&c, "after", 5).await;
@@ -623,7 +538,7 @@ options = {{ "message.timeout.ms" = 3000 }}
         .collect();
     assert_eq!(fed, written, "every acknowledged write, once, in order");
     let want = change_ids(&changes);
-    let got = consume_kafka(&broker.url, &[format!("o{run}.farm")], want.clone()).await;
+    let got = consume_kafka(&broker_url, &[format!("o{run}.farm")], want.clone()).await;
     let delivered: BTreeSet<String> = got.iter().map(|m| m.headers["change_id"].clone()).collect();
     assert_eq!(
         delivered, want,
@@ -634,8 +549,9 @@ options = {{ "message.timeout.ms" = 3000 }}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_killed_writes_are_acknowledged_as_fast_and_all_delivered_after() {
-    let server_nats = OwnServer::start("nats", "MESHQL_NATS_PORT", 14322);
-    let addr = broker_addr(&server_nats.url);
+    let server_nats = Arc::new(OwnService::new("nats", "MESHQL_NATS_PORT", 14322));
+    let nats_url = server_nats.start();
+    let addr = broker_addr(&nats_url);
     let run = run_id();
     let (_dir, config) = farm_with(&format!(
         r#"
@@ -647,7 +563,7 @@ subject_prefix = "o{run}.changes"
 stream = "O{run}"
 retry_backoff_max_ms = 1000
 "#,
-        server_nats.url
+        nats_url
     ));
     let server = Server::start(&config, &[]);
     let c = server.client();
@@ -655,7 +571,7 @@ retry_backoff_max_ms = 1000
     caught_up(&c, "n", before.len(), Duration::from_secs(30)).await;
     let errors_before = metric(&c, "meshql_relay_errors_total", "n").await.unwrap();
 
-    server_nats.kill_9("nats");
+    server_nats.kill_9();
     until_refused(addr).await;
     let (during, outage) = writes_during_outage(&c, "n", addr, errors_before).await;
     assert!(metric(&c, "meshql_relay_lag", "n").await.unwrap() > 0.0);
@@ -663,8 +579,8 @@ retry_backoff_max_ms = 1000
     assert!(refuses(addr), "the server was down throughout");
     assert_not_blocked(&baseline, &outage);
 
-    let n = server_nats.clone_handle();
-    tokio::task::spawn_blocking(move || n.restart())
+    let n = server_nats.clone();
+    tokio::task::spawn_blocking(move || n.start())
         .await
         .unwrap();
     let (after, _) = timed_writes(&c, "after", 5).await;
@@ -680,7 +596,7 @@ retry_backoff_max_ms = 1000
         .map(String::as_str)
         .collect();
     assert_eq!(fed, written, "every acknowledged write, once, in order");
-    let stored = read_stream(&server_nats.url, &format!("O{run}")).await;
+    let stored = read_stream(&nats_url, &format!("O{run}")).await;
     let delivered: BTreeSet<String> = stored.iter().map(|s| s.1.clone()).collect();
     assert_eq!(
         delivered,

@@ -825,6 +825,7 @@ pub fn bearer_with(claims: &Value) -> String {
 /// script's port variable, e.g. `MESHQL_NATS_PORT`), which the test may stop and start again
 /// without disturbing the shared one; stopped when dropped. Not started by [`OwnService::new`].
 pub struct OwnService {
+    service: String,
     script: PathBuf,
     port_var: &'static str,
     port: u16,
@@ -833,12 +834,28 @@ pub struct OwnService {
 impl OwnService {
     pub fn new(service: &str, port_var: &'static str, port: u16) -> OwnService {
         OwnService {
+            service: service.to_owned(),
             script: Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../scripts/services")
                 .join(format!("{service}.sh")),
             port_var,
             port,
         }
+    }
+
+    /// `kill -9` of the server process (the pid file its script keeps).
+    #[allow(dead_code)]
+    pub fn kill_9(&self) {
+        let base = std::env::var("MESHQL_SERVICES_DIR")
+            .unwrap_or_else(|_| "/tmp/meshql-services".to_owned());
+        let path = format!("{base}/{}/{}/pid", self.service, self.port);
+        let pid = std::fs::read_to_string(&path).expect("the server's pid file");
+        let status = Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::thread::sleep(Duration::from_millis(200));
     }
 
     fn run(&self, verb: &str) -> String {
