@@ -212,30 +212,30 @@ pub(crate) async fn run(
             let mut items = Vec::with_capacity(messages.len());
             let mut letters = Vec::new();
             let mut next: HashMap<(String, i32), i64> = HashMap::new();
-            for (topic, partition, offset, timestamp, value) in messages {
+            for (topic, partition, offset, timestamp, value) in &messages {
+                let (partition, offset) = (*partition, *offset);
                 position += 1;
                 next.insert((topic.clone(), partition), offset + 1);
-                let raw = value
-                    .as_deref()
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-                    .unwrap_or_default();
                 let Some(value) = value else {
                     continue; // a tombstone (null value) after a Debezium delete: nothing
                 };
+                // the message's text, copied only for a dead letter
+                let raw = String::from_utf8_lossy(value);
                 match input_of(
-                    &source, &topic, partition, offset, timestamp, &value, position,
+                    &source, topic, partition, offset, *timestamp, value, position,
                 ) {
-                    Ok(input) if inputs.contains(&input.entity) => items.push(Item {
-                        input,
-                        raw: raw.into(),
-                    }),
+                    Ok(input) if inputs.contains(&input.entity) => items.push(Item { input, raw }),
                     Ok(_) => {} // another entity's change on the topic
                     Err(reason) => letters.push(meshql_core::DeadLetter {
                         position,
                         change_id: format!("{topic}:{partition}:{offset}"),
-                        entity: source.entities.get(&topic).cloned().unwrap_or(topic),
+                        entity: source
+                            .entities
+                            .get(topic)
+                            .cloned()
+                            .unwrap_or_else(|| topic.clone()),
                         reason,
-                        input: raw,
+                        input: raw.into_owned(),
                         at: meshql_core::now_millis(),
                     }),
                 }

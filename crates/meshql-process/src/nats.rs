@@ -340,12 +340,10 @@ pub(crate) async fn run(
                 if r.payload.is_empty() {
                     continue; // nothing to read (a marker, not a change)
                 }
-                let raw = String::from_utf8_lossy(&r.payload).into_owned();
+                // the message's text, copied only for a dead letter
+                let raw = String::from_utf8_lossy(&r.payload);
                 match input_of(&source, r, position) {
-                    Ok(input) if inputs.contains(&input.entity) => items.push(Item {
-                        input,
-                        raw: raw.into(),
-                    }),
+                    Ok(input) if inputs.contains(&input.entity) => items.push(Item { input, raw }),
                     Ok(_) => {} // another entity's change on the stream
                     Err(reason) => letters.push(meshql_core::DeadLetter {
                         position,
@@ -356,7 +354,7 @@ pub(crate) async fn run(
                             .cloned()
                             .unwrap_or_else(|| r.subject.clone()),
                         reason,
-                        input: raw,
+                        input: raw.into_owned(),
                         at: meshql_core::now_millis(),
                     }),
                 }
