@@ -351,13 +351,7 @@ async fn read_events(
         if events.len() >= n {
             return events;
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        let chunk = tokio::time::timeout(left, response.chunk())
-            .await
-            .unwrap_or_else(|_| panic!("{n} events within 10 s; got {text}"))
-            .unwrap()
-            .expect("the stream is open");
-        text.push_str(&String::from_utf8_lossy(&chunk));
+        read_more(response, text, deadline, &format!("{n} events")).await;
     }
 }
 
@@ -625,18 +619,29 @@ async fn the_callers_grants_and_tokens_decide_what_a_subscription_sees() {
     assert_eq!(r.status(), 401);
 }
 
+/// Appends the stream's next chunk to `text`; fails the test when none comes before
+/// `deadline` (`waiting_for` says what for) or the stream ends.
+async fn read_more(
+    response: &mut reqwest::Response,
+    text: &mut String,
+    deadline: Instant,
+    waiting_for: &str,
+) {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let chunk = tokio::time::timeout(left, response.chunk())
+        .await
+        .unwrap_or_else(|_| panic!("{waiting_for} within 10 s; got {text:?}"))
+        .unwrap()
+        .expect("the stream is open");
+    text.push_str(&String::from_utf8_lossy(&chunk));
+}
+
 /// Reads an event stream until its `: subscribed` comment (10 s at most).
 async fn until_subscribed(response: &mut reqwest::Response) {
     let mut text = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !text.contains(": subscribed") {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let chunk = tokio::time::timeout(left, response.chunk())
-            .await
-            .unwrap_or_else(|_| panic!("`: subscribed` within 10 s; got {text:?}"))
-            .unwrap()
-            .expect("the stream is open");
-        text.push_str(&String::from_utf8_lossy(&chunk));
+        read_more(response, &mut text, deadline, "`: subscribed`").await;
     }
 }
 

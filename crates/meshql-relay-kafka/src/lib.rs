@@ -133,9 +133,7 @@ impl KafkaSink {
     /// first message — after about a second in which that message, and the relay's batches
     /// behind it, wait.
     pub async fn create_topics(&self) -> Vec<String> {
-        let mut names: Vec<&String> = self.topics.values().collect();
-        names.sort();
-        names.dedup();
+        let names = self.topic_names();
         if names.is_empty() {
             return Vec::new();
         }
@@ -177,6 +175,14 @@ impl KafkaSink {
         created
     }
 
+    /// The topics of the config's entities, sorted, each once.
+    fn topic_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.topics.values().cloned().collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Readies the relay for its first changes: creates the missing topics (with
     /// `create_topics`), then loads the producer's metadata of every topic. librdkafka's
     /// producer asks for a topic's metadata only at its next periodic scan (every second)
@@ -187,9 +193,7 @@ impl KafkaSink {
         if self.config.create_topics {
             self.create_topics().await;
         }
-        let mut names: Vec<String> = self.topics.values().cloned().collect();
-        names.sort();
-        names.dedup();
+        let names = self.topic_names();
         let producer = self.producer.clone();
         let relay = self.config.name.clone();
         let loaded = tokio::task::spawn_blocking(move || {

@@ -204,6 +204,18 @@ async fn an_unreachable_broker_fails_the_batch() {
     assert!(e.to_string().contains("Kafka"), "{e}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_an_unreachable_broker_creating_topics_gives_up_and_readying_returns() {
+    let mut config = config("down", TopicNaming::Entity, Format::Meshql);
+    config.brokers = "127.0.0.1:1".into();
+    config.create_topics = true;
+    let sink = KafkaSink::new(config).unwrap();
+    // the admin request times out: nothing is created, nothing panics
+    assert!(sink.create_topics().await.is_empty());
+    // creation and the first metadata request fail, and readying ends there
+    sink.prepare().await;
+}
+
 /// The partitions of `topic` the broker reports (0 when it does not know the topic).
 fn partitions(brokers: &str, topic: &str) -> usize {
     let consumer: BaseConsumer = ClientConfig::new()
