@@ -1,5 +1,5 @@
-//! The client: a lazily made, self-reconnecting connection ([`Link`]) and the three calls of
-//! the shared cache on it ([`RedisCache`]).
+//! The client: lazily made, self-reconnecting connections, one per thread ([`Link`]), and
+//! the three calls of the shared cache on them ([`RedisCache`]).
 
 use crate::settings::{redacted, RedisSettings};
 use async_trait::async_trait;
@@ -8,11 +8,11 @@ use meshql_engine::cache::TagState;
 use meshql_engine::{SharedCache, SharedCacheError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{RedisError, RedisResult};
+use std::cell::RefCell;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
 
 /// While Redis is unreachable, calls fail at once and at most one call a second goes through
 /// to it (and with it at most one connection attempt).
@@ -55,8 +55,6 @@ impl From<Failure> for SharedCacheError {
 /// When calls may reach Redis.
 #[derive(Default)]
 struct Gate {
-    /// A connection attempt is under way.
-    connecting: bool,
     /// Redis was unreachable: calls fail at once until then.
     closed_until: Option<Instant>,
     /// Why it was unreachable.
@@ -88,17 +86,31 @@ struct LinkState {
     config: ConnectionManagerConfig,
     /// For logs.
     url: String,
-    /// Made by the first connection attempt that succeeds; reconnects by itself after.
-    manager: OnceLock<ConnectionManager>,
     gate: Mutex<Gate>,
     /// `gate.closed_until` is set (read without the lock on every call).
     down: AtomicBool,
-    /// Counts finished connection attempts (calls wait for the one under way).
-    attempts: watch::Sender<u64>,
+}
+
+/// This thread's connection of one link: made once by the first call on the thread that
+/// needs it (the others wait for it), reconnecting by itself after.
+type LocalConnection = Arc<tokio::sync::OnceCell<ConnectionManager>>;
+
+thread_local! {
+    /// The connections of the links used on this thread. A link's entry goes when the link
+    /// is dropped (pruned at the next lookup), closing the connection.
+    static CONNECTIONS: RefCell<Vec<(Weak<LinkState>, LocalConnection)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 /// The connection to Redis, made on first use (or in the background from `connect`) and
 /// never an error to make: a Redis that is down only makes the calls fail until it answers.
+///
+/// **One connection per thread.** Each thread that calls gets a connection of its own, whose
+/// socket is driven by that thread's runtime. With thread-per-core serving, a connection
+/// shared by every thread would be driven by one runtime, and each call from another thread
+/// would cost two wake-ups across threads (measured: p95 of a cache miss 1.1–1.5 ms against
+/// 0.8 ms on a work-stealing runtime). Threads are few and fixed (the serving threads and
+/// the change feed's runtime), so connections are bounded by them.
 #[derive(Clone)]
 pub(crate) struct Link(Arc<LinkState>);
 
@@ -115,10 +127,8 @@ impl Link {
             client,
             config,
             url: redacted(settings.url.trim()),
-            manager: OnceLock::new(),
             gate: Mutex::new(Gate::default()),
             down: AtomicBool::new(false),
-            attempts: watch::channel(0).0,
         })))
     }
 
@@ -127,73 +137,84 @@ impl Link {
         self.0.gate.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the first connection attempt in the background.
+    /// This thread's connection cell for this link.
+    fn local(&self) -> LocalConnection {
+        CONNECTIONS.with_borrow_mut(|conns| {
+            if let Some((_, cell)) = conns
+                .iter()
+                .find(|(link, _)| std::ptr::eq(link.as_ptr(), Arc::as_ptr(&self.0)))
+            {
+                return cell.clone();
+            }
+            conns.retain(|(link, _)| link.strong_count() > 0);
+            let cell = LocalConnection::default();
+            conns.push((Arc::downgrade(&self.0), cell.clone()));
+            cell
+        })
+    }
+
+    /// Starts this thread's connection attempt in the background.
     pub(crate) fn warm_up(&self) {
-        let mut gate = self.gate();
-        if self.0.manager.get().is_none() && !gate.connecting {
-            gate.connecting = true;
-            self.spawn_attempt();
+        let cell = self.local();
+        if cell.get().is_none() {
+            self.spawn_attempt(cell);
         }
     }
 
-    /// The connection, unless Redis is known to be unreachable; waits for an attempt under
-    /// way (the caller bounds the wait).
+    /// This thread's connection, unless Redis is known to be unreachable; waits for an
+    /// attempt under way (the caller bounds the wait).
     async fn manager(&self) -> Result<ConnectionManager, Failure> {
-        if let Some(m) = self.0.manager.get() {
-            if self.0.down.load(Ordering::Acquire) {
-                self.gate().check()?;
-            }
+        let cell = self.local();
+        if self.0.down.load(Ordering::Acquire) {
+            self.gate().check()?;
+        }
+        if let Some(m) = cell.get() {
             return Ok(m.clone());
         }
-        let mut finished = self.0.attempts.subscribe();
-        {
-            let mut gate = self.gate();
-            if let Some(m) = self.0.manager.get() {
-                return Ok(m.clone());
-            }
-            if !gate.connecting {
-                gate.check()?;
-                gate.connecting = true;
-                self.spawn_attempt();
-            }
-        }
-        // The attempt cannot finish unseen: it reports after clearing `connecting`, which
-        // was set when we looked.
-        let _ = finished.changed().await;
-        match self.0.manager.get() {
-            Some(m) => Ok(m.clone()),
-            None => Err(self.gate().down()),
+        match self.spawn_attempt(cell).await {
+            Ok(Some(m)) => Ok(m),
+            _ => Err(self.gate().down()),
         }
     }
 
-    /// One connection attempt (bounded by `connect_timeout_ms`), on its own task so that a
-    /// call giving up does not cut it short.
-    fn spawn_attempt(&self) {
+    /// Makes the connection in `cell` (bounded by `connect_timeout_ms`) on a task of its own,
+    /// so that a call giving up does not cut it short; calls on the same thread meanwhile
+    /// wait for the same attempt.
+    fn spawn_attempt(
+        &self,
+        cell: LocalConnection,
+    ) -> tokio::task::JoinHandle<Option<ConnectionManager>> {
         let link = self.clone();
         tokio::spawn(async move {
             let state = &link.0;
-            let made =
-                ConnectionManager::new_with_config(state.client.clone(), state.config.clone())
+            let made = cell
+                .get_or_try_init(|| async {
+                    // an attempt that failed meanwhile closed the gate: no second one now
+                    link.gate().check()?;
+                    let made = ConnectionManager::new_with_config(
+                        state.client.clone(),
+                        state.config.clone(),
+                    )
                     .await;
-            {
-                let mut gate = link.gate();
-                gate.connecting = false;
-                match made {
-                    Ok(m) => {
-                        let _ = state.manager.set(m);
-                        gate.closed_until = None;
-                        state.down.store(false, Ordering::Release);
-                        tracing::debug!(url = %state.url, "redis cache connected");
+                    let mut gate = link.gate();
+                    match made {
+                        Ok(m) => {
+                            gate.closed_until = None;
+                            state.down.store(false, Ordering::Release);
+                            tracing::debug!(url = %state.url, "redis cache connected");
+                            Ok(m)
+                        }
+                        Err(e) => {
+                            tracing::debug!(url = %state.url, error = %e, "redis cache: cannot connect");
+                            gate.close(&e);
+                            state.down.store(true, Ordering::Release);
+                            Err(Failure::Redis(e))
+                        }
                     }
-                    Err(e) => {
-                        tracing::debug!(url = %state.url, error = %e, "redis cache: cannot connect");
-                        gate.close(&e);
-                        state.down.store(true, Ordering::Release);
-                    }
-                }
-            }
-            state.attempts.send_modify(|n| *n += 1);
-        });
+                })
+                .await;
+            made.ok().cloned()
+        })
     }
 
     /// A call was answered: the gate opens.

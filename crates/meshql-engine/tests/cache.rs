@@ -597,9 +597,11 @@ async fn an_answer_stored_across_a_shared_cache_restart_is_never_served() {
         .create(&session, json!({"name": "v1"}))
         .await
         .unwrap();
-    // the first lookup finds a fresh shared cache and sets its epoch; the next ones fill and hit
+    // the first lookup finds a fresh shared cache and sets its epoch; the next ones fill and
+    // hit (a shared cache is filled on a task of its own, after the answer)
     for _ in 0..3 {
         service.read(&session, &a.id, None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
     assert!(cache.counts().hits >= 1, "{:?}", cache.counts());
     // a write makes the next read miss; that read is held at storage after its lookup ...

@@ -1,4 +1,5 @@
-//! `products` (seed 004): seed N products (default 100,000) through the bulk endpoint, then
+//! `products` (seed 004): seed N products (default 100,000) through the bulk endpoint, warm
+//! up (a third of a step at the first rate, not measured), then
 //! `GET /products/api/{id}` with uniformly random ids at constant arrival rates — 300/s and
 //! 900/s as in the seed, then a sweep upward (2,000/s, 5,000/s, 10,000/s, …) until p95
 //! crosses `--sweep-p95-ms`, iterations are dropped, or throughput falls behind the offered
@@ -104,6 +105,19 @@ impl Scenario for Products {
         // --writes-per-sec: new products POSTed meanwhile (seed 004: 1,000/s on the primary)
         let writes_rate = ctx.opts.writes_per_sec;
         let mut written = (0u64, 0u64, 0.0f64);
+        // warm-up, not measured: the first step's load for a third of a step, so the first
+        // measured step does not pay for opening pool connections, preparing statements and
+        // reading the table into the database's page cache (a replica's especially)
+        if let Some(&first) = ctx.opts.rates.first() {
+            let secs = (step / 3).max(1);
+            let warm = ctx
+                .open_unlisted("warm-up", workload.clone(), &model(first, secs))
+                .await;
+            ctx.note(format!(
+                "warm-up (not measured): {secs} s at {first:.0}/s, p95 {:.2} ms",
+                warm.overall.p95_ms
+            ));
+        }
         for (i, rate) in rates.into_iter().enumerate() {
             let sweeping = i >= sweep_from;
             let secs = if sweeping { (step / 3).max(1) } else { step };

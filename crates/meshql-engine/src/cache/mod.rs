@@ -217,8 +217,15 @@ pub struct Cache {
     degraded: AtomicBool,
     /// The shared cache's failure has been logged (once per outage).
     reported: AtomicBool,
+    /// Fills of the shared cache under way (sent after the answer, at most
+    /// [`MAX_SHARED_FILLS`] at once).
+    fills_in_flight: Arc<tokio::sync::Semaphore>,
     counters: Counters,
 }
+
+/// Fills of a shared cache that may be under way at once; a miss beyond them is answered
+/// without being stored (counted as unfilled), so a slow server cannot pile up tasks.
+const MAX_SHARED_FILLS: usize = 256;
 
 /// What a lookup found.
 pub(crate) enum Lookup {
@@ -264,6 +271,7 @@ impl Cache {
             tier,
             degraded: AtomicBool::new(false),
             reported: AtomicBool::new(false),
+            fills_in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_SHARED_FILLS)),
             counters: Counters::default(),
         }
     }
@@ -462,15 +470,30 @@ impl Cache {
         }
     }
 
-    pub(crate) async fn store(&self, key: String, entry: Entry) {
-        bump(&self.counters.fills);
+    /// Keeps `entry` under `key`. A shared cache is filled in a task of its own, so the
+    /// answer does not wait for the round trip: an entry stored late is no less valid (it
+    /// carries the generations read before the store was), and one that fails is only a miss
+    /// the next time.
+    pub(crate) fn store(self: &Arc<Self>, key: String, entry: Entry) {
         match &self.tier {
-            Tier::Local(store) => store.insert(key, Arc::new(entry)),
+            Tier::Local(store) => {
+                bump(&self.counters.fills);
+                store.insert(key, Arc::new(entry));
+            }
             Tier::Shared(shared) => {
+                let Ok(permit) = self.fills_in_flight.clone().try_acquire_owned() else {
+                    bump(&self.counters.unfilled);
+                    return;
+                };
+                bump(&self.counters.fills);
                 let bytes = serde_json::to_vec(&entry).expect("an entry serialises");
-                if let Err(err) = shared.put(&key, bytes, self.settings.ttl).await {
-                    self.shared_failed(&err);
-                }
+                let (cache, shared) = (self.clone(), shared.clone());
+                tokio::spawn(async move {
+                    if let Err(err) = shared.put(&key, bytes, cache.settings.ttl).await {
+                        cache.shared_failed(&err);
+                    }
+                    drop(permit);
+                });
             }
         }
     }

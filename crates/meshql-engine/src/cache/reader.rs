@@ -106,7 +106,7 @@ impl CachedReader {
                     as_of,
                     answer: cached,
                 };
-                self.cache.store(key, entry).await;
+                self.cache.store(key, entry);
             }
             _ => self.cache.unfilled(),
         }
