@@ -24,8 +24,9 @@ pub struct Session {
     pub credentials: Credentials,
     /// What the caller may do, per entity (from the service's [`Policy`]).
     pub grants: Arc<Grants>,
-    /// The caller's correlation id, or a fresh one.
-    pub correlation_id: String,
+    /// The caller's correlation id; a fresh one is made when a write first asks for it
+    /// ([`Session::correlation_id`]), so a read does not pay for a UUID it never uses.
+    pub correlation_id: std::sync::OnceLock<String>,
     /// Read from the primary, not a replica or a cache: the request carries a consistency
     /// token they have not applied ([`crate::ReadAfter`]).
     pub from_primary: bool,
@@ -42,9 +43,16 @@ impl Session {
         Session {
             credentials,
             grants: Arc::new(Grants::unrestricted()),
-            correlation_id: uuid::Uuid::now_v7().to_string(),
+            correlation_id: std::sync::OnceLock::new(),
             from_primary: false,
         }
+    }
+
+    /// The id the change feed ties this caller's writes to: the caller's, or one made the
+    /// first time it is asked for (the same for the rest of the request).
+    pub fn correlation_id(&self) -> &str {
+        self.correlation_id
+            .get_or_init(|| uuid::Uuid::now_v7().to_string())
     }
 }
 
@@ -333,8 +341,8 @@ impl EntityService {
             correlation_id: correlation_id
                 .map(str::trim)
                 .filter(|c| !c.is_empty() && c.len() <= 200)
-                .map(str::to_owned)
-                .unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
+                .map(|c| std::sync::OnceLock::from(c.to_owned()))
+                .unwrap_or_default(),
             from_primary: false,
         })
     }
@@ -353,7 +361,7 @@ impl EntityService {
         WriteContext {
             tokens,
             filter: session.filter(),
-            correlation_id: Some(session.correlation_id.clone()),
+            correlation_id: Some(session.correlation_id().to_owned()),
         }
     }
 
@@ -707,7 +715,7 @@ mod tests {
         let bob = s.session(Some(&jwt("bob")), None).unwrap();
         let refused = s.session(Some("Bearer"), None).unwrap_err();
         assert_eq!(refused.kind().http_status(), 401);
-        assert!(bob.correlation_id.len() >= 32, "a fresh correlation id");
+        assert!(bob.correlation_id().len() >= 32, "a fresh correlation id");
         assert!(matches!(
             s.create(&alice, json!({"nope": 1})).await,
             Err(EngineError::Invalid(v)) if !v.is_empty()

@@ -365,7 +365,7 @@ impl ProcessorHandler {
             let session = Session {
                 credentials: Credentials::Unrestricted,
                 grants: self.grants.clone(),
-                correlation_id: format!("{}:{last}", self.name),
+                correlation_id: std::sync::OnceLock::from(format!("{}:{last}", self.name)),
                 from_primary: false,
             };
             let written = self
