@@ -23,6 +23,12 @@ start() {
   local bin; bin=$(pgbin)
   mkdir -p "$DIR"
   [ "$(id -u)" = 0 ] && chown postgres "$DIR" 2>/dev/null || true
+  if as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1 \
+    && [ "$(psql -h 127.0.0.1 -p "$PORT" -U postgres -tAc 'SHOW max_wal_senders' 2>/dev/null)" != 32 ]; then
+    # started by an earlier version of this script: a standby needs at least the primary's
+    # max_wal_senders (postgres.sh raised it), so start it again with the settings below
+    as_owner "$bin/pg_ctl -D '$DIR/data' -m fast -w stop" >/dev/null 2>&1 || true
+  fi
   if ! as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1; then
     if [ ! -f "$DIR/data/standby.signal" ]; then
       # a fresh copy of the primary (initdb's pg_hba.conf trusts local replication)
@@ -31,7 +37,7 @@ start() {
         >"$DIR/basebackup.log" 2>&1 || { echo "pg_basebackup failed:" >&2; cat "$DIR/basebackup.log" >&2; exit 1; }
     fi
     as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 60 \
-      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c hot_standby=on -c max_connections=300\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
+      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c hot_standby=on -c max_connections=300 -c max_wal_senders=32 -c max_replication_slots=32\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
       || { echo "the PostgreSQL standby did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
   fi
   for _ in $(seq 100); do

@@ -38,13 +38,19 @@ start() {
   local bin; bin=$(pgbin)
   mkdir -p "$DIR"
   [ "$(id -u)" = 0 ] && chown postgres "$DIR" "$(dirname "$DIR")" 2>/dev/null || true
+  # wal_level=logical and the slots: the postgres_cdc processor source (logical replication)
+  local options="-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_keep_size=512MB -c wal_level=logical -c max_replication_slots=32 -c max_wal_senders=32"
+  if as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1 \
+    && [ "$(psql -h 127.0.0.1 -p "$PORT" -U postgres -tAc 'SHOW wal_level' 2>/dev/null)" != logical ]; then
+    # started by an earlier version of this script: start it again with the settings above
+    as_owner "$bin/pg_ctl -D '$DIR/data' -m fast -w stop" >/dev/null 2>&1 || true
+  fi
   if ! as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1; then
     if [ ! -f "$DIR/data/PG_VERSION" ]; then
       as_owner "$bin/initdb -D '$DIR/data' -U postgres -A trust --no-instructions" >"$DIR/initdb.log" 2>&1 \
         || { cat "$DIR/initdb.log" >&2; exit 1; }
     fi
-    as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 30 \
-      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_keep_size=512MB\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
+    as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 30 -o \"$options\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
       || { echo "PostgreSQL did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
   fi
   for _ in $(seq 50); do

@@ -16,11 +16,12 @@
 //! ```
 //!
 //! Kinds: `projection` ([`projection`]): declared aggregates per key; `rust` and `script`
-//! ([`transform`], [`script`]): a function per input change. Outputs go through
-//! [`meshql_engine::EntityService`] (JSON Schema validation, grants, the output's own
-//! change in the feed), never through HTTP. An input that cannot be processed is a *dead
-//! letter* — kept with the reason and the input in the output store, in the same
-//! transaction — and the processor goes on.
+//! ([`transform`], [`script`]): a function per input change; `mapping` ([`mapping`]): a
+//! legacy table's rows as a clean entity's documents, declared field by field (a transform
+//! too). Outputs go through [`meshql_engine::EntityService`] (JSON Schema validation,
+//! grants, the output's own change in the feed), never through HTTP. An input that cannot be
+//! processed is a *dead letter* — kept with the reason and the input in the output store, in
+//! the same transaction — and the processor goes on.
 //!
 //! Instead of the change log a processor may read a [`source`]: Kafka topics ([`kafka`]) or a
 //! NATS JetStream stream ([`nats`]), in Debezium's or meshql's message format
@@ -33,7 +34,9 @@ pub mod acc;
 pub mod envelope;
 pub mod expr;
 pub mod kafka;
+pub mod mapping;
 pub mod nats;
+pub mod pgcdc;
 pub mod plan;
 pub mod projection;
 mod runtime;
@@ -95,7 +98,7 @@ impl EntityInfo {
 #[derive(Debug, Clone)]
 pub enum ProcessorPlan {
     Projection(projection::spec::ProjectionSpec),
-    /// `rust` and `script` processors.
+    /// `rust`, `script` and `mapping` processors.
     Transform(transform::TransformSpec),
 }
 
@@ -168,14 +171,19 @@ impl ProcessorPlan {
                 std::sync::Arc::new(projection::Projection::new(p.clone()))
             }
             ProcessorPlan::Transform(t) => {
-                std::sync::Arc::new(transform::TransformPlanner { spec: t.clone() })
+                std::sync::Arc::new(transform::TransformPlanner {
+                    spec: t.clone(),
+                    // a postgres_cdc source delivers a snapshot's rows again when the copy
+                    // is taken again: the same rows must change nothing
+                    skip_unchanged: matches!(t.source, Some(source::Source::PostgresCdc(_))),
+                })
             }
         }
     }
 }
 
 /// The kinds of processor this build knows.
-pub const KINDS: &[&str] = &["projection", "rust", "script"];
+pub const KINDS: &[&str] = &["projection", "rust", "script", "mapping"];
 
 /// Checks one `[[processor]]` entry: its `type` and its fields against the entities; `base`
 /// is the config file's directory (script files are relative to it).
@@ -193,14 +201,35 @@ pub fn configure(
         None => None,
     };
     let settings = &settings;
+    // a legacy database's tables are a processor's inputs, not entities of this config
+    let tables: Vec<String> = match &source {
+        Some(source::Source::PostgresCdc(s)) => s.tables.iter().map(|t| s.entity_of(t)).collect(),
+        _ => Vec::new(),
+    };
+    let with_tables: Vec<EntityInfo>;
+    let readable = if tables.is_empty() {
+        entities
+    } else {
+        with_tables = entities
+            .iter()
+            .cloned()
+            .chain(tables.iter().map(|t| EntityInfo {
+                name: t.clone(),
+                fields: None,
+            }))
+            .collect();
+        &with_tables
+    };
     let mut plan = match kind {
         "projection" => {
             projection::spec::compile(name, settings, entities).map(ProcessorPlan::Projection)
         }
         "rust" => {
-            transform::compile(name, "rust", settings, entities, base).map(ProcessorPlan::Transform)
+            transform::compile(name, "rust", settings, readable, base).map(ProcessorPlan::Transform)
         }
-        "script" => transform::compile(name, "script", settings, entities, base)
+        "script" => transform::compile(name, "script", settings, readable, base)
+            .map(ProcessorPlan::Transform),
+        "mapping" => mapping::compile(name, settings, entities, source.is_some())
             .map(ProcessorPlan::Transform),
         other => Err(SettingError::new(
             "type",
@@ -210,6 +239,31 @@ pub fn configure(
             ),
         )),
     }?;
+    if !tables.is_empty() {
+        if !entities.iter().any(|e| e.name == plan.output()) {
+            return Err(SettingError::new(
+                "output",
+                format!(
+                    "`{}` is a table of the source, not an entity of this config",
+                    plan.output()
+                ),
+            ));
+        }
+        if let Some((i, input)) = plan
+            .inputs()
+            .iter()
+            .enumerate()
+            .find(|(_, i)| !tables.contains(i))
+        {
+            return Err(SettingError::new(
+                format!("inputs[{i}]"),
+                format!(
+                    "`{input}` is not one of the source's tables ({})",
+                    tables.join(", ")
+                ),
+            ));
+        }
+    }
     match &mut plan {
         ProcessorPlan::Projection(p) => p.source = source,
         ProcessorPlan::Transform(t) => t.source = source,

@@ -37,6 +37,12 @@ pub trait PlanIo: Send + Sync {
     async fn state(&self, keys: &[String]) -> Result<HashMap<String, String>, StoreError>;
     /// Committed state rows of a group.
     async fn group(&self, group: &str) -> Result<Vec<(String, String)>, StoreError>;
+    /// The current document `id` of the processor's output (`None`: none, or a reader
+    /// that cannot tell).
+    async fn current(&self, id: &str) -> Result<Option<Map<String, Value>>, StoreError> {
+        let _ = id;
+        Ok(None)
+    }
     /// The current document `id` of `entity`.
     async fn lookup(
         &self,

@@ -153,6 +153,16 @@ impl PlanIo for Io<'_> {
             .await
     }
 
+    async fn current(&self, id: &str) -> Result<Option<Map<String, Value>>, StoreError> {
+        let found = self
+            .0
+            .output
+            .writer()
+            .read(id, &ReadContext::LATEST)
+            .await?;
+        Ok(found.and_then(|e| e.payload_map().ok()))
+    }
+
     async fn lookup(
         &self,
         entity: &str,

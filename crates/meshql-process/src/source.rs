@@ -1,5 +1,6 @@
 //! A processor's `source`: where it reads when not from the service's own change log —
-//! Kafka topics ([`crate::kafka`]) or a NATS JetStream stream ([`crate::nats`]).
+//! Kafka topics ([`crate::kafka`]), a NATS JetStream stream ([`crate::nats`]) or the tables of
+//! a PostgreSQL it does not own, by logical replication ([`crate::pgcdc`]).
 //!
 //! Every source is exactly once in the same way: its own position (Kafka offsets, the
 //! stream's sequence) is a state row of the processor, committed with the batch's outputs in
@@ -8,6 +9,7 @@
 
 use crate::kafka::KafkaSource;
 use crate::nats::NatsSource;
+use crate::pgcdc::PostgresCdcSource;
 use crate::runtime::ProcessorHandler;
 use meshql_core::SettingError;
 use serde_json::Value;
@@ -16,13 +18,14 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 /// The `type`s of `source` this build reads.
-pub const SOURCE_TYPES: &[&str] = &["kafka", "nats"];
+pub const SOURCE_TYPES: &[&str] = &["kafka", "nats", "postgres_cdc"];
 
 /// A checked `source`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {
     Kafka(KafkaSource),
     Nats(NatsSource),
+    PostgresCdc(PostgresCdcSource),
 }
 
 impl Source {
@@ -31,6 +34,7 @@ impl Source {
         match self {
             Source::Kafka(_) => "kafka",
             Source::Nats(_) => "nats",
+            Source::PostgresCdc(_) => "postgres_cdc",
         }
     }
 }
@@ -51,7 +55,7 @@ pub fn compile(settings: &Value) -> Result<Source, SettingError> {
     let Some(block) = settings.as_object() else {
         return Err(SettingError::new(
             "source",
-            "a table: `source = { type = \"kafka\" | \"nats\", … }`",
+            "a table: `source = { type = \"kafka\" | \"nats\" | \"postgres_cdc\", … }`",
         ));
     };
     let known = SOURCE_TYPES.join(", ");
@@ -61,6 +65,9 @@ pub fn compile(settings: &Value) -> Result<Source, SettingError> {
         }
         Some(Value::String(kind)) if kind == "nats" => {
             crate::nats::compile(settings).map(Source::Nats)
+        }
+        Some(Value::String(kind)) if kind == "postgres_cdc" => {
+            crate::pgcdc::compile(settings).map(Source::PostgresCdc)
         }
         Some(Value::String(other)) => Err(SettingError::new(
             "source.type",
@@ -104,6 +111,9 @@ pub(crate) async fn run(
             crate::kafka::run(name, s, inputs, batch, handler, counters, stop).await
         }
         Source::Nats(s) => crate::nats::run(name, s, inputs, batch, handler, counters, stop).await,
+        Source::PostgresCdc(s) => {
+            crate::pgcdc::run(name, s, inputs, batch, handler, counters, stop).await
+        }
     }
 }
 
@@ -121,7 +131,8 @@ mod tests {
         let e = compile(&json!({"type": "pulsar", "url": "x"})).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("source.type"));
         assert!(
-            e.message.contains("unknown source `pulsar`") && e.message.contains("kafka, nats"),
+            e.message.contains("unknown source `pulsar`")
+                && e.message.contains("kafka, nats, postgres_cdc"),
             "{e:?}"
         );
         let e = compile(&json!({"url": "x"})).unwrap_err();

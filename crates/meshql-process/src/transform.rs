@@ -270,6 +270,10 @@ pub fn compile(
 /// A transform processor's batches.
 pub struct TransformPlanner {
     pub spec: TransformSpec,
+    /// A document equal to the output's current version is not written again: its source
+    /// may deliver a row twice (a `postgres_cdc` snapshot taken again), and a replay must
+    /// change nothing.
+    pub skip_unchanged: bool,
 }
 
 impl TransformPlanner {
@@ -357,7 +361,7 @@ impl Planner for TransformPlanner {
         self.spec.kind
     }
 
-    async fn plan(&self, _io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError> {
+    async fn plan(&self, io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError> {
         let mut outcome = Outcome::default();
         for (i, (input, made)) in inputs.iter().zip(self.made(inputs).await?).enumerate() {
             let emits = match made {
@@ -370,10 +374,15 @@ impl Planner for TransformPlanner {
             for (k, emit) in emits.into_iter().enumerate() {
                 let id = emit.id.unwrap_or_else(|| self.derived_id(input, k));
                 let write = match emit.payload {
-                    Some(payload) => OutputWrite::Put {
-                        id,
-                        payload: serde_json::to_string(&payload).expect("a map serialises"),
-                    },
+                    Some(payload) => {
+                        if self.skip_unchanged && unchanged(io, &id, &payload).await? {
+                            continue;
+                        }
+                        OutputWrite::Put {
+                            id,
+                            payload: serde_json::to_string(&payload).expect("a map serialises"),
+                        }
+                    }
                     None => OutputWrite::Delete { id },
                 };
                 outcome.writes.push((write, vec![i]));
@@ -381,6 +390,25 @@ impl Planner for TransformPlanner {
         }
         Ok(outcome)
     }
+}
+
+/// Whether `payload` is what the output's current version of `id` holds (its `id` aside).
+async fn unchanged(
+    io: &dyn PlanIo,
+    id: &str,
+    payload: &Map<String, Value>,
+) -> Result<bool, StoreError> {
+    let Some(mut current) = io.current(id).await? else {
+        return Ok(false);
+    };
+    current.remove("id");
+    Ok(if payload.contains_key("id") {
+        let mut p = payload.clone();
+        p.remove("id");
+        p == current
+    } else {
+        *payload == current
+    })
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of milliseconds since the epoch.
@@ -574,6 +602,7 @@ mod tests {
                 transform,
                 source: None,
             },
+            skip_unchanged: false,
         }
     }
 
