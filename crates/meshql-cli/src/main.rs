@@ -1,6 +1,7 @@
 //! The `meshql` command line.
 
 mod bench;
+mod cdc;
 mod changes;
 mod process;
 mod projections;
@@ -96,6 +97,9 @@ enum Command {
     Changes(changes::ChangesArgs),
     /// Run the config's processors in this process, beside `meshql serve --no-processors`.
     Process(process::ProcessArgs),
+    /// The replication slots behind the config's `postgres_cdc` sources (`slots`,
+    /// `drop-slot SLOT`).
+    Cdc(cdc::CdcArgs),
     /// Operate a running server's projections (`rebuild NAME`).
     Projections(projections::ProjectionsArgs),
     /// Load-test a server with the scenarios of the seed reports (starts a fresh meshql per
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
         Command::Projections(args) => projections::run(args),
+        Command::Cdc(args) => cdc::run(args),
         Command::Process(args) => {
             init_tracing("info", LogFormat::Text);
             process::run(args)
@@ -130,6 +135,9 @@ fn main() -> ExitCode {
         Command::Check { config } => match meshql_config::load(&config) {
             Ok(c) => {
                 for w in &c.warnings {
+                    eprintln!("warning: {w}");
+                }
+                for w in cdc::orphan_slot_warnings(&c) {
                     eprintln!("warning: {w}");
                 }
                 let problems = meshql_server::preflight(&c);

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{fresh_postgres_database, Server};
+use common::{fresh_postgres_database, run_meshql, Server};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
@@ -60,7 +60,7 @@ impl Drop for Legacy {
                 &self.admin,
                 "-tAqc",
                 &format!(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '{}'",
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE '{}%'",
                     self.slot
                 ),
             ])
@@ -368,4 +368,96 @@ async fn kill_9_while_rows_are_written_loses_nothing_and_applies_nothing_twice()
     // delivers the same rows, which change nothing)
     let twice: Vec<_> = versions.iter().filter(|(_, n)| *n != 1).collect();
     assert!(twice.is_empty(), "rows applied more than once: {twice:?}");
+}
+
+/// `meshql cdc` and `meshql check` against the real server (their output as text).
+fn meshql(args: &[&str]) -> (bool, String) {
+    let out = run_meshql(args, Duration::from_secs(60));
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_are_listed_an_abandoned_one_is_warned_about_and_dropped() {
+    let legacy = Legacy::new(&run_id());
+    psql(
+        &legacy.url,
+        "INSERT INTO cust_acct (acct_num, stat_cd) VALUES ('1', 'A')",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    service(dir.path(), &legacy);
+    let config = dir.path().join("meshql.toml");
+    let config = config.to_str().unwrap();
+    let s = Server::start(Path::new(config), &[]);
+    until(&s, "1", "the snapshot", |d| d.is_some()).await;
+    // a slot of an earlier config that nothing reads any more
+    let orphan = format!("{}_old", legacy.slot);
+    psql(
+        &legacy.url,
+        &format!("SELECT pg_create_logical_replication_slot('{orphan}', 'pgoutput')"),
+    );
+
+    let (ok, listed) = meshql(&["cdc", "slots", config]);
+    assert!(ok, "{listed}");
+    let line = |name: &str| {
+        listed
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} not listed:\n{listed}"))
+            .to_owned()
+    };
+    assert!(
+        line(&legacy.slot).contains("processor customers"),
+        "{listed}"
+    );
+    assert!(line(&legacy.slot).contains(" active"), "{listed}");
+    assert!(
+        line(&orphan).contains("no processor of this config"),
+        "{listed}"
+    );
+
+    let (ok, checked) = meshql(&["check", config]);
+    assert!(ok, "{checked}");
+    assert!(
+        checked.contains(&format!("warning: replication slot {orphan} "))
+            && checked.contains("drop-slot"),
+        "{checked}"
+    );
+    assert!(
+        !checked.contains(&format!("slot {} ", legacy.slot)),
+        "{checked}"
+    );
+
+    // the slot a processor reads is not dropped without --force
+    let (ok, refused) = meshql(&["cdc", "drop-slot", &legacy.slot, config]);
+    assert!(
+        !ok && refused.contains("processor customers reads slot"),
+        "{refused}"
+    );
+    let (ok, dropped) = meshql(&["cdc", "drop-slot", &orphan, config]);
+    assert!(ok, "{dropped}");
+    let left = psql(
+        &legacy.admin,
+        &format!("SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{orphan}'"),
+    );
+    assert_eq!(left, "0");
+    let (ok, checked) = meshql(&["check", config]);
+    assert!(
+        ok && !checked.contains("warning: replication slot"),
+        "{checked}"
+    );
+    // the processor's lag is the WAL its slot keeps past what it confirmed
+    let metrics = s.client().get("/metrics").await.text;
+    assert!(
+        metrics.contains(
+            "meshql_processor_lag{processor=\"customers\",type=\"script\",output=\"customer\"}"
+        ),
+        "{metrics}"
+    );
 }

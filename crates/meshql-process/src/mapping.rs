@@ -1,13 +1,15 @@
 //! Declarative anti-corruption mappings (`type = "mapping"`): one legacy table's rows become
 //! one clean entity's documents, declared field by field rather than coded.
 //!
-//! A mapping is a [`Transform`], so it runs in the [`TransformPlanner`](crate::transform::TransformPlanner)
-//! like `rust` and `script` processors: lanes by key, dead letters, and the output committed
-//! with the input's position (exactly once). The rows come from a `source` (Debezium's
-//! envelope on Kafka, PostgreSQL change capture, …) as [`Input`]s whose `entity` is the table's
-//! name and whose `payload` is the row: column name → JSON value. The values may be text even
-//! for numbers (`pgoutput` sends every value as text: `"9840"`) or typed JSON (Debezium: `9840`);
-//! every transformation below accepts both.
+//! A mapping is a [`Transform`], so it runs in the
+//! [`TransformPlanner`](crate::transform::TransformPlanner) like `rust` and `script`
+//! processors: lanes by key, dead letters, and the output committed with the input's position
+//! (exactly once). The rows come from a `source` (`postgres_cdc`, Debezium's envelope on
+//! Kafka, …) as [`Input`]s whose `entity` is the table's name and whose `payload` is the row:
+//! column name → JSON value. A number may arrive as JSON (`9840`: Debezium, `postgres_cdc`'s
+//! integer columns) or as text (`"9840"`: a `VARCHAR` column, `numeric` in some feeds, a
+//! text-only feed); every transformation below accepts both. What a declaration cannot express
+//! belongs in a `rust` or `script` processor ([`crate::transform`]).
 //!
 //! # The legacy `customer` (CONTRACT §14.2.3)
 //!
@@ -102,7 +104,11 @@
 //! null (`flag` excepted: `false`), so the field is written as `null`, unless `default` or
 //! `omit_empty` says otherwise. Blank text (only spaces) counts as null for the numeric
 //! transformations (`int`, `number`, `cents`, `add`, `subtract`) and for `reference`. Column
-//! names match exactly, else without regard to ASCII case (`ACCT_ID` finds `acct_id`).
+//! names match exactly, else without regard to ASCII case (`ACCT_ID` finds `acct_id`). A
+//! misspelt column therefore reads as null, not as an error (the legacy schema is not known
+//! when the config is checked). An update that leaves a column out reads it as null too:
+//! PostgreSQL logs an unchanged large (TOASTed) value only under `REPLICA IDENTITY FULL`, so
+//! give tables with such columns that identity.
 //!
 //! **Text.** Every text value is read without its trailing spaces (`CHAR(n)` columns pad with
 //! them); leading spaces are kept. A number read as text is its digits as in key values.

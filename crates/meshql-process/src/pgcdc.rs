@@ -41,7 +41,8 @@
 //! **The snapshot.** With no committed position, the slot is made with an exported snapshot
 //! (`CREATE_REPLICATION_SLOT … (SNAPSHOT 'export')`); the tables are read through a cursor in
 //! a `REPEATABLE READ` transaction that adopts it, so the copy holds exactly the rows committed
-//! before the slot's first change; the position is committed with the copy's last batch. A copy
+//! before the slot's first change, in transactions of at least 5,000 rows; the position is
+//! committed with the copy's last batch. A copy
 //! cut short (a crash, a lost connection) starts again with a new slot: rows copied twice are
 //! the same rows (a mapping derives a row's document from its key).
 //!
@@ -51,8 +52,11 @@
 //! has not noticed yet) is waited for the same way. A slot that disappeared (dropped by an
 //! operator) lost the changes since: the processor warns and takes a new snapshot.
 //!
-//! The processor's `lag` is the WAL (bytes) between the server's last reported position and
-//! the last position applied. TLS to the legacy database is not supported yet: a URL asking
+//! The processor's `lag` (`meshql_processor_lag`) is the WAL, in bytes, the slot keeps for it:
+//! from the slot's confirmed position to the server's current one, read every 5 s. `meshql cdc
+//! slots CONFIG` lists the slots of the config's legacy databases (with what each keeps, and
+//! whether a processor of the config reads it), `meshql cdc drop-slot CONFIG SLOT` drops one,
+//! and `meshql check` warns about a slot of meshql's (`meshql_…`) no processor reads. TLS to the legacy database is not supported yet: a URL asking
 //! for it (`sslmode=require`) is refused rather than connected in clear.
 
 use crate::plan::Input;
@@ -254,6 +258,13 @@ pub fn compile(settings: &Value) -> Result<PostgresCdcSource, SettingError> {
     })
 }
 
+/// Rows per output transaction while copying (at least): the copy commits no position until
+/// its end, so its batches can be larger than the stream's.
+const COPY_BATCH: usize = 5000;
+
+/// How often the slot's lag is read from the server.
+const LAG_PROBE: Duration = Duration::from_secs(5);
+
 /// The state row holding the source's position.
 fn position_key(slot: &str) -> String {
     format!("pgcdc/{slot}")
@@ -415,7 +426,7 @@ impl Capture<'_> {
             .await
             .map_err(|e| format!("START_REPLICATION: {e}"))?;
         tracing::info!(processor = %self.name, slot = %self.source.slot, from = %Lsn(applied.lsn).to_pg_string(), "postgres_cdc source streaming");
-        let result = self.stream(&mut client, applied, &keys).await;
+        let result = self.stream(&sql, &mut client, applied, &keys).await;
         client.stop();
         result
     }
@@ -535,7 +546,11 @@ impl Capture<'_> {
             .await
             .map_err(|e| format!("adopting the slot's snapshot: {}", db_error(&e)))?;
         let mut rows_copied = 0u64;
-        let mut pending: Vec<Input> = Vec::with_capacity(self.batch);
+        let batch = self.batch.max(COPY_BATCH);
+        let mut pending: Vec<Input> = Vec::with_capacity(batch);
+        // a processor that never committed anything has no document of these rows yet (a
+        // copy taken again after one cut short has some: its rows are compared)
+        let fresh = self.handler.position.load(Ordering::Acquire) == 0;
         for table in &self.source.tables {
             let entity = self.source.entity_of(table);
             let wanted = self.inputs.contains(&entity);
@@ -551,7 +566,7 @@ impl Capture<'_> {
                 .await
                 .map_err(|e| format!("reading {}: {}", table.label(), db_error(&e)))?;
             loop {
-                let fetch = format!("FETCH {} FROM meshql_copy", self.batch);
+                let fetch = format!("FETCH {batch} FROM meshql_copy");
                 let rows = sql
                     .client
                     .query(&fetch, &[])
@@ -577,15 +592,15 @@ impl Capture<'_> {
                         correlation_id: None,
                         payload,
                         order: (at, position),
-                        fresh: false,
+                        fresh,
                     });
-                    if pending.len() >= self.batch {
+                    if pending.len() >= batch {
                         rows_copied += pending.len() as u64;
                         self.commit_snapshot_rows(std::mem::take(&mut pending))
                             .await?;
                     }
                 }
-                if n < self.batch {
+                if n < batch {
                     break;
                 }
             }
@@ -660,6 +675,7 @@ impl Capture<'_> {
     /// Streams changes until the connection fails.
     async fn stream(
         &mut self,
+        sql: &Sql,
         client: &mut ReplicationClient,
         mut applied: Applied,
         keys: &HashMap<Table, Vec<String>>,
@@ -670,19 +686,33 @@ impl Capture<'_> {
         // inputs read but not committed, and the position they bring the source to
         let mut pending: Vec<Input> = Vec::new();
         let mut reached = applied;
+        let mut probe = tokio::time::interval(LAG_PROBE);
         loop {
             // a batch waits for more only briefly, and only between transactions
-            let event = if !pending.is_empty() && tx.is_none() {
-                match tokio::time::timeout(Duration::from_millis(2), client.recv()).await {
-                    Ok(e) => e,
-                    Err(_) => {
-                        self.flush(client, &mut pending, reached, &mut applied)
-                            .await?;
-                        continue;
-                    }
+            let linger = !pending.is_empty() && tx.is_none();
+            let next = async {
+                if linger {
+                    tokio::time::timeout(Duration::from_millis(2), client.recv())
+                        .await
+                        .ok()
+                } else {
+                    Some(client.recv().await)
                 }
-            } else {
-                client.recv().await
+            };
+            let event = tokio::select! {
+                e = next => e,
+                _ = probe.tick() => {
+                    match sql.slot_lag(&self.source.slot).await {
+                        Ok(lag) => self.counters.lag.store(lag, Ordering::Relaxed),
+                        Err(e) => return Err(format!("reading the slot's lag: {e}")),
+                    }
+                    continue;
+                }
+            };
+            let Some(event) = event else {
+                self.flush(client, &mut pending, reached, &mut applied)
+                    .await?;
+                continue;
             };
             let event = match event {
                 Ok(Some(e)) => e,
@@ -746,11 +776,6 @@ impl Capture<'_> {
                     if tx.is_none() && pending.is_empty() {
                         // everything read is committed: the slot may move to the server's end
                         client.update_applied_lsn(wal_end);
-                        self.counters.lag.store(0, Ordering::Relaxed);
-                    } else {
-                        self.counters
-                            .lag
-                            .store(wal_end.0.saturating_sub(applied.lsn), Ordering::Relaxed);
                     }
                 }
                 ReplicationEvent::Message { .. } => {}
@@ -1134,6 +1159,21 @@ impl Sql {
         Ok(keys)
     }
 
+    /// WAL bytes the slot keeps past what its consumer confirmed (0 when it has no such
+    /// position yet).
+    async fn slot_lag(&self, slot: &str) -> Result<u64, String> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint \
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| db_error(&e))?;
+        Ok(row.map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+    }
+
     async fn slot_exists(&self, slot: &str) -> Result<bool, String> {
         Ok(self
             .client
@@ -1167,6 +1207,73 @@ impl Sql {
             }
         }
     }
+}
+
+/// `url` without its password (for messages).
+pub fn redacted_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{scheme}://{name}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// A logical replication slot of a database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub name: String,
+    /// A session streams from it now.
+    pub active: bool,
+    /// WAL the slot keeps for its consumer (bytes from its restart position to the server's
+    /// current one).
+    pub retained_bytes: u64,
+    /// WAL past the position its consumer confirmed (bytes).
+    pub lag_bytes: u64,
+}
+
+/// The logical slots of the database `url` names.
+pub async fn slots(url: &str) -> Result<Vec<SlotInfo>, String> {
+    let sql = Sql::connect(url).await?;
+    let rows = sql
+        .client
+        .query(
+            "SELECT slot_name::text, active, \
+               COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint, \
+               COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint \
+             FROM pg_replication_slots WHERE slot_type = 'logical' AND database = current_database() \
+             ORDER BY slot_name",
+            &[],
+        )
+        .await
+        .map_err(|e| db_error(&e))?;
+    Ok(rows
+        .iter()
+        .map(|r| SlotInfo {
+            name: r.get(0),
+            active: r.get(1),
+            retained_bytes: r.get::<_, i64>(2).max(0) as u64,
+            lag_bytes: r.get::<_, i64>(3).max(0) as u64,
+        })
+        .collect())
+}
+
+/// Drops the slot `name` of the database `url` (refused while a session streams from it).
+pub async fn drop_slot(url: &str, name: &str) -> Result<(), String> {
+    let sql = Sql::connect(url).await?;
+    sql.client
+        .execute("SELECT pg_drop_replication_slot($1)", &[&name])
+        .await
+        .map_err(|e| format!("dropping slot {name}: {}", db_error(&e)))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1240,6 +1347,16 @@ mod tests {
             .field
             .unwrap()
             .starts_with("source"));
+    }
+
+    #[test]
+    fn passwords_are_kept_out_of_messages() {
+        assert_eq!(
+            redacted_url("postgres://u:secret@h:5/db"),
+            "postgres://u:***@h:5/db"
+        );
+        assert_eq!(redacted_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redacted_url("postgres://h/db"), "postgres://h/db");
     }
 
     #[test]

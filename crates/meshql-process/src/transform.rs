@@ -318,7 +318,7 @@ impl TransformPlanner {
     /// The transform's answer for each input, in the inputs' order.
     async fn made(&self, inputs: &[Input]) -> Result<Vec<Made>, StoreError> {
         let transform = &self.spec.transform;
-        if self.spec.parallel == 1 && self.spec.kind == "rust" {
+        if self.spec.parallel == 1 && self.spec.kind != "script" {
             return Ok(inputs
                 .iter()
                 .map(|input| run_one(transform.as_ref(), input))
@@ -375,7 +375,10 @@ impl Planner for TransformPlanner {
                 let id = emit.id.unwrap_or_else(|| self.derived_id(input, k));
                 let write = match emit.payload {
                     Some(payload) => {
-                        if self.skip_unchanged && unchanged(io, &id, &payload).await? {
+                        if self.skip_unchanged
+                            && !input.fresh
+                            && unchanged(io, &id, &payload).await?
+                        {
                             continue;
                         }
                         OutputWrite::Put {

@@ -24,7 +24,7 @@ pub mod tls;
 
 pub use app::{build, App, BuildError};
 pub use preflight::preflight;
-pub use processors::{host as host_processors, ProcessorHost};
+pub use processors::{configure as processor_plans, host as host_processors, ProcessorHost};
 
 use meshql_config::resolve::ServerSpec;
 use std::future::Future;
