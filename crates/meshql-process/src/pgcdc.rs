@@ -55,7 +55,7 @@
 //! The processor's `lag` (`meshql_processor_lag`) is the WAL, in bytes, the slot keeps for it:
 //! from the slot's confirmed position to the server's current one, read every 5 s. `meshql cdc
 //! slots CONFIG` lists the slots of the config's legacy databases (with what each keeps, and
-//! whether a processor of the config reads it), `meshql cdc drop-slot CONFIG SLOT` drops one,
+//! whether a processor of the config reads it), `meshql cdc drop-slot SLOT CONFIG` drops one,
 //! and `meshql check` warns about a slot of meshql's (`meshql_…`) no processor reads. TLS to the legacy database is not supported yet: a URL asking
 //! for it (`sslmode=require`) is refused rather than connected in clear.
 
