@@ -52,6 +52,11 @@
 //! has not noticed yet) is waited for the same way. A slot that disappeared (dropped by an
 //! operator) lost the changes since: the processor warns and takes a new snapshot.
 //!
+//! **Latency.** Logical decoding sends a transaction once its WAL is flushed: with
+//! `synchronous_commit = on` a change is an input within milliseconds of its commit; a database
+//! that commits asynchronously delays it until the WAL writer flushes (`wal_writer_delay`,
+//! 200 ms by default).
+//!
 //! The processor's `lag` (`meshql_processor_lag`) is the WAL, in bytes, the slot keeps for it:
 //! from the slot's confirmed position to the server's current one, read every 5 s. `meshql cdc
 //! slots CONFIG` lists the slots of the config's legacy databases (with what each keeps, and
