@@ -461,3 +461,152 @@ async fn slots_are_listed_an_abandoned_one_is_warned_about_and_dropped() {
         "{metrics}"
     );
 }
+
+/// The id a legacy row's document gets (mapping.rs: UUIDv5 in its namespace of the JSON
+/// text `["<table>","<key>"]`), computed here from the documented rule.
+fn legacy_doc_id(table: &str, key: &str) -> String {
+    let namespace = uuid::Uuid::parse_str("6fa4a995-5b3f-41d4-a4a1-13b2a525552a").unwrap();
+    uuid::Uuid::new_v5(&namespace, format!("[\"{table}\",\"{key}\"]").as_bytes()).to_string()
+}
+
+/// Debezium's PostgreSQL connector, already deployed, pointed at meshql: its change events on
+/// Kafka (snapshot read, update, delete and the tombstone after it) through a declared mapping
+/// become the same documents as rows captured directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debezium_change_events_from_kafka_become_the_rows_documents() {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
+    let topic = format!("legacy{}.public.cust_acct", run_id());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("customer.schema.json"),
+        r#"{"type": "object", "properties": {"account_number": {"type": "string"},
+            "first_name": {"type": ["string", "null"]}, "status": {"type": "string"},
+            "total": {"type": ["number", "null"]}}, "required": ["account_number", "status"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("customer.graphql"),
+        "type Customer { id: ID, account_number: String }\ntype Query { getById(id: ID, at: Float): Customer }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("meshql.toml"),
+        format!(
+            r#"port = 4999
+data_dir = "${{MESHQL_DATA_DIR:-data}}"
+
+[storage.default]
+type = "sqlite"
+file = "clean.db"
+
+[changes]
+enabled = true
+
+[[entity]]
+name = "customer"
+
+[entity.rest]
+path = "/customer/api"
+schema = "customer.schema.json"
+
+[entity.graphql]
+path = "/customer/graph"
+schema = "customer.graphql"
+
+[[entity.graphql.singletons]]
+name = "getById"
+query = '{{"id": "{{{{id}}}}"}}'
+
+[[processor]]
+name = "customers"
+type = "mapping"
+inputs = ["cust_acct"]
+output = "customer"
+source = {{ type = "kafka", brokers = "{brokers}", topics = ["{topic}"], format = "debezium" }}
+
+[processor.mapping]
+table = "cust_acct"
+key = ["acct_id"]
+
+[processor.mapping.fields]
+account_number = "acct_num"
+first_name = {{ title = "cust_nm_first" }}
+status = {{ code = "stat_cd", map = {{ A = "active", S = "suspended", C = "closed" }} }}
+total = {{ cents = "tot_amt" }}
+"#
+        ),
+    )
+    .unwrap();
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let event = |op: &str, before: Value, after: Value| {
+        json!({"schema": {"type": "struct"}, "payload": {"before": before, "after": after, "op": op,
+            "ts_ms": 1_764_000_000_000u64,
+            "source": {"connector": "postgresql", "db": "springfield_electric", "schema": "public", "table": "cust_acct"}}})
+        .to_string()
+    };
+    let row = |id: i64, first: &str, stat: &str, amt: i64| json!({"acct_id": id, "acct_num": format!("100100-0000{id}"), "cust_nm_first": first, "stat_cd": stat, "tot_amt": amt});
+    let messages = [
+        (
+            1,
+            Some(event("r", Value::Null, row(1, "MARGARET", "A", 9840))),
+        ),
+        (
+            2,
+            Some(event("r", Value::Null, row(2, "KENJI", "A", 42000))),
+        ),
+        (
+            1,
+            Some(event(
+                "u",
+                row(1, "MARGARET", "A", 9840),
+                row(1, "MARGARET", "S", 100),
+            )),
+        ),
+        (
+            2,
+            Some(event("d", row(2, "KENJI", "A", 42000), Value::Null)),
+        ),
+        (2, None), // the tombstone Debezium writes after a delete
+    ];
+    for (key, value) in messages {
+        let key = json!({"acct_id": key}).to_string();
+        let mut record = FutureRecord::<String, String>::to(&topic).key(&key);
+        if let Some(v) = &value {
+            record = record.payload(v);
+        }
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let s = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let (one, two) = (
+        legacy_doc_id("cust_acct", "1"),
+        legacy_doc_id("cust_acct", "2"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let a = s.client().get(&format!("/customer/api/{one}")).await;
+        let b = s.client().get(&format!("/customer/api/{two}")).await;
+        if a.status == 200 && a.json()["status"] == "suspended" && b.status == 404 {
+            let doc = a.json();
+            assert_eq!(doc["first_name"], "Margaret");
+            assert_eq!(doc["total"].as_f64(), Some(1.0));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} {}\n{}",
+            a.text,
+            b.text,
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.client().list("/customer/api").await.len(), 1);
+}
