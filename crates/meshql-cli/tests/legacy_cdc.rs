@@ -9,25 +9,11 @@
 
 mod common;
 
-use common::{fresh_postgres_database, run_meshql, Server};
+use common::{fresh_postgres_database, psql, run_meshql, Server};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Runs SQL on `url` with psql; its output (unaligned, tuples only), trimmed.
-fn psql(url: &str, sql: &str) -> String {
-    let out = Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-tAqc", sql])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql failed on {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 /// A legacy database with one table, its slot dropped when the test ends (a slot left behind
 /// would keep the server's WAL forever).
@@ -69,7 +55,9 @@ impl Drop for Legacy {
 }
 
 /// A service whose `customer` entity is written by a script from the legacy table's rows.
-fn service(dir: &Path, legacy: &Legacy) {
+/// A service with one `customer` entity (on SQLite) written by `processor` (a TOML
+/// `[[processor]]` entry).
+fn customer_service(dir: &Path, processor: &str) {
     std::fs::write(
         dir.join("customer.schema.json"),
         r#"{"type": "object", "properties": {"account_number": {"type": "string"},
@@ -82,20 +70,6 @@ fn service(dir: &Path, legacy: &Legacy) {
         dir.join("customer.graphql"),
         "type Customer { id: ID, account_number: String, first_name: String, status: String, total: Float, legacy_id: Int }\n\
          type Query { getById(id: ID, at: Float): Customer }\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("customer.js"),
-        r#"function transform(change) {
-  const id = "cust-" + change.id;
-  if (change.op === "delete") return { id: id, _delete: true };
-  const r = change.payload;
-  const status = { A: "active", S: "suspended", C: "closed" }[r.stat_cd];
-  if (!status) throw new Error("unknown status " + r.stat_cd);
-  return { id: id, account_number: r.acct_num, first_name: r.cust_nm_first, status: status,
-           total: r.tot_amt === null ? null : r.tot_amt / 100, legacy_id: r.acct_id };
-}
-"#,
     )
     .unwrap();
     let toml = format!(
@@ -124,7 +98,31 @@ schema = "customer.graphql"
 name = "getById"
 query = '{{"id": "{{{{id}}}}"}}'
 
-[[processor]]
+{processor}"#
+    );
+    std::fs::write(dir.join("meshql.toml"), toml).unwrap();
+}
+
+/// The service whose `customer` entity a script writes from the legacy table's rows.
+fn service(dir: &Path, legacy: &Legacy) {
+    std::fs::write(
+        dir.join("customer.js"),
+        r#"function transform(change) {
+  const id = "cust-" + change.id;
+  if (change.op === "delete") return { id: id, _delete: true };
+  const r = change.payload;
+  const status = { A: "active", S: "suspended", C: "closed" }[r.stat_cd];
+  if (!status) throw new Error("unknown status " + r.stat_cd);
+  return { id: id, account_number: r.acct_num, first_name: r.cust_nm_first, status: status,
+           total: r.tot_amt === null ? null : r.tot_amt / 100, legacy_id: r.acct_id };
+}
+"#,
+    )
+    .unwrap();
+    customer_service(
+        dir,
+        &format!(
+            r#"[[processor]]
 name = "customers"
 type = "script"
 script = "customer.js"
@@ -132,10 +130,10 @@ inputs = ["cust_acct"]
 output = "customer"
 source = {{ type = "postgres_cdc", url = "{url}", publication = "{slot}", slot = "{slot}", tables = ["cust_acct"] }}
 "#,
-        url = legacy.url,
-        slot = legacy.slot,
+            url = legacy.url,
+            slot = legacy.slot,
+        ),
     );
-    std::fs::write(dir.join("meshql.toml"), toml).unwrap();
 }
 
 fn run_id() -> String {
@@ -478,47 +476,10 @@ async fn debezium_change_events_from_kafka_become_the_rows_documents() {
     let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
     let topic = format!("legacy{}.public.cust_acct", run_id());
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("customer.schema.json"),
-        r#"{"type": "object", "properties": {"account_number": {"type": "string"},
-            "first_name": {"type": ["string", "null"]}, "status": {"type": "string"},
-            "total": {"type": ["number", "null"]}}, "required": ["account_number", "status"]}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("customer.graphql"),
-        "type Customer { id: ID, account_number: String }\ntype Query { getById(id: ID, at: Float): Customer }\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.path().join("meshql.toml"),
-        format!(
-            r#"port = 4999
-data_dir = "${{MESHQL_DATA_DIR:-data}}"
-
-[storage.default]
-type = "sqlite"
-file = "clean.db"
-
-[changes]
-enabled = true
-
-[[entity]]
-name = "customer"
-
-[entity.rest]
-path = "/customer/api"
-schema = "customer.schema.json"
-
-[entity.graphql]
-path = "/customer/graph"
-schema = "customer.graphql"
-
-[[entity.graphql.singletons]]
-name = "getById"
-query = '{{"id": "{{{{id}}}}"}}'
-
-[[processor]]
+    customer_service(
+        dir.path(),
+        &format!(
+            r#"[[processor]]
 name = "customers"
 type = "mapping"
 inputs = ["cust_acct"]
@@ -536,8 +497,7 @@ status = {{ code = "stat_cd", map = {{ A = "active", S = "suspended", C = "close
 total = {{ cents = "tot_amt" }}
 "#
         ),
-    )
-    .unwrap();
+    );
     let producer: FutureProducer = rdkafka::ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .create()

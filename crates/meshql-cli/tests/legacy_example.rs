@@ -9,25 +9,11 @@
 
 mod common;
 
-use common::{fresh_postgres_database, Server};
+use common::{fresh_postgres_database, psql, Server};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// Runs SQL on `url` with psql; its output (unaligned, tuples only), trimmed.
-fn psql(url: &str, sql: &str) -> String {
-    let out = Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-tAqc", sql])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql failed on {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn example_dir() -> PathBuf {
     common::examples_dir().join("legacy")

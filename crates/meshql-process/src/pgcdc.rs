@@ -321,12 +321,8 @@ pub(crate) async fn run(
         if *stop.borrow() {
             return;
         }
-        if failures > 0 {
-            let delay = Duration::from_millis(100 * (1u64 << failures.min(7)));
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = stop.changed() => return,
-            }
+        if !crate::source::back_off(failures, &mut stop).await {
+            return;
         }
         let mut capture = Capture {
             name: &name,

@@ -96,6 +96,19 @@ pub(crate) struct SourceCounters {
     pub lag: AtomicU64,
 }
 
+/// Waits before the next attempt after `failures` failures in a row (none after none; 100 ms
+/// doubling up to 12.8 s); `false` when `stop` came first.
+pub(crate) async fn back_off(failures: u32, stop: &mut watch::Receiver<bool>) -> bool {
+    if failures == 0 {
+        return true;
+    }
+    let delay = std::time::Duration::from_millis(100 * (1u64 << failures.min(7)));
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => true,
+        _ = stop.changed() => false,
+    }
+}
+
 /// Reads `source` into `handler` until `stop`.
 pub(crate) async fn run(
     name: String,

@@ -612,6 +612,22 @@ pub fn postgres_url() -> String {
     meshql_conformance::test_server_url("postgres", "MESHQL_TEST_POSTGRES_URL")
 }
 
+/// Runs SQL on `url` with psql; its output (unaligned, tuples only), trimmed. Panics with
+/// psql's message when the statement fails.
+#[allow(dead_code)]
+pub fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-tAqc", sql])
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "psql failed on {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 /// A new, empty database on the test server; returns its URL.
 #[allow(dead_code)]
 pub fn fresh_postgres_database() -> String {
