@@ -625,16 +625,7 @@ impl Capture<'_> {
     /// Commits snapshot rows without a position: a copy cut short starts again.
     async fn commit_snapshot_rows(&mut self, rows: Vec<Input>) -> Result<(), String> {
         let last = rows.last().map_or(0, |r| r.position);
-        let items = rows
-            .into_iter()
-            .map(|input| {
-                let raw = Value::Object(input.payload.clone()).to_string();
-                Item {
-                    input,
-                    raw: raw.into(),
-                }
-            })
-            .collect();
+        let items = rows.into_iter().map(item).collect();
         self.handler
             .apply(items, Vec::new(), last, Vec::new())
             .await
@@ -650,16 +641,7 @@ impl Capture<'_> {
             .map_or(self.handler.position.load(Ordering::Acquire), |i| {
                 i.position
             });
-        let items = inputs
-            .into_iter()
-            .map(|input| {
-                let raw = Value::Object(input.payload.clone()).to_string();
-                Item {
-                    input,
-                    raw: raw.into(),
-                }
-            })
-            .collect();
+        let items = inputs.into_iter().map(item).collect();
         let state = vec![StateWrite {
             key: position_key(&self.source.slot),
             group: None,
@@ -905,6 +887,14 @@ impl Capture<'_> {
             fresh: false,
         });
         Ok(())
+    }
+}
+
+/// A row change as the runtime carries it: no text of its own (a dead letter keeps the row).
+fn item(input: Input) -> Item<'static> {
+    Item {
+        input,
+        raw: std::borrow::Cow::Borrowed(""),
     }
 }
 

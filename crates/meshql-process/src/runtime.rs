@@ -180,7 +180,8 @@ impl PlanIo for Io<'_> {
 pub(crate) struct Item<'a> {
     pub input: Input,
     /// The input as read (JSON text), for its dead letter (borrowed from the log's change:
-    /// copied only for an input that becomes one).
+    /// copied only for an input that becomes one); empty for an input read without text of
+    /// its own (a database row), whose dead letter keeps its payload.
     pub raw: std::borrow::Cow<'a, str>,
 }
 
@@ -191,7 +192,12 @@ fn letter_of(input: &Input, raw: &str, reason: String) -> DeadLetter {
         change_id: input.change_id.clone(),
         entity: input.entity.clone(),
         reason,
-        input: raw.to_owned(),
+        // an input read without text of its own (a database row) is kept as its payload
+        input: if raw.is_empty() {
+            Value::Object(input.payload.clone()).to_string()
+        } else {
+            raw.to_owned()
+        },
         at: now_millis(),
     }
 }
