@@ -570,3 +570,54 @@ total = {{ cents = "tot_amt" }}
     }
     assert_eq!(s.client().list("/customer/api").await.len(), 1);
 }
+
+/// A legacy table whose rows cannot be told apart (no primary key) is refused with a message
+/// that says so, counted as the processor's errors, and the service serves meanwhile; a slot
+/// that does not exist is named when an operator tries to drop it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_without_a_primary_key_is_refused_by_name_and_the_service_serves() {
+    let legacy = Legacy::new(&run_id());
+    psql(
+        &legacy.url,
+        "ALTER TABLE cust_acct DROP CONSTRAINT cust_acct_pkey; \
+         INSERT INTO cust_acct (acct_num, stat_cd) VALUES ('1', 'A')",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    service(dir.path(), &legacy);
+    let config = dir.path().join("meshql.toml");
+    let s = Server::start(&config, &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.log().contains("table cust_acct has no primary key") {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal in the log:\n{}",
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let metrics = s.client().get("/metrics").await.text;
+    let errors: f64 = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                "meshql_processor_errors_total{processor=\"customers\",type=\"script\",output=\"customer\"} ",
+            )
+        })
+        .unwrap_or_else(|| panic!("no errors series:\n{metrics}"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(errors >= 1.0, "{metrics}");
+    s.client().get("/customer/api").await.expect_status(200);
+    assert!(s.client().list("/customer/api").await.is_empty());
+    let (ok, said) = meshql(&[
+        "cdc",
+        "drop-slot",
+        "meshql_no_such_slot",
+        config.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && said.contains("no slot meshql_no_such_slot"),
+        "{said}"
+    );
+}
