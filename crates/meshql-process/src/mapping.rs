@@ -94,7 +94,8 @@
 //! | `{ code = "col", map = { A = "active", … }, unknown = … }` | the map's value for the code (the text of the column: an integer column's `1` is the code `"1"`). A code not in the map: `unknown = "dead_letter"` (the default) makes the row a dead letter naming the field, column and code; `unknown = { default = X }` gives X |
 //! | `{ concat = [part, …], separator = ", " }` | the parts' texts joined with `separator` (default `""`), the null and empty ones left out (so `title(LN1) + ", " + title(LN2)` only when LN2 is set); null when every part is. A part is a column name or a transformation (`{ title = "addr_ln1" }`) |
 //! | `{ add = ["a", "b", …] }`, `{ subtract = ["a", "b", …] }` | the sum; the first minus the others. Integers when every operand is one, else a float; null when any operand is null |
-//! | `{ reference = "table", key = ["col", …] }` | a computed foreign key: the id [`legacy_id`] gives the row of `table` whose key is these columns' values in this row; null when any of them is null or empty |
+//! | `{ reference = "table", key = ["col", …] }` | a computed foreign key: the id [`legacy_id`] gives the row of `table` whose key is these columns' values in this row; null when any of them is null or empty. A key item may be a constant instead of a column: `key = ["mandt", { value = "1000" }]` |
+//! | `{ lookup = "entity", id = <column or transformation>, field = "f", wait_ms = 30000 }` | the field `f` of the current document `id` of the clean `entity` (written by another processor, or through the API): what the row does not hold but its parent's clean document does — §14.3's lay report takes its hen's `coop_id` with `id = { reference = "zequi_hen", key = ["mandt", "equnr"] }`. A document that does not exist yet is waited for, up to `wait_ms` (default 30,000, at most 600,000; the batch waits with it, so the rows keep their order), then the row is a dead letter naming it; a null id gives null. The value is read when the row is processed: a later change of the parent does not change documents already written. A field of its own (not a part of `concat`, nor a lookup's `id`) |
 //!
 //! Options every field takes:
 //! - `default = X`: the field's value when the transformation's result is null.
@@ -123,10 +124,11 @@
 //! Schema lists properties); `id` is not a field; `table` is one of `inputs`; without a `source`,
 //! the inputs are entities of the service; `key` and every `reference`'s `key` name at least one
 //! column; every transformation is known (the message lists them) and takes the options given;
-//! `code` has a non-empty `map`; a date `format` has `YYYY`, `MM` and `DD` once each.
+//! `code` has a non-empty `map`; a date `format` has `YYYY`, `MM` and `DD` once each; a
+//! `lookup`'s entity exists and has its `field`.
 
 use crate::plan::Input;
-use crate::transform::{Emit, Transform, TransformSpec, MAX_PARALLEL};
+use crate::transform::{Emit, Found, Read, Transform, TransformSpec, MAX_PARALLEL};
 use crate::EntityInfo;
 use meshql_core::{parse_settings, ChangeOp, SettingError};
 use serde::Deserialize;
@@ -154,6 +156,7 @@ pub const TRANSFORMATIONS: &[&str] = &[
     "add",
     "subtract",
     "reference",
+    "lookup",
 ];
 
 /// A key value as [`legacy_id`] reads it (`None`: null, an object or an array): a number's
@@ -319,9 +322,29 @@ enum Rule {
     Subtract(Vec<String>),
     Reference {
         table: String,
-        key: Vec<String>,
+        key: Vec<KeyPart>,
+    },
+    Lookup {
+        entity: String,
+        id: Box<Field>,
+        field: String,
+        wait: std::time::Duration,
     },
 }
+
+/// One value of a `reference`'s key.
+#[derive(Debug, Clone, PartialEq)]
+enum KeyPart {
+    /// A column of this row.
+    Column(String),
+    /// A constant (`{ value = "1000" }`).
+    Value(String),
+}
+
+/// How long a `lookup` waits for its document by default.
+const LOOKUP_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// The longest `wait_ms` a `lookup` may declare.
+const LOOKUP_WAIT_MAX_MS: u64 = 600_000;
 
 /// A field's transformation and options.
 #[derive(Debug, Clone, PartialEq)]
@@ -390,6 +413,7 @@ fn options_of(rule: &str) -> &'static [&'static str] {
         "code" => &["map", "unknown"],
         "concat" => &["separator"],
         "reference" => &["key"],
+        "lookup" => &["id", "field", "wait_ms"],
         _ => &[],
     }
 }
@@ -450,7 +474,17 @@ fn field(decl: &Value, at: &str, top: bool) -> Result<Field, SettingError> {
             ))
         }
     };
-    let all_options = ["format", "true_value", "map", "unknown", "separator", "key"];
+    let all_options = [
+        "format",
+        "true_value",
+        "map",
+        "unknown",
+        "separator",
+        "key",
+        "id",
+        "field",
+        "wait_ms",
+    ];
     if let Some(k) = decl.keys().find(|k| {
         let k = k.as_str();
         !TRANSFORMATIONS.contains(&k) && !all_options.contains(&k) && !COMMON.contains(&k)
@@ -599,7 +633,53 @@ fn field(decl: &Value, at: &str, top: bool) -> Result<Field, SettingError> {
             };
             Rule::Reference {
                 table: table.clone(),
-                key: columns(key, &format!("{at}.key"), 1, "the referred row's key")?,
+                key: key_parts(key, &format!("{at}.key"))?,
+            }
+        }
+        "lookup" => {
+            if !top {
+                return Err(err(here, "a `lookup` is a field of its own, not a part"));
+            }
+            let Value::String(entity) = arg else {
+                return Err(err(here, "the entity whose document it reads"));
+            };
+            if entity.trim().is_empty() {
+                return Err(err(here, "the entity whose document it reads"));
+            }
+            let Some(id) = decl.get("id") else {
+                return Err(err(
+                    format!("{at}.id"),
+                    "the document's id: a column or a transformation, e.g. \
+                     `{ reference = \"zequi_hen\", key = [\"equnr\"] }`",
+                ));
+            };
+            let id = field(id, &format!("{at}.id"), false)?;
+            let Some(Value::String(of)) = decl.get("field") else {
+                return Err(err(
+                    format!("{at}.field"),
+                    "the field of that document to take (a string)",
+                ));
+            };
+            let wait = match decl.get("wait_ms") {
+                None => LOOKUP_WAIT,
+                Some(v) => match v.as_u64() {
+                    Some(ms) if ms <= LOOKUP_WAIT_MAX_MS => std::time::Duration::from_millis(ms),
+                    _ => {
+                        return Err(err(
+                            format!("{at}.wait_ms"),
+                            format!(
+                                "milliseconds the row may wait for the document, 0 to \
+                                 {LOOKUP_WAIT_MAX_MS}"
+                            ),
+                        ))
+                    }
+                },
+            };
+            Rule::Lookup {
+                entity: entity.clone(),
+                id: Box::new(id),
+                field: of.clone(),
+                wait,
             }
         }
         _ => unreachable!("every transformation has its arm"),
@@ -611,10 +691,42 @@ fn field(decl: &Value, at: &str, top: bool) -> Result<Field, SettingError> {
     })
 }
 
+/// A `reference`'s key: column names, or `{ value = "…" }` constants.
+fn key_parts(v: &Value, at: &str) -> Result<Vec<KeyPart>, SettingError> {
+    let what = "the referred row's key: column names or `{ value = \"…\" }` constants";
+    let Value::Array(items) = v else {
+        return Err(err(at, format!("a list ({what})")));
+    };
+    if items.is_empty() {
+        return Err(err(at, format!("name at least 1 column ({what})")));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let here = format!("{at}[{i}]");
+            match item {
+                Value::Object(m) if m.len() == 1 && m.contains_key("value") => {
+                    match key_text(&m["value"]) {
+                        Some(t) if !t.trim().is_empty() => Ok(KeyPart::Value(t)),
+                        _ => Err(err(here, "a constant key value: text, a number or a bool")),
+                    }
+                }
+                _ => Ok(KeyPart::Column(column(item, &here)?)),
+            }
+        })
+        .collect()
+}
+
 impl Mapping {
     /// Checks a `[processor.mapping]` block (`table`, `key`, `fields`) against the output
-    /// entity; errors name their field under `mapping.`.
-    pub fn new(block: &Value, output: &EntityInfo) -> Result<Self, SettingError> {
+    /// entity and, for `lookup`s, the service's `entities`; errors name their field under
+    /// `mapping.`.
+    pub fn new(
+        block: &Value,
+        output: &EntityInfo,
+        entities: &[EntityInfo],
+    ) -> Result<Self, SettingError> {
         let s: MappingSettings = parse_settings(block).map_err(|e| under("mapping", e))?;
         if s.table.trim().is_empty() {
             return Err(err("mapping.table", "name the legacy table"));
@@ -657,7 +769,34 @@ impl Mapping {
                     ));
                 }
             }
-            fields.push((name.clone(), field(decl, &at, true)?));
+            let f = field(decl, &at, true)?;
+            if let Rule::Lookup {
+                entity, field: of, ..
+            } = &f.rule
+            {
+                let Some(target) = entities.iter().find(|e| e.name == *entity) else {
+                    let names: Vec<&str> = entities.iter().map(|e| e.name.as_str()).collect();
+                    return Err(err(
+                        format!("{at}.lookup"),
+                        format!(
+                            "unknown entity `{entity}` (this config has: {})",
+                            names.join(", ")
+                        ),
+                    ));
+                };
+                if let Some(known) = &target.fields {
+                    if of != "id" && !known.iter().any(|k| k == of) {
+                        return Err(err(
+                            format!("{at}.field"),
+                            format!(
+                                "entity `{entity}` has no field `{of}` (its JSON Schema has: {})",
+                                known.join(", ")
+                            ),
+                        ));
+                    }
+                }
+            }
+            fields.push((name.clone(), f));
         }
         Ok(Self {
             table: s.table,
@@ -699,11 +838,53 @@ impl Mapping {
         Ok(legacy_id(&self.table, &values).expect("key values are scalars"))
     }
 
-    /// The clean document of `row`.
+    /// The clean document of `row` (a `lookup` finds nothing: see [`Mapping::document_with`]).
     pub fn document(&self, row: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+        self.document_with(row, None)
+    }
+
+    /// The clean document of `row` (`found`: the documents its `lookup`s read, see
+    /// [`Transform::reads`]).
+    pub fn document_with(
+        &self,
+        row: &Map<String, Value>,
+        found: Option<&Found>,
+    ) -> Result<Map<String, Value>, String> {
         let mut doc = Map::new();
         for (name, f) in &self.fields {
-            let v = value(f, name, row)?;
+            let v = match &f.rule {
+                Rule::Lookup {
+                    entity,
+                    id,
+                    field,
+                    wait,
+                } => {
+                    let v = match value(id, name, row)? {
+                        Value::Null => Value::Null,
+                        id => {
+                            let id = key_text(&id).ok_or_else(|| {
+                                format!("field `{name}`: the lookup's id is {id}, not text")
+                            })?;
+                            match found.and_then(|f| f.get(entity, &id)) {
+                                Some(_) if field == "id" => Value::String(id),
+                                Some(doc) => doc.get(field).cloned().unwrap_or(Value::Null),
+                                None => {
+                                    return Err(format!(
+                                        "field `{name}`: `{entity}` {id} does not exist \
+                                         (waited {} ms for it)",
+                                        wait.as_millis()
+                                    ))
+                                }
+                            }
+                        }
+                    };
+                    match (&v, &f.default) {
+                        (Value::Null, Some(d)) => d.clone(),
+                        _ => v,
+                    }
+                }
+                _ => value(f, name, row)?,
+            };
             if f.omit_empty && (v.is_null() || v.as_str() == Some("")) {
                 continue;
             }
@@ -715,13 +896,52 @@ impl Mapping {
 
 impl Transform for Mapping {
     fn transform(&self, input: &Input) -> Result<Vec<Emit>, String> {
+        self.transform_with(input, &Found::default())
+    }
+
+    fn has_reads(&self) -> bool {
+        self.fields
+            .iter()
+            .any(|(_, f)| matches!(f.rule, Rule::Lookup { .. }))
+    }
+
+    fn reads(&self, input: &Input) -> Vec<Read> {
+        if input.op == ChangeOp::Delete || !input.entity.eq_ignore_ascii_case(&self.table) {
+            return Vec::new();
+        }
+        let mut reads = Vec::new();
+        for (name, f) in &self.fields {
+            if let Rule::Lookup {
+                entity, id, wait, ..
+            } = &f.rule
+            {
+                // an id that cannot be computed fails in `transform_with`, with its reason
+                if let Some(id) = value(id, name, &input.payload)
+                    .ok()
+                    .as_ref()
+                    .and_then(key_text)
+                {
+                    reads.push(Read {
+                        entity: entity.clone(),
+                        id,
+                        wait: *wait,
+                    });
+                }
+            }
+        }
+        reads
+    }
+
+    fn transform_with(&self, input: &Input, found: &Found) -> Result<Vec<Emit>, String> {
         if !input.entity.eq_ignore_ascii_case(&self.table) {
             return Ok(Vec::new());
         }
         let id = Some(self.id_of(&input.payload)?);
         let payload = match input.op {
             ChangeOp::Delete => None,
-            ChangeOp::Create | ChangeOp::Update => Some(self.document(&input.payload)?),
+            ChangeOp::Create | ChangeOp::Update => {
+                Some(self.document_with(&input.payload, Some(found))?)
+            }
         };
         Ok(vec![Emit { id, payload }])
     }
@@ -941,9 +1161,24 @@ fn rule_value(rule: &Rule, name: &str, row: &Map<String, Value>) -> Result<Value
         }
         Rule::Add(columns) => arithmetic(row, name, columns, false)?,
         Rule::Subtract(columns) => arithmetic(row, name, columns, true)?,
+        Rule::Lookup { .. } => unreachable!("a lookup is a top-level field, read in `document`"),
         Rule::Reference { table, key } => {
             let mut values = Vec::with_capacity(key.len());
-            for c in key {
+            let constants: Vec<Value> = key
+                .iter()
+                .map(|k| match k {
+                    KeyPart::Value(v) => Value::String(v.clone()),
+                    KeyPart::Column(_) => Value::Null,
+                })
+                .collect();
+            for (k, constant) in key.iter().zip(&constants) {
+                let c = match k {
+                    KeyPart::Value(_) => {
+                        values.push(constant);
+                        continue;
+                    }
+                    KeyPart::Column(c) => c,
+                };
                 match get(row, c) {
                     None => return Ok(Value::Null),
                     Some(Value::String(s)) if s.trim().is_empty() => return Ok(Value::Null),
@@ -1054,7 +1289,7 @@ pub fn compile(
         }
         Some(_) => {}
     }
-    let mapping = Mapping::new(&Value::Object(block), output)?;
+    let mapping = Mapping::new(&Value::Object(block), output, entities)?;
     Ok(TransformSpec {
         name: name.to_owned(),
         kind: "mapping",
@@ -1072,7 +1307,8 @@ pub fn compile(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::PlanIo;
+    use crate::plan::{PlanIo, Planner};
+    use crate::transform::TransformPlanner;
     use meshql_core::{OutputWrite, StoreError};
     use serde_json::json;
     use std::collections::HashMap;
@@ -1796,6 +2032,7 @@ mod tests {
                 name: "out".into(),
                 fields: None,
             },
+            &[],
         )
         .unwrap()
     }
@@ -2247,5 +2484,193 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A hen's document appears after its first lookup (another processor writes it).
+    struct LateHen {
+        asked: std::sync::atomic::AtomicUsize,
+        appears_after: usize,
+    }
+
+    #[async_trait::async_trait]
+    impl PlanIo for LateHen {
+        async fn state(&self, _: &[String]) -> Result<HashMap<String, String>, StoreError> {
+            Ok(HashMap::new())
+        }
+        async fn group(&self, _: &str) -> Result<Vec<(String, String)>, StoreError> {
+            Ok(Vec::new())
+        }
+        async fn lookup(
+            &self,
+            entity: &str,
+            id: &str,
+        ) -> Result<Option<Map<String, Value>>, StoreError> {
+            let n = self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let hen = legacy_id("zequi_hen", &[&json!("100"), &json!("H1")]).unwrap();
+            Ok(
+                (entity == "hen" && id == hen && n >= self.appears_after).then(|| {
+                    json!({"coop_id": "coop-of-h1"})
+                        .as_object()
+                        .unwrap()
+                        .clone()
+                }),
+            )
+        }
+    }
+
+    fn lay_reports(wait_ms: u64) -> TransformPlanner {
+        let hen = EntityInfo {
+            name: "hen".into(),
+            fields: Some(vec!["coop_id".into(), "name".into()]),
+        };
+        let lay = EntityInfo {
+            name: "lay_report".into(),
+            fields: None,
+        };
+        let spec = compile(
+            "lay_reports",
+            &json!({"inputs": ["zafru_lege"], "output": "lay_report", "mapping": {
+                "key": ["mandt", "aufnr"],
+                "fields": {
+                    "hen_id": {"reference": "zequi_hen", "key": ["mandt", "equnr"]},
+                    "coop_id": {"lookup": "hen", "id": {"reference": "zequi_hen", "key": ["mandt", "equnr"]},
+                                "field": "coop_id", "wait_ms": wait_ms},
+                    "source_id": {"reference": "zfarm_mstr", "key": ["mandt", {"value": "1000"}]}
+                }}}),
+            &[hen, lay],
+            true,
+        )
+        .unwrap();
+        TransformPlanner {
+            spec,
+            skip_unchanged: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lookup_waits_for_its_document_then_dead_letters_the_row() {
+        let row = |equnr: &str| {
+            input(
+                "zafru_lege",
+                ChangeOp::Create,
+                json!({"mandt": "100", "aufnr": "A1", "equnr": equnr}),
+            )
+        };
+        // the hen appears on the third look: the row waits for it
+        let io = LateHen {
+            asked: Default::default(),
+            appears_after: 2,
+        };
+        let outcome = lay_reports(5_000).plan(&io, &[row("H1")]).await.unwrap();
+        assert!(outcome.dead.is_empty(), "{:?}", outcome.dead);
+        let (OutputWrite::Put { payload, .. }, _) = &outcome.writes[0] else {
+            panic!("{:?}", outcome.writes)
+        };
+        let doc: Value = serde_json::from_str(payload).unwrap();
+        assert_eq!(doc["coop_id"], "coop-of-h1");
+        assert_eq!(
+            doc["hen_id"],
+            legacy_id("zequi_hen", &[&json!("100"), &json!("H1")]).unwrap()
+        );
+        // a constant in a reference's key
+        assert_eq!(
+            doc["source_id"],
+            legacy_id("zfarm_mstr", &[&json!("100"), &json!("1000")]).unwrap()
+        );
+        assert_eq!(io.asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+        // a hen that never appears: the row waits `wait_ms`, then is a dead letter naming it
+        let started = std::time::Instant::now();
+        let outcome = lay_reports(100)
+            .plan(&NoIo, &[row("H1"), row("H2")])
+            .await
+            .unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(100));
+        assert_eq!(outcome.dead.len(), 2);
+        assert!(
+            outcome.dead[0].1.contains("`hen`") && outcome.dead[0].1.contains("does not exist"),
+            "{:?}",
+            outcome.dead
+        );
+        // a delete reads nothing
+        let outcome = lay_reports(60_000)
+            .plan(
+                &NoIo,
+                &[input(
+                    "zafru_lege",
+                    ChangeOp::Delete,
+                    json!({"mandt": "100", "aufnr": "A1"}),
+                )],
+            )
+            .await
+            .unwrap();
+        assert!(matches!(outcome.writes[0].0, OutputWrite::Delete { .. }));
+    }
+
+    #[test]
+    fn lookups_are_checked_with_the_config() {
+        let hen = EntityInfo {
+            name: "hen".into(),
+            fields: Some(vec!["coop_id".into()]),
+        };
+        let out = EntityInfo {
+            name: "lay_report".into(),
+            fields: None,
+        };
+        let with = |decl: Value| {
+            compile(
+                "l",
+                &json!({"inputs": ["t"], "output": "lay_report",
+                        "mapping": {"key": ["k"], "fields": {"coop_id": decl}}}),
+                &[hen.clone(), out.clone()],
+                true,
+            )
+        };
+        for (decl, at, says) in [
+            (
+                json!({"lookup": "hens", "id": "h", "field": "coop_id"}),
+                "mapping.fields.coop_id.lookup",
+                "unknown entity `hens`",
+            ),
+            (
+                json!({"lookup": "hen", "id": "h", "field": "coops"}),
+                "mapping.fields.coop_id.field",
+                "no field `coops`",
+            ),
+            (
+                json!({"lookup": "hen", "field": "coop_id"}),
+                "mapping.fields.coop_id.id",
+                "the document's id",
+            ),
+            (
+                json!({"lookup": "hen", "id": "h"}),
+                "mapping.fields.coop_id.field",
+                "the field",
+            ),
+            (
+                json!({"lookup": "hen", "id": "h", "field": "coop_id", "wait_ms": -1}),
+                "mapping.fields.coop_id.wait_ms",
+                "milliseconds",
+            ),
+            (
+                json!({"concat": [{"lookup": "hen", "id": "h", "field": "coop_id"}]}),
+                "mapping.fields.coop_id.concat[0].lookup",
+                "a field of its own",
+            ),
+            (
+                json!({"reference": "t", "key": [{"value": ""}]}),
+                "mapping.fields.coop_id.key[0]",
+                "constant",
+            ),
+            (
+                json!({"reference": "t", "key": [{"values": "x"}]}),
+                "mapping.fields.coop_id.key[0]",
+                "column name",
+            ),
+        ] {
+            let e = error_of(with(decl.clone()));
+            assert_eq!(e.field.as_deref(), Some(at), "{decl}: {e:?}");
+            assert!(e.message.contains(says), "{decl}: {e:?}");
+        }
+        assert!(with(json!({"lookup": "hen", "id": "h", "field": "id", "wait_ms": 0})).is_ok());
     }
 }

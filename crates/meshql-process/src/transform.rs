@@ -61,6 +61,109 @@ pub trait Transform: Send + Sync + 'static {
     /// The documents one input change leads to (none is fine), or why it cannot be
     /// processed (the input becomes a dead letter).
     fn transform(&self, input: &Input) -> Result<Vec<Emit>, String>;
+
+    /// The documents of other entities that transforming `input` reads (a mapping's
+    /// `lookup`): the planner reads their current versions, waiting up to each [`Read`]'s
+    /// `wait` for one that does not exist yet, and hands them to [`Transform::transform_with`].
+    fn reads(&self, input: &Input) -> Vec<Read> {
+        let _ = input;
+        Vec::new()
+    }
+
+    /// Whether [`Transform::reads`] can ever ask for something (the planner skips the read
+    /// phase otherwise).
+    fn has_reads(&self) -> bool {
+        false
+    }
+
+    /// [`Transform::transform`] with the documents [`Transform::reads`] asked for (those
+    /// that did not exist in time are missing from `found`).
+    fn transform_with(&self, input: &Input, found: &Found) -> Result<Vec<Emit>, String> {
+        let _ = found;
+        self.transform(input)
+    }
+}
+
+/// A document a transform reads: the current version of `entity`'s `id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub entity: String,
+    pub id: String,
+    /// How long the input may wait for the document to exist (a parent that arrives after
+    /// its child, through another processor) before it is transformed without it.
+    pub wait: std::time::Duration,
+}
+
+/// The documents read for a batch, by entity and id.
+#[derive(Debug, Default)]
+pub struct Found(HashMap<(String, String), Map<String, Value>>);
+
+impl Found {
+    /// The current document `id` of `entity`, if it existed in time.
+    pub fn get(&self, entity: &str, id: &str) -> Option<&Map<String, Value>> {
+        self.0.get(&(entity.to_owned(), id.to_owned()))
+    }
+
+    /// Records a document (tests and planners).
+    pub fn insert(&mut self, entity: &str, id: &str, doc: Map<String, Value>) {
+        self.0.insert((entity.to_owned(), id.to_owned()), doc);
+    }
+}
+
+/// How often a planner looks again for documents its inputs wait for.
+const READ_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Reads the documents `inputs` ask for; a missing one is looked for again every
+/// [`READ_POLL`] until it exists or its wait is over (the batch waits with it: the inputs
+/// keep their order).
+async fn read_all(
+    transform: &dyn Transform,
+    io: &dyn PlanIo,
+    inputs: &[Input],
+) -> Result<Found, StoreError> {
+    let mut wanted: Vec<Read> = Vec::new();
+    for input in inputs {
+        for r in transform.reads(input) {
+            if !wanted
+                .iter()
+                .any(|w| w.entity == r.entity && w.id == r.id && w.wait >= r.wait)
+            {
+                wanted.push(r);
+            }
+        }
+    }
+    let mut found = Found::default();
+    if wanted.is_empty() {
+        return Ok(found);
+    }
+    let started = std::time::Instant::now();
+    let mut waited = false;
+    loop {
+        let mut missing = Vec::new();
+        for r in wanted {
+            if found.get(&r.entity, &r.id).is_some() {
+                continue;
+            }
+            match io.lookup(&r.entity, &r.id).await? {
+                Some(doc) => found.insert(&r.entity, &r.id, doc),
+                None => missing.push(r),
+            }
+        }
+        missing.retain(|r| started.elapsed() < r.wait);
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        if !waited {
+            waited = true;
+            tracing::debug!(
+                entity = %missing[0].entity,
+                id = %missing[0].id,
+                "a transform waits for a document that does not exist yet"
+            );
+        }
+        tokio::time::sleep(READ_POLL).await;
+        wanted = missing;
+    }
 }
 
 fn registry() -> &'static RwLock<HashMap<String, Arc<dyn Transform>>> {
@@ -290,16 +393,19 @@ impl TransformPlanner {
 type Made = Result<Vec<Emit>, String>;
 
 /// Runs `transform` on `input`; a panic becomes the input's failure.
-fn run_one(transform: &dyn Transform, input: &Input) -> Made {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| transform.transform(input)))
-        .unwrap_or_else(|panic| {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
-            Err(format!("the transform panicked: {message}"))
-        })
+fn run_one(transform: &dyn Transform, input: &Input, found: Option<&Found>) -> Made {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match found {
+        Some(found) => transform.transform_with(input, found),
+        None => transform.transform(input),
+    }))
+    .unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(format!("the transform panicked: {message}"))
+    })
 }
 
 impl TransformPlanner {
@@ -316,12 +422,17 @@ impl TransformPlanner {
     }
 
     /// The transform's answer for each input, in the inputs' order.
-    async fn made(&self, inputs: &[Input]) -> Result<Vec<Made>, StoreError> {
+    async fn made(&self, io: &dyn PlanIo, inputs: &[Input]) -> Result<Vec<Made>, StoreError> {
         let transform = &self.spec.transform;
+        let found = if transform.has_reads() {
+            Some(Arc::new(read_all(transform.as_ref(), io, inputs).await?))
+        } else {
+            None
+        };
         if self.spec.parallel == 1 && self.spec.kind != "script" {
             return Ok(inputs
                 .iter()
-                .map(|input| run_one(transform.as_ref(), input))
+                .map(|input| run_one(transform.as_ref(), input, found.as_deref()))
                 .collect());
         }
         let mut lanes: Vec<Vec<(usize, Input)>> = vec![Vec::new(); self.spec.parallel];
@@ -333,9 +444,12 @@ impl TransformPlanner {
             .filter(|lane| !lane.is_empty())
             .map(|lane| {
                 let transform = transform.clone();
+                let found = found.clone();
                 tokio::task::spawn_blocking(move || {
                     lane.into_iter()
-                        .map(|(i, input)| (i, run_one(transform.as_ref(), &input)))
+                        .map(|(i, input)| {
+                            (i, run_one(transform.as_ref(), &input, found.as_deref()))
+                        })
                         .collect::<Vec<_>>()
                 })
             })
@@ -363,7 +477,7 @@ impl Planner for TransformPlanner {
 
     async fn plan(&self, io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError> {
         let mut outcome = Outcome::default();
-        for (i, (input, made)) in inputs.iter().zip(self.made(inputs).await?).enumerate() {
+        for (i, (input, made)) in inputs.iter().zip(self.made(io, inputs).await?).enumerate() {
             let emits = match made {
                 Ok(e) => e,
                 Err(reason) => {
