@@ -152,7 +152,7 @@ impl ProcessorPlan {
     pub fn lookups(&self) -> Vec<String> {
         match self {
             ProcessorPlan::Projection(p) => p.lookups.iter().map(|l| l.entity.clone()).collect(),
-            ProcessorPlan::Transform(_) => Vec::new(),
+            ProcessorPlan::Transform(t) => t.transform.read_entities(),
         }
     }
 

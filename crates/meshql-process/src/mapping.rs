@@ -899,10 +899,16 @@ impl Transform for Mapping {
         self.transform_with(input, &Found::default())
     }
 
-    fn has_reads(&self) -> bool {
-        self.fields
-            .iter()
-            .any(|(_, f)| matches!(f.rule, Rule::Lookup { .. }))
+    fn read_entities(&self) -> Vec<String> {
+        let mut entities: Vec<String> = Vec::new();
+        for (_, f) in &self.fields {
+            if let Rule::Lookup { entity, .. } = &f.rule {
+                if !entities.contains(entity) {
+                    entities.push(entity.clone());
+                }
+            }
+        }
+        entities
     }
 
     fn reads(&self, input: &Input) -> Vec<Read> {

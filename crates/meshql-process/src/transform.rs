@@ -70,10 +70,15 @@ pub trait Transform: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The entities [`Transform::reads`] may ask for (the runtime opens them for it).
+    fn read_entities(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether [`Transform::reads`] can ever ask for something (the planner skips the read
     /// phase otherwise).
     fn has_reads(&self) -> bool {
-        false
+        !self.read_entities().is_empty()
     }
 
     /// [`Transform::transform`] with the documents [`Transform::reads`] asked for (those
