@@ -84,6 +84,9 @@ pub struct EntityInfo {
     pub name: String,
     /// The top-level properties of its JSON Schema (`None`: no schema, any field).
     pub fields: Option<Vec<String>>,
+    /// Those properties' schemas (`None`: not known), for checks of the values a processor
+    /// writes (a mapping's types and codes).
+    pub properties: Option<Map<String, Value>>,
 }
 
 impl EntityInfo {
@@ -91,6 +94,11 @@ impl EntityInfo {
     pub fn fields_of(schema: Option<&Value>) -> Option<Vec<String>> {
         let props = schema?.get("properties")?.as_object()?;
         Some(props.keys().cloned().collect())
+    }
+
+    /// The properties' schemas of a JSON Schema (`None` when it declares none).
+    pub fn properties_of(schema: Option<&Value>) -> Option<Map<String, Value>> {
+        schema?.get("properties")?.as_object().cloned()
     }
 }
 
@@ -216,6 +224,7 @@ pub fn configure(
             .chain(tables.iter().map(|t| EntityInfo {
                 name: t.clone(),
                 fields: None,
+                properties: None,
             }))
             .collect();
         &with_tables

@@ -125,7 +125,13 @@
 //! the inputs are entities of the service; `key` and every `reference`'s `key` name at least one
 //! column; every transformation is known (the message lists them) and takes the options given;
 //! `code` has a non-empty `map`; a date `format` has `YYYY`, `MM` and `DD` once each; a
-//! `lookup`'s entity exists and has its `field`.
+//! `lookup`'s entity exists and has its `field`. Against the output's JSON Schema, where its
+//! property declares them: the JSON type a transformation makes (`flag` a boolean, `int` an
+//! integer, `cents` and `number` a number, the text ones a string), and each value of a code
+//! table, its `unknown` default and a field's `default` against the property's `type` and
+//! `enum` (`copy`, `lookup`, `add` and `subtract` make what the data holds, so they are not
+//! checked). `meshql check` also asks the legacy database, when it can reach it, whether
+//! every column a mapping names exists.
 
 use crate::plan::Input;
 use crate::transform::{Emit, Found, Read, Transform, TransformSpec, MAX_PARALLEL};
@@ -691,6 +697,126 @@ fn field(decl: &Value, at: &str, top: bool) -> Result<Field, SettingError> {
     })
 }
 
+/// The JSON type a transformation makes (`None`: whatever the column holds).
+fn made_type(rule: &Rule) -> Option<&'static str> {
+    match rule {
+        Rule::Title(_)
+        | Rule::Lower(_)
+        | Rule::Date(..)
+        | Rule::DateTime(..)
+        | Rule::Concat(..)
+        | Rule::Reference { .. } => Some("string"),
+        Rule::Int(_) => Some("integer"),
+        Rule::Number(_) | Rule::Cents(_) => Some("number"),
+        Rule::Flag(..) => Some("boolean"),
+        // `add` and `subtract` make an integer of integers, a number otherwise
+        Rule::Copy(_)
+        | Rule::Code { .. }
+        | Rule::Lookup { .. }
+        | Rule::Add(_)
+        | Rule::Subtract(_) => None,
+    }
+}
+
+/// `word` with its indefinite article.
+fn a(word: &str) -> String {
+    if word.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        format!("an {word}")
+    } else {
+        format!("a {word}")
+    }
+}
+
+/// The JSON type of a value, as JSON Schema names it.
+fn type_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether a value of JSON type `t` fits a property's `type` (absent: anything).
+fn type_fits(t: &str, prop: &Value) -> Result<(), String> {
+    let allowed: Vec<&str> = match prop.get("type") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ => return Ok(()),
+    };
+    if allowed.contains(&t) || (t == "integer" && allowed.contains(&"number")) {
+        Ok(())
+    } else {
+        Err(allowed.join(" or "))
+    }
+}
+
+/// Checks what field `f` writes against the output's JSON Schema property `prop`: the type
+/// its transformation makes, and a code table's values (and a `default`) against the type and
+/// any `enum`.
+fn fits_schema(
+    f: &Field,
+    prop: &Value,
+    at: &str,
+    entity: &str,
+    name: &str,
+) -> Result<(), SettingError> {
+    let schema_says =
+        |what: String| format!("entity `{entity}`'s JSON Schema makes `{name}` {what}");
+    if let Some(t) = made_type(&f.rule) {
+        if let Err(allowed) = type_fits(t, prop) {
+            return Err(err(
+                at,
+                schema_says(format!(
+                    "{}, but this transformation makes {}",
+                    a(&allowed),
+                    a(t)
+                )),
+            ));
+        }
+    }
+    let value_fits = |v: &Value, here: String, what: &str| -> Result<(), SettingError> {
+        if let Err(allowed) = type_fits(type_of(v), prop) {
+            return Err(err(
+                here,
+                schema_says(format!(
+                    "{}, but {what} {v} is {}",
+                    a(&allowed),
+                    a(type_of(v))
+                )),
+            ));
+        }
+        if let Some(Value::Array(choices)) = prop.get("enum") {
+            if !choices.contains(v) {
+                let listed: Vec<String> = choices.iter().map(Value::to_string).collect();
+                return Err(err(
+                    here,
+                    schema_says(format!(
+                        "one of {}, but {what} {v} is not",
+                        listed.join(", ")
+                    )),
+                ));
+            }
+        }
+        Ok(())
+    };
+    if let Rule::Code { map, unknown, .. } = &f.rule {
+        for (code, v) in map {
+            value_fits(v, format!("{at}.map"), &format!("code {code}'s value"))?;
+        }
+        if let Unknown::Default(v) = unknown {
+            value_fits(v, format!("{at}.unknown"), "the default")?;
+        }
+    }
+    if let Some(d) = &f.default {
+        value_fits(d, format!("{at}.default"), "the default")?;
+    }
+    Ok(())
+}
+
 /// A `reference`'s key: column names, or `{ value = "…" }` constants.
 fn key_parts(v: &Value, at: &str) -> Result<Vec<KeyPart>, SettingError> {
     let what = "the referred row's key: column names or `{ value = \"…\" }` constants";
@@ -795,6 +921,9 @@ impl Mapping {
                         ));
                     }
                 }
+            }
+            if let Some(prop) = output.properties.as_ref().and_then(|p| p.get(name)) {
+                fits_schema(&f, prop, &at, &output.name, name)?;
             }
             fields.push((name.clone(), f));
         }
@@ -1427,6 +1556,7 @@ mod tests {
         let with = |name: &str, fields: &[&str]| EntityInfo {
             name: name.into(),
             fields: Some(fields.iter().map(|f| (*f).to_owned()).collect()),
+            properties: None,
         };
         vec![
             with(
@@ -2037,6 +2167,7 @@ mod tests {
             &EntityInfo {
                 name: "out".into(),
                 fields: None,
+                properties: None,
             },
             &[],
         )
@@ -2528,10 +2659,12 @@ mod tests {
         let hen = EntityInfo {
             name: "hen".into(),
             fields: Some(vec!["coop_id".into(), "name".into()]),
+            properties: None,
         };
         let lay = EntityInfo {
             name: "lay_report".into(),
             fields: None,
+            properties: None,
         };
         let spec = compile(
             "lay_reports",
@@ -2617,10 +2750,12 @@ mod tests {
         let hen = EntityInfo {
             name: "hen".into(),
             fields: Some(vec!["coop_id".into()]),
+            properties: None,
         };
         let out = EntityInfo {
             name: "lay_report".into(),
             fields: None,
+            properties: None,
         };
         let with = |decl: Value| {
             compile(
@@ -2678,5 +2813,86 @@ mod tests {
             assert!(e.message.contains(says), "{decl}: {e:?}");
         }
         assert!(with(json!({"lookup": "hen", "id": "h", "field": "id", "wait_ms": 0})).is_ok());
+    }
+
+    #[test]
+    fn fields_are_checked_against_the_outputs_json_schema() {
+        let schema = json!({"properties": {
+            "paperless": {"type": "string"},
+            "status": {"type": "string", "enum": ["active", "closed"]},
+            "amount": {"type": "integer"},
+            "total": {"type": ["number", "null"]},
+            "count": {"type": "number"},
+            "anything": {}
+        }});
+        let out = EntityInfo {
+            name: "customer".into(),
+            fields: EntityInfo::fields_of(Some(&schema)),
+            properties: EntityInfo::properties_of(Some(&schema)),
+        };
+        let with = |field: &str, decl: Value| {
+            compile(
+                "c",
+                &json!({"inputs": ["t"], "output": "customer",
+                        "mapping": {"key": ["k"], "fields": {field: decl}}}),
+                std::slice::from_ref(&out),
+                true,
+            )
+        };
+        for (field, decl, at, says) in [
+            (
+                "paperless",
+                json!({"flag": "f"}),
+                "mapping.fields.paperless",
+                "makes `paperless` a string, but this transformation makes a boolean",
+            ),
+            (
+                "amount",
+                json!({"cents": "c"}),
+                "mapping.fields.amount",
+                "an integer, but this transformation makes a number",
+            ),
+            (
+                "status",
+                json!({"code": "s", "map": {"A": "active", "X": "gone"}}),
+                "mapping.fields.status.map",
+                "one of \"active\", \"closed\", but code X's value \"gone\" is not",
+            ),
+            (
+                "status",
+                json!({"code": "s", "map": {"A": "active"}, "unknown": {"default": "other"}}),
+                "mapping.fields.status.unknown",
+                "the default \"other\" is not",
+            ),
+            (
+                "status",
+                json!({"code": "s", "map": {"A": 1}}),
+                "mapping.fields.status.map",
+                "a string, but code A's value 1 is an integer",
+            ),
+            (
+                "amount",
+                json!({"int": "a", "default": "none"}),
+                "mapping.fields.amount.default",
+                "an integer, but the default \"none\" is a string",
+            ),
+        ] {
+            let e = error_of(with(field, decl.clone()));
+            assert_eq!(e.field.as_deref(), Some(at), "{decl}: {e:?}");
+            assert!(e.message.contains(says), "{decl}: {e:?}");
+        }
+        for (field, decl) in [
+            (
+                "status",
+                json!({"code": "s", "map": {"A": "active", "C": "closed"}, "unknown": {"default": "active"}}),
+            ),
+            ("total", json!({"cents": "c"})),
+            ("count", json!({"int": "c"})),
+            ("amount", json!({"subtract": ["a", "b"]})),
+            ("paperless", json!("p")),
+            ("anything", json!({"flag": "f"})),
+        ] {
+            assert!(with(field, decl.clone()).is_ok(), "{decl}");
+        }
     }
 }

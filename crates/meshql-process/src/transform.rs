@@ -805,6 +805,7 @@ mod tests {
             .map(|name| EntityInfo {
                 name: name.into(),
                 fields: None,
+                properties: None,
             })
             .collect();
         let base = std::path::Path::new(".");

@@ -139,10 +139,12 @@ fn plans() -> Vec<ProcessorPlan> {
                 "timestamp",
                 "quality",
             ]),
+            properties: None,
         },
         EntityInfo {
             name: "farm".into(),
             fields: schema(&["name", "farm_type"]),
+            properties: None,
         },
         EntityInfo {
             name: "hen_productivity".into(),
@@ -156,6 +158,7 @@ fn plans() -> Vec<ProcessorPlan> {
                 "avg_per_week",
                 "quality_rate",
             ]),
+            properties: None,
         },
         EntityInfo {
             name: "farm_output".into(),
@@ -169,6 +172,7 @@ fn plans() -> Vec<ProcessorPlan> {
                 "total_hens",
                 "avg_per_hen_per_week",
             ]),
+            properties: None,
         },
     ];
     let window = |w: &str| json!({ "sum": "eggs", "window": w, "time": "timestamp" });

@@ -580,6 +580,7 @@ mod tests {
             [("lay_report", None), ("hen_productivity", None)].map(|(name, fields)| EntityInfo {
                 name: name.into(),
                 fields,
+                properties: None,
             });
         let settings = json!({
             "output": "hen_productivity", "key": "hen_id",
