@@ -7,6 +7,7 @@
 use clap::{Args, Subcommand};
 use meshql_process::pgcdc::{self, PostgresCdcSource, SlotInfo};
 use meshql_process::source::Source;
+use meshql_process::ProcessorPlan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -210,5 +211,84 @@ pub fn orphan_slot_warnings(config: &meshql_config::ResolvedConfig) -> Vec<Strin
             }
         }
         warnings
+    })
+}
+
+/// Errors for `meshql check`: a column a `mapping` names that its legacy table does not have
+/// (or a table that does not exist), asked of each legacy database that can be reached (one
+/// that cannot is already a warning of [`orphan_slot_warnings`]).
+pub fn legacy_column_errors(config: &meshql_config::ResolvedConfig) -> Vec<String> {
+    let Ok(plans) = meshql_server::processor_plans(config) else {
+        return Vec::new(); // preflight reports the errors
+    };
+    let mut asks = Vec::new();
+    for plan in &plans {
+        let (Some(Source::PostgresCdc(source)), ProcessorPlan::Transform(t)) =
+            (plan.source(), plan)
+        else {
+            continue;
+        };
+        let Some((table, named)) = t.transform.legacy_columns() else {
+            continue;
+        };
+        let Some(spec) = config.processors.iter().find(|s| s.name == plan.name()) else {
+            continue;
+        };
+        let Some(table) = source
+            .tables
+            .iter()
+            .find(|tb| source.entity_of(tb).eq_ignore_ascii_case(&table))
+            .cloned()
+        else {
+            continue; // the mapping's own checks name a table that is not an input
+        };
+        asks.push((source.clone(), spec, table, named));
+    }
+    if asks.is_empty() {
+        return Vec::new();
+    }
+    let Ok(rt) = runtime() else {
+        return Vec::new();
+    };
+    rt.block_on(async {
+        let mut errors = Vec::new();
+        for (source, spec, table, named) in asks {
+            let Ok(found) = pgcdc::columns(&source.url, std::slice::from_ref(&table)).await else {
+                continue;
+            };
+            let error = |field: &str, message: String| {
+                meshql_config::ConfigError {
+                    file: config.file.clone(),
+                    line: spec.line_of(Some(field)),
+                    field: format!("{}.{field}", spec.path),
+                    message,
+                }
+                .to_string()
+            };
+            let Some(columns) = found.get(&table) else {
+                errors.push(error(
+                    "mapping.table",
+                    format!(
+                        "table `{}` does not exist in {}",
+                        table.label(),
+                        pgcdc::redacted_url(&source.url)
+                    ),
+                ));
+                continue;
+            };
+            for (field, column) in named {
+                if !columns.iter().any(|c| c.eq_ignore_ascii_case(&column)) {
+                    errors.push(error(
+                        &field,
+                        format!(
+                            "table `{}` has no column `{column}` (it has: {})",
+                            table.label(),
+                            columns.join(", ")
+                        ),
+                    ));
+                }
+            }
+        }
+        errors
     })
 }

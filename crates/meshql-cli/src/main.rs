@@ -140,7 +140,10 @@ fn main() -> ExitCode {
                 for w in cdc::orphan_slot_warnings(&c) {
                     eprintln!("warning: {w}");
                 }
-                let problems = meshql_server::preflight(&c);
+                let mut problems = meshql_server::preflight(&c);
+                if problems.is_empty() {
+                    problems.extend(cdc::legacy_column_errors(&c));
+                }
                 if !problems.is_empty() {
                     for p in &problems {
                         eprintln!("{p}");

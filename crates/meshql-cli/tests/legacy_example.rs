@@ -634,3 +634,74 @@ async fn springfield_electric_is_served_clean_from_the_legacy_database() {
     assert_eq!(psql(&legacy.url, "SELECT count(*) FROM cust_acct"), "7");
     drop(s);
 }
+
+/// `meshql check` asks the legacy database for the columns the mappings name: a misspelt
+/// column (in a field, in a part of `concat`, in a reference's key) is an error naming the
+/// file, its line, the field and what the table has; the example as shipped passes.
+#[test]
+fn check_names_a_mapped_column_the_legacy_table_does_not_have() {
+    let legacy = Legacy::new();
+    let default_url = "postgres://postgres@127.0.0.1:55432/springfield_electric";
+    let dir = common::example_copy("legacy", |t| {
+        assert!(t.contains(default_url));
+        t.replace(default_url, &legacy.url)
+    });
+    let check = |dir: &std::path::Path| {
+        let out = common::run_meshql(&["check", dir.to_str().unwrap()], Duration::from_secs(60));
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = check(dir.path());
+    assert!(ok, "{err}");
+
+    let config = dir.path().join("meshql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let line_of = |needle: &str| {
+        text.lines()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle}"))
+            + 1
+    };
+    let (reading, address, payment_ref) = (
+        line_of("reading_date = { date = \"rdng_dt\" }"),
+        line_of("address = { concat"),
+        line_of("bill_id = { reference = \"bill_hdr\""),
+    );
+    let text = text
+        .replace("{ date = \"rdng_dt\" }", "{ date = \"rdng_dte\" }")
+        .replace("{ title = \"addr_ln2\" }", "{ title = \"addr_ln3\" }")
+        .replace(
+            "bill_id = { reference = \"bill_hdr\", key = [\"bill_id\"]",
+            "bill_id = { reference = \"bill_hdr\", key = [\"bil_id\"]",
+        );
+    std::fs::write(&config, text).unwrap();
+    let (ok, err) = check(dir.path());
+    assert!(!ok, "{err}");
+    for (line, field, column) in [
+        (
+            reading,
+            "processor[1] \"meter_readings\".mapping.fields.reading_date",
+            "rdng_dte",
+        ),
+        (
+            address,
+            "processor[0] \"customers\".mapping.fields.address.concat[1]",
+            "addr_ln3",
+        ),
+        (
+            payment_ref,
+            "processor[3] \"payments\".mapping.fields.bill_id",
+            "bil_id",
+        ),
+    ] {
+        let want = format!(":{line}: {field}: table `");
+        let hit = err
+            .lines()
+            .find(|l| l.contains(&want) && l.contains(&format!("has no column `{column}`")))
+            .unwrap_or_else(|| panic!("no error {want}…{column} in:\n{err}"));
+        assert!(hit.contains("(it has: "), "{hit}");
+    }
+    assert!(err.contains("3 error(s)"), "{err}");
+}

@@ -223,13 +223,23 @@ async fn the_z_tables_are_served_as_the_egg_economy() {
 
     // events: computed keys, the hen's coop, timestamps (no time → midnight), codes
     assert_eq!(
-        rest(&s, "lay_report", &id_of("zafru_lege", &["100", "LR-00000005"])).await,
+        rest(
+            &s,
+            "lay_report",
+            &id_of("zafru_lege", &["100", "LR-00000005"])
+        )
+        .await,
         json!({"legacy_aufnr": "LR-00000005", "hen_id": hen("HEN-000006"),
                "coop_id": coop("ST-0003"), "farm_id": farm("2000"), "eggs": 1,
                "timestamp": "2026-02-01T00:00:00Z", "quality": "cracked"})
     );
     assert_eq!(
-        rest(&s, "lay_report", &id_of("zafru_lege", &["100", "LR-00000003"])).await,
+        rest(
+            &s,
+            "lay_report",
+            &id_of("zafru_lege", &["100", "LR-00000003"])
+        )
+        .await,
         json!({"legacy_aufnr": "LR-00000003", "hen_id": hen("HEN-000004"),
                "coop_id": coop("ST-0002"), "farm_id": farm("1000"), "eggs": 2,
                "timestamp": "2026-02-01T06:45:00Z", "quality": "double_yolk"})
@@ -358,9 +368,9 @@ async fn the_z_tables_are_served_as_the_egg_economy() {
         hen("HEN-000001")
     );
     until(&s, "/hen_productivity/graph", &greta, |d| {
-        d["getByHen"].get(0).is_some_and(|p| {
-            p["total_eggs"] == 2 && p["quality_rate"].as_f64() == Some(1.0)
-        })
+        d["getByHen"]
+            .get(0)
+            .is_some_and(|p| p["total_eggs"] == 2 && p["quality_rate"].as_f64() == Some(1.0))
     })
     .await;
     let frieda = format!(
@@ -368,9 +378,9 @@ async fn the_z_tables_are_served_as_the_egg_economy() {
         hen("HEN-000005")
     );
     until(&s, "/hen_productivity/graph", &frieda, |d| {
-        d["getByHen"].get(0).is_some_and(|p| {
-            p["total_eggs"] == 2 && p["quality_rate"].as_f64() == Some(0.5)
-        })
+        d["getByHen"]
+            .get(0)
+            .is_some_and(|p| p["total_eggs"] == 2 && p["quality_rate"].as_f64() == Some(0.5))
     })
     .await;
     // farm 1000: Greta 1 + 1, Liesel 1, Berta 2 eggs; three hens reported
@@ -439,9 +449,15 @@ async fn the_z_tables_are_served_as_the_egg_economy() {
 
     // a delete tombstones the event and takes it out of the container's inventory
     psql(&sap.url, "DELETE FROM zmseg_201 WHERE mblnr = '4910000001'");
-    until(&s, "/container_inventory/graph", &inventory("BH-0001"), |d| {
-        d["getByContainer"][0]["current_eggs"] == 90 && d["getByContainer"][0]["total_withdrawals"] == 0
-    })
+    until(
+        &s,
+        "/container_inventory/graph",
+        &inventory("BH-0001"),
+        |d| {
+            d["getByContainer"][0]["current_eggs"] == 90
+                && d["getByContainer"][0]["total_withdrawals"] == 0
+        },
+    )
     .await;
     let r = s
         .client()

@@ -573,9 +573,13 @@ impl<'de> Deserialize<'de> for ProcessorConfig {
                         "name" => name.insert(map.next_value::<Spanned<String>>()?).span(),
                         "type" => kind.insert(map.next_value::<Spanned<String>>()?).span(),
                         _ => {
-                            let value = map.next_value::<Spanned<toml::Value>>()?;
+                            let value = map.next_value::<Spanned<Located>>()?;
                             let span = value.span();
-                            let value = serde_json::to_value(value.into_inner())
+                            let located = value.into_inner();
+                            for (path, start) in located.offsets {
+                                offsets.insert(format!("{key}{path}"), start);
+                            }
+                            let value = serde_json::to_value(located.value)
                                 .map_err(A::Error::custom)?;
                             settings.insert(key.clone(), value);
                             span
@@ -594,6 +598,106 @@ impl<'de> Deserialize<'de> for ProcessorConfig {
         }
 
         deserializer.deserialize_map(Fields)
+    }
+}
+
+/// A TOML value with where each key and item inside it starts: paths relative to the value
+/// (`.fields.eggs`, `.key[0]`), so a processor's errors can name the line of a nested field.
+struct Located {
+    value: toml::Value,
+    offsets: Vec<(String, usize)>,
+}
+
+impl<'de> Deserialize<'de> for Located {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+
+        fn plain(value: toml::Value) -> Located {
+            Located {
+                value,
+                offsets: Vec::new(),
+            }
+        }
+
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Located;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a TOML value")
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Located, E> {
+                Ok(plain(toml::Value::Boolean(v)))
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Located, E> {
+                Ok(plain(toml::Value::Integer(v)))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Located, E> {
+                i64::try_from(v)
+                    .map(|v| plain(toml::Value::Integer(v)))
+                    .map_err(|_| E::custom("an integer out of range"))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Located, E> {
+                Ok(plain(toml::Value::Float(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Located, E> {
+                Ok(plain(toml::Value::String(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Located, E> {
+                Ok(plain(toml::Value::String(v)))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Located, A::Error> {
+                let (mut items, mut offsets) = (Vec::new(), Vec::new());
+                while let Some(item) = seq.next_element::<Spanned<Located>>()? {
+                    let i = items.len();
+                    offsets.push((format!("[{i}]"), item.span().start));
+                    let item = item.into_inner();
+                    offsets.extend(
+                        item.offsets
+                            .into_iter()
+                            .map(|(p, o)| (format!("[{i}]{p}"), o)),
+                    );
+                    items.push(item.value);
+                }
+                Ok(Located {
+                    value: toml::Value::Array(items),
+                    offsets,
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Located, A::Error> {
+                let (mut table, mut offsets) = (toml::Table::new(), Vec::new());
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "$__toml_private_datetime" {
+                        // how the TOML deserializer hands over a date-time
+                        use serde::de::Error;
+                        let text = map.next_value::<String>()?;
+                        let datetime = text.parse().map_err(A::Error::custom)?;
+                        return Ok(plain(toml::Value::Datetime(datetime)));
+                    }
+                    let value = map.next_value::<Spanned<Located>>()?;
+                    offsets.push((format!(".{key}"), value.span().start));
+                    let value = value.into_inner();
+                    offsets.extend(
+                        value
+                            .offsets
+                            .into_iter()
+                            .map(|(p, o)| (format!(".{key}{p}"), o)),
+                    );
+                    table.insert(key, value.value);
+                }
+                Ok(Located {
+                    value: toml::Value::Table(table),
+                    offsets,
+                })
+            }
+        }
+
+        deserializer.deserialize_any(Visitor)
     }
 }
 

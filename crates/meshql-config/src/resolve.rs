@@ -45,10 +45,16 @@ impl StorageSpec {
 
 /// The line of a field (`pool_size`, or a path into it such as `hosts[0]` or
 /// `options.linger.ms`) in a block's `field_lines`.
+/// The deepest part of the path that has a line wins (`mapping.fields.eggs.int` → the line of
+/// `mapping.fields.eggs` when only that is known).
 fn field_line(field_lines: &BTreeMap<String, usize>, field: Option<&str>) -> Option<usize> {
-    field
-        .map(|f| f.split(['.', '[']).next().unwrap_or(f))
-        .and_then(|f| field_lines.get(f).copied())
+    let mut path = field?;
+    loop {
+        if let Some(line) = field_lines.get(path) {
+            return Some(*line);
+        }
+        path = &path[..path.rfind(['.', '['])?];
+    }
 }
 
 /// A config that passed every check.

@@ -338,6 +338,44 @@ enum Rule {
     },
 }
 
+impl Rule {
+    /// The columns it names, each with the setting that names it (`at` and below).
+    fn columns(&self, at: &str, out: &mut Vec<(String, String)>) {
+        let mut one = |c: &String| out.push((at.to_owned(), c.clone()));
+        match self {
+            Rule::Copy(c)
+            | Rule::Title(c)
+            | Rule::Lower(c)
+            | Rule::Int(c)
+            | Rule::Number(c)
+            | Rule::Cents(c)
+            | Rule::Date(c, _)
+            | Rule::Flag(c, _)
+            | Rule::Code { column: c, .. } => one(c),
+            Rule::DateTime(d, t, _) => {
+                one(d);
+                if let Some(t) = t {
+                    one(t);
+                }
+            }
+            Rule::Add(cs) | Rule::Subtract(cs) => cs.iter().for_each(one),
+            Rule::Reference { key, .. } => {
+                for k in key {
+                    if let KeyPart::Column(c) = k {
+                        one(c);
+                    }
+                }
+            }
+            Rule::Concat(parts, _) => {
+                for (i, p) in parts.iter().enumerate() {
+                    p.rule.columns(&format!("{at}.concat[{i}]"), out);
+                }
+            }
+            Rule::Lookup { id, .. } => id.rule.columns(&format!("{at}.id"), out),
+        }
+    }
+}
+
 /// One value of a `reference`'s key.
 #[derive(Debug, Clone, PartialEq)]
 enum KeyPart {
@@ -1026,6 +1064,18 @@ impl Mapping {
 impl Transform for Mapping {
     fn transform(&self, input: &Input) -> Result<Vec<Emit>, String> {
         self.transform_with(input, &Found::default())
+    }
+
+    fn legacy_columns(&self) -> Option<(String, Vec<(String, String)>)> {
+        let mut named = Vec::new();
+        for (i, k) in self.key.iter().enumerate() {
+            named.push((format!("mapping.key[{i}]"), k.clone()));
+        }
+        for (name, f) in &self.fields {
+            f.rule
+                .columns(&format!("mapping.fields.{name}"), &mut named);
+        }
+        Some((self.table.clone(), named))
     }
 
     fn read_entities(&self) -> Vec<String> {

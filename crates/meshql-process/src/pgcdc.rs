@@ -1231,6 +1231,31 @@ pub struct SlotInfo {
     pub lag_bytes: u64,
 }
 
+/// The columns of each of `tables` in the database `url` names (a table that does not exist
+/// is left out).
+pub async fn columns(url: &str, tables: &[Table]) -> Result<HashMap<Table, Vec<String>>, String> {
+    let sql = Sql::connect(url).await?;
+    let mut found = HashMap::with_capacity(tables.len());
+    for table in tables {
+        let rows = sql
+            .client
+            .query(
+                "SELECT a.attname::text FROM pg_attribute a \
+                 JOIN pg_class c ON c.oid = a.attrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+                 ORDER BY a.attnum",
+                &[&table.schema, &table.name],
+            )
+            .await
+            .map_err(|e| db_error(&e))?;
+        if !rows.is_empty() {
+            found.insert(table.clone(), rows.iter().map(|r| r.get(0)).collect());
+        }
+    }
+    Ok(found)
+}
+
 /// The logical slots of the database `url` names.
 pub async fn slots(url: &str) -> Result<Vec<SlotInfo>, String> {
     let sql = Sql::connect(url).await?;

@@ -70,6 +70,13 @@ pub trait Transform: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// The legacy table it reads rows of and the columns it names, each with the setting
+    /// that names it (`mapping.fields.eggs`), for `meshql check` to ask the database whether
+    /// they exist (`None`: it reads no table's columns by name).
+    fn legacy_columns(&self) -> Option<(String, Vec<(String, String)>)> {
+        None
+    }
+
     /// The entities [`Transform::reads`] may ask for (the runtime opens them for it).
     fn read_entities(&self) -> Vec<String> {
         Vec::new()
