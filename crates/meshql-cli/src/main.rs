@@ -3,6 +3,7 @@
 mod bench;
 mod cdc;
 mod changes;
+mod init;
 mod process;
 mod projections;
 #[cfg(target_os = "linux")]
@@ -93,6 +94,9 @@ enum Command {
     },
     /// Print the JSON Schema of the config format.
     ConfigSchema,
+    /// Generate a config from an existing database's schema (`--from-postgres URL`): an
+    /// entity per table, or with `--acl` a clean entity per table fed by change capture.
+    Init(init::InitArgs),
     /// Print the change feed (one JSON object per line) from the config's change log.
     Changes(changes::ChangesArgs),
     /// Run the config's processors in this process, beside `meshql serve --no-processors`.
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
+        Command::Init(args) => init::run(args),
         Command::Projections(args) => projections::run(args),
         Command::Cdc(args) => cdc::run(args),
         Command::Process(args) => {

@@ -37,6 +37,7 @@ pub mod kafka;
 pub mod mapping;
 pub mod nats;
 pub mod pgcdc;
+mod pgtls;
 pub mod plan;
 pub mod projection;
 mod runtime;

@@ -61,13 +61,18 @@
 //! from the slot's confirmed position to the server's current one, read every 5 s. `meshql cdc
 //! slots CONFIG` lists the slots of the config's legacy databases (with what each keeps, and
 //! whether a processor of the config reads it), `meshql cdc drop-slot SLOT CONFIG` drops one,
-//! and `meshql check` warns about a slot of meshql's (`meshql_…`) no processor reads. TLS to the legacy database is not supported yet: a URL asking
-//! for it (`sslmode=require`) is refused rather than connected in clear.
+//! and `meshql check` warns about a slot of meshql's (`meshql_…`) no processor reads.
+//!
+//! **TLS.** The URL's `sslmode` (`disable`, `prefer` — the default —, `require`, `verify-ca`,
+//! `verify-full`) and `sslrootcert` (a PEM file, or `system`) are read as meshql's PostgreSQL
+//! store reads them, for both connections ([`crate::pgtls`]).
 
+use crate::pgtls::{TlsTarget, Tunnel};
 use crate::plan::Input;
 use crate::runtime::{Item, ProcessorHandler};
 use crate::source::{scoped, SourceCounters};
 use meshql_core::{parse_settings, ChangeOp, SettingError, StateWrite};
+use meshql_store_postgres::client_tls;
 use pg_walstream::{ColumnData, LogicalReplicationMessage, LogicalReplicationParser, TupleData};
 use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
 use serde::Deserialize;
@@ -181,19 +186,16 @@ pub fn compile(settings: &Value) -> Result<PostgresCdcSource, SettingError> {
             format!("`{}` is not a postgres_cdc source", s.kind),
         ));
     }
-    let config: tokio_postgres::Config = s.url.trim().parse().map_err(|e| {
-        SettingError::new(
-            "source.url",
-            format!("not a PostgreSQL URL ({e}); e.g. postgres://user@host:5432/database"),
-        )
-    })?;
-    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
-        return Err(SettingError::new(
-            "source.url",
-            "TLS to the legacy database is not supported by the postgres_cdc source yet \
-             (remove sslmode=require, or reach the database over a trusted network)",
-        ));
-    }
+    let config = client_tls::read_url(s.url.trim())
+        .map_err(|e| {
+            SettingError::new(
+                "source.url",
+                format!(
+                    "not a usable PostgreSQL URL: {e}; e.g. postgres://user@host:5432/database"
+                ),
+            )
+        })?
+        .config;
     if config.get_hosts().is_empty() || config.get_dbname().is_none() {
         return Err(SettingError::new(
             "source.url",
@@ -403,12 +405,22 @@ impl Capture<'_> {
         self.ensure_publication(&sql).await?;
         let keys = sql.primary_keys(&self.source.tables).await?;
         let slot_exists = sql.slot_exists(&self.source.slot).await?;
-        let config = replication_config(self.source)?;
+        // held for the session: the replication connections go through it
+        let tunnel = match TlsTarget::of(&self.source.url)? {
+            Some(target) => Some(Tunnel::open(target)?),
+            None => None,
+        };
+        let config = replication_config(self.source, tunnel.as_ref())?;
+        let failed =
+            |e: pgwire_replication::PgWireError| match tunnel.as_ref().and_then(Tunnel::failure) {
+                Some(reason) => format!("replication connection: {reason}"),
+                None => format!("replication connection: {e}"),
+            };
         let (mut client, applied) = match stored {
             Some(applied) if slot_exists => {
                 let client = ReplicationClient::connect(config.with_start_lsn(Lsn(applied.lsn)))
                     .await
-                    .map_err(|e| format!("replication connection: {e}"))?;
+                    .map_err(failed)?;
                 (client, applied)
             }
             _ => {
@@ -419,7 +431,12 @@ impl Capture<'_> {
                 if slot_exists {
                     sql.drop_slot(&self.source.slot).await?;
                 }
-                self.snapshot(&sql, config, &keys).await?
+                self.snapshot(&sql, config, &keys).await.map_err(|e| {
+                    match tunnel.as_ref().and_then(Tunnel::failure) {
+                        Some(reason) => format!("{e} ({reason})"),
+                        None => e,
+                    }
+                })?
             }
         };
         client
@@ -559,9 +576,26 @@ impl Capture<'_> {
                 continue;
             }
             let key = keys.get(table).cloned().unwrap_or_default();
+            // each column as the stream gives it (see `value_of`): the types read as JSON
+            // as they are, every other one as its text
+            let select = sql
+                .column_types(table)
+                .await?
+                .iter()
+                .map(|(name, type_id)| {
+                    let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+                    if oid::AS_JSON.contains(type_id) {
+                        quoted
+                    } else {
+                        format!("{quoted}::text AS {quoted}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
             sql.client
                 .batch_execute(&format!(
-                    "DECLARE meshql_copy NO SCROLL CURSOR FOR SELECT to_jsonb(t)::text FROM {} t",
+                    "DECLARE meshql_copy NO SCROLL CURSOR FOR \
+                     SELECT to_jsonb(t)::text FROM (SELECT {select} FROM {}) t",
                     table.sql()
                 ))
                 .await
@@ -954,6 +988,11 @@ mod oid {
     pub const FLOAT8: u32 = 701;
     pub const NUMERIC: u32 = 1700;
     pub const JSONB: u32 = 3802;
+    /// The types `value_of` reads as JSON (the snapshot copies them so, and every other type
+    /// as its text, as the stream sends it).
+    pub const AS_JSON: &[u32] = &[
+        BOOL, INT8, INT2, INT4, OID, JSON, FLOAT4, FLOAT8, NUMERIC, JSONB,
+    ];
 }
 
 /// One column's text as the JSON value its type suggests.
@@ -990,10 +1029,15 @@ fn value_of(column: &ColumnData, type_id: u32) -> Value {
     }
 }
 
-/// The replication connection's settings, from the source's URL.
-fn replication_config(source: &PostgresCdcSource) -> Result<ReplicationConfig, String> {
-    let config: tokio_postgres::Config = source.url.parse().map_err(|e| format!("{e}"))?;
+/// The replication connection's settings, from the source's URL; through `tunnel` when the
+/// URL asks for TLS (see [`crate::pgtls`]).
+fn replication_config(
+    source: &PostgresCdcSource,
+    tunnel: Option<&Tunnel>,
+) -> Result<ReplicationConfig, String> {
+    let config = client_tls::read_url(&source.url)?.config;
     let host = match config.get_hosts().first() {
+        _ if tunnel.is_some() => tunnel.expect("checked").socket_dir(),
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         #[cfg(unix)]
         Some(tokio_postgres::config::Host::Unix(p)) => p.to_string_lossy().into_owned(),
@@ -1041,21 +1085,65 @@ impl Drop for Sql {
 
 impl Sql {
     async fn connect(url: &str) -> Result<Sql, String> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| format!("{e}"))?;
+        let client_tls::Connection {
+            mut config,
+            mode,
+            tls,
+            ..
+        } = client_tls::read_url(url)?;
         config
             .application_name("meshql postgres_cdc")
             .connect_timeout(Duration::from_secs(10));
-        let (client, connection) = tokio::time::timeout(
-            Duration::from_secs(15),
-            config.connect(tokio_postgres::NoTls),
-        )
-        .await
-        .map_err(|_| "connecting to the legacy database timed out".to_string())?
-        .map_err(|e| format!("connecting to the legacy database: {}", db_error(&e)))?;
+        let connect = async {
+            match config.connect(tls.clone()).await {
+                Err(e) if mode == client_tls::SslMode::Prefer => {
+                    match client_tls::tls_failure(&e) {
+                        Some(reason) => {
+                            tracing::warn!(
+                                "postgres_cdc: the TLS handshake failed ({reason}); \
+                                 sslmode=prefer: connecting without TLS"
+                            );
+                            let mut plain = config.clone();
+                            plain.ssl_mode(tokio_postgres::config::SslMode::Disable);
+                            plain.connect(tls).await
+                        }
+                        None => Err(e),
+                    }
+                }
+                other => other,
+            }
+        };
+        let (client, connection) = tokio::time::timeout(Duration::from_secs(15), connect)
+            .await
+            .map_err(|_| "connecting to the legacy database timed out".to_string())?
+            .map_err(|e| {
+                let reason = client_tls::tls_failure(&e).unwrap_or_else(|| db_error(&e));
+                format!("connecting to the legacy database: {reason}")
+            })?;
         let task = tokio::spawn(async move {
             let _ = connection.await;
         });
         Ok(Sql { client, task })
+    }
+
+    /// A table's columns and their type ids, in the table's order.
+    async fn column_types(&self, table: &Table) -> Result<Vec<(String, u32)>, String> {
+        let rows = self
+            .client
+            .query(
+                "SELECT a.attname::text, a.atttypid FROM pg_attribute a \
+                 JOIN pg_class c ON c.oid = a.attrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 \
+                   AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum",
+                &[&table.schema, &table.name],
+            )
+            .await
+            .map_err(|e| format!("reading {}'s columns: {}", table.label(), db_error(&e)))?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, u32>(1)))
+            .collect())
     }
 
     async fn check_wal_level(&self) -> Result<(), String> {
@@ -1325,12 +1413,16 @@ mod tests {
             err(with("url", json!("mysql://x"))).field.as_deref(),
             Some("source.url")
         );
-        assert_eq!(
-            err(with("url", json!("postgres://u@h/db?sslmode=require")))
-                .field
-                .as_deref(),
-            Some("source.url")
-        );
+        // TLS settings are read as the PostgreSQL store reads them
+        let bad = err(with("url", json!("postgres://u@h/db?sslmode=sometimes")));
+        assert_eq!(bad.field.as_deref(), Some("source.url"));
+        assert!(bad.message.contains("sslmode"), "{bad:?}");
+        let bad = err(with(
+            "url",
+            json!("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"),
+        ));
+        assert!(bad.message.contains("/nonexistent/ca.pem"), "{bad:?}");
+        assert!(compile(&with("url", json!("postgres://u@h/db?sslmode=require"))).is_ok());
         assert_eq!(
             err(with("publication", json!("Legacy Pub")))
                 .field

@@ -79,6 +79,7 @@ fn pool(url: &str, o: &PostgresOptions) -> Result<Pool, StoreError> {
         mut config,
         mode,
         tls,
+        ..
     } = crate::tls::read_url(url)
         .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL {}: {e}", redact(url))))?;
     config.connect_timeout(o.connect_timeout);

@@ -50,3 +50,9 @@ pub use db::{PostgresDatabase, PostgresOptions};
 pub use settings::{PostgresBackend, PostgresSettings};
 pub use store::PostgresStore;
 pub use tls::SslMode;
+
+/// TLS for other clients of a PostgreSQL URL (the `postgres_cdc` processor source): the same
+/// `sslmode` / `sslrootcert` reading and rustls settings as the store's connections.
+pub mod client_tls {
+    pub use crate::tls::{read_url, tls_failure, Connection, SslMode};
+}

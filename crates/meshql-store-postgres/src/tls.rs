@@ -74,16 +74,19 @@ enum Roots {
 }
 
 /// A connection URL read: tokio-postgres's configuration and what TLS it asks for.
-pub(crate) struct Connection {
+pub struct Connection {
     pub config: tokio_postgres::Config,
     pub mode: SslMode,
     pub tls: MakeRustlsConnect,
+    /// The rustls client behind `tls`, for a client that makes its own TLS sessions (the
+    /// replication connection of the `postgres_cdc` source).
+    pub rustls: Arc<ClientConfig>,
 }
 
 /// Reads a URL (`postgres://…?sslmode=…&sslrootcert=…`, or libpq's `key=value` form), loads
 /// the CA file it names and builds the TLS client. Every error is a sentence fit for
 /// `meshql check`.
-pub(crate) fn read_url(url: &str) -> Result<Connection, String> {
+pub fn read_url(url: &str) -> Result<Connection, String> {
     let (rest, params) = split_tls_params(url)?;
     let mut mode = SslMode::Prefer;
     let mut rootcert = None;
@@ -145,7 +148,8 @@ pub(crate) fn read_url(url: &str) -> Result<Connection, String> {
     Ok(Connection {
         config,
         mode,
-        tls: MakeRustlsConnect::new(client),
+        tls: MakeRustlsConnect::new(client.clone()),
+        rustls: Arc::new(client),
     })
 }
 
@@ -391,7 +395,7 @@ pub(crate) struct Connector {
 
 /// Whether a connection error came from the TLS layer (a handshake failure, a certificate
 /// refused) rather than from the network or the server.
-pub(crate) fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = cur {
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
