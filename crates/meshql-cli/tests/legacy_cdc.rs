@@ -788,3 +788,48 @@ twice = "twice"
                "twice": null})
     );
 }
+
+/// `create = false`: a publication that does not exist is an error naming it (the service
+/// serves meanwhile, and the processor tries again with a back-off); once an operator makes
+/// it, the capture starts on its own and the rows arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_publication_is_named_and_the_capture_starts_once_it_exists() {
+    let legacy = Legacy::new(&run_id());
+    psql(
+        &legacy.url,
+        "INSERT INTO cust_acct (acct_num, cust_nm_first, stat_cd) VALUES ('1', 'ANN', 'A')",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    service(dir.path(), &legacy);
+    let config = dir.path().join("meshql.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace(
+            "tables = [\"cust_acct\"] }",
+            "tables = [\"cust_acct\"], create = false }",
+        ),
+    )
+    .unwrap();
+    let s = Server::start(&config, &[]);
+    let named = format!(
+        "publication `{}` does not exist (create = false)",
+        legacy.slot
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.log().contains(&named) {
+        assert!(Instant::now() < deadline, "no `{named}`:\n{}", s.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    s.client().get("/customer/api").await.expect_status(200);
+    assert!(s.client().list("/customer/api").await.is_empty());
+
+    psql(
+        &legacy.url,
+        &format!("CREATE PUBLICATION {} FOR TABLE cust_acct", legacy.slot),
+    );
+    until(&s, "1", "the row once the publication exists", |d| {
+        d.is_some_and(|d| d["first_name"] == "ANN")
+    })
+    .await;
+}
