@@ -566,3 +566,38 @@ fn the_api_is_egg_economys_plus_the_legacy_keys() {
     }
     assert_eq!(seen, 13);
 }
+
+/// A `reference` whose key does not have as many values as the referred table's mapping
+/// derives its ids from would never match a parent: `meshql check` names it, with its line.
+#[test]
+fn check_refuses_a_reference_that_could_never_match_its_parent() {
+    let declared = "farm_id = { reference = \"zfarm_mstr\", key = [\"mandt\", \"werks\"] }";
+    let dir = common::example_copy("egg-economy-sap", |t| {
+        assert!(t.contains(declared));
+        t.replacen(
+            declared,
+            "farm_id = { reference = \"zfarm_mstr\", key = [\"werks\"] }",
+            1,
+        )
+    });
+    let config = dir.path().join("meshql.toml");
+    let line = std::fs::read_to_string(&config)
+        .unwrap()
+        .lines()
+        .position(|l| l.starts_with("farm_id = { reference = \"zfarm_mstr\", key = [\"werks\"]"))
+        .unwrap()
+        + 1;
+    let out = common::run_meshql(
+        &["check", config.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            ":{line}: processor[4] \"coops\".mapping.fields.farm_id.key: 1 key value(s), but the \
+             mapping of `zfarm_mstr` derives its ids from 2 (mandt, werks)"
+        )),
+        "{said}"
+    );
+}

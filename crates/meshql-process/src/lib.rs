@@ -291,5 +291,45 @@ pub fn check_plans(plans: &[ProcessorPlan]) -> Result<(), (usize, SettingError)>
             ProcessorPlan::Transform(_) => None,
         })
         .collect();
-    projection::spec::check_outputs(&projections)
+    projection::spec::check_outputs(&projections)?;
+    check_references(plans)
+}
+
+/// A mapping's `reference` to a table another mapping of the config reads must name as many
+/// key values as that mapping's `key` has: the ids are computed from them, and a different
+/// count would never match a parent's id.
+fn check_references(plans: &[ProcessorPlan]) -> Result<(), (usize, SettingError)> {
+    let mappings: Vec<(usize, &mapping::Mapping)> = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match p {
+            ProcessorPlan::Transform(t) => t.transform.mapping().map(|m| (i, m)),
+            ProcessorPlan::Projection(_) => None,
+        })
+        .collect();
+    for (i, m) in &mappings {
+        for (field, table, n) in m.references() {
+            let Some((_, parent)) = mappings
+                .iter()
+                .find(|(_, p)| p.table().eq_ignore_ascii_case(&table))
+            else {
+                continue;
+            };
+            if parent.key().len() != n {
+                return Err((
+                    *i,
+                    SettingError::new(
+                        format!("{field}.key"),
+                        format!(
+                            "{n} key value(s), but the mapping of `{table}` derives its ids from \
+                             {} ({}): the ids would never match",
+                            parent.key().len(),
+                            parent.key().join(", ")
+                        ),
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }

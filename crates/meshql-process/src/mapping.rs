@@ -972,6 +972,28 @@ impl Mapping {
         })
     }
 
+    /// Each `reference` it makes: the setting that declares it (`mapping.fields.farm_id`),
+    /// the table it refers to and how many key values it gives.
+    pub fn references(&self) -> Vec<(String, String, usize)> {
+        fn walk(rule: &Rule, at: String, out: &mut Vec<(String, String, usize)>) {
+            match rule {
+                Rule::Reference { table, key } => out.push((at, table.clone(), key.len())),
+                Rule::Concat(parts, _) => {
+                    for (i, p) in parts.iter().enumerate() {
+                        walk(&p.rule, format!("{at}.concat[{i}]"), out);
+                    }
+                }
+                Rule::Lookup { id, .. } => walk(&id.rule, format!("{at}.id"), out),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        for (name, f) in &self.fields {
+            walk(&f.rule, format!("mapping.fields.{name}"), &mut out);
+        }
+        out
+    }
+
     /// The legacy table it reads.
     pub fn table(&self) -> &str {
         &self.table
@@ -1076,6 +1098,10 @@ impl Transform for Mapping {
                 .columns(&format!("mapping.fields.{name}"), &mut named);
         }
         Some((self.table.clone(), named))
+    }
+
+    fn mapping(&self) -> Option<&Mapping> {
+        Some(self)
     }
 
     fn read_entities(&self) -> Vec<String> {

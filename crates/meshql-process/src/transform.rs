@@ -77,6 +77,11 @@ pub trait Transform: Send + Sync + 'static {
         None
     }
 
+    /// The declared mapping it is, if it is one (for checks across processors).
+    fn mapping(&self) -> Option<&crate::mapping::Mapping> {
+        None
+    }
+
     /// The entities [`Transform::reads`] may ask for (the runtime opens them for it).
     fn read_entities(&self) -> Vec<String> {
         Vec::new()
