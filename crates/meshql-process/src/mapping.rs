@@ -130,8 +130,10 @@
 //! integer, `cents` and `number` a number, the text ones a string), and each value of a code
 //! table, its `unknown` default and a field's `default` against the property's `type` and
 //! `enum` (`copy`, `lookup`, `add` and `subtract` make what the data holds, so they are not
-//! checked). `meshql check` also asks the legacy database, when it can reach it, whether
-//! every column a mapping names exists.
+//! checked). Across the config's mappings: a `reference` to a table another mapping reads gives
+//! as many key values as that mapping's `key` has (else its ids could never match). `meshql
+//! check` also asks the legacy database, when it can reach it, whether every column a mapping
+//! names exists.
 
 use crate::plan::Input;
 use crate::transform::{Emit, Found, Read, Transform, TransformSpec, MAX_PARALLEL};
