@@ -28,6 +28,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+/// The PostgreSQL `scripts/services/postgres.sh start` runs, for the `legacy` scenario.
+pub const DEFAULT_LEGACY_URL: &str = "postgres://postgres@127.0.0.1:55432/postgres";
+
 /// Everything `meshql bench` can be told.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -72,6 +75,11 @@ pub struct Options {
     pub soak_rate: f64,
     /// Kafka bootstrap servers for the `changes` scenario's relay runs (skipped without).
     pub kafka: Option<String>,
+    /// PostgreSQL (`wal_level = logical`) of the `legacy` scenario: it makes a database of its
+    /// own there, and drops it with its replication slot at the end.
+    pub legacy_url: String,
+    /// Rows of the `legacy` scenario's initial snapshot.
+    pub legacy_rows: usize,
     pub bounds: Bounds,
     pub quiet: bool,
     pub client_threads: usize,
@@ -98,6 +106,8 @@ impl Options {
             ceiling: None,
             writes_per_sec: 0.0,
             kafka: None,
+            legacy_url: DEFAULT_LEGACY_URL.into(),
+            legacy_rows: 1_000_000,
             soak_rate: 1000.0,
             bounds: Bounds::default(),
             quiet: false,

@@ -87,6 +87,13 @@ pub struct BenchRun {
     /// relay's catch-up throughput and POST → Kafka latency.
     #[arg(long)]
     kafka: Option<String>,
+    /// The `legacy` scenario's PostgreSQL (wal_level = logical; `scripts/services/postgres.sh
+    /// start` runs one): it makes a database of its own there and drops it at the end.
+    #[arg(long, env = "MESHQL_BENCH_LEGACY_URL", default_value = meshql_bench::DEFAULT_LEGACY_URL)]
+    legacy_url: String,
+    /// Rows of the `legacy` scenario's initial snapshot.
+    #[arg(long, default_value_t = 1_000_000)]
+    legacy_rows: usize,
     /// Threshold: p95 of every request kind must stay below this (ms).
     #[arg(long, default_value_t = 500.0)]
     max_p95_ms: f64,
@@ -126,7 +133,7 @@ pub fn run(command: Option<BenchCommand>, args: BenchRun) -> ExitCode {
                 "{:<18} rest-crud, graphql-queries, federation-depth, mixed-workload",
                 "egg-economy"
             );
-            println!("{:<18} every scenario except soak", "all");
+            println!("{:<18} every scenario except soak and legacy", "all");
             ExitCode::SUCCESS
         }
         Some(BenchCommand::Compare { a, b }) => {
@@ -228,6 +235,8 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.rounds = args.rounds;
     opts.curve_secs = args.curve_secs.max(0.0);
     opts.kafka = args.kafka;
+    opts.legacy_url = args.legacy_url;
+    opts.legacy_rows = args.legacy_rows;
     opts.soak_rate = args.soak_rate;
     opts.ceiling = args.ceiling;
     opts.writes_per_sec = args.writes_per_sec.max(0.0);

@@ -508,6 +508,114 @@ fn the_soak_scenario_reports_the_servers_rss_slope() {
 }
 
 #[test]
+fn the_legacy_scenario_captures_a_postgres_table_and_drops_what_it_made() {
+    // the test PostgreSQL (wal_level = logical); a small snapshot and one-second runs, in a
+    // debug build: asserts that nothing was lost or written twice, never how fast
+    let admin = common::postgres_url();
+    let out_dir = tempfile::tempdir().unwrap();
+    let examples = examples_dir();
+    let out = run_meshql(
+        &[
+            "bench",
+            "legacy",
+            "--examples",
+            examples.to_str().unwrap(),
+            "--legacy-url",
+            &admin,
+            "--legacy-rows",
+            "2000",
+            "--duration",
+            "1",
+            "--max-p95-ms",
+            "600000",
+            "--quiet",
+            "--out",
+            out_dir.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "stdout:\n{stdout}\nstderr:\n{}",
+        text(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let s = &report["scenarios"][0];
+    assert_eq!(s["name"], "legacy");
+    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
+    let runs = s["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "snapshot_2000_rows",
+            "insert_to_readable_100_per_s",
+            "insert_to_readable_1000_per_s"
+        ]
+    );
+    let m = &runs[0]["metrics"];
+    assert_eq!(m["snapshot_rows"].as_f64(), Some(2000.0), "{m}");
+    assert_eq!(m["snapshot_outputs"].as_f64(), Some(2000.0), "{m}");
+    assert!(m["snapshot_rows_per_s"].as_f64().unwrap() > 0.0, "{m}");
+    for run in &runs[1..] {
+        let label = run["label"].as_str().unwrap();
+        let m = &run["metrics"];
+        assert!(
+            m["legacy_rows_committed"].as_f64().unwrap() > 0.0,
+            "{label}: {m}"
+        );
+        for key in [
+            "legacy_lost",
+            "legacy_duplicated",
+            "legacy_graphql_unreadable",
+        ] {
+            assert_eq!(m[key].as_f64(), Some(0.0), "{label}: {key} in {m}");
+        }
+        assert!(
+            m["legacy_graphql_reads"].as_f64().unwrap() > 0.0,
+            "{label}: {m}"
+        );
+        assert!(m["legacy_latency_p99_ms"].is_number(), "{label}: {m}");
+        let o = &run["overall"];
+        assert_eq!(o["http_errors"], 0, "{label}: {o}");
+        assert_eq!(o["graphql_errors"], 0, "{label}: {o}");
+        assert_eq!(o["checks_failed"], 0, "{label}: {o}");
+        let mut kinds: Vec<&str> = run["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kind"].as_str().unwrap())
+            .collect();
+        kinds.sort_unstable();
+        assert_eq!(kinds, ["graphql_get_by_id", "legacy_insert"], "{label}");
+    }
+    // its database and replication slot are gone
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let database = notes
+        .iter()
+        .find_map(|n| n.strip_prefix("the legacy database "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no cleanup note: {notes:?}"));
+    assert!(database.starts_with("meshql_bench_legacy_"), "{database}");
+    let left = common::psql(
+        &admin,
+        &format!(
+            "SELECT (SELECT count(*) FROM pg_database WHERE datname = '{database}') + \
+             (SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{database}')"
+        ),
+    );
+    assert_eq!(left, "0", "{database} left behind");
+}
+
+#[test]
 fn list_compare_errors_and_unknown_names() {
     let out = run_meshql(&["bench", "list"], Duration::from_secs(30));
     assert!(out.status.success());

@@ -10,6 +10,7 @@ mod core_scaling;
 mod egg_economy;
 mod fan_out;
 mod farm_graph;
+mod legacy;
 mod products;
 mod projections;
 mod soak;
@@ -95,6 +96,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(projections::Projections),
         Box::new(subscriptions::Subscriptions),
         Box::new(soak::Soak),
+        Box::new(legacy::Legacy),
     ]
 }
 
