@@ -704,12 +704,25 @@ impl Capture<'_> {
         let mut pending: Vec<Input> = Vec::new();
         let mut reached = applied;
         let mut probe = tokio::time::interval(LAG_PROBE);
+        // when the oldest input of `pending` was read
+        let mut oldest: Option<std::time::Instant> = None;
         loop {
-            // a batch waits for more only briefly, and only between transactions
+            if pending.is_empty() {
+                oldest = None;
+            }
+            // a batch waits for more only briefly, and only between transactions: until the
+            // stream is quiet for LINGER, and never past BATCH_WAIT after its first input (a
+            // steady stream of small transactions is never quiet)
             let linger = !pending.is_empty() && tx.is_none();
+            let waited = oldest.map_or(Duration::ZERO, |o| o.elapsed());
+            if linger && waited >= BATCH_WAIT {
+                self.flush(client, &mut pending, reached, &mut applied)
+                    .await?;
+                continue;
+            }
             let next = async {
                 if linger {
-                    tokio::time::timeout(Duration::from_millis(2), client.recv())
+                    tokio::time::timeout(LINGER.min(BATCH_WAIT - waited), client.recv())
                         .await
                         .ok()
                 } else {
@@ -763,6 +776,9 @@ impl Capture<'_> {
                         .map_err(|e| format!("decoding pgoutput: {e}"))?
                         .message;
                     self.change(message, &mut relations, tx.as_mut(), keys, &mut pending)?;
+                    if oldest.is_none() && !pending.is_empty() {
+                        oldest = Some(std::time::Instant::now());
+                    }
                     if pending.len() >= self.batch {
                         // a large transaction: commit what it has so far
                         if let Some(t) = &tx {
@@ -975,6 +991,12 @@ fn row_of(relation: &Relation, tuple: &TupleData, old: Option<&TupleData>) -> Ma
     }
     row
 }
+
+/// How long a batch of streamed changes waits for the next change before it is committed.
+const LINGER: Duration = Duration::from_millis(2);
+/// The longest a streamed change waits for its batch to be committed (under a steady stream
+/// of small transactions, which is never quiet for [`LINGER`]).
+const BATCH_WAIT: Duration = Duration::from_millis(5);
 
 /// Built-in type ids of the columns given a JSON type other than text.
 mod oid {
