@@ -18,6 +18,37 @@ URL="postgres://postgres@127.0.0.1:$PORT/meshql_test"
 
 . "$HERE/pg-lib.sh"
 
+SLOT=standby_$PORT
+
+# A fresh copy of the primary that follows it through the physical slot $SLOT (the primary
+# keeps the WAL the standby has not received yet, so a standby that falls behind while the
+# tests or a benchmark write catches up instead of breaking; postgres.sh bounds what a slot
+# may keep). initdb's pg_hba.conf trusts local replication.
+clone() {
+  local bin=$1
+  rm -rf "$DIR/data"
+  psql -X -q -h 127.0.0.1 -p "$PRIMARY_PORT" -U postgres -d postgres -c \
+    "SELECT pg_drop_replication_slot('$SLOT') FROM pg_replication_slots WHERE slot_name = '$SLOT' AND NOT active" >/dev/null
+  as_owner "$bin/pg_basebackup -h 127.0.0.1 -p $PRIMARY_PORT -U postgres -D '$DIR/data' -R -X stream -C -S $SLOT --checkpoint=fast" \
+    >"$DIR/basebackup.log" 2>&1 || { echo "pg_basebackup failed:" >&2; cat "$DIR/basebackup.log" >&2; exit 1; }
+}
+
+start_server() {
+  local bin=$1
+  as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 60 \
+    -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c hot_standby=on -c max_connections=300 -c max_wal_senders=32 -c max_replication_slots=32\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
+    || { echo "the PostgreSQL standby did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
+}
+
+# Whether the standby streams from the primary (within a few seconds of a start).
+streaming() {
+  for _ in $(seq 50); do
+    [ "$(psql -X -h 127.0.0.1 -p "$PORT" -U postgres -d postgres -tAc "SELECT status FROM pg_stat_wal_receiver" 2>/dev/null)" = streaming ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 start() {
   bash "$HERE/postgres.sh" start >/dev/null
   local bin; bin=$(pgbin)
@@ -30,15 +61,19 @@ start() {
     as_owner "$bin/pg_ctl -D '$DIR/data' -m fast -w stop" >/dev/null 2>&1 || true
   fi
   if ! as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1; then
-    if [ ! -f "$DIR/data/standby.signal" ]; then
-      # a fresh copy of the primary (initdb's pg_hba.conf trusts local replication)
-      rm -rf "$DIR/data"
-      as_owner "$bin/pg_basebackup -h 127.0.0.1 -p $PRIMARY_PORT -U postgres -D '$DIR/data' -R -X stream --checkpoint=fast" \
-        >"$DIR/basebackup.log" 2>&1 || { echo "pg_basebackup failed:" >&2; cat "$DIR/basebackup.log" >&2; exit 1; }
+    # a copy made without the slot (an earlier version of this script) is made again
+    if [ ! -f "$DIR/data/standby.signal" ] || ! grep -q "primary_slot_name" "$DIR/data/postgresql.auto.conf" 2>/dev/null; then
+      clone "$bin"
     fi
-    as_owner "$bin/pg_ctl -D '$DIR/data' -l '$DIR/server.log' -w -t 60 \
-      -o \"-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c hot_standby=on -c max_connections=300 -c max_wal_senders=32 -c max_replication_slots=32\" start" >"$DIR/pg_ctl.log" 2>&1 </dev/null \
-      || { echo "the PostgreSQL standby did not start; its log:" >&2; cat "$DIR/pg_ctl.log" "$DIR/server.log" >&2; exit 1; }
+    start_server "$bin"
+  fi
+  if ! streaming; then
+    # a standby that cannot follow any more (the WAL it needs is gone): copy the primary again
+    echo "the standby does not stream from the primary (its log: $(tail -1 "$DIR/server.log")); copying the primary again" >&2
+    as_owner "$bin/pg_ctl -D '$DIR/data' -m fast -w stop" >/dev/null 2>&1 || true
+    clone "$bin"
+    start_server "$bin"
+    streaming || { echo "the standby does not stream from the primary; its log:" >&2; tail -20 "$DIR/server.log" >&2; exit 1; }
   fi
   for _ in $(seq 100); do
     "$bin/pg_isready" -q -h 127.0.0.1 -p "$PORT" && break

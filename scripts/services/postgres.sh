@@ -4,7 +4,8 @@
 # (default 55432), and prints the connection URL of database `meshql_test`.
 #
 # It keeps 512 MB of WAL for a streaming standby (scripts/services/postgres-replica.sh) that
-# falls behind while the tests write.
+# falls behind while the tests write, and whatever the standby's physical slot has not received
+# (up to 8 GB per slot: a slot nothing reads cannot fill the disk).
 #
 # The server accepts TLS as well as plain connections (`ssl = on`, set with ALTER SYSTEM and a
 # reload, so a cluster already running gets it without a restart): a throw-away CA and server
@@ -39,7 +40,7 @@ start() {
   mkdir -p "$DIR"
   [ "$(id -u)" = 0 ] && chown postgres "$DIR" "$(dirname "$DIR")" 2>/dev/null || true
   # wal_level=logical and the slots: the postgres_cdc processor source (logical replication)
-  local options="-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_keep_size=512MB -c wal_level=logical -c max_replication_slots=32 -c max_wal_senders=32"
+  local options="-p $PORT -k '$DIR' -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c wal_keep_size=512MB -c max_slot_wal_keep_size=8GB -c wal_level=logical -c max_replication_slots=32 -c max_wal_senders=32"
   if as_owner "$bin/pg_ctl -D '$DIR/data' status" >/dev/null 2>&1 \
     && [ "$(psql -h 127.0.0.1 -p "$PORT" -U postgres -tAc 'SHOW wal_level' 2>/dev/null)" != logical ]; then
     # started by an earlier version of this script: start it again with the settings above
