@@ -17,11 +17,13 @@
 
 mod common;
 
-use common::{fresh_postgres_database, psql, run_meshql, Server};
+use common::{
+    fresh_postgres_database, gql, len, psql, run_meshql, until_gql as until, Server, SlotsDropped,
+};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -261,96 +263,6 @@ fn required(schema: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Posts `query` to the graphlette at `path`; its `data`, failing on any `errors`.
-async fn gql(s: &Server, path: &str, query: &str) -> Value {
-    let r = s
-        .client()
-        .post_json(path, &json!({ "query": query }))
-        .await
-        .json();
-    assert!(r.get("errors").is_none(), "{path} {query}: {r}");
-    r["data"].clone()
-}
-
-/// Waits (up to 30 s) until the `data` of `query` at `path` satisfies `check`; returns it.
-async fn until(s: &Server, path: &str, query: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = s
-            .client()
-            .post_json(path, &json!({ "query": query }))
-            .await
-            .json();
-        if r.get("errors").is_none() && check(&r["data"]) {
-            return r["data"].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} {query}: got {r}\n{}",
-            s.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn len(v: &Value) -> usize {
-    v.as_array().map_or(0, Vec::len)
-}
-
-/// The replication slots an `--acl` test's server makes (named with its suffix), dropped
-/// when the test ends, whatever its outcome.
-struct Slots {
-    admin: String,
-    suffix: String,
-}
-
-impl Slots {
-    fn new() -> Slots {
-        Slots {
-            admin: common::postgres_url(),
-            suffix: format!("_{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
-        }
-    }
-
-    fn like(&self) -> String {
-        format!(
-            "FROM pg_replication_slots WHERE slot_name LIKE 'meshql_%{}'",
-            self.suffix
-        )
-    }
-
-    fn env(&self, url: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("LEGACY_URL", url.to_owned()),
-            ("LEGACY_SLOT_SUFFIX", self.suffix.clone()),
-        ]
-    }
-}
-
-impl Drop for Slots {
-    fn drop(&mut self) {
-        // the server is gone by now, but PostgreSQL may take a moment to let go of its slots
-        for _ in 0..50 {
-            let out = Command::new("psql")
-                .args([
-                    &self.admin,
-                    "-tAqc",
-                    &format!(
-                        "SELECT pg_drop_replication_slot(slot_name) {} AND NOT active; SELECT count(*) {}",
-                        self.like(),
-                        self.like()
-                    ),
-                ])
-                .output();
-            match out {
-                Ok(o) if String::from_utf8_lossy(&o.stdout).trim().ends_with('0') => return,
-                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
-                Err(_) => return,
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_init_of_the_legacy_schema_checks_and_serves() {
     let url = legacy_database();
@@ -526,7 +438,7 @@ async fn plain_init_of_the_legacy_schema_checks_and_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_init_of_the_legacy_schema_serves_its_rows_cleaned() {
     let url = legacy_database();
-    let slots = Slots::new();
+    let slots = SlotsDropped::new();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("out");
     let (stdout, _) = init_ok(&url, &dir, &["--acl", "--port", "4066"]);
@@ -913,7 +825,7 @@ async fn plain_init_of_constraints_types_and_composite_keys() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_init_of_constraints_types_and_composite_keys() {
     let url = shop_database();
-    let slots = Slots::new();
+    let slots = SlotsDropped::new();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("out");
     let (_, stderr) = init_ok(&url, &dir, &["--acl"]);

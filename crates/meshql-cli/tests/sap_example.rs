@@ -10,11 +10,10 @@
 
 mod common;
 
-use common::{fresh_postgres_database, psql, Server};
+use common::{gql, len, psql, until_gql as until, Server, SlotsDropped};
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn example_dir() -> PathBuf {
     common::examples_dir().join("egg-economy-sap")
@@ -24,72 +23,23 @@ fn example_dir() -> PathBuf {
 /// (named with this run's suffix) are dropped when the test ends, whatever its outcome.
 struct Sap {
     url: String,
-    admin: String,
-    suffix: String,
+    slots: SlotsDropped,
 }
 
 impl Sap {
     fn new() -> Sap {
-        let url = fresh_postgres_database();
-        let init = example_dir().join("legacy-db/init.sql");
-        let out = Command::new("psql")
-            .arg(&url)
-            .args(["-q", "-v", "ON_ERROR_STOP=1", "-f"])
-            .arg(&init)
-            .output()
-            .expect("run psql");
-        assert!(
-            out.status.success(),
-            "loading {}: {}",
-            init.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
         Sap {
-            url,
-            admin: common::postgres_url(),
-            suffix: format!("_{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
+            url: common::postgres_database_from(&example_dir().join("legacy-db/init.sql")),
+            slots: SlotsDropped::new(),
         }
     }
 
     fn serve(&self) -> Server {
         Server::start_with_env(
             &example_dir().join("meshql.toml"),
-            &[
-                ("LEGACY_URL", self.url.clone()),
-                ("LEGACY_SLOT_SUFFIX", self.suffix.clone()),
-            ],
+            &self.slots.env(&self.url),
             None,
         )
-    }
-
-    fn slots_left(&self) -> String {
-        format!(
-            "FROM pg_replication_slots WHERE slot_name LIKE 'meshql_sap_%{}'",
-            self.suffix
-        )
-    }
-}
-
-impl Drop for Sap {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let out = Command::new("psql")
-                .args([
-                    &self.admin,
-                    "-tAqc",
-                    &format!(
-                        "SELECT pg_drop_replication_slot(slot_name) {} AND NOT active; SELECT count(*) {}",
-                        self.slots_left(),
-                        self.slots_left()
-                    ),
-                ])
-                .output();
-            match out {
-                Ok(o) if String::from_utf8_lossy(&o.stdout).trim().ends_with('0') => return,
-                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
-                Err(_) => return,
-            }
-        }
     }
 }
 
@@ -113,42 +63,6 @@ fn hen(nr: &str) -> String {
 }
 fn container(nr: &str) -> String {
     id_of("zbehaelt_mstr", &["100", nr])
-}
-
-/// Posts `query` to the graphlette at `path`; its `data`, failing on any `errors`.
-async fn gql(s: &Server, path: &str, query: &str) -> Value {
-    let r = s
-        .client()
-        .post_json(path, &json!({ "query": query }))
-        .await
-        .json();
-    assert!(r.get("errors").is_none(), "{path} {query}: {r}");
-    r["data"].clone()
-}
-
-/// Waits (up to 30 s) until the `data` of `query` at `path` satisfies `check`; returns it.
-async fn until(s: &Server, path: &str, query: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = s
-            .client()
-            .post_json(path, &json!({ "query": query }))
-            .await
-            .json();
-        if r.get("errors").is_none() && check(&r["data"]) {
-            return r["data"].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} {query}: got {r}\n{}",
-            s.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn len(v: &Value) -> usize {
-    v.as_array().map_or(0, Vec::len)
 }
 
 /// The document `id` through REST, without its `id`.

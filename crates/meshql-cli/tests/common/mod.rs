@@ -990,3 +990,122 @@ pub fn spawn_process(
         .spawn()
         .unwrap()
 }
+
+/// Replication slots a test's servers make, named `meshql_%<suffix>` (the examples'
+/// `LEGACY_SLOT_SUFFIX`): dropped when the guard is dropped, whatever the test's outcome (a
+/// slot nothing reads keeps the server's WAL forever).
+pub struct SlotsDropped {
+    admin: String,
+    pub suffix: String,
+}
+
+impl SlotsDropped {
+    /// A guard with a fresh suffix.
+    pub fn new() -> SlotsDropped {
+        SlotsDropped {
+            admin: postgres_url(),
+            suffix: format!("_{}", &uuid::Uuid::new_v4().simple().to_string()[..10]),
+        }
+    }
+
+    /// `FROM … WHERE` the slots it guards.
+    pub fn like(&self) -> String {
+        format!(
+            "FROM pg_replication_slots WHERE slot_name LIKE 'meshql_%{}'",
+            self.suffix
+        )
+    }
+
+    /// The environment a legacy example reads: its database and the slots' suffix.
+    pub fn env(&self, url: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("LEGACY_URL", url.to_owned()),
+            ("LEGACY_SLOT_SUFFIX", self.suffix.clone()),
+        ]
+    }
+}
+
+impl Drop for SlotsDropped {
+    fn drop(&mut self) {
+        // the server is gone by now, but PostgreSQL may take a moment to let go of its slots
+        for _ in 0..50 {
+            let out = Command::new("psql")
+                .args([
+                    &self.admin,
+                    "-tAqc",
+                    &format!(
+                        "SELECT pg_drop_replication_slot(slot_name) {} AND NOT active; SELECT count(*) {}",
+                        self.like(),
+                        self.like()
+                    ),
+                ])
+                .output();
+            match out {
+                Ok(o) if String::from_utf8_lossy(&o.stdout).trim().ends_with('0') => return,
+                Ok(_) => std::thread::sleep(Duration::from_millis(100)),
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// A fresh database on the test PostgreSQL loaded from the SQL file `init` (psql,
+/// `ON_ERROR_STOP`); returns its URL.
+pub fn postgres_database_from(init: &Path) -> String {
+    let url = fresh_postgres_database();
+    let out = Command::new("psql")
+        .arg(&url)
+        .args(["-q", "-v", "ON_ERROR_STOP=1", "-f"])
+        .arg(init)
+        .output()
+        .expect("run psql");
+    assert!(
+        out.status.success(),
+        "loading {}: {}",
+        init.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    url
+}
+
+/// Posts `query` to the graphlette at `path`; its `data`, failing on any `errors`.
+pub async fn gql(s: &Server, path: &str, query: &str) -> Value {
+    let r = s
+        .client()
+        .post_json(path, &serde_json::json!({ "query": query }))
+        .await
+        .json();
+    assert!(r.get("errors").is_none(), "{path} {query}: {r}");
+    r["data"].clone()
+}
+
+/// Waits (up to 30 s) until the `data` of `query` at `path` satisfies `check`; returns it.
+pub async fn until_gql(
+    s: &Server,
+    path: &str,
+    query: &str,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = s
+            .client()
+            .post_json(path, &serde_json::json!({ "query": query }))
+            .await
+            .json();
+        if r.get("errors").is_none() && check(&r["data"]) {
+            return r["data"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} {query}: got {r}\n{}",
+            s.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The length of a JSON array (0 for anything else).
+pub fn len(v: &Value) -> usize {
+    v.as_array().map_or(0, Vec::len)
+}
