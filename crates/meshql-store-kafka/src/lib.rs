@@ -1,0 +1,62 @@
+//! Kafka as meshql's database (`[storage.<name>] type = "kafka"`): the log is the truth, reads
+//! are local.
+//!
+//! **Status: being built** (issue 23). What is here: the storage block's settings with their
+//! checks ([`settings`]), the record format ([`record`]) and the topics made or checked at
+//! start ([`topics`], against the real broker), each tested. Not yet: the
+//! producer and the materialiser, the store and its registration with the server (until then
+//! the server does not know `type = "kafka"`), the conformance suite, the fault tests and
+//! `examples/egg-economy-kafka`. The design they follow:
+//!
+//! # Records
+//!
+//! Every version of a document is one record of its entity's topic: key = the document id (so
+//! one document's versions stay in order on one partition), value = the stored envelope in
+//! the format MeshQL's ksqlDB variant writes (CONTRACT §14.4), `{"payload": "<JSON text>",
+//! "created_at": <epoch ms>, "deleted": <bool>, "authorized_tokens": "<JSON text>"}`, so its
+//! topics are read without a copy and meshql's can be read by it ([`record`]). Topics keep
+//! every version: `cleanup.policy=delete` with `retention.ms=-1` and `retention.bytes=-1` —
+//! compaction or time retention would lose the versions `at` reads — and a fixed partition
+//! count (more partitions would send a document's next versions to another partition,
+//! after its earlier ones in no order). Both are checked at start; meshql makes missing topics
+//! with them when `create_topics` is on.
+//!
+//! # Reads: a local materialisation
+//!
+//! Each meshql process materialises the topics it serves into an embedded SQLite file of its
+//! own (`file`), in the SQLite backend's own tables: reads then have exactly the SQLite
+//! backend's semantics and speed — latest version and `at`, query templates and operators,
+//! nested single-statement reads — because they are the SQLite backend's code. Each applied
+//! batch of records is committed with the next offset of every partition it read, in the
+//! same transaction: a restart resumes from there, `kill -9` included, and a record is applied
+//! once. A new process (an empty file) builds the materialisation from the start of the
+//! topics. A version's `created_at` is at least its predecessor's + 1 ms in offset order, so
+//! `at` follows the log's order even when the clocks of several writing processes disagree.
+//!
+//! # Writes: acknowledged once the broker has them and this process applied them
+//!
+//! A write is produced with librdkafka's idempotent producer (`acks=all`); it is acknowledged
+//! to the client once the broker confirmed it *and* this process's materialiser applied its
+//! offset, so the writer's next read sees it (read-your-writes by offset). Writes of other
+//! processes appear as fast as they are consumed. A bulk create or delete is one Kafka
+//! transaction (the materialiser reads `read_committed`), so it is all or nothing. An update or
+//! delete of an id is checked against this process's materialisation before it is produced
+//! (404 when it has no current version); two processes updating one document race, and the
+//! later offset is the current version. With the broker down, writes answer 503 quickly
+//! (nothing half-written), reads go on from the local state and say how far behind it may be,
+//! and `/ready` reports it.
+//!
+//! # The change feed
+//!
+//! The store's change feed is the materialisation's: versions in the order they were applied,
+//! which is each partition's offset order, so the embedded log, `/_changes`, relays and
+//! processors work on a Kafka store unchanged. A record that is not a valid envelope (written
+//! by something else) is skipped with a logged reason and counted; it never stops the
+//! materialiser.
+
+pub mod record;
+pub mod settings;
+pub mod topics;
+
+pub use record::{decode, encode, RecordError};
+pub use settings::{KafkaSettings, KafkaStorage};
