@@ -3,7 +3,9 @@
 //!
 //! **Status: being built** (issue 23). What is here: the storage block's settings with their
 //! checks ([`settings`]), the record format ([`record`]) and the topics made or checked at
-//! start ([`topics`], against the real broker), each tested. Not yet: the
+//! start ([`topics`], against the real broker), each tested; and, in the SQLite backend,
+//! `SqliteStore::apply_log`, which the materialiser will apply records with (the log's
+//! versions in its order, with its positions, in one transaction). Not yet: the
 //! producer and the materialiser, the store and its registration with the server (until then
 //! the server does not know `type = "kafka"`), the conformance suite, the fault tests and
 //! `examples/egg-economy-kafka`. The design they follow:

@@ -18,8 +18,8 @@ use crate::db::query_error;
 use crate::sql::quote_ident;
 use async_trait::async_trait;
 use meshql_core::{
-    DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, RemoveOutcome, StoreError,
-    WriteContext,
+    DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, RemoveOutcome, StateWrite,
+    StoreError, WriteContext,
 };
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
@@ -54,12 +54,85 @@ CREATE INDEX IF NOT EXISTS _meshql_dead_letters_consumer
   ON _meshql_dead_letters (consumer, seq);
 ";
 
+/// Writes (or, with no value, deletes) `consumer`'s state rows.
+fn write_state(conn: &Connection, consumer: &str, state: &[StateWrite]) -> Result<(), StoreError> {
+    let mut upsert = conn
+        .prepare_cached(
+            "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (consumer, key) \
+             DO UPDATE SET grp = excluded.grp, value = excluded.value",
+        )
+        .map_err(query_error)?;
+    let mut delete = conn
+        .prepare_cached("DELETE FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2")
+        .map_err(query_error)?;
+    for s in state {
+        match &s.value {
+            Some(v) => upsert.execute(params![consumer, s.key, s.group, v]),
+            None => delete.execute(params![consumer, s.key]),
+        }
+        .map_err(query_error)?;
+    }
+    Ok(())
+}
+
 /// The table a rebuild of `table` writes.
 fn rebuild_table(table: &str) -> String {
     format!("{table}__rebuild")
 }
 
 impl SqliteStore {
+    /// Applies versions made elsewhere, in the order of the log they come from (the Kafka
+    /// backend's local materialisation, `meshql-store-kafka`), with `consumer`'s `state` rows
+    /// (the log's positions) in the same transaction: all of it is committed, or none.
+    ///
+    /// Each version keeps its id, payload, tombstone flag and tokens, and becomes its
+    /// document's newest: its `created_at` is the log's, raised to 1 ms after the current
+    /// version's when it is not later (writers whose clocks disagree), so the latest version
+    /// and `at` reads follow the log's order. Returns the versions as stored; they are on the
+    /// store's change feed like any other write.
+    pub async fn apply_log(
+        &self,
+        consumer: &str,
+        versions: Vec<Envelope>,
+        state: Vec<StateWrite>,
+    ) -> Result<Vec<Envelope>, StoreError> {
+        let sql = self.sql.clone();
+        let consumer = consumer.to_owned();
+        let written = self
+            .db
+            .write(move |conn| {
+                let mut written = Vec::with_capacity(versions.len());
+                for v in versions {
+                    let payload = Self::with_id(&v.id, &v.payload)?;
+                    let current = Self::current(conn, &sql, &v.id)?.map(|c| c.created_at);
+                    let stamp = current.map_or(v.created_at, |c| v.created_at.max(c + 1));
+                    written.push(Self::append(
+                        conn,
+                        &sql,
+                        Version {
+                            id: &v.id,
+                            payload,
+                            created_at: Some(stamp),
+                            deleted: v.deleted,
+                            tokens: &v.authorized_tokens,
+                            fresh_id: false,
+                            correlation_id: None,
+                        },
+                    )?);
+                }
+                write_state(conn, &consumer, &state)?;
+                Ok(written)
+            })
+            .await?;
+        if !written.is_empty() {
+            self.writes
+                .fetch_add(written.len() as u64, Ordering::Relaxed);
+            self.signal.notify();
+        }
+        Ok(written)
+    }
+
     /// A `Put`: the next version of `id`, keeping its tokens unless `ctx` sets them.
     fn put(
         conn: &Connection,
@@ -208,25 +281,7 @@ impl OutputStore for SqliteStore {
                         }
                     }
                 }
-                let mut upsert = conn
-                    .prepare_cached(
-                        "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
-                         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (consumer, key) \
-                         DO UPDATE SET grp = excluded.grp, value = excluded.value",
-                    )
-                    .map_err(query_error)?;
-                let mut delete = conn
-                    .prepare_cached(
-                        "DELETE FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2",
-                    )
-                    .map_err(query_error)?;
-                for s in &batch.state {
-                    match &s.value {
-                        Some(v) => upsert.execute(params![batch.consumer, s.key, s.group, v]),
-                        None => delete.execute(params![batch.consumer, s.key]),
-                    }
-                    .map_err(query_error)?;
-                }
+                write_state(conn, &batch.consumer, &batch.state)?;
                 let mut letter = conn
                     .prepare_cached(
                         "INSERT INTO _meshql_dead_letters \
