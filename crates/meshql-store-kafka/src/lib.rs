@@ -3,10 +3,10 @@
 //!
 //! **Status: being built** (issue 23). What is here: the storage block's settings with their
 //! checks ([`settings`]), the record format ([`record`]) and the topics made or checked at
-//! start ([`topics`], against the real broker), each tested; and, in the SQLite backend,
-//! `SqliteStore::apply_log`, which the materialiser will apply records with (the log's
-//! versions in its order, with its positions, in one transaction). Not yet: the
-//! producer and the materialiser, the store and its registration with the server (until then
+//! start ([`topics`]), and the materialiser ([`materialise`]: a topic read into the entity's
+//! SQLite table with `SqliteStore::apply_log`, resuming from its committed positions), each
+//! tested, the last two against the real broker. Not yet: the
+//! producer (writes acknowledged once applied), the store and its registration with the server (until then
 //! the server does not know `type = "kafka"`), the conformance suite, the fault tests and
 //! `examples/egg-economy-kafka`. The design they follow:
 //!
@@ -56,6 +56,7 @@
 //! by something else) is skipped with a logged reason and counted; it never stops the
 //! materialiser.
 
+pub mod materialise;
 pub mod record;
 pub mod settings;
 pub mod topics;
