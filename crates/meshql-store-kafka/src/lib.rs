@@ -3,10 +3,11 @@
 //!
 //! **Status: being built** (issue 23). What is here: the storage block's settings with their
 //! checks ([`settings`]), the record format ([`record`]) and the topics made or checked at
-//! start ([`topics`]), and the materialiser ([`materialise`]: a topic read into the entity's
-//! SQLite table with `SqliteStore::apply_log`, resuming from its committed positions), each
-//! tested, the last two against the real broker. Not yet: the
-//! producer (writes acknowledged once applied), the store and its registration with the server (until then
+//! start ([`topics`]), the materialiser ([`materialise`]: a topic read into the entity's
+//! SQLite table with `SqliteStore::apply_log`, resuming from its committed positions) and the
+//! writes ([`produce`]: acknowledged once the broker has them and they are applied here; a
+//! batch is one Kafka transaction), each tested, the last three against the real broker. Not
+//! yet: the store itself (the `Store` traits over these parts) and its registration with the server (until then
 //! the server does not know `type = "kafka"`), the conformance suite, the fault tests and
 //! `examples/egg-economy-kafka`. The design they follow:
 //!
@@ -57,6 +58,7 @@
 //! materialiser.
 
 pub mod materialise;
+pub mod produce;
 pub mod record;
 pub mod settings;
 pub mod topics;

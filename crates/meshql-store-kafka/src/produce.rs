@@ -1,0 +1,179 @@
+//! Writes: versions produced to the entity's topic, acknowledged once the broker has them
+//! *and* this process's materialiser applied them (read-your-writes by offset).
+//!
+//! Single writes go through librdkafka's idempotent producer (`enable.idempotence=true`,
+//! `acks=all`: its retries neither duplicate nor reorder a partition's records). A batch is
+//! one Kafka transaction on a transactional producer of its own (its `transactional.id`
+//! derived from the process's materialisation file, so a restarted process fences its
+//! predecessor's unfinished transaction): the materialiser reads `read_committed`, so a batch
+//! is applied whole or not at all. Every write waits at most `write_timeout` in all (the
+//! broker's acknowledgement, then the local apply); past it, or with the broker unreachable,
+//! the write fails as unavailable — a record the broker did take is still applied when it is
+//! read, as any record of another writer would be.
+
+use crate::materialise::Applied;
+use crate::record;
+use crate::settings::KafkaStorage;
+use meshql_core::{Envelope, StoreError};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+use rdkafka::ClientConfig;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// The producers of one topic and the materialiser's progress they wait on.
+pub struct Writer {
+    topic: String,
+    timeout: Duration,
+    single: FutureProducer,
+    /// The transactional producer, made on the first batch (transactions serialise on it).
+    batch: tokio::sync::Mutex<Option<FutureProducer>>,
+    batch_config: ClientConfig,
+    applied: watch::Receiver<Applied>,
+}
+
+fn unavailable(what: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("kafka: {what}"))
+}
+
+impl Writer {
+    /// Producers for `topic`; `transactional_id` names this process's batch producer.
+    pub fn new(
+        storage: &KafkaStorage,
+        topic: &str,
+        transactional_id: &str,
+        applied: watch::Receiver<Applied>,
+    ) -> Result<Writer, StoreError> {
+        let timeout_ms = storage.write_timeout.as_millis().to_string();
+        let mut config = ClientConfig::new();
+        for (k, v) in &storage.producer {
+            config.set(k, v);
+        }
+        config
+            .set("bootstrap.servers", &storage.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", &timeout_ms);
+        let single: FutureProducer = config.create().map_err(unavailable)?;
+        let mut batch_config = config.clone();
+        batch_config
+            .set("transactional.id", transactional_id)
+            .set("transaction.timeout.ms", &timeout_ms);
+        Ok(Writer {
+            topic: topic.to_owned(),
+            timeout: storage.write_timeout,
+            single,
+            batch: tokio::sync::Mutex::new(None),
+            batch_config,
+            applied,
+        })
+    }
+
+    /// Produces one version; returns once it is applied locally.
+    pub async fn write(&self, version: &Envelope) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let (key, value) = record::encode(version);
+        let delivered = self
+            .single
+            .send(
+                FutureRecord::to(&self.topic).key(&key).payload(&value),
+                Timeout::After(self.timeout),
+            )
+            .await
+            .map_err(|(e, _)| unavailable(e))?;
+        self.until_applied(&[(delivered.partition, delivered.offset)], started)
+            .await
+    }
+
+    /// Produces `versions` as one transaction; returns once all are applied locally.
+    pub async fn write_all(&self, versions: &[Envelope]) -> Result<(), StoreError> {
+        if versions.is_empty() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        let mut slot = self.batch.lock().await;
+        if slot.is_none() {
+            let producer: FutureProducer = self.batch_config.create().map_err(unavailable)?;
+            let p = producer.clone();
+            let timeout = self.timeout;
+            tokio::task::spawn_blocking(move || p.init_transactions(timeout))
+                .await
+                .map_err(unavailable)?
+                .map_err(unavailable)?;
+            *slot = Some(producer);
+        }
+        let producer = slot.as_ref().expect("made above").clone();
+        producer.begin_transaction().map_err(unavailable)?;
+        let encoded: Vec<(Vec<u8>, Vec<u8>)> = versions.iter().map(record::encode).collect();
+        let mut sends = Vec::with_capacity(encoded.len());
+        for (key, value) in &encoded {
+            sends.push(producer.send(
+                FutureRecord::to(&self.topic).key(key).payload(value),
+                Timeout::After(self.timeout),
+            ));
+        }
+        let mut at = Vec::with_capacity(sends.len());
+        let mut failed = None;
+        for s in futures::future::join_all(sends).await {
+            match s {
+                Ok(d) => at.push((d.partition, d.offset)),
+                Err((e, _)) => failed = Some(e),
+            }
+        }
+        let timeout = self.timeout;
+        let outcome = tokio::task::spawn_blocking(move || match failed {
+            None => producer.commit_transaction(timeout).map_err(unavailable),
+            Some(e) => {
+                let _ = producer.abort_transaction(timeout);
+                Err(unavailable(e))
+            }
+        })
+        .await
+        .map_err(unavailable)?;
+        if let Err(e) = outcome {
+            // a producer in an unknown state is made again for the next batch
+            *slot = None;
+            return Err(e);
+        }
+        drop(slot);
+        self.until_applied(&at, started).await
+    }
+
+    /// Waits until every `(partition, offset)` is applied, within the write's time.
+    async fn until_applied(&self, at: &[(i32, i64)], started: Instant) -> Result<(), StoreError> {
+        let mut applied = self.applied.clone();
+        let left = self.timeout.saturating_sub(started.elapsed());
+        tokio::time::timeout(left, async {
+            loop {
+                if at
+                    .iter()
+                    .all(|(p, o)| applied.borrow_and_update().covers(*p, *o))
+                {
+                    return Ok(());
+                }
+                if applied.changed().await.is_err() {
+                    return Err(unavailable("the materialiser stopped"));
+                }
+            }
+        })
+        .await
+        .map_err(|_| {
+            unavailable(format!(
+                "the write was not applied locally within {} ms",
+                self.timeout.as_millis()
+            ))
+        })?
+    }
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+/// Shared by the store's handles.
+pub type SharedWriter = Arc<Writer>;
