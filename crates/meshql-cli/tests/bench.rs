@@ -12,6 +12,34 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Runs `meshql bench <scenario> <args…>` against the examples (`--quiet`, no latency bound,
+/// reports into `out_dir`) and checks that it passed; the scenario's report and what the
+/// command printed.
+fn passed_scenario(scenario: &str, args: &[&str], out_dir: &tempfile::TempDir) -> (Value, String) {
+    let examples = examples_dir();
+    let mut all = vec!["bench", scenario, "--examples", examples.to_str().unwrap()];
+    all.extend_from_slice(args);
+    // no latency bounds: a debug build under this load may queue up
+    all.extend_from_slice(&["--max-p95-ms", "600000", "--quiet", "--out"]);
+    all.push(out_dir.path().to_str().unwrap());
+    let out = run_meshql(&all, Duration::from_secs(300));
+    assert!(
+        out.status.success(),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
+            .unwrap();
+    let scenarios = report["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 1);
+    let s = scenarios[0].clone();
+    assert_eq!(s["name"], scenario);
+    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
+    (s, text(&out.stdout))
+}
+
 #[test]
 fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
     let out_dir = tempfile::tempdir().unwrap();
@@ -306,40 +334,11 @@ fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
 #[test]
 fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
     let out_dir = tempfile::tempdir().unwrap();
-    let examples = examples_dir();
-    let out = run_meshql(
-        &[
-            "bench",
-            "changes",
-            "--examples",
-            examples.to_str().unwrap(),
-            "--duration",
-            "1",
-            "--vus",
-            "4",
-            "--rounds",
-            "2",
-            // no latency bounds: 10,000 POSTs/s offered to a debug build queue up
-            "--max-p95-ms",
-            "600000",
-            "--quiet",
-            "--out",
-            out_dir.path().to_str().unwrap(),
-        ],
-        Duration::from_secs(300),
+    let (s, stdout) = &passed_scenario(
+        "changes",
+        &["--duration", "1", "--vus", "4", "--rounds", "2"],
+        &out_dir,
     );
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&out.stderr)
-    );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
-            .unwrap();
-    let s = &report["scenarios"][0];
-    assert_eq!(s["name"], "changes");
-    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
     let runs = s["runs"].as_array().unwrap();
     let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(
@@ -426,39 +425,7 @@ fn the_soak_scenario_reports_the_servers_rss_slope() {
     // a few seconds instead of 30 minutes, at a rate a debug build keeps up with; asserts
     // that the figures are there, never what they are
     let out_dir = tempfile::tempdir().unwrap();
-    let examples = examples_dir();
-    let out = run_meshql(
-        &[
-            "bench",
-            "soak",
-            "--examples",
-            examples.to_str().unwrap(),
-            "--duration",
-            "5",
-            "--soak-rate",
-            "40",
-            "--max-p95-ms",
-            "600000",
-            "--quiet",
-            "--out",
-            out_dir.path().to_str().unwrap(),
-        ],
-        Duration::from_secs(300),
-    );
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&out.stderr)
-    );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
-            .unwrap();
-    let scenarios = report["scenarios"].as_array().unwrap();
-    assert_eq!(scenarios.len(), 1);
-    let s = &scenarios[0];
-    assert_eq!(s["name"], "soak");
-    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
+    let (s, stdout) = &passed_scenario("soak", &["--duration", "5", "--soak-rate", "40"], &out_dir);
     let runs = s["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1);
     let run = &runs[0];
@@ -513,39 +480,18 @@ fn the_legacy_scenario_captures_a_postgres_table_and_drops_what_it_made() {
     // debug build: asserts that nothing was lost or written twice, never how fast
     let admin = common::postgres_url();
     let out_dir = tempfile::tempdir().unwrap();
-    let examples = examples_dir();
-    let out = run_meshql(
+    let (s, _) = &passed_scenario(
+        "legacy",
         &[
-            "bench",
-            "legacy",
-            "--examples",
-            examples.to_str().unwrap(),
             "--legacy-url",
             &admin,
             "--legacy-rows",
             "2000",
             "--duration",
             "1",
-            "--max-p95-ms",
-            "600000",
-            "--quiet",
-            "--out",
-            out_dir.path().to_str().unwrap(),
         ],
-        Duration::from_secs(300),
+        &out_dir,
     );
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "stdout:\n{stdout}\nstderr:\n{}",
-        text(&out.stderr)
-    );
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("report.json")).unwrap())
-            .unwrap();
-    let s = &report["scenarios"][0];
-    assert_eq!(s["name"], "legacy");
-    assert_eq!(s["status"]["state"], "passed", "{}", s["status"]);
     let runs = s["runs"].as_array().unwrap();
     let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
     assert_eq!(
