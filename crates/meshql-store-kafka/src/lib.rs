@@ -11,6 +11,21 @@
 //! the server does not know `type = "kafka"`), the conformance suite, the fault tests and
 //! `examples/egg-economy-kafka`. The design they follow:
 //!
+//! Questions the store itself must settle (found while building the parts):
+//! - **Requested timestamps.** The SQLite backend places a version written with an explicit,
+//!   older `created_at` in the past (not the newest), but stamps one written "now" after the
+//!   current version. A record does not say which it was, and `apply_log` always makes it the
+//!   newest; the record needs a flag (an extra field MeshQL's readers ignore) so that the
+//!   materialiser can place a requested stamp as the SQLite backend does.
+//! - **Catching up at start.** With transactions, commit markers take offsets that the
+//!   consumer never delivers, so "the next offset after the last record" can stay below the
+//!   high watermark: readiness must compare the consumer's *position* with the last stable
+//!   offset, not the last record's.
+//! - **Processor outputs** (`OutputStore`) into a Kafka entity need the outputs and the
+//!   processor's input position committed together: a transaction of the outputs plus a
+//!   record of the position on a topic of the processor's, or outputs refused for a Kafka
+//!   entity until then.
+//!
 //! # Records
 //!
 //! Every version of a document is one record of its entity's topic: key = the document id (so
