@@ -14,7 +14,8 @@
 use crate::materialise::Applied;
 use crate::record;
 use crate::settings::KafkaStorage;
-use meshql_core::{Envelope, StoreError};
+use meshql_core::StoreError;
+use meshql_store_sqlite::LogVersion;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use rdkafka::ClientConfig;
@@ -71,7 +72,7 @@ impl Writer {
     }
 
     /// Produces one version; returns once it is applied locally.
-    pub async fn write(&self, version: &Envelope) -> Result<(), StoreError> {
+    pub async fn write(&self, version: &LogVersion) -> Result<(), StoreError> {
         let started = Instant::now();
         let (key, value) = record::encode(version);
         let delivered = self
@@ -87,7 +88,7 @@ impl Writer {
     }
 
     /// Produces `versions` as one transaction; returns once all are applied locally.
-    pub async fn write_all(&self, versions: &[Envelope]) -> Result<(), StoreError> {
+    pub async fn write_all(&self, versions: &[LogVersion]) -> Result<(), StoreError> {
         if versions.is_empty() {
             return Ok(());
         }

@@ -3,7 +3,10 @@
 //!
 //! - key: the document id (UTF-8);
 //! - value: `{"payload": "<the document as JSON text>", "created_at": <epoch ms>, "deleted":
-//!   <bool>, "authorized_tokens": "<a JSON array of strings, as text>"}`.
+//!   <bool>, "authorized_tokens": "<a JSON array of strings, as text>"}`, and `"stamp":
+//!   "requested"` when the writer asked for the version's `created_at` (a back-dated write,
+//!   placed in the past when it is older than the current version) rather than "now"
+//!   (MeshQL's readers ignore the extra field; its records never have it).
 //!
 //! [`encode`] writes exactly that. [`decode`] also accepts `payload` and `authorized_tokens` as
 //! JSON values rather than text, a missing `deleted` (false) and missing or null
@@ -13,6 +16,7 @@
 //! is wrong: the materialiser skips such a record, logs the reason and counts it.
 
 use meshql_core::{Envelope, Millis};
+use meshql_store_sqlite::LogVersion;
 use serde_json::{Map, Value};
 
 /// Why a record is not a version of a document.
@@ -42,15 +46,19 @@ fn field(field: &'static str, problem: impl Into<String>) -> RecordError {
     }
 }
 
-/// The record of `envelope`: its key and its value.
-pub fn encode(envelope: &Envelope) -> (Vec<u8>, Vec<u8>) {
+/// The record of a version: its key and its value.
+pub fn encode(version: &LogVersion) -> (Vec<u8>, Vec<u8>) {
+    let envelope = &version.envelope;
     let tokens = serde_json::to_string(&envelope.authorized_tokens).expect("strings serialise");
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "payload": envelope.payload,
         "created_at": envelope.created_at,
         "deleted": envelope.deleted,
         "authorized_tokens": tokens,
     });
+    if version.requested {
+        value["stamp"] = Value::String("requested".into());
+    }
     (
         envelope.id.as_bytes().to_vec(),
         serde_json::to_vec(&value).expect("a JSON value serialises"),
@@ -58,7 +66,7 @@ pub fn encode(envelope: &Envelope) -> (Vec<u8>, Vec<u8>) {
 }
 
 /// The version a record holds.
-pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Envelope, RecordError> {
+pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<LogVersion, RecordError> {
     let id =
         std::str::from_utf8(key.ok_or(RecordError::NoKey)?).map_err(|_| RecordError::KeyNotText)?;
     if id.is_empty() {
@@ -151,12 +159,26 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Envelope, Reco
             ))
         }
     };
-    Ok(Envelope {
-        id: id.to_owned(),
-        payload: serde_json::to_string(&payload).expect("a map serialises"),
-        created_at,
-        deleted,
-        authorized_tokens,
+    let requested = match value.get("stamp") {
+        None | Some(Value::Null) => false,
+        Some(Value::String(s)) if s == "requested" => true,
+        Some(Value::String(s)) if s == "now" => false,
+        Some(other) => {
+            return Err(field(
+                "stamp",
+                format!("{other} is not \"requested\" or \"now\""),
+            ))
+        }
+    };
+    Ok(LogVersion {
+        envelope: Envelope {
+            id: id.to_owned(),
+            payload: serde_json::to_string(&payload).expect("a map serialises"),
+            created_at,
+            deleted,
+            authorized_tokens,
+        },
+        requested,
     })
 }
 
@@ -182,7 +204,7 @@ mod tests {
     #[test]
     fn a_version_round_trips_in_meshqls_ksqldb_format() {
         let e = envelope();
-        let (key, value) = encode(&e);
+        let (key, value) = encode(&e.clone().into());
         assert_eq!(key, b"a1");
         // payload and tokens are JSON text, as MeshQL's ksqlDB variant writes them
         let v: Value = serde_json::from_slice(&value).unwrap();
@@ -192,17 +214,26 @@ mod tests {
                    "created_at": 1_767_225_600_123_i64, "deleted": false,
                    "authorized_tokens": "[\"alice\",\"ops\"]"})
         );
-        assert_eq!(decode(Some(&key), Some(&value)).unwrap(), e);
+        assert_eq!(decode(Some(&key), Some(&value)).unwrap(), e.clone().into());
         let mut gone = e.clone();
         gone.deleted = true;
-        let (key, value) = encode(&gone);
-        assert_eq!(decode(Some(&key), Some(&value)).unwrap(), gone);
+        let back_dated = LogVersion {
+            envelope: gone,
+            requested: true,
+        };
+        let (key, value) = encode(&back_dated);
+        let v: Value = serde_json::from_slice(&value).unwrap();
+        assert_eq!(v["stamp"], "requested");
+        assert_eq!(decode(Some(&key), Some(&value)).unwrap(), back_dated);
     }
 
     #[test]
     fn meshqls_records_are_read_as_written() {
         // a record of MeshQL's ksqlDB variant: no id in the payload, tokens as text
-        let e = decode(
+        let LogVersion {
+            envelope: e,
+            requested,
+        } = decode(
             Some(b"f-1"),
             Some(&bytes(
                 json!({"payload": "{\"name\":\"Sonnenhof\",\"zone\":\"north\"}",
@@ -218,6 +249,7 @@ mod tests {
         );
         assert!(e.payload.starts_with("{\"id\":\"f-1\""), "{}", e.payload);
         assert_eq!(e.authorized_tokens, ["*"]);
+        assert!(!requested, "MeshQL's records are stamped \"now\"");
         // JSON values instead of text, no `deleted`, no tokens
         let e = decode(
             Some(b"f-2"),
@@ -225,7 +257,8 @@ mod tests {
                 json!({"payload": {"name": "x"}, "created_at": 1.7e12}),
             )),
         )
-        .unwrap();
+        .unwrap()
+        .envelope;
         assert!(!e.deleted);
         assert!(e.authorized_tokens.is_empty());
         assert_eq!(e.created_at, 1_700_000_000_000);

@@ -7,7 +7,7 @@ use meshql_store_kafka::materialise::{run, Applied};
 use meshql_store_kafka::record::encode;
 use meshql_store_kafka::settings::{configure, KafkaStorage};
 use meshql_store_kafka::topics::ensure;
-use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use meshql_store_sqlite::{LogVersion, SqliteDatabase, SqliteOptions, SqliteStore};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
@@ -100,12 +100,12 @@ async fn a_topic_is_applied_in_order_skips_what_is_not_a_version_and_resumes() {
     let dir = tempfile::tempdir().unwrap();
 
     let mut records: Vec<(Vec<u8>, Vec<u8>)> = vec![
-        encode(&version("a", 1_000, false, "Greta")),
-        encode(&version("b", 1_000, false, "Berta")),
-        encode(&version("a", 2_000, false, "Greta II")),
+        encode(&LogVersion::from(version("a", 1_000, false, "Greta"))),
+        encode(&LogVersion::from(version("b", 1_000, false, "Berta"))),
+        encode(&LogVersion::from(version("a", 2_000, false, "Greta II"))),
         (b"x".to_vec(), b"not an envelope".to_vec()),
-        encode(&version("a", 1_500, false, "Greta III")),
-        encode(&version("b", 3_000, true, "Berta")),
+        encode(&LogVersion::from(version("a", 1_500, false, "Greta III"))),
+        encode(&LogVersion::from(version("b", 3_000, true, "Berta"))),
     ];
     let at = produce(&s, &topic, std::mem::take(&mut records)).await;
 
@@ -149,7 +149,9 @@ async fn a_topic_is_applied_in_order_skips_what_is_not_a_version_and_resumes() {
     let more = produce(
         &s,
         &topic,
-        vec![encode(&version("c", 4_000, false, "Clara"))],
+        vec![encode(&LogVersion::from(version(
+            "c", 4_000, false, "Clara",
+        )))],
     )
     .await;
     let resumed = until_applied(&mut rx, &more).await;

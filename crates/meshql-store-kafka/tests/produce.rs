@@ -7,7 +7,7 @@ use meshql_store_kafka::materialise::{run, Applied};
 use meshql_store_kafka::produce::Writer;
 use meshql_store_kafka::settings::{configure, KafkaStorage};
 use meshql_store_kafka::topics::ensure;
-use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use meshql_store_sqlite::{LogVersion, SqliteDatabase, SqliteOptions, SqliteStore};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,18 +58,18 @@ async fn a_write_is_readable_here_as_soon_as_it_is_acknowledged() {
     // each single write is readable at once, 50 in a row
     for n in 0..50 {
         let id = format!("h{n}");
-        writer.write(&version(&id, "Greta")).await.unwrap();
+        writer.write(&version(&id, "Greta").into()).await.unwrap();
         let read = store.read(&id, &ReadContext::LATEST).await.unwrap();
         assert!(read.is_some(), "{id} read right after its write");
     }
     // a batch: one transaction, every version readable once it returns
-    let batch: Vec<Envelope> = (0..20)
-        .map(|n| version(&format!("b{n}"), "Berta"))
+    let batch: Vec<LogVersion> = (0..20)
+        .map(|n| version(&format!("b{n}"), "Berta").into())
         .collect();
     writer.write_all(&batch).await.unwrap();
     for v in &batch {
         let read = store
-            .read(&v.id, &ReadContext::LATEST)
+            .read(&v.envelope.id, &ReadContext::LATEST)
             .await
             .unwrap()
             .unwrap();
@@ -77,7 +77,10 @@ async fn a_write_is_readable_here_as_soon_as_it_is_acknowledged() {
     }
     // a second batch on the same transactional producer
     writer
-        .write_all(&[version("b0", "Berta II"), version("c", "Clara")])
+        .write_all(&[
+            version("b0", "Berta II").into(),
+            version("c", "Clara").into(),
+        ])
         .await
         .unwrap();
     assert!(store
@@ -97,7 +100,7 @@ async fn with_the_broker_unreachable_a_write_fails_within_its_timeout() {
     let (_tx, rx) = watch::channel(Applied::default());
     let writer = Writer::new(&s, &s.topic_of("hen"), "meshql-test-unreachable", rx).unwrap();
     let started = Instant::now();
-    let e = writer.write(&version("a", "x")).await.unwrap_err();
+    let e = writer.write(&version("a", "x").into()).await.unwrap_err();
     assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),

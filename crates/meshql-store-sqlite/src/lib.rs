@@ -31,4 +31,4 @@ mod store;
 pub use checkpoint::CheckpointPolicy;
 pub use db::{SqliteDatabase, SqliteOptions};
 pub use settings::{SqliteBackend, SqliteSettings};
-pub use store::SqliteStore;
+pub use store::{LogVersion, SqliteStore};

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod nested;
 mod outputs;
+pub use outputs::LogVersion;
 
 /// One entity's table.
 pub struct SqliteStore {

@@ -5,7 +5,7 @@ use meshql_core::{
     ChangeFeed, Cursor, Envelope, OutputStore, ReadContext, StateWrite, Store, StoreReader,
     TokenFilter,
 };
-use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use meshql_store_sqlite::{LogVersion, SqliteDatabase, SqliteOptions, SqliteStore};
 use serde_json::{json, Value};
 
 fn version(id: &str, at: i64, deleted: bool, payload: Value, tokens: &[&str]) -> Envelope {
@@ -37,10 +37,10 @@ async fn versions_follow_the_logs_order_with_its_positions() {
         .apply_log(
             "kafka:hens",
             vec![
-                version("a", 1_000, false, json!({"name": "Greta"}), &["alice"]),
+                version("a", 1_000, false, json!({"name": "Greta"}), &["alice"]).into(),
                 // a writer whose clock is behind: still the newest, 1 ms after
-                version("a", 900, false, json!({"name": "Greta II"}), &["alice"]),
-                version("b", 1_200, false, json!({"id": "b", "name": "Berta"}), &[]),
+                version("a", 900, false, json!({"name": "Greta II"}), &["alice"]).into(),
+                version("b", 1_200, false, json!({"id": "b", "name": "Berta"}), &[]).into(),
             ],
             vec![offset(0, 3)],
         )
@@ -72,7 +72,7 @@ async fn versions_follow_the_logs_order_with_its_positions() {
     store
         .apply_log(
             "kafka:hens",
-            vec![version("b", 1_100, true, json!({"name": "Berta"}), &[])],
+            vec![version("b", 1_100, true, json!({"name": "Berta"}), &[]).into()],
             vec![offset(0, 4)],
         )
         .await
@@ -112,11 +112,12 @@ async fn versions_follow_the_logs_order_with_its_positions() {
         .apply_log(
             "kafka:hens",
             vec![
-                version("c", 2_000, false, json!({"name": "Clara"}), &[]),
+                version("c", 2_000, false, json!({"name": "Clara"}), &[]).into(),
                 Envelope {
                     payload: "not json".into(),
                     ..version("d", 2_000, false, json!({}), &[])
-                },
+                }
+                .into(),
             ],
             vec![offset(0, 6)],
         )
@@ -132,4 +133,30 @@ async fn versions_follow_the_logs_order_with_its_positions() {
         .await
         .unwrap();
     assert_eq!(state["hens/0"], "4");
+
+    // a version whose writer asked for an older time goes into the past, as a back-dated
+    // write does here; the newest stays the newest
+    store
+        .apply_log(
+            "kafka:hens",
+            vec![LogVersion {
+                envelope: version("a", 500, false, json!({"name": "Greta 0"}), &["alice"]),
+                requested: true,
+            }],
+            vec![offset(0, 7)],
+        )
+        .await
+        .unwrap();
+    let a = store
+        .read("a", &ReadContext::LATEST)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(a.payload.contains("Greta II"), "{}", a.payload);
+    let early = store
+        .read("a", &ReadContext::new(&TokenFilter::All, Some(600)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(early.payload.contains("Greta 0"), "{}", early.payload);
 }

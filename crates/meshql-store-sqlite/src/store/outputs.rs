@@ -54,6 +54,24 @@ CREATE INDEX IF NOT EXISTS _meshql_dead_letters_consumer
   ON _meshql_dead_letters (consumer, seq);
 ";
 
+/// A version of a log [`SqliteStore::apply_log`] applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogVersion {
+    pub envelope: Envelope,
+    /// Its writer asked for its `created_at` (a back-dated write), rather than "now".
+    pub requested: bool,
+}
+
+impl From<Envelope> for LogVersion {
+    /// A version stamped "now" by its writer.
+    fn from(envelope: Envelope) -> Self {
+        LogVersion {
+            envelope,
+            requested: false,
+        }
+    }
+}
+
 /// Writes (or, with no value, deletes) `consumer`'s state rows.
 fn write_state(conn: &Connection, consumer: &str, state: &[StateWrite]) -> Result<(), StoreError> {
     let mut upsert = conn
@@ -86,15 +104,17 @@ impl SqliteStore {
     /// backend's local materialisation, `meshql-store-kafka`), with `consumer`'s `state` rows
     /// (the log's positions) in the same transaction: all of it is committed, or none.
     ///
-    /// Each version keeps its id, payload, tombstone flag and tokens, and becomes its
-    /// document's newest: its `created_at` is the log's, raised to 1 ms after the current
-    /// version's when it is not later (writers whose clocks disagree), so the latest version
-    /// and `at` reads follow the log's order. Returns the versions as stored; they are on the
-    /// store's change feed like any other write.
+    /// Each version keeps its id, payload, tombstone flag and tokens. One stamped "now" by
+    /// its writer becomes its document's newest: its `created_at` is the log's, raised to 1 ms
+    /// after the current version's when it is not later (writers whose clocks disagree), so
+    /// the latest version and `at` reads follow the log's order. One whose writer asked for
+    /// its `created_at` ([`LogVersion::requested`]) is placed as a write with that time is
+    /// placed here: in the past when it is older than the current version. Returns the
+    /// versions as stored; they are on the store's change feed like any other write.
     pub async fn apply_log(
         &self,
         consumer: &str,
-        versions: Vec<Envelope>,
+        versions: Vec<LogVersion>,
         state: Vec<StateWrite>,
     ) -> Result<Vec<Envelope>, StoreError> {
         let sql = self.sql.clone();
@@ -103,10 +123,18 @@ impl SqliteStore {
             .db
             .write(move |conn| {
                 let mut written = Vec::with_capacity(versions.len());
-                for v in versions {
+                for LogVersion {
+                    envelope: v,
+                    requested,
+                } in versions
+                {
                     let payload = Self::with_id(&v.id, &v.payload)?;
-                    let current = Self::current(conn, &sql, &v.id)?.map(|c| c.created_at);
-                    let stamp = current.map_or(v.created_at, |c| v.created_at.max(c + 1));
+                    let stamp = if requested {
+                        v.created_at
+                    } else {
+                        let current = Self::current(conn, &sql, &v.id)?.map(|c| c.created_at);
+                        current.map_or(v.created_at, |c| v.created_at.max(c + 1))
+                    };
                     written.push(Self::append(
                         conn,
                         &sql,
