@@ -12,11 +12,6 @@
 //! `examples/egg-economy-kafka`. The design they follow:
 //!
 //! Questions the store itself must settle (found while building the parts):
-//! - **Requested timestamps.** The SQLite backend places a version written with an explicit,
-//!   older `created_at` in the past (not the newest), but stamps one written "now" after the
-//!   current version. A record does not say which it was, and `apply_log` always makes it the
-//!   newest; the record needs a flag (an extra field MeshQL's readers ignore) so that the
-//!   materialiser can place a requested stamp as the SQLite backend does.
 //! - **Catching up at start.** With transactions, commit markers take offsets that the
 //!   consumer never delivers, so "the next offset after the last record" can stay below the
 //!   high watermark: readiness must compare the consumer's *position* with the last stable
@@ -48,8 +43,10 @@
 //! batch of records is committed with the next offset of every partition it read, in the
 //! same transaction: a restart resumes from there, `kill -9` included, and a record is applied
 //! once. A new process (an empty file) builds the materialisation from the start of the
-//! topics. A version's `created_at` is at least its predecessor's + 1 ms in offset order, so
-//! `at` follows the log's order even when the clocks of several writing processes disagree.
+//! topics. A version stamped "now" by its writer gets a `created_at` at least its
+//! predecessor's + 1 ms in offset order, so `at` follows the log's order even when the clocks
+//! of several writing processes disagree; one whose writer asked for its time (the record says
+//! so with `"stamp": "requested"`) is placed as the SQLite backend places a back-dated write.
 //!
 //! # Writes: acknowledged once the broker has them and this process applied them
 //!
