@@ -579,8 +579,8 @@ impl<'de> Deserialize<'de> for ProcessorConfig {
                             for (path, start) in located.offsets {
                                 offsets.insert(format!("{key}{path}"), start);
                             }
-                            let value = serde_json::to_value(located.value)
-                                .map_err(A::Error::custom)?;
+                            let value =
+                                serde_json::to_value(located.value).map_err(A::Error::custom)?;
                             settings.insert(key.clone(), value);
                             span
                         }
