@@ -5,8 +5,10 @@
 # graph, and the linker skips the names it does not find without a word, so after a toolchain
 # or dependency change (or enough edits to the code that serves) the footprint grows back
 # quietly. This counts the list's names that are defined text symbols of BINARY and fails
-# below MIN_PERCENT (default 90: a list written by scripts/hot-functions.sh matches 100 % of
-# the binary it was written from; a toolchain or dependency upgrade takes it far lower).
+# below MIN_PERCENT (default 80: a list written by scripts/hot-functions.sh matches 100 % of
+# the binary it was written from; ordinary edits to the serving code take it down a few points
+# per session, which costs little footprint; a toolchain or dependency upgrade renames nearly
+# every symbol and takes it far lower).
 #
 # Usage: scripts/check-hot-functions.sh [BINARY] [MIN_PERCENT]
 #   BINARY defaults to the release build's meshql (target/release/meshql, or under
@@ -16,7 +18,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LIST=$ROOT/crates/meshql-cli/hot-functions.txt
 BIN=${1:-${CARGO_TARGET_DIR:-$ROOT/target}/release/meshql}
-MIN=${2:-90}
+MIN=${2:-80}
 
 [[ $MIN =~ ^[0-9]+$ ]] || { echo "check-hot-functions: MIN_PERCENT must be a whole number, not '$MIN'" >&2; exit 2; }
 [ -f "$LIST" ] || { echo "check-hot-functions: $LIST is missing" >&2; exit 2; }

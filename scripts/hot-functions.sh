@@ -11,7 +11,7 @@
 # paths of contended locks, which callgrind's one-thread-at-a-time execution rarely takes)
 # are kept after them. Run it again after a toolchain or dependency upgrade: names the build
 # no longer defines are ignored by the linker, and the footprint then grows back. That is
-# checked: scripts/test.sh builds the release binary and fails when fewer than 90 % of the
+# checked: scripts/test.sh builds the release binary and fails when fewer than 80 % of the
 # list's names are defined in it (scripts/check-hot-functions.sh BINARY tells the count).
 #
 # Usage: scripts/hot-functions.sh     (needs valgrind; takes a few minutes)
