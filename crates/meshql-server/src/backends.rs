@@ -20,6 +20,7 @@ pub fn registry() -> &'static BackendRegistry {
             .register(meshql_store_postgres::PostgresBackend)
             .register(meshql_store_mysql::MysqlBackend)
             .register(meshql_store_mongo::MongoBackend)
+            .register(meshql_store_kafka::KafkaBackend)
     })
 }
 

@@ -69,11 +69,15 @@
 //! by something else) is skipped with a logged reason and counted; it never stops the
 //! materialiser.
 
+pub mod database;
 pub mod materialise;
 pub mod produce;
 pub mod record;
 pub mod settings;
+pub mod store;
 pub mod topics;
 
+pub use database::{KafkaBackend, KafkaDatabase};
 pub use record::{decode, encode, RecordError};
 pub use settings::{KafkaSettings, KafkaStorage};
+pub use store::KafkaStore;

@@ -30,6 +30,14 @@ use tokio::sync::watch;
 /// The most records applied in one transaction.
 pub const BATCH: usize = 1000;
 
+/// The first and the longest wait before a batch the local store refused is tried again.
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long the topic must be quiet before the consumer's position is read (see
+/// [`past_markers`]).
+const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// What this process has applied of a topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -37,12 +45,29 @@ pub struct Applied {
     pub next: BTreeMap<i32, i64>,
     /// Records that were not envelopes, skipped since start.
     pub skipped: u64,
+    /// Why the last batch could not be applied, while it is being tried again.
+    pub stalled: Option<String>,
 }
 
 impl Applied {
     /// Whether the record at `offset` of `partition` is applied.
     pub fn covers(&self, partition: i32, offset: i64) -> bool {
         self.next.get(&partition).is_some_and(|n| *n > offset)
+    }
+
+    /// Whether every partition is applied up to `ends` (partition `p`'s end at `ends[p]`).
+    pub fn reached(&self, ends: &[i64]) -> bool {
+        ends.iter()
+            .enumerate()
+            .all(|(p, end)| self.next.get(&(p as i32)).is_some_and(|n| n >= end))
+    }
+
+    /// Records still to apply before `ends`, summed over the partitions.
+    pub fn behind(&self, ends: &[i64]) -> i64 {
+        ends.iter()
+            .enumerate()
+            .map(|(p, end)| (end - self.next.get(&(p as i32)).copied().unwrap_or(0)).max(0))
+            .sum()
     }
 }
 
@@ -126,6 +151,14 @@ pub async fn run(
     loop {
         let batch = tokio::select! {
             b = batches.next() => b,
+            _ = tokio::time::sleep(IDLE) => {
+                // nothing arrived and nothing is in flight: the consumer's position counts
+                // the transaction markers it read past, which no record's offset shows
+                if past_markers(&consumer, topic, &mut state) {
+                    applied.send_replace(state.clone());
+                }
+                continue;
+            }
             _ = stop.changed() => return Ok(()),
         };
         let Some(batch) = batch else {
@@ -166,12 +199,51 @@ pub async fn run(
         if rows.is_empty() {
             continue;
         }
-        store
-            .apply_log(&consumer_name, versions, rows)
+        // a batch the local store cannot take (a full disk, a fault) is tried again, later
+        // and later, with the reason published: nothing after it is applied before it
+        let mut wait = RETRY_FIRST;
+        while let Err(e) = store
+            .apply_log(&consumer_name, versions.clone(), rows.clone())
             .await
-            .map_err(in_store)?;
+        {
+            let reason = in_store(e).to_string();
+            if state.stalled.as_deref() != Some(reason.as_str()) {
+                tracing::error!(topic, %reason, "kafka store: a batch cannot be applied; trying again");
+                state.stalled = Some(reason);
+                applied.send_replace(state.clone());
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.changed() => return Ok(()),
+            }
+            wait = (wait * 2).min(RETRY_MAX);
+        }
+        state.stalled = None;
         state.next = next;
         state.skipped += skipped;
         applied.send_replace(state.clone());
     }
+}
+
+/// Raises `state.next` to the consumer's position where it is ahead: a Kafka transaction's
+/// commit or abort marker takes an offset that no record is delivered for, so after a bulk
+/// write the next offset of the last record applied stays one below the partition's end
+/// (and an aborted batch leaves a gap). Called only when no record is in flight, so every
+/// offset below the position is applied or was not a record. Nothing is committed for it: a
+/// restart reads past the markers again. Returns whether anything moved.
+fn past_markers(consumer: &StreamConsumer, topic: &str, state: &mut Applied) -> bool {
+    let Ok(position) = consumer.position() else {
+        return false;
+    };
+    let mut moved = false;
+    for element in position.elements_for_topic(topic) {
+        if let Offset::Offset(at) = element.offset() {
+            let next = state.next.entry(element.partition()).or_insert(0);
+            if at > *next {
+                *next = at;
+                moved = true;
+            }
+        }
+    }
+    moved
 }

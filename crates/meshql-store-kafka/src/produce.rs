@@ -74,6 +74,7 @@ impl Writer {
     /// Produces one version; returns once it is applied locally.
     pub async fn write(&self, version: &LogVersion) -> Result<(), StoreError> {
         let started = Instant::now();
+        meshql_core::fault::check(&version.envelope.payload)?;
         let (key, value) = record::encode(version);
         let delivered = self
             .single
@@ -108,33 +109,45 @@ impl Writer {
         producer.begin_transaction().map_err(unavailable)?;
         let encoded: Vec<(Vec<u8>, Vec<u8>)> = versions.iter().map(record::encode).collect();
         let mut sends = Vec::with_capacity(encoded.len());
-        for (key, value) in &encoded {
+        // a version that cannot be stored fails the batch after those before it were sent:
+        // the transaction is aborted and a read_committed reader never sees them
+        let mut failed: Option<StoreError> = None;
+        for ((key, value), version) in encoded.iter().zip(versions) {
+            if let Err(e) = meshql_core::fault::check(&version.envelope.payload) {
+                failed = Some(e);
+                break;
+            }
             sends.push(producer.send(
                 FutureRecord::to(&self.topic).key(key).payload(value),
                 Timeout::After(self.timeout),
             ));
         }
         let mut at = Vec::with_capacity(sends.len());
-        let mut failed = None;
         for s in futures::future::join_all(sends).await {
             match s {
                 Ok(d) => at.push((d.partition, d.offset)),
-                Err((e, _)) => failed = Some(e),
+                Err((e, _)) => failed = Some(unavailable(e)),
             }
         }
         let timeout = self.timeout;
-        let outcome = tokio::task::spawn_blocking(move || match failed {
-            None => producer.commit_transaction(timeout).map_err(unavailable),
+        // (the outcome, whether the producer is still in a known state)
+        let (outcome, usable) = tokio::task::spawn_blocking(move || match failed {
+            None => match producer.commit_transaction(timeout) {
+                Ok(()) => (Ok(()), true),
+                Err(e) => (Err(unavailable(e)), false),
+            },
             Some(e) => {
-                let _ = producer.abort_transaction(timeout);
-                Err(unavailable(e))
+                let aborted = producer.abort_transaction(timeout).is_ok();
+                (Err(e), aborted)
             }
         })
         .await
         .map_err(unavailable)?;
         if let Err(e) = outcome {
-            // a producer in an unknown state is made again for the next batch
-            *slot = None;
+            if !usable {
+                // a producer in an unknown state is made again for the next batch
+                *slot = None;
+            }
             return Err(e);
         }
         drop(slot);

@@ -6,7 +6,8 @@
 //!   <bool>, "authorized_tokens": "<a JSON array of strings, as text>"}`, and `"stamp":
 //!   "requested"` when the writer asked for the version's `created_at` (a back-dated write,
 //!   placed in the past when it is older than the current version) rather than "now"
-//!   (MeshQL's readers ignore the extra field; its records never have it).
+//!   (MeshQL's readers ignore the extra field; its records never have it), and
+//!   `"correlation_id": "<text>"` when the write carried one (the change feed's).
 //!
 //! [`encode`] writes exactly that. [`decode`] also accepts `payload` and `authorized_tokens` as
 //! JSON values rather than text, a missing `deleted` (false) and missing or null
@@ -58,6 +59,9 @@ pub fn encode(version: &LogVersion) -> (Vec<u8>, Vec<u8>) {
     });
     if version.requested {
         value["stamp"] = Value::String("requested".into());
+    }
+    if let Some(c) = &version.correlation_id {
+        value["correlation_id"] = Value::String(c.clone());
     }
     (
         envelope.id.as_bytes().to_vec(),
@@ -170,6 +174,11 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<LogVersion, Re
             ))
         }
     };
+    let correlation_id = match value.get("correlation_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => return Err(field("correlation_id", format!("{other} is not a string"))),
+    };
     Ok(LogVersion {
         envelope: Envelope {
             id: id.to_owned(),
@@ -179,6 +188,7 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<LogVersion, Re
             authorized_tokens,
         },
         requested,
+        correlation_id,
     })
 }
 
@@ -220,6 +230,7 @@ mod tests {
         let back_dated = LogVersion {
             envelope: gone,
             requested: true,
+            correlation_id: None,
         };
         let (key, value) = encode(&back_dated);
         let v: Value = serde_json::from_slice(&value).unwrap();
@@ -233,6 +244,7 @@ mod tests {
         let LogVersion {
             envelope: e,
             requested,
+            ..
         } = decode(
             Some(b"f-1"),
             Some(&bytes(

@@ -244,3 +244,35 @@ async fn partitions(
     .map_err(|e| unreachable(e.to_string()))?;
     fetched.map_err(unreachable)
 }
+
+/// The offset after the last committed record of each of `topic`'s `partitions` partitions
+/// (the last stable offset, as a `read_committed` reader sees the end): what a process
+/// starting up reads to before it serves.
+pub async fn end_offsets(
+    storage: &KafkaStorage,
+    topic: &str,
+    partitions: usize,
+) -> Result<Vec<i64>, TopicError> {
+    let mut config = client_config(storage);
+    config.set("isolation.level", "read_committed");
+    let topic = topic.to_owned();
+    let brokers = storage.brokers.clone();
+    let unreachable = move |reason: String| TopicError::Unreachable {
+        brokers: brokers.clone(),
+        reason,
+    };
+    let fetched = tokio::task::spawn_blocking(move || {
+        let client: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+        (0..partitions as i32)
+            .map(|p| {
+                client
+                    .fetch_watermarks(&topic, p, ADMIN_TIMEOUT)
+                    .map(|(_, high)| high)
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<Vec<i64>, String>>()
+    })
+    .await
+    .map_err(|e| unreachable(e.to_string()))?;
+    fetched.map_err(unreachable)
+}

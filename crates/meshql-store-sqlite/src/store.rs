@@ -330,6 +330,20 @@ impl SqliteStore {
             .collect()
     }
 
+    /// The newest version of `id`, a tombstone included, whoever may see it (`None` when
+    /// none was ever stored): what a store that writes elsewhere (the Kafka backend) checks
+    /// an update or a delete against before it writes.
+    pub fn current_version(&self, id: &str) -> Result<Option<Envelope>, StoreError> {
+        let current = self.db.read(|conn| Self::current(conn, &self.sql, id))?;
+        Ok(current.map(|c| Envelope {
+            id: id.to_owned(),
+            payload: c.payload,
+            created_at: c.created_at,
+            deleted: c.deleted,
+            authorized_tokens: c.tokens,
+        }))
+    }
+
     fn current(conn: &Connection, sql: &TableSql, id: &str) -> Result<Option<Current>, StoreError> {
         let mut stmt = conn.prepare_cached(&sql.current).map_err(query_error)?;
         let row = stmt

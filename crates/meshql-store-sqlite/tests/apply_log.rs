@@ -142,6 +142,7 @@ async fn versions_follow_the_logs_order_with_its_positions() {
             vec![LogVersion {
                 envelope: version("a", 500, false, json!({"name": "Greta 0"}), &["alice"]),
                 requested: true,
+                correlation_id: None,
             }],
             vec![offset(0, 7)],
         )

@@ -60,6 +60,8 @@ pub struct LogVersion {
     pub envelope: Envelope,
     /// Its writer asked for its `created_at` (a back-dated write), rather than "now".
     pub requested: bool,
+    /// The correlation id of the write that made it, for the change feed.
+    pub correlation_id: Option<String>,
 }
 
 impl From<Envelope> for LogVersion {
@@ -68,6 +70,7 @@ impl From<Envelope> for LogVersion {
         LogVersion {
             envelope,
             requested: false,
+            correlation_id: None,
         }
     }
 }
@@ -126,6 +129,7 @@ impl SqliteStore {
                 for LogVersion {
                     envelope: v,
                     requested,
+                    correlation_id,
                 } in versions
                 {
                     let payload = Self::with_id(&v.id, &v.payload)?;
@@ -145,7 +149,7 @@ impl SqliteStore {
                             deleted: v.deleted,
                             tokens: &v.authorized_tokens,
                             fresh_id: false,
-                            correlation_id: None,
+                            correlation_id: correlation_id.as_deref(),
                         },
                     )?);
                 }

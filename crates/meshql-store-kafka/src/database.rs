@@ -1,0 +1,239 @@
+//! A storage block of `type = "kafka"` opened: its brokers, and the local SQLite file its
+//! entities' topics are materialised into. Each entity's store starts, at `prepare`, its
+//! topic (made or checked), its materialiser and its writer, and waits until the
+//! materialisation has caught up with the end the topic had then: a process serves nothing
+//! older than the log it starts on.
+
+use crate::materialise::{self, Applied};
+use crate::produce::Writer;
+use crate::settings::{self, KafkaStorage};
+use crate::store::KafkaStore;
+use crate::topics;
+use async_trait::async_trait;
+use meshql_core::{
+    BackendContext, Database, DynDatabase, DynStore, OutputStore, SettingError, StateWrite,
+    StorageBackend, StorageTarget, StoreError,
+};
+use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Registers Kafka with a backend registry.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KafkaBackend;
+
+impl StorageBackend for KafkaBackend {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn schema(&self) -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(settings::KafkaSettings))
+            .expect("schemas serialise")
+    }
+
+    fn configure(
+        &self,
+        settings: &serde_json::Value,
+        context: &BackendContext<'_>,
+    ) -> Result<Box<dyn StorageTarget>, SettingError> {
+        Ok(Box::new(KafkaTarget {
+            storage: settings::configure(settings, context)?,
+        }))
+    }
+}
+
+#[derive(Debug)]
+struct KafkaTarget {
+    storage: KafkaStorage,
+}
+
+#[async_trait]
+impl StorageTarget for KafkaTarget {
+    fn target(&self) -> String {
+        // one materialisation file is one database, whatever the topics' names
+        format!("kafka:{}", self.storage.file.display())
+    }
+
+    async fn open(&self) -> Result<DynDatabase, StoreError> {
+        let local = SqliteDatabase::open(&self.storage.file, SqliteOptions::default())?;
+        Ok(Arc::new(KafkaDatabase::new(self.storage.clone(), local)))
+    }
+}
+
+/// The state rows this process keeps about itself.
+const IDENTITY_CONSUMER: &str = "kafka:process";
+const IDENTITY_KEY: &str = "id";
+
+/// How often a store catching up at start logs its progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// An opened `kafka` block.
+pub struct KafkaDatabase {
+    storage: KafkaStorage,
+    local: Arc<SqliteDatabase>,
+    /// This materialisation's identity, made once and kept in its file: what its
+    /// transactional producers are named after, so a restart fences its predecessor's
+    /// unfinished transaction and two processes never fence each other.
+    identity: tokio::sync::OnceCell<String>,
+    stop: watch::Sender<bool>,
+    /// Topic → why its materialiser stopped.
+    failures: Arc<Mutex<BTreeMap<String, String>>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl KafkaDatabase {
+    fn new(storage: KafkaStorage, local: Arc<SqliteDatabase>) -> Self {
+        KafkaDatabase {
+            storage,
+            local,
+            identity: tokio::sync::OnceCell::new(),
+            stop: watch::channel(false).0,
+            failures: Arc::default(),
+            tasks: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn storage(&self) -> &KafkaStorage {
+        &self.storage
+    }
+
+    pub(crate) fn local(&self) -> Arc<SqliteDatabase> {
+        self.local.clone()
+    }
+
+    async fn identity(&self, local: &SqliteStore) -> Result<&str, StoreError> {
+        self.identity
+            .get_or_try_init(|| async {
+                let keys = [IDENTITY_KEY.to_owned()];
+                let kept = local.output_state(IDENTITY_CONSUMER, &keys).await?;
+                if let Some(id) = kept.get(IDENTITY_KEY) {
+                    return Ok(id.clone());
+                }
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                local
+                    .apply_log(
+                        IDENTITY_CONSUMER,
+                        Vec::new(),
+                        vec![StateWrite {
+                            key: IDENTITY_KEY.to_owned(),
+                            group: None,
+                            value: Some(id.clone()),
+                        }],
+                    )
+                    .await?;
+                Ok(id)
+            })
+            .await
+            .map(String::as_str)
+    }
+
+    /// Starts `topic`: made or checked, materialised into `local` from where it left off,
+    /// caught up with the topic's end, and a writer for it.
+    pub(crate) async fn start(
+        &self,
+        topic: &str,
+        local: Arc<SqliteStore>,
+    ) -> Result<(Writer, watch::Receiver<Applied>), StoreError> {
+        let unavailable = |e: topics::TopicError| StoreError::Unavailable(e.to_string());
+        let entity = local.table().to_owned();
+        let partitions = topics::ensure(&self.storage, std::slice::from_ref(&entity))
+            .await
+            .map_err(unavailable)?[topic];
+        let ends = topics::end_offsets(&self.storage, topic, partitions)
+            .await
+            .map_err(unavailable)?;
+        let identity = self.identity(&local).await?.to_owned();
+
+        let (tx, mut applied) = watch::channel(Applied::default());
+        let task = {
+            let (storage, topic, local) = (self.storage.clone(), topic.to_owned(), local.clone());
+            let (stop, failures) = (self.stop.subscribe(), self.failures.clone());
+            tokio::spawn(async move {
+                if let Err(e) =
+                    materialise::run(&storage, &topic, partitions, local, tx, stop).await
+                {
+                    tracing::error!(topic, error = %e, "kafka store: the materialiser stopped");
+                    failures.lock().insert(topic, e.to_string());
+                }
+            })
+        };
+        self.tasks.lock().push(task);
+        let writer = Writer::new(
+            &self.storage,
+            topic,
+            &format!("meshql-{identity}-{topic}"),
+            applied.clone(),
+        )?;
+
+        let started = Instant::now();
+        let mut logged = started;
+        loop {
+            let behind = applied.borrow_and_update().behind(&ends);
+            if behind == 0 {
+                break;
+            }
+            if logged.elapsed() >= PROGRESS_EVERY {
+                tracing::info!(topic, behind, "kafka store: catching up with the topic");
+                logged = Instant::now();
+            }
+            match tokio::time::timeout(PROGRESS_EVERY, applied.changed()).await {
+                Ok(Ok(())) | Err(_) => {}
+                Ok(Err(_)) => {
+                    let why = self.failures.lock().get(topic).cloned();
+                    return Err(StoreError::Unavailable(format!(
+                        "kafka: the materialiser of {topic} stopped: {}",
+                        why.unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        let total: i64 = ends.iter().sum();
+        if total > 0 {
+            tracing::info!(
+                topic,
+                offsets = total,
+                ms = started.elapsed().as_millis() as u64,
+                "kafka store: caught up with the topic"
+            );
+        }
+        Ok((writer, applied))
+    }
+
+    /// Whether `topic`'s materialiser is running.
+    pub(crate) fn health(&self, topic: &str) -> Result<(), StoreError> {
+        match self.failures.lock().get(topic) {
+            Some(why) => Err(StoreError::Unavailable(format!(
+                "kafka: the materialiser of {topic} stopped: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+}
+
+#[async_trait]
+impl Database for KafkaDatabase {
+    fn backend(&self) -> &'static str {
+        "kafka"
+    }
+
+    fn store(self: Arc<Self>, table: &str) -> DynStore {
+        Arc::new(KafkaStore::new(self, table))
+    }
+
+    async fn close(&self) {
+        self.stop();
+        let tasks = std::mem::take(&mut *self.tasks.lock());
+        for task in tasks {
+            let _ = task.await;
+        }
+        Database::close(self.local.as_ref()).await;
+    }
+}
