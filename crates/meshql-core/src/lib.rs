@@ -35,7 +35,7 @@ pub use field_set::{parse_payload, FieldSet};
 pub use output::{DeadLetter, OutputBatch, OutputStore, OutputWrite, StateWrite};
 pub use store::{
     in_request_order, page_as_of, BatchRows, BatchSearch, ChangeFeed, Document, DynReader,
-    DynStore, DynWriter, KeyedRows, Nested, NestedRow, Placement, ReadContext, Relation,
+    DynStore, DynWriter, KeyedRows, LogLag, Nested, NestedRow, Placement, ReadContext, Relation,
     RemoveOutcome, Search, Store, StoreReader, StoreStats, StoreWriter, TokenFilter,
 };
 pub use template::{ArgValue, BoundArgs, FieldPath, QueryTemplate, TemplateError};

@@ -153,6 +153,23 @@ pub struct StoreStats {
     /// Connections of the backend's pool lent to an operation right now (`None` where the
     /// backend has no pool): at the pool's size, the next operation waits for one.
     pub connections_in_use: Option<u64>,
+    /// For a store whose reads are a local materialisation of a log (Kafka): how far behind
+    /// the log they may be. `None` for the others.
+    pub log: Option<LogLag>,
+}
+
+/// How far the reads of a store materialised from a log may be behind it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogLag {
+    /// How old its answers may be: 0 while the log is reachable and every record it reported
+    /// is applied, otherwise the time since that was last true.
+    pub behind_ms: u64,
+    /// Records the log reported that are not applied yet.
+    pub records_behind: u64,
+    /// Records skipped because they were not document versions, since start.
+    pub skipped: u64,
+    /// Whether the log's servers are reachable.
+    pub reachable: bool,
 }
 
 /// What a read sees: whose documents (`filter`), as of when (`at`; the latest when `None`).

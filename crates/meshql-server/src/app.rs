@@ -139,6 +139,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // storage: one database per target (file, server), one store per entity
     let mut databases: HashMap<String, DynDatabase> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();
+    // stores whose reads are a materialisation of a log: responses say how far behind it
+    let mut log_stores: Vec<DynStore> = Vec::new();
     // the entities whose storage has a read replica: the engine serves their reads there
     // while the replica is reachable, close enough and not saturated (one health per database)
     let mut replicas: HashMap<String, (meshql_core::DynReader, Arc<ReplicaHealth>)> =
@@ -216,6 +218,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 })
             }
         };
+        if db.backend() == "kafka" {
+            log_stores.push(store.clone());
+        }
         stores.push((entity.name.clone(), store));
     }
     let store_of = |name: &str| -> DynStore {
@@ -453,14 +458,22 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             requests,
             crate::request_metrics::measure,
         ))
-        .fallback(not_found)
-        .layer(axum::middleware::from_fn_with_state(
-            Cors {
-                origin,
-                require_json: config.require_json_content_type,
-            },
-            cors,
-        ));
+        .fallback(not_found);
+    let router = if log_stores.is_empty() {
+        router
+    } else {
+        router.layer(axum::middleware::from_fn_with_state(
+            Arc::new(log_stores),
+            crate::log_behind::header,
+        ))
+    };
+    let router = router.layer(axum::middleware::from_fn_with_state(
+        Cors {
+            origin,
+            require_json: config.require_json_content_type,
+        },
+        cors,
+    ));
 
     Ok(App {
         router,

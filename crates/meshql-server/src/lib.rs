@@ -12,6 +12,7 @@ mod console;
 mod cors;
 mod graphql_routes;
 mod listener;
+mod log_behind;
 mod ops;
 mod preflight;
 mod processors;

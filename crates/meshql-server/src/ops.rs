@@ -88,7 +88,7 @@ type StoreSeries = (
     fn(&meshql_core::StoreStats) -> Option<u64>,
 );
 
-const STORE_SERIES: [StoreSeries; 5] = [
+const STORE_SERIES: [StoreSeries; 9] = [
     (
         "meshql_storage_reads_total",
         "Read statements executed by the entity's store.",
@@ -123,6 +123,34 @@ const STORE_SERIES: [StoreSeries; 5] = [
         "gauge",
         Per::Storage,
         |s| s.connections_in_use,
+    ),
+    (
+        "meshql_storage_log_behind_milliseconds",
+        "How old the entity's answers may be, for a store materialised from a log (Kafka): 0 while the log is reachable and applied up to the end it last reported, otherwise the time since that was last true.",
+        "gauge",
+        Per::Entity,
+        |s| s.log.map(|l| l.behind_ms),
+    ),
+    (
+        "meshql_storage_log_records_behind",
+        "Records of the entity's log (Kafka topic) not applied here yet, as of the end it last reported.",
+        "gauge",
+        Per::Entity,
+        |s| s.log.map(|l| l.records_behind),
+    ),
+    (
+        "meshql_storage_log_skipped_records_total",
+        "Records of the entity's log skipped because they were not document versions (each logged with its reason).",
+        "counter",
+        Per::Entity,
+        |s| s.log.map(|l| l.skipped),
+    ),
+    (
+        "meshql_storage_log_reachable",
+        "Whether the servers of the entity's log (Kafka brokers) are reachable: 1 or 0.",
+        "gauge",
+        Per::Entity,
+        |s| s.log.map(|l| u64::from(l.reachable)),
     ),
 ];
 

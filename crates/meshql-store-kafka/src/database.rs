@@ -4,6 +4,7 @@
 //! materialisation has caught up with the end the topic had then: a process serves nothing
 //! older than the log it starts on.
 
+use crate::health::{Brokers, Health};
 use crate::materialise::{self, Applied};
 use crate::produce::Writer;
 use crate::settings::{self, KafkaStorage};
@@ -82,6 +83,8 @@ pub struct KafkaDatabase {
     stop: watch::Sender<bool>,
     /// Topic → why its materialiser stopped.
     failures: Arc<Mutex<BTreeMap<String, String>>>,
+    /// The block's brokers, as its clients see them.
+    brokers: Arc<Brokers>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -93,6 +96,7 @@ impl KafkaDatabase {
             identity: tokio::sync::OnceCell::new(),
             stop: watch::channel(false).0,
             failures: Arc::default(),
+            brokers: Brokers::new(),
             tasks: Mutex::default(),
         }
     }
@@ -137,7 +141,7 @@ impl KafkaDatabase {
         &self,
         topic: &str,
         local: Arc<SqliteStore>,
-    ) -> Result<(Writer, watch::Receiver<Applied>), StoreError> {
+    ) -> Result<(Writer, watch::Receiver<Applied>, Arc<Health>), StoreError> {
         let unavailable = |e: topics::TopicError| StoreError::Unavailable(e.to_string());
         let entity = local.table().to_owned();
         let partitions = topics::ensure(&self.storage, std::slice::from_ref(&entity))
@@ -149,12 +153,14 @@ impl KafkaDatabase {
         let identity = self.identity(&local).await?.to_owned();
 
         let (tx, mut applied) = watch::channel(Applied::default());
+        let health = Health::new(topic, self.brokers.clone());
         let task = {
             let (storage, topic, local) = (self.storage.clone(), topic.to_owned(), local.clone());
             let (stop, failures) = (self.stop.subscribe(), self.failures.clone());
+            let health = health.clone();
             tokio::spawn(async move {
                 if let Err(e) =
-                    materialise::run(&storage, &topic, partitions, local, tx, stop).await
+                    materialise::run(&storage, &topic, partitions, local, tx, health, stop).await
                 {
                     tracing::error!(topic, error = %e, "kafka store: the materialiser stopped");
                     failures.lock().insert(topic, e.to_string());
@@ -167,6 +173,7 @@ impl KafkaDatabase {
             topic,
             &format!("meshql-{identity}-{topic}"),
             applied.clone(),
+            self.brokers.clone(),
         )?;
 
         let started = Instant::now();
@@ -200,7 +207,7 @@ impl KafkaDatabase {
                 "kafka store: caught up with the topic"
             );
         }
-        Ok((writer, applied))
+        Ok((writer, applied, health))
     }
 
     /// Whether `topic`'s materialiser is running.

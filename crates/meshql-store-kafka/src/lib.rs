@@ -70,6 +70,7 @@
 //! materialiser.
 
 pub mod database;
+pub mod health;
 pub mod materialise;
 pub mod produce;
 pub mod record;

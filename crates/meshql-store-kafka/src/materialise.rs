@@ -15,6 +15,7 @@
 //! acknowledge once its own record is applied (read-your-writes by offset), and what `/metrics`
 //! and the lag header will read.
 
+use crate::health::{ConsumerWatch, Health, STATS_INTERVAL_MS};
 use crate::record;
 use crate::settings::KafkaStorage;
 use futures::StreamExt;
@@ -102,6 +103,7 @@ pub async fn run(
     partitions: usize,
     store: Arc<SqliteStore>,
     applied: watch::Sender<Applied>,
+    health: Arc<Health>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), MaterialiseError> {
     let kafka = |reason: String| MaterialiseError::Kafka {
@@ -143,8 +145,12 @@ pub async fn run(
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false");
-    let consumer: StreamConsumer = config.create().map_err(|e| kafka(e.to_string()))?;
+        .set("enable.partition.eof", "false")
+        .set("statistics.interval.ms", STATS_INTERVAL_MS.to_string());
+    health.watch_applied(applied.subscribe());
+    let consumer: StreamConsumer<ConsumerWatch> = config
+        .create_with_context(ConsumerWatch(health))
+        .map_err(|e| kafka(e.to_string()))?;
     consumer.assign(&list).map_err(|e| kafka(e.to_string()))?;
 
     let mut batches = consumer.stream().ready_chunks(BATCH);
@@ -231,7 +237,11 @@ pub async fn run(
 /// (and an aborted batch leaves a gap). Called only when no record is in flight, so every
 /// offset below the position is applied or was not a record. Nothing is committed for it: a
 /// restart reads past the markers again. Returns whether anything moved.
-fn past_markers(consumer: &StreamConsumer, topic: &str, state: &mut Applied) -> bool {
+fn past_markers(
+    consumer: &StreamConsumer<ConsumerWatch>,
+    topic: &str,
+    state: &mut Applied,
+) -> bool {
     let Ok(position) = consumer.position() else {
         return false;
     };

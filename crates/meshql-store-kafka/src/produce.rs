@@ -11,6 +11,7 @@
 //! the write fails as unavailable — a record the broker did take is still applied when it is
 //! read, as any record of another writer would be.
 
+use crate::health::{Brokers, ProducerWatch, STATS_INTERVAL_MS};
 use crate::materialise::Applied;
 use crate::record;
 use crate::settings::KafkaStorage;
@@ -27,11 +28,12 @@ use tokio::sync::watch;
 pub struct Writer {
     topic: String,
     timeout: Duration,
-    single: FutureProducer,
+    single: FutureProducer<ProducerWatch>,
     /// The transactional producer, made on the first batch (transactions serialise on it).
-    batch: tokio::sync::Mutex<Option<FutureProducer>>,
+    batch: tokio::sync::Mutex<Option<FutureProducer<ProducerWatch>>>,
     batch_config: ClientConfig,
     applied: watch::Receiver<Applied>,
+    brokers: Arc<Brokers>,
 }
 
 fn unavailable(what: impl std::fmt::Display) -> StoreError {
@@ -45,9 +47,13 @@ impl Writer {
         topic: &str,
         transactional_id: &str,
         applied: watch::Receiver<Applied>,
+        brokers: Arc<Brokers>,
     ) -> Result<Writer, StoreError> {
         let timeout_ms = storage.write_timeout.as_millis().to_string();
         let mut config = ClientConfig::new();
+        // a write waits for its own record: librdkafka's default 5 ms of batching would be
+        // added to every acknowledgement (the `producer` options may set it again)
+        config.set("linger.ms", "0");
         for (k, v) in &storage.producer {
             config.set(k, v);
         }
@@ -55,8 +61,11 @@ impl Writer {
             .set("bootstrap.servers", &storage.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("message.timeout.ms", &timeout_ms);
-        let single: FutureProducer = config.create().map_err(unavailable)?;
+            .set("message.timeout.ms", &timeout_ms)
+            .set("statistics.interval.ms", STATS_INTERVAL_MS.to_string());
+        let single: FutureProducer<ProducerWatch> = config
+            .create_with_context(ProducerWatch(brokers.clone()))
+            .map_err(unavailable)?;
         let mut batch_config = config.clone();
         batch_config
             .set("transactional.id", transactional_id)
@@ -68,21 +77,24 @@ impl Writer {
             batch: tokio::sync::Mutex::new(None),
             batch_config,
             applied,
+            brokers,
         })
     }
 
     /// Produces one version; returns once it is applied locally.
     pub async fn write(&self, version: &LogVersion) -> Result<(), StoreError> {
         let started = Instant::now();
+        self.reachable()?;
         meshql_core::fault::check(&version.envelope.payload)?;
         let (key, value) = record::encode(version);
-        let delivered = self
-            .single
-            .send(
-                FutureRecord::to(&self.topic).key(&key).payload(&value),
-                Timeout::After(self.timeout),
-            )
+        // librdkafka's own message timeout is the write's; this bounds the wait as well
+        let send = self.single.send(
+            FutureRecord::to(&self.topic).key(&key).payload(&value),
+            Timeout::After(self.timeout),
+        );
+        let delivered = tokio::time::timeout(self.timeout, send)
             .await
+            .map_err(|_| self.timed_out())?
             .map_err(|(e, _)| unavailable(e))?;
         self.until_applied(&[(delivered.partition, delivered.offset)], started)
             .await
@@ -94,9 +106,13 @@ impl Writer {
             return Ok(());
         }
         let started = Instant::now();
+        self.reachable()?;
         let mut slot = self.batch.lock().await;
         if slot.is_none() {
-            let producer: FutureProducer = self.batch_config.create().map_err(unavailable)?;
+            let producer: FutureProducer<ProducerWatch> = self
+                .batch_config
+                .create_with_context(ProducerWatch(self.brokers.clone()))
+                .map_err(unavailable)?;
             let p = producer.clone();
             let timeout = self.timeout;
             tokio::task::spawn_blocking(move || p.init_transactions(timeout))
@@ -123,11 +139,17 @@ impl Writer {
             ));
         }
         let mut at = Vec::with_capacity(sends.len());
-        for s in futures::future::join_all(sends).await {
-            match s {
-                Ok(d) => at.push((d.partition, d.offset)),
-                Err((e, _)) => failed = Some(unavailable(e)),
+        match tokio::time::timeout(self.timeout, futures::future::join_all(sends)).await {
+            Ok(sent) => {
+                for s in sent {
+                    match s {
+                        Ok(d) => at.push((d.partition, d.offset)),
+                        Err((e, _)) => failed = Some(unavailable(e)),
+                    }
+                }
             }
+            // the transaction is aborted below: nothing of it is ever read
+            Err(_) => failed = Some(self.timed_out()),
         }
         let timeout = self.timeout;
         // (the outcome, whether the producer is still in a known state)
@@ -152,6 +174,30 @@ impl Writer {
         }
         drop(slot);
         self.until_applied(&at, started).await
+    }
+
+    /// A write the broker did not confirm within its time. It may still be written (its
+    /// record may have reached the broker before the connection broke), as a commit whose
+    /// acknowledgement is lost may be on any database.
+    fn timed_out(&self) -> StoreError {
+        unavailable(format!(
+            "the broker did not confirm the write within {} ms",
+            self.timeout.as_millis()
+        ))
+    }
+
+    /// Fails at once when no broker is seen up.
+    fn reachable(&self) -> Result<(), StoreError> {
+        self.brokers.writable().map_err(|since| {
+            unavailable(match since {
+                Some(d) => format!(
+                    "no broker of {} is reachable (for {} ms)",
+                    self.topic,
+                    d.as_millis()
+                ),
+                None => format!("no broker of {} is reachable", self.topic),
+            })
+        })
     }
 
     /// Waits until every `(partition, offset)` is applied, within the write's time.

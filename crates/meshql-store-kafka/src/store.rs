@@ -11,13 +11,14 @@
 //! writes of one id too). A bulk write is one Kafka transaction: all or nothing.
 
 use crate::database::KafkaDatabase;
+use crate::health::Health;
 use crate::materialise::Applied;
 use crate::produce::Writer;
 use async_trait::async_trait;
 use meshql_core::{
-    now_millis, BatchSearch, ChangeFeed, Cursor, Envelope, KeyedRows, Millis, Nested, NestedRow,
-    NewDocument, OutputStore, QueryTemplate, ReadContext, Relation, RemoveOutcome, Row, Search,
-    Store, StoreChange, StoreError, StoreReader, StoreStats, StoreWriter, WriteContext,
+    now_millis, BatchSearch, ChangeFeed, Cursor, Envelope, KeyedRows, LogLag, Millis, Nested,
+    NestedRow, NewDocument, OutputStore, QueryTemplate, ReadContext, Relation, RemoveOutcome, Row,
+    Search, Store, StoreChange, StoreError, StoreReader, StoreStats, StoreWriter, WriteContext,
 };
 use meshql_store_sqlite::{LogVersion, SqliteStore};
 use std::sync::{Arc, OnceLock};
@@ -35,6 +36,7 @@ pub struct KafkaStore {
 struct Running {
     writer: Writer,
     applied: watch::Receiver<Applied>,
+    health: Arc<Health>,
 }
 
 impl KafkaStore {
@@ -340,14 +342,29 @@ impl Store for KafkaStore {
         if self.running.get().is_some() {
             return Ok(());
         }
-        let (writer, applied) = self.database.start(&self.topic, self.local.clone()).await?;
-        let _ = self.running.set(Running { writer, applied });
+        let (writer, applied, health) =
+            self.database.start(&self.topic, self.local.clone()).await?;
+        let _ = self.running.set(Running {
+            writer,
+            applied,
+            health,
+        });
         Ok(())
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
         self.local.ready().await?;
         self.database.health(&self.topic)?;
+        if let Some(r) = self.running.get() {
+            if !r.health.brokers().reachable() {
+                return Err(StoreError::Unavailable(format!(
+                    "kafka: no broker of {} is reachable: writes fail; reads are served from \
+                     this process's copy, which may miss writes of the last {} ms",
+                    self.topic,
+                    r.health.behind_ms()
+                )));
+            }
+        }
         match self.applied().and_then(|a| a.stalled) {
             Some(why) => Err(StoreError::Unavailable(format!(
                 "kafka: {} is not being applied: {why}",
@@ -358,7 +375,16 @@ impl Store for KafkaStore {
     }
 
     fn stats(&self) -> StoreStats {
-        self.local.stats()
+        let mut stats = self.local.stats();
+        if let Some(r) = self.running.get() {
+            stats.log = Some(LogLag {
+                behind_ms: r.health.behind_ms(),
+                records_behind: r.health.records_behind(),
+                skipped: r.applied.borrow().skipped,
+                reachable: r.health.brokers().reachable(),
+            });
+        }
+        stats
     }
 
     async fn shutdown(&self) {

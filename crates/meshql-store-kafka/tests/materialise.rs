@@ -3,6 +3,7 @@
 //! counted; a restart resumes from the committed positions and applies nothing twice.
 
 use meshql_core::{BackendContext, Envelope, ReadContext, Store, StoreReader};
+use meshql_store_kafka::health::{Brokers, Health};
 use meshql_store_kafka::materialise::{run, Applied};
 use meshql_store_kafka::record::encode;
 use meshql_store_kafka::settings::{configure, KafkaStorage};
@@ -114,7 +115,18 @@ async fn a_topic_is_applied_in_order_skips_what_is_not_a_version_and_resumes() {
     let (stop, stopped) = watch::channel(false);
     let task = {
         let (s, topic, store) = (s.clone(), topic.clone(), store.clone());
-        tokio::spawn(async move { run(&s, &topic, partitions, store, tx, stopped).await })
+        tokio::spawn(async move {
+            run(
+                &s,
+                &topic,
+                partitions,
+                store,
+                tx,
+                Health::new(&topic, Brokers::new()),
+                stopped,
+            )
+            .await
+        })
     };
     let applied = until_applied(&mut rx, &at).await;
     assert_eq!(applied.skipped, 1);
@@ -144,7 +156,18 @@ async fn a_topic_is_applied_in_order_skips_what_is_not_a_version_and_resumes() {
     let (stop, stopped) = watch::channel(false);
     let task = {
         let (s, topic, store) = (s.clone(), topic.clone(), store.clone());
-        tokio::spawn(async move { run(&s, &topic, partitions, store, tx, stopped).await })
+        tokio::spawn(async move {
+            run(
+                &s,
+                &topic,
+                partitions,
+                store,
+                tx,
+                Health::new(&topic, Brokers::new()),
+                stopped,
+            )
+            .await
+        })
     };
     let more = produce(
         &s,

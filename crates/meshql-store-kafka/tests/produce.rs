@@ -3,6 +3,7 @@
 //! within the write timeout.
 
 use meshql_core::{BackendContext, Envelope, ReadContext, Store, StoreError, StoreReader};
+use meshql_store_kafka::health::{Brokers, Health};
 use meshql_store_kafka::materialise::{run, Applied};
 use meshql_store_kafka::produce::Writer;
 use meshql_store_kafka::settings::{configure, KafkaStorage};
@@ -51,9 +52,27 @@ async fn a_write_is_readable_here_as_soon_as_it_is_acknowledged() {
     let (stop, stopped) = watch::channel(false);
     let task = {
         let (s, topic, store) = (s.clone(), topic.clone(), store.clone());
-        tokio::spawn(async move { run(&s, &topic, partitions, store, tx, stopped).await })
+        tokio::spawn(async move {
+            run(
+                &s,
+                &topic,
+                partitions,
+                store,
+                tx,
+                Health::new(&topic, Brokers::new()),
+                stopped,
+            )
+            .await
+        })
     };
-    let writer = Writer::new(&s, &topic, &format!("meshql-test-{topic}"), rx).unwrap();
+    let writer = Writer::new(
+        &s,
+        &topic,
+        &format!("meshql-test-{topic}"),
+        rx,
+        Brokers::new(),
+    )
+    .unwrap();
 
     // each single write is readable at once, 50 in a row
     for n in 0..50 {
@@ -98,7 +117,14 @@ async fn a_write_is_readable_here_as_soon_as_it_is_acknowledged() {
 async fn with_the_broker_unreachable_a_write_fails_within_its_timeout() {
     let s = storage("127.0.0.1:1", 2_000);
     let (_tx, rx) = watch::channel(Applied::default());
-    let writer = Writer::new(&s, &s.topic_of("hen"), "meshql-test-unreachable", rx).unwrap();
+    let writer = Writer::new(
+        &s,
+        &s.topic_of("hen"),
+        "meshql-test-unreachable",
+        rx,
+        Brokers::new(),
+    )
+    .unwrap();
     let started = Instant::now();
     let e = writer.write(&version("a", "x").into()).await.unwrap_err();
     assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");

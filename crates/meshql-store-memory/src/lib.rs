@@ -495,6 +495,7 @@ impl Store for MemoryStore {
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: None,
             connections_in_use: None,
+            log: None,
         }
     }
 

@@ -1785,6 +1785,7 @@ impl Store for MongoStore {
             writes: self.w.writes.load(Ordering::Relaxed),
             read_connections: None,
             connections_in_use: Some(self.db.connections_in_use()),
+            log: None,
         }
     }
 

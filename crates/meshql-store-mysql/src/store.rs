@@ -1158,6 +1158,7 @@ impl Store for MysqlStore {
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: None,
             connections_in_use: Some(self.db.connections_in_use()),
+            log: None,
         }
     }
 

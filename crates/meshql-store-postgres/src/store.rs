@@ -1044,6 +1044,7 @@ impl Store for PostgresStore {
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: None,
             connections_in_use: Some(self.db.connections_in_use()),
+            log: None,
         }
     }
 

@@ -1017,6 +1017,7 @@ impl Store for SqliteStore {
             writes: self.writes.load(Ordering::Relaxed),
             read_connections: Some(self.db.open_readers() as u64),
             connections_in_use: None,
+            log: None,
         }
     }
 
