@@ -10,9 +10,61 @@ use common::{examples_dir, is_rfc4122_uuid, run_meshql, Client, Server};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn start() -> Server {
-    Server::start(&examples_dir().join("logistics"), &[])
+/// Where the example keeps its documents: as it ships (SQLite), or on Kafka topics of the
+/// test's own (the same example, its storage block swapped).
+#[derive(Clone, Copy)]
+enum On {
+    Sqlite,
+    Kafka,
 }
+
+fn start(on: On) -> (Option<tempfile::TempDir>, Server) {
+    match on {
+        On::Sqlite => (None, Server::start(&examples_dir().join("logistics"), &[])),
+        On::Kafka => {
+            let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
+            let run = uuid::Uuid::new_v4().simple().to_string();
+            let dir = common::example_copy("logistics", |text| {
+                let swapped = text.replace(
+                    "type = \"sqlite\"\nfile = \"logistics.db\"",
+                    &format!(
+                        "type = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"l{}-{{entity}}\"",
+                        &run[..12]
+                    ),
+                );
+                assert_ne!(swapped, text, "the example's storage block changed");
+                swapped
+            });
+            let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+            (Some(dir), server)
+        }
+    }
+}
+
+/// Each test, on both storages.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(super::On::Sqlite).await
+            })*
+        }
+        mod on_kafka {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(super::On::Kafka).await
+            })*
+        }
+    };
+}
+
+on_both!(
+    rest_writes_and_validates_and_graphql_finds_the_ids,
+    every_root_query_answers,
+    every_resolver_returns_the_related_documents_nested,
+    at_reads_the_past_through_the_relationships,
+);
 
 /// POST through REST, expecting 201; returns the new id (also checked against `Location`).
 async fn create(c: &Client, entity: &str, body: Value) -> String {
@@ -208,9 +260,8 @@ fn the_logistics_example_checks_clean() {
 /// The reference's suite polls `/ready`, creates through REST and finds ids through GraphQL
 /// (MeshQL's Java POST answers the payload without an id); that flow works unchanged, and
 /// REST reads, updates and validation answer as the contract says.
-#[tokio::test]
-async fn rest_writes_and_validates_and_graphql_finds_the_ids() {
-    let server = start();
+async fn rest_writes_and_validates_and_graphql_finds_the_ids(on: On) {
+    let (_dir, server) = start(on);
     let c = server.client();
     c.get("/ready").await.expect_status(200);
     let s = seed(&c).await;
@@ -341,9 +392,8 @@ async fn rest_writes_and_validates_and_graphql_finds_the_ids() {
 }
 
 /// Every root query of §13, with its arguments, through GraphQL.
-#[tokio::test]
-async fn every_root_query_answers() {
-    let server = start();
+async fn every_root_query_answers(on: On) {
+    let (_dir, server) = start(on);
     let c = server.client();
     let s = seed(&c).await;
 
@@ -544,9 +594,8 @@ async fn every_root_query_answers() {
 /// → shipments → packages → trackingUpdates → package, warehouse → packages → shipment →
 /// warehouse, tracking_update → package → warehouse/shipment → ..., shipment → warehouse →
 /// shipments.
-#[tokio::test]
-async fn every_resolver_returns_the_related_documents_nested() {
-    let server = start();
+async fn every_resolver_returns_the_related_documents_nested(on: On) {
+    let (_dir, server) = start(on);
     let c = server.client();
     let s = seed(&c).await;
 
@@ -741,9 +790,8 @@ async fn every_resolver_returns_the_related_documents_nested() {
 /// `at` reads the past, and reaches through the relationships: a shipment's status and a
 /// package's updates as they were before later writes, a deleted package as it was before
 /// the delete.
-#[tokio::test]
-async fn at_reads_the_past_through_the_relationships() {
-    let server = start();
+async fn at_reads_the_past_through_the_relationships(on: On) {
+    let (_dir, server) = start(on);
     let c = server.client();
     let s = seed(&c).await;
 
