@@ -21,14 +21,15 @@ fn run_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..12].to_owned()
 }
 
-/// The farm example on topics `k<run>-<entity>` of `brokers`.
+const TWO_PARTITIONS: &str = "partitions = 2\n";
+
+/// The farm example on topics `k<run>-<entity>` of `brokers`, `extra` added to its block.
 fn farm_on_kafka(brokers: &str, run: &str, extra: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = example_copy("farm", |text| {
         text.replace(
             "type = \"sqlite\"\nfile = \"farm.db\"",
             &format!(
-                "type = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"k{run}-{{entity}}\"\n\
-                 partitions = 2\n{extra}"
+                "type = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"k{run}-{{entity}}\"\n{extra}"
             ),
         )
     });
@@ -153,7 +154,7 @@ async fn until_farms(c: &Client, want: &BTreeMap<String, String>, limit: Duratio
 async fn the_farm_example_on_kafka_reads_its_own_writes_at_once() {
     let brokers = brokers();
     let run = run_id();
-    let (_dir, config) = farm_on_kafka(&brokers, &run, "");
+    let (_dir, config) = farm_on_kafka(&brokers, &run, TWO_PARTITIONS);
     let data = tempfile::tempdir().unwrap();
     let server = serve(&config, data.path());
     let c = server.client();
@@ -199,6 +200,25 @@ async fn the_farm_example_on_kafka_reads_its_own_writes_at_once() {
     )
     .await;
     assert_eq!(g["getById"]["name"], "Greta's", "{g}");
+
+    // a bulk create is one Kafka transaction: all of it readable at once, or none of it
+    let batch: Vec<Value> = (0..25).map(|n| json!({ "name": format!("bulk {n}") })).collect();
+    let r = c.post_json("/farm/api/bulk", &json!(batch)).await;
+    r.expect_status(201);
+    let made: Vec<String> = r.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(made.len(), 25, "{}", r.text);
+    let listed = farms(&c).await;
+    assert!(made.iter().all(|id| listed.contains_key(id)), "a bulk write is read whole");
+    let before = farms(&c).await.len();
+    c.post_json("/farm/api/bulk", &json!([{ "name": "ok" }, { "nope": 1 }]))
+        .await
+        .expect_status(400);
+    assert_eq!(farms(&c).await.len(), before, "a refused batch writes nothing");
 
     // an update or delete of an id that does not exist writes nothing
     let missing = uuid::Uuid::new_v4().to_string();
@@ -256,7 +276,7 @@ async fn the_farm_example_on_kafka_reads_its_own_writes_at_once() {
 async fn two_processes_on_the_same_topics_see_each_others_writes_and_agree() {
     let brokers = brokers();
     let run = run_id();
-    let (_dir, config) = farm_on_kafka(&brokers, &run, "");
+    let (_dir, config) = farm_on_kafka(&brokers, &run, TWO_PARTITIONS);
     let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = serve(&config, da.path());
     let b = serve(&config, db.path());
@@ -338,7 +358,7 @@ async fn two_processes_on_the_same_topics_see_each_others_writes_and_agree() {
 async fn kill_9_mid_load_then_restart_applies_every_acknowledged_write_once() {
     let brokers = brokers();
     let run = run_id();
-    let (_dir, config) = farm_on_kafka(&brokers, &run, "");
+    let (_dir, config) = farm_on_kafka(&brokers, &run, TWO_PARTITIONS);
     let data = tempfile::tempdir().unwrap();
     let mut acknowledged: BTreeMap<String, String> = BTreeMap::new();
     for round in 0..3 {
@@ -411,7 +431,7 @@ async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() 
     let broker = Arc::new(OwnService::new("kafka", "MESHQL_KAFKA_PORT", 19193));
     let url = broker.start();
     let run = run_id();
-    let (_dir, config) = farm_on_kafka(&url, &run, "write_timeout_ms = 3000\n");
+    let (_dir, config) = farm_on_kafka(&url, &run, "partitions = 2\nwrite_timeout_ms = 3000\n");
     let data = tempfile::tempdir().unwrap();
     let server = serve(&config, data.path());
     let c = server.client();
@@ -530,6 +550,99 @@ async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() 
     assert!(
         !names.iter().any(|n| n.starts_with("refused")),
         "a refused write was stored: {names:?}"
+    );
+    server.stop_gracefully();
+}
+
+/// MeshQL's ksqlDB variant keeps every version on `<prefix>-<env>-<entity>` topics with
+/// `payload` and `authorized_tokens` as JSON text (CONTRACT §14.4): meshql serves them as they
+/// are. Such a topic made with the broker's default time retention is refused until it keeps
+/// every version, with the command that fixes it, and served as soon as it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_written_by_meshqls_ksqldb_variant_are_served_without_a_copy() {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let brokers = brokers();
+    let run = run_id();
+    let topic = format!("k{run}-farm");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(15)));
+    // as MeshQL makes it: 1 partition, the broker's defaults otherwise
+    admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, rdkafka::admin::TopicReplication::Fixed(1))],
+            &options,
+        )
+        .await
+        .unwrap();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .create()
+        .unwrap();
+    let t0 = 1_700_000_000_000i64;
+    let versions = [
+        ("f-1", json!({"name": "Emerdale"}), t0, false),
+        ("f-2", json!({"name": "Hillside"}), t0 + 10, false),
+        ("f-1", json!({"name": "Emerdale Farm"}), t0 + 20, false),
+        ("f-2", json!({"name": "Hillside"}), t0 + 30, true),
+    ];
+    for (id, payload, at, deleted) in &versions {
+        let value = json!({
+            "payload": payload.to_string(),
+            "created_at": at,
+            "deleted": deleted,
+            "authorized_tokens": "[]",
+        });
+        producer
+            .send(
+                FutureRecord::to(&topic).key(*id).payload(&value.to_string()),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+    }
+
+    let (_dir, config) = farm_on_kafka(&brokers, &run, "partitions = 1\n");
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(&config, data.path());
+    let c = server.client();
+    // the broker's default keeps a week: refused, naming the fix, until it is applied
+    let r = c.get("/ready").await;
+    r.expect_status(503);
+    assert!(r.text.contains("retention.ms=-1"), "{}", r.text);
+    c.get("/farm/api/f-1").await.expect_status(503);
+    let fix = AlterConfig::new(ResourceSpecifier::Topic(&topic))
+        .set("retention.ms", "-1")
+        .set("retention.bytes", "-1");
+    admin.alter_configs(&[fix], &options).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.get("/ready").await.status != 200 {
+        assert!(Instant::now() < deadline, "not served after the topic was fixed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // MeshQL's versions, as MeshQL's API answers them
+    let r = c.get("/farm/api/f-1").await;
+    r.expect_status(200);
+    assert_eq!(r.json(), json!({"id": "f-1", "name": "Emerdale Farm"}));
+    c.get("/farm/api/f-2").await.expect_status(404);
+    let g = common::gql(
+        &server,
+        "/farm/graph",
+        &format!(r#"{{ getById(id: "f-1", at: {}) {{ name }} }}"#, t0 + 15),
+    )
+    .await;
+    assert_eq!(g["getById"]["name"], "Emerdale", "{g}");
+    // and meshql's own writes go on the same topic, after MeshQL's
+    c.put_json("/farm/api/f-1", &json!({"name": "Emerdale, renamed by meshql"}))
+        .await
+        .expect_status(200);
+    assert_eq!(
+        c.get("/farm/api/f-1").await.json()["name"],
+        "Emerdale, renamed by meshql"
     );
     server.stop_gracefully();
 }

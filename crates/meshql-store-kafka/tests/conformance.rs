@@ -32,3 +32,31 @@ async fn fresh_store() -> DynStore {
 
 meshql_conformance::conformance_tests!(fresh_store());
 meshql_conformance::operator_tests!(fresh_store());
+
+/// The documented exception: the output cases of the suite (`output_tests!`) are not run,
+/// because a processor's outputs are not written to a Kafka entity (they would need the
+/// outputs and the processor's input position in one Kafka transaction). The store says so,
+/// and a batch is refused without writing anything: a processor naming a Kafka entity as its
+/// output is refused when the server starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processor_outputs_are_refused_and_write_nothing() {
+    use meshql_core::{OutputBatch, OutputWrite, ReadContext, StoreError, WriteContext};
+    let store = fresh_store().await;
+    assert!(!store.supports_outputs());
+    let mut batch = OutputBatch::new("projection", 1);
+    batch.writes.push(OutputWrite::Put {
+        id: "p-1".into(),
+        payload: json!({"name": "out"}).to_string(),
+    });
+    let refused = store
+        .apply_output(batch, &WriteContext::default())
+        .await
+        .expect_err("outputs refused");
+    assert!(matches!(refused, StoreError::Invalid(_)), "{refused:?}");
+    assert!(store
+        .read("p-1", &ReadContext::LATEST)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(store.output_position("projection").await.ok().flatten(), None);
+}
