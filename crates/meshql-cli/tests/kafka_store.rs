@@ -202,10 +202,13 @@ async fn the_farm_example_on_kafka_reads_its_own_writes_at_once() {
     assert_eq!(g["getById"]["name"], "Greta's", "{g}");
 
     // a bulk create is one Kafka transaction: all of it readable at once, or none of it
-    let batch: Vec<Value> = (0..25).map(|n| json!({ "name": format!("bulk {n}") })).collect();
+    let batch: Vec<Value> = (0..25)
+        .map(|n| json!({ "name": format!("bulk {n}") }))
+        .collect();
     let r = c.post_json("/farm/api/bulk", &json!(batch)).await;
     r.expect_status(201);
-    let made: Vec<String> = r.json()
+    let made: Vec<String> = r
+        .json()
         .as_array()
         .unwrap()
         .iter()
@@ -213,12 +216,19 @@ async fn the_farm_example_on_kafka_reads_its_own_writes_at_once() {
         .collect();
     assert_eq!(made.len(), 25, "{}", r.text);
     let listed = farms(&c).await;
-    assert!(made.iter().all(|id| listed.contains_key(id)), "a bulk write is read whole");
+    assert!(
+        made.iter().all(|id| listed.contains_key(id)),
+        "a bulk write is read whole"
+    );
     let before = farms(&c).await.len();
     c.post_json("/farm/api/bulk", &json!([{ "name": "ok" }, { "nope": 1 }]))
         .await
         .expect_status(400);
-    assert_eq!(farms(&c).await.len(), before, "a refused batch writes nothing");
+    assert_eq!(
+        farms(&c).await.len(),
+        before,
+        "a refused batch writes nothing"
+    );
 
     // an update or delete of an id that does not exist writes nothing
     let missing = uuid::Uuid::new_v4().to_string();
@@ -573,7 +583,11 @@ async fn topics_written_by_meshqls_ksqldb_variant_are_served_without_a_copy() {
     // as MeshQL makes it: 1 partition, the broker's defaults otherwise
     admin
         .create_topics(
-            &[NewTopic::new(&topic, 1, rdkafka::admin::TopicReplication::Fixed(1))],
+            &[NewTopic::new(
+                &topic,
+                1,
+                rdkafka::admin::TopicReplication::Fixed(1),
+            )],
             &options,
         )
         .await
@@ -598,7 +612,9 @@ async fn topics_written_by_meshqls_ksqldb_variant_are_served_without_a_copy() {
         });
         producer
             .send(
-                FutureRecord::to(&topic).key(*id).payload(&value.to_string()),
+                FutureRecord::to(&topic)
+                    .key(*id)
+                    .payload(&value.to_string()),
                 Duration::from_secs(10),
             )
             .await
@@ -620,7 +636,10 @@ async fn topics_written_by_meshqls_ksqldb_variant_are_served_without_a_copy() {
     admin.alter_configs(&[fix], &options).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while c.get("/ready").await.status != 200 {
-        assert!(Instant::now() < deadline, "not served after the topic was fixed");
+        assert!(
+            Instant::now() < deadline,
+            "not served after the topic was fixed"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
@@ -637,12 +656,107 @@ async fn topics_written_by_meshqls_ksqldb_variant_are_served_without_a_copy() {
     .await;
     assert_eq!(g["getById"]["name"], "Emerdale", "{g}");
     // and meshql's own writes go on the same topic, after MeshQL's
-    c.put_json("/farm/api/f-1", &json!({"name": "Emerdale, renamed by meshql"}))
-        .await
-        .expect_status(200);
+    c.put_json(
+        "/farm/api/f-1",
+        &json!({"name": "Emerdale, renamed by meshql"}),
+    )
+    .await
+    .expect_status(200);
     assert_eq!(
         c.get("/farm/api/f-1").await.json()["name"],
         "Emerdale, renamed by meshql"
     );
+    server.stop_gracefully();
+}
+
+/// `examples/egg-economy-kafka` (seed 001's ksqlDB row) runs MeshQL's k6 suite unchanged
+/// (`meshql bench egg-economy`, its smoke profile: every check passes, no error), and its
+/// projections, computed from the change feed of the Kafka entities, account for every lay
+/// report the suite wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_egg_economy_kafka_example_passes_the_suite_and_projects_every_report() {
+    let brokers = brokers();
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_sharing(
+        &common::examples_dir().join("egg-economy-kafka/meshql.toml"),
+        data.path(),
+        &[],
+        &[
+            ("KAFKA_BROKERS", brokers.clone()),
+            ("PREFIX", format!("e{}", run_id())),
+            ("KAFKA_PARTITIONS", "2".to_owned()),
+        ],
+        Some(port),
+    );
+    let out = tempfile::tempdir().unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let run = common::run_meshql(
+        &[
+            "bench",
+            "egg-economy",
+            "--url",
+            &url,
+            "--max-p95-ms",
+            "600000",
+            "--quiet",
+            "--out",
+            out.path().to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert!(
+        run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("report.json")).unwrap())
+            .unwrap();
+    let scenarios = report["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 4);
+    for s in scenarios {
+        assert_eq!(
+            s["status"]["state"], "passed",
+            "{}: {}",
+            s["name"], s["status"]
+        );
+    }
+
+    // every lay report counted once in hen_productivity, once the processor has caught up
+    let c = server.client();
+    let reports = c.list("/lay_report/api").await;
+    assert!(!reports.is_empty(), "the suite wrote lay reports");
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for r in &reports {
+        *want
+            .entry(r["hen_id"].as_str().unwrap().to_owned())
+            .or_default() += r["eggs"].as_i64().unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let have: BTreeMap<String, i64> = c
+            .list("/hen_productivity/api")
+            .await
+            .iter()
+            .map(|p| {
+                (
+                    p["hen_id"].as_str().unwrap().to_owned(),
+                    p["total_eggs"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        if have == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hen_productivity does not account for the lay reports: {} hens projected, {} reported",
+            have.len(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     server.stop_gracefully();
 }
