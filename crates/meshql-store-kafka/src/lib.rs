@@ -1,25 +1,25 @@
 //! Kafka as meshql's database (`[storage.<name>] type = "kafka"`): the log is the truth, reads
 //! are local.
 //!
-//! **Status: being built** (issue 23). What is here: the storage block's settings with their
-//! checks ([`settings`]), the record format ([`record`]) and the topics made or checked at
-//! start ([`topics`]), the materialiser ([`materialise`]: a topic read into the entity's
-//! SQLite table with `SqliteStore::apply_log`, resuming from its committed positions) and the
-//! writes ([`produce`]: acknowledged once the broker has them and they are applied here; a
-//! batch is one Kafka transaction), each tested, the last three against the real broker. Not
-//! yet: the store itself (the `Store` traits over these parts) and its registration with the server (until then
-//! the server does not know `type = "kafka"`), the conformance suite, the fault tests and
-//! `examples/egg-economy-kafka`. The design they follow:
+//! The parts: the storage block's settings with their checks ([`settings`]), the record
+//! format ([`record`]), the topics made or checked at start ([`topics`]), the materialiser
+//! ([`materialise`]), the writes ([`produce`]), what is known of the brokers and of the
+//! distance from the end of each topic ([`health`]), and the store over them ([`store`],
+//! opened per storage block by [`database`], registered as `type = "kafka"`).
 //!
-//! Questions the store itself must settle (found while building the parts):
-//! - **Catching up at start.** With transactions, commit markers take offsets that the
-//!   consumer never delivers, so "the next offset after the last record" can stay below the
-//!   high watermark: readiness must compare the consumer's *position* with the last stable
-//!   offset, not the last record's.
-//! - **Processor outputs** (`OutputStore`) into a Kafka entity need the outputs and the
-//!   processor's input position committed together: a transaction of the outputs plus a
-//!   record of the position on a topic of the processor's, or outputs refused for a Kafka
-//!   entity until then.
+//! Decided, and tested (`tests/`, and `crates/meshql-cli/tests/kafka_store.rs` through the
+//! binary):
+//! - **Start.** Each entity's store makes or checks its topic, then reads it until it has
+//!   applied everything up to the end the topic had at start (its last stable offset; commit
+//!   markers of transactions are passed by reading the consumer's position once the topic is
+//!   quiet) before the service reports ready. A broker that cannot be reached at start makes
+//!   the entity answer 503 and retry every second, as for the other backends.
+//! - **Processor outputs** (`OutputStore`) are not written to a Kafka entity: that needs the
+//!   outputs and the processor's input position in one Kafka transaction. Projections of a
+//!   Kafka-stored model live in a local store of each process, computed from the change feed
+//!   of the topics, which every process reads in full (examples/egg-economy-kafka).
+//! - **A record the local store refuses** (a full disk) is tried again, later and later, with
+//!   the reason on `/ready`; nothing after it is applied first.
 //!
 //! # Records
 //!

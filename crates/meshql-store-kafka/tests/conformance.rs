@@ -58,5 +58,8 @@ async fn processor_outputs_are_refused_and_write_nothing() {
         .await
         .unwrap()
         .is_none());
-    assert_eq!(store.output_position("projection").await.ok().flatten(), None);
+    assert_eq!(
+        store.output_position("projection").await.ok().flatten(),
+        None
+    );
 }
