@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `meshql bench throughput rest-crud` on every storage backend, one after the other on this
-# machine, each on a fresh database, then one Markdown table of the results side by side.
+# `meshql bench throughput rest-crud` on every storage backend (Kafka: examples/egg-economy-kafka),
+# one after the other on this machine, each on a fresh database, then one Markdown table of the results side by side.
 # Starts the servers it needs (scripts/services/*.sh). Reports go to target/bench-backends/.
 #
 # Usage: scripts/bench-backends.sh [rounds=1] [seconds=5]
@@ -20,6 +20,7 @@ psql "$PG" -qc "CREATE DATABASE bench_$STAMP" >/dev/null
 MY=$(scripts/services/mariadb.sh start)
 mariadb -h 127.0.0.1 -P "${MESHQL_MARIADB_PORT:-13306}" -u meshql -pmeshql -e "CREATE DATABASE bench_$STAMP"
 MONGO=$(scripts/services/ferretdb.sh start)
+KAFKA=$(scripts/services/kafka.sh start)
 
 run() { # label config [env...]
   local label=$1 config=$2
@@ -36,8 +37,9 @@ run memory examples/egg-economy/meshql-memory.toml
 run postgresql examples/egg-economy/meshql-postgres.toml DATABASE_URL="${PG%/*}/bench_$STAMP"
 run mariadb examples/egg-economy/meshql-mysql.toml DATABASE_URL="${MY%/*}/bench_$STAMP"
 run mongodb-wire examples/egg-economy/meshql-mongo.toml MONGO_URI="$MONGO" PREFIX="bench$STAMP"
+run kafka examples/egg-economy-kafka/meshql.toml KAFKA_BROKERS="$KAFKA" PREFIX="bench$STAMP"
 
-python3 - "$OUT" sqlite memory postgresql mariadb mongodb-wire <<'PY'
+python3 - "$OUT" sqlite memory postgresql mariadb mongodb-wire kafka <<'PY'
 import json, sys
 out, labels = sys.argv[1], sys.argv[2:]
 hot = ["rest_get_by_id", "graphql_get_by_id", "graphql_depth3", "rest_post"]
