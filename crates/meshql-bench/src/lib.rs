@@ -73,8 +73,11 @@ pub struct Options {
     pub writes_per_sec: f64,
     /// Iterations per second of the `soak` scenario (open model).
     pub soak_rate: f64,
-    /// Kafka bootstrap servers for the `changes` scenario's relay runs (skipped without).
+    /// Kafka bootstrap servers: the `changes` scenario's relay runs (skipped without) and
+    /// the `kafka-store` scenario (which needs them).
     pub kafka: Option<String>,
+    /// Versions the `kafka-store` scenario writes before it times a second process's rebuild.
+    pub kafka_versions: usize,
     /// PostgreSQL (`wal_level = logical`) of the `legacy` scenario: it makes a database of its
     /// own there, and drops it with its replication slot at the end.
     pub legacy_url: String,
@@ -106,6 +109,7 @@ impl Options {
             ceiling: None,
             writes_per_sec: 0.0,
             kafka: None,
+            kafka_versions: 200_000,
             legacy_url: DEFAULT_LEGACY_URL.into(),
             legacy_rows: 1_000_000,
             soak_rate: 1000.0,

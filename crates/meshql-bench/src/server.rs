@@ -71,17 +71,23 @@ fn log_tail(path: &Path) -> String {
 
 impl LocalServer {
     pub async fn start(spec: ServerSpec) -> Result<Self, ServerError> {
+        let mut server = Self::launch(spec)?;
+        server.wait_ready().await?;
+        Ok(server)
+    }
+
+    /// Spawns the server without waiting for it to be ready: the caller times its start
+    /// ([`LocalServer::wait_ready_within`], or its own polling of `/ready`).
+    pub fn launch(spec: ServerSpec) -> Result<Self, ServerError> {
         let data = tempfile::Builder::new().prefix("meshql-bench-").tempdir()?;
         let port = free_port()?;
         let child = Self::spawn(&spec, port, data.path())?;
-        let mut server = Self {
+        Ok(Self {
             spec,
             child,
             port,
             data,
-        };
-        server.wait_ready().await?;
-        Ok(server)
+        })
     }
 
     fn spawn(spec: &ServerSpec, port: u16, data: &Path) -> Result<Child, ServerError> {
@@ -96,8 +102,9 @@ impl LocalServer {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("--data-dir")
             .arg(spec.data_dir.clone().unwrap_or_else(|| data.join("data")))
-            .args(&spec.args)
+            // the last `--log-level` given wins: the spec's arguments may ask for another
             .args(["--log-level", "warn"])
+            .args(&spec.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
@@ -114,11 +121,16 @@ impl LocalServer {
     }
 
     async fn wait_ready(&mut self) -> Result<(), ServerError> {
-        const LIMIT: Duration = Duration::from_secs(60);
+        self.wait_ready_within(Duration::from_secs(60)).await
+    }
+
+    /// Waits until `GET /ready` answers 200, the process exits, or `limit` has passed (the
+    /// errors carry the end of its log).
+    pub async fn wait_ready_within(&mut self, limit: Duration) -> Result<(), ServerError> {
         let started = Instant::now();
         let addr = format!("127.0.0.1:{}", self.port);
         let config = self.spec.config.display().to_string();
-        let log = self.data.path().join("server.log");
+        let log = self.log_path();
         loop {
             if let Some(status) = self.child.try_wait()? {
                 return Err(ServerError::Exited {
@@ -130,10 +142,10 @@ impl LocalServer {
             if ready(&addr).await {
                 return Ok(());
             }
-            if started.elapsed() > LIMIT {
+            if started.elapsed() > limit {
                 return Err(ServerError::NotReady {
                     config,
-                    secs: LIMIT.as_secs(),
+                    secs: limit.as_secs(),
                     log: log_tail(&log),
                 });
             }
@@ -144,6 +156,11 @@ impl LocalServer {
     /// How this server was started (to start another like it, e.g. with other environment).
     pub fn spec(&self) -> &ServerSpec {
         &self.spec
+    }
+
+    /// The file its standard output and error go to.
+    pub fn log_path(&self) -> PathBuf {
+        self.data.path().join("server.log")
     }
 
     pub fn url(&self) -> String {

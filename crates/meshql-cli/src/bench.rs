@@ -43,7 +43,7 @@ pub struct BenchRun {
     #[arg(long)]
     profile: Option<String>,
     /// Seconds of each constant-load run (throughput 8, fan-out and core-scaling 10, farm-graph
-    /// 60, soak 1800).
+    /// 60, soak 1800; kafka-store 5 per rate).
     #[arg(long)]
     duration: Option<u64>,
     /// Users of constant-load runs.
@@ -84,9 +84,13 @@ pub struct BenchRun {
     #[arg(long, default_value_t = 1000.0)]
     soak_rate: f64,
     /// Kafka bootstrap servers (host:port): the `changes` scenario then also measures a Kafka
-    /// relay's catch-up throughput and POST → Kafka latency.
+    /// relay's catch-up throughput and POST → Kafka latency; `kafka-store` needs them.
     #[arg(long)]
     kafka: Option<String>,
+    /// Versions (lay reports) the `kafka-store` scenario writes before it times a second
+    /// process's rebuild of them.
+    #[arg(long, default_value_t = 200_000)]
+    kafka_versions: usize,
     /// The `legacy` scenario's PostgreSQL (wal_level = logical; `scripts/services/postgres.sh
     /// start` runs one): it makes a database of its own there and drops it at the end.
     #[arg(long, env = "MESHQL_BENCH_LEGACY_URL", default_value = meshql_bench::DEFAULT_LEGACY_URL)]
@@ -133,7 +137,10 @@ pub fn run(command: Option<BenchCommand>, args: BenchRun) -> ExitCode {
                 "{:<18} rest-crud, graphql-queries, federation-depth, mixed-workload",
                 "egg-economy"
             );
-            println!("{:<18} every scenario except soak and legacy", "all");
+            println!(
+                "{:<18} every scenario except soak, legacy and kafka-store",
+                "all"
+            );
             ExitCode::SUCCESS
         }
         Some(BenchCommand::Compare { a, b }) => {
@@ -235,6 +242,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.rounds = args.rounds;
     opts.curve_secs = args.curve_secs.max(0.0);
     opts.kafka = args.kafka;
+    opts.kafka_versions = args.kafka_versions.max(1);
     opts.legacy_url = args.legacy_url;
     opts.legacy_rows = args.legacy_rows;
     opts.soak_rate = args.soak_rate;

@@ -463,7 +463,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         router
     } else {
         router.layer(axum::middleware::from_fn_with_state(
-            Arc::new(log_stores),
+            crate::log_behind::LogBehind::new(log_stores),
             crate::log_behind::header,
         ))
     };

@@ -141,8 +141,9 @@ impl Health {
         let _ = self.applied.set(applied);
     }
 
-    fn applied(&self) -> Option<Applied> {
-        self.applied.get().map(|a| a.borrow().clone())
+    /// Records before `ends` that are not applied (`None` before the materialiser runs).
+    fn behind(&self, ends: &BTreeMap<i32, i64>) -> Option<i64> {
+        self.applied.get().map(|a| behind(&a.borrow(), ends))
     }
 
     fn consumer_stats(&self, stats: &Statistics) {
@@ -156,28 +157,26 @@ impl Health {
                 }
             }
         }
-        let applied = self.applied();
         let mut state = self.state.lock();
         if !ends.is_empty() {
             state.ends = ends;
         }
-        if up && applied.is_some_and(|a| behind(&a, &state.ends) == 0) {
+        if up && self.behind(&state.ends) == Some(0) {
             state.caught_up_at = Some(Instant::now());
         }
     }
 
     /// Records of the topic not applied here, as of the consumer's last statistics.
     pub fn records_behind(&self) -> u64 {
-        let ends = self.state.lock().ends.clone();
-        self.applied().map_or(0, |a| behind(&a, &ends) as u64)
+        let state = self.state.lock();
+        self.behind(&state.ends).map_or(0, |b| b as u64)
     }
 
     /// How old the local state's answers may be, in ms (see the module's documentation).
     pub fn behind_ms(&self) -> u64 {
-        let applied = self.applied();
         let up = self.brokers.reachable();
         let state = self.state.lock();
-        if up && applied.is_some_and(|a| behind(&a, &state.ends) == 0) {
+        if up && self.behind(&state.ends) == Some(0) {
             return 0;
         }
         state

@@ -28,6 +28,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use tokio::sync::watch;
 
+/// What the consumer of a topic may fetch ahead of the materialiser, in KiB.
+pub const PREFETCH_KIB: u32 = 4096;
+
 /// The most records applied in one transaction.
 pub const BATCH: usize = 1000;
 
@@ -136,6 +139,9 @@ pub async fn run(
     applied.send_replace(state.clone());
 
     let mut config = ClientConfig::new();
+    // what librdkafka fetches ahead of the materialiser, per topic (its default is 64 MiB):
+    // a process materialises every topic of its config at once (`consumer` options may set it)
+    config.set("queued.max.messages.kbytes", PREFETCH_KIB.to_string());
     for (k, v) in &storage.consumer {
         config.set(k, v);
     }

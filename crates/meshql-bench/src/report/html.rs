@@ -347,6 +347,32 @@ fn scenario_charts(s: &ScenarioReport) -> Vec<(&'static str, String)> {
             ),
         ));
     }
+    let a_to_b: Vec<&RunReport> = s
+        .runs
+        .iter()
+        .filter(|r| r.metrics.contains_key("a_to_b_latency_p50_ms"))
+        .collect();
+    if !a_to_b.is_empty() {
+        let series = |key: &str| -> Vec<f64> {
+            a_to_b
+                .iter()
+                .map(|r| r.metrics.get(key).copied().unwrap_or(0.0))
+                .collect()
+        };
+        out.push((
+            "a-to-b-latency",
+            bar_chart(
+                "POST on one process → change on another's feed (from send)",
+                "milliseconds",
+                &a_to_b.iter().map(|r| r.label.clone()).collect::<Vec<_>>(),
+                &[
+                    ("p50", series("a_to_b_latency_p50_ms")),
+                    ("p95", series("a_to_b_latency_p95_ms")),
+                    ("p99", series("a_to_b_latency_p99_ms")),
+                ],
+            ),
+        ));
+    }
     let ratios: Vec<(String, f64)> = s
         .runs
         .iter()

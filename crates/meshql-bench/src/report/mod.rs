@@ -186,6 +186,62 @@ pub struct Threshold {
     pub limit: f64,
     pub value: f64,
     pub passed: bool,
+    /// How `value` must compare with `limit`: below it unless said otherwise (absent from
+    /// reports written before goals of other kinds existed).
+    #[serde(default, skip_serializing_if = "Comparison::is_below")]
+    pub comparison: Comparison,
+}
+
+/// The side of its limit a [`Threshold`]'s value must be on.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Comparison {
+    /// `value < limit` (latencies, error rates).
+    #[default]
+    Below,
+    /// `value ≤ limit` (counts that must stay at 0: lost, duplicated).
+    AtMost,
+    /// `value ≥ limit` (rates with a goal).
+    AtLeast,
+}
+
+impl Comparison {
+    fn is_below(&self) -> bool {
+        *self == Comparison::Below
+    }
+
+    /// The operator as it is printed.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Comparison::Below => "<",
+            Comparison::AtMost => "≤",
+            Comparison::AtLeast => "≥",
+        }
+    }
+}
+
+impl Threshold {
+    /// `value` must be at least `limit`.
+    pub fn at_least(name: impl Into<String>, limit: f64, value: f64) -> Self {
+        Self {
+            name: name.into(),
+            limit,
+            value,
+            passed: value >= limit,
+            comparison: Comparison::AtLeast,
+        }
+    }
+
+    /// `value` must be at most `limit`.
+    pub fn at_most(name: impl Into<String>, limit: f64, value: f64) -> Self {
+        Self {
+            name: name.into(),
+            limit,
+            value,
+            passed: value <= limit,
+            comparison: Comparison::AtMost,
+        }
+    }
 }
 
 /// Bounds every run is held to.
@@ -216,6 +272,7 @@ impl Bounds {
                 limit: self.p95_ms,
                 value: worst_p95,
                 passed: worst_p95 < self.p95_ms,
+                comparison: Comparison::Below,
             },
             Threshold {
                 name: "error rate".into(),
@@ -223,6 +280,7 @@ impl Bounds {
                 value: overall.error_rate,
                 passed: overall.error_rate < self.error_rate
                     || (self.error_rate == 0.0 && overall.error_rate == 0.0),
+                comparison: Comparison::Below,
             },
         ]
     }

@@ -193,9 +193,10 @@ fn thresholds_line(run: &RunReport) -> String {
         .iter()
         .map(|t| {
             format!(
-                "{} {} < {} {}",
+                "{} {} {} {} {}",
                 t.name,
                 fmt_metric(t.value),
+                t.comparison.symbol(),
                 fmt_metric(t.limit),
                 if t.passed { "ok" } else { "FAILED" }
             )

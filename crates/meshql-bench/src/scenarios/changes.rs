@@ -57,9 +57,9 @@ pub(super) const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Histograms: microseconds up to one minute.
 pub(super) const MAX_MICROS: u64 = 60_000_000;
 /// The entity written.
-const PATH: &str = "/farm/api";
+pub(super) const PATH: &str = "/farm/api";
 
-fn farm_doc() -> Value {
+pub(super) fn farm_doc() -> Value {
     json!({"name": "feed", "farm_type": "homestead", "zone": "north"})
 }
 
@@ -211,10 +211,10 @@ impl Tracker {
     }
 }
 
-/// Open-model POSTs, each with its own correlation id.
-struct TrackedPost {
-    body: Bytes,
-    tracker: Arc<Tracker>,
+/// Open-model POSTs of `body` to the farm's REST path, each with its own correlation id.
+pub(super) struct TrackedPost {
+    pub(super) body: Bytes,
+    pub(super) tracker: Arc<Tracker>,
 }
 
 #[async_trait]

@@ -10,6 +10,7 @@ mod core_scaling;
 mod egg_economy;
 mod fan_out;
 mod farm_graph;
+mod kafka_store;
 mod legacy;
 mod products;
 mod projections;
@@ -97,6 +98,7 @@ pub fn all() -> Vec<Box<dyn Scenario>> {
         Box::new(subscriptions::Subscriptions),
         Box::new(soak::Soak),
         Box::new(legacy::Legacy),
+        Box::new(kafka_store::KafkaStore),
     ]
 }
 

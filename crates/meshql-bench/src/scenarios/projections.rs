@@ -38,7 +38,7 @@ fn uuid_of(kind: u8, i: usize) -> String {
     format!("00000000-0000-4000-8{kind:03x}-{i:012}")
 }
 
-fn report(i: usize) -> Value {
+pub(super) fn report(i: usize) -> Value {
     let hen = i % HENS;
     json!({
         "hen_id": uuid_of(1, hen), "coop_id": uuid_of(2, hen / 10), "farm_id": uuid_of(3, hen / 10),
