@@ -661,3 +661,150 @@ fn a_broken_config_fails_the_scenario_with_the_servers_own_error() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_kafka_store_scenario_times_a_rebuild_and_post_on_one_process_to_readable_on_another() {
+    // the test broker; a small rebuild and one-second runs, in a debug build: asserts that
+    // every measurement is there, that nothing was lost or delivered twice, never how fast
+    let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
+    let out_dir = tempfile::tempdir().unwrap();
+    let (s, stdout) = &passed_scenario(
+        "kafka-store",
+        &[
+            "--kafka",
+            &brokers,
+            "--kafka-versions",
+            "5000",
+            "--duration",
+            "1",
+        ],
+        &out_dir,
+    );
+    let runs = s["runs"].as_array().unwrap();
+    let labels: Vec<&str> = runs.iter().map(|r| r["label"].as_str().unwrap()).collect();
+    assert_eq!(
+        labels,
+        [
+            "start_on_empty_topics",
+            "rebuild_5000_versions",
+            "post_on_a_readable_on_b_100/s",
+            "post_on_a_readable_on_b_1000/s"
+        ]
+    );
+    for run in runs {
+        let label = run["label"].as_str().unwrap();
+        let o = &run["overall"];
+        assert!(o["count"].as_u64().unwrap() > 0, "{label}: no requests");
+        assert_eq!(o["http_errors"], 0, "{label}: {o}");
+        assert_eq!(o["checks_failed"], 0, "{label}: {o}");
+        // every process was started by the bench and sampled
+        assert!(
+            run["server"]["peak_rss_mib"].as_f64().unwrap() > 1.0,
+            "{label}"
+        );
+    }
+    // the rebuild: a time to ready on the empty topics, then on the versions written
+    let m = &runs[1]["metrics"];
+    assert_eq!(m["rebuild_versions"].as_f64(), Some(5000.0), "{m}");
+    let (empty, ready) = (
+        m["empty_start_ready_s"].as_f64().unwrap(),
+        m["rebuild_ready_s"].as_f64().unwrap(),
+    );
+    assert!(empty > 0.0 && ready > 0.0, "{m}");
+    assert_eq!(
+        runs[0]["duration_s"].as_f64().map(|d| (d * 1000.0).round()),
+        Some((empty * 1000.0).round()),
+        "{m}"
+    );
+    assert!(m["rebuild_versions_per_s"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(m["written_versions_per_s"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(
+        m["rebuild_feed_after_ready_s"].as_f64().unwrap() >= 0.0,
+        "{m}"
+    );
+    // the store's own log line: the versions plus the transactions' commit markers
+    assert!(m["rebuild_log_offsets"].as_f64().unwrap() >= 5000.0, "{m}");
+    assert!(m["rebuild_log_ms"].is_number(), "{m}");
+    assert!(
+        m["rebuild_log_versions_per_s"].as_f64().unwrap() > 0.0,
+        "{m}"
+    );
+    // POST on A → change on B: every POST A accepted arrived on B once
+    for run in &runs[2..] {
+        let label = run["label"].as_str().unwrap();
+        let m = &run["metrics"];
+        let posted = run["overall"]["count"].as_f64().unwrap();
+        assert_eq!(m["a_to_b_accepted"].as_f64(), Some(posted), "{label}: {m}");
+        assert_eq!(m["a_to_b_received"].as_f64(), Some(posted), "{label}: {m}");
+        assert_eq!(m["a_to_b_lost"].as_f64(), Some(0.0), "{label}: {m}");
+        assert_eq!(m["a_to_b_duplicated"].as_f64(), Some(0.0), "{label}: {m}");
+        for key in [
+            "a_to_b_latency_p50_ms",
+            "a_to_b_latency_p95_ms",
+            "a_to_b_latency_p99_ms",
+            "a_to_b_latency_max_ms",
+        ] {
+            assert!(m[key].as_f64().unwrap() > 0.0, "{label}: {key} in {m}");
+        }
+        assert!(
+            m["a_to_b_latency_p50_ms"].as_f64() <= m["a_to_b_latency_p99_ms"].as_f64(),
+            "{label}: {m}"
+        );
+        let thresholds: Vec<&str> = run["thresholds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            thresholds.iter().any(|t| t.starts_with("lost"))
+                && thresholds.iter().any(|t| t.starts_with("duplicated")),
+            "{label}: {thresholds:?}"
+        );
+    }
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("topics") && n.contains("were deleted")),
+        "{notes:?}"
+    );
+    assert!(stdout.contains("rebuild_versions_per_s = "), "{stdout}");
+    let md = std::fs::read_to_string(out_dir.path().join("report.md")).unwrap();
+    assert!(md.contains("a_to_b_lost = 0 ·"), "{md}");
+    assert!(md.contains("0 ≤ 0 ok"), "{md}");
+    assert!(out_dir
+        .path()
+        .join("charts/kafka-store-a-to-b-latency.svg")
+        .is_file());
+
+    // without a broker it fails at once, saying what it needs; it is listed, not in `all`
+    let out = run_meshql(
+        &[
+            "bench",
+            "kafka-store",
+            "--examples",
+            examples_dir().to_str().unwrap(),
+            "--quiet",
+            "--out",
+            tempfile::tempdir().unwrap().path().to_str().unwrap(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stdout).contains("give --kafka BROKERS"),
+        "{}",
+        text(&out.stdout)
+    );
+    let list = text(&run_meshql(&["bench", "list"], Duration::from_secs(30)).stdout);
+    assert!(
+        list.contains("kafka-store") && list.contains("except soak, legacy and kafka-store"),
+        "{list}"
+    );
+}
