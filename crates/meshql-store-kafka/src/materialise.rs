@@ -8,25 +8,30 @@
 //! reads everything into its own file), `read_committed` (an aborted bulk write is never
 //! applied), and takes batches of what has arrived (up to [`BATCH`] records, never waiting for
 //! more once one is there). A record that is not an envelope ([`crate::record`]) is skipped
-//! with its reason logged and counted; its offset moves on with the batch.
+//! with its reason logged and counted; its offset moves on with the batch. Decoding and
+//! applying are a pipeline: the consumer's task decodes the next batch while an applier task
+//! applies the one before (on the SQLite writer's thread). On this machine (`meshql bench
+//! kafka-store`, 200,000 versions): 11,700 versions/s with librdkafka's fetch backoff of a
+//! second, 40,500 without it, 48,500 pipelined, 53,800 with one lookup of each document's
+//! current version instead of two.
 //!
 //! [`Applied`] — the next offset of each partition this process has applied, and the records
 //! skipped — is published on a watch channel after every commit: what a write waits on to
 //! acknowledge once its own record is applied (read-your-writes by offset), and what `/metrics`
-//! and the lag header will read.
+//! and the lag header read ([`crate::health`]).
 
 use crate::health::{ConsumerWatch, Health, STATS_INTERVAL_MS};
 use crate::record;
 use crate::settings::KafkaStorage;
 use futures::StreamExt;
 use meshql_core::{StateWrite, StoreError};
-use meshql_store_sqlite::SqliteStore;
+use meshql_store_sqlite::{LogVersion, SqliteStore};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 /// What the consumer of a topic may fetch ahead of the materialiser, in KiB.
 pub const PREFETCH_KIB: u32 = 4096;
@@ -142,6 +147,9 @@ pub async fn run(
     // what librdkafka fetches ahead of the materialiser, per topic (its default is 64 MiB):
     // a process materialises every topic of its config at once (`consumer` options may set it)
     config.set("queued.max.messages.kbytes", PREFETCH_KIB.to_string());
+    // once the prefetched records are taken, fetch again at once: librdkafka's default waits
+    // a second, which stalled a rebuild every 4 MiB (11,700 versions/s instead of ~60,000)
+    config.set("fetch.queue.backoff.ms", "5");
     for (k, v) in &storage.consumer {
         config.set(k, v);
     }
@@ -159,15 +167,32 @@ pub async fn run(
         .map_err(|e| kafka(e.to_string()))?;
     consumer.assign(&list).map_err(|e| kafka(e.to_string()))?;
 
+    // decoding the next batch overlaps applying this one (the SQLite writer's thread): two
+    // batches at most are decoded and not yet applied
+    let (steps, queue) = mpsc::channel::<Step>(1);
+    let applier = tokio::spawn(apply_steps(
+        store,
+        consumer_name,
+        topic.to_owned(),
+        state.clone(),
+        applied,
+        queue,
+        stop.clone(),
+    ));
+    let _applier = AbortOnDrop(applier);
+    // what has been handed to the applier (ahead of what it has applied)
+    let mut sent = state.next;
     let mut batches = consumer.stream().ready_chunks(BATCH);
     loop {
         let batch = tokio::select! {
             b = batches.next() => b,
             _ = tokio::time::sleep(IDLE) => {
-                // nothing arrived and nothing is in flight: the consumer's position counts
-                // the transaction markers it read past, which no record's offset shows
-                if past_markers(&consumer, topic, &mut state) {
-                    applied.send_replace(state.clone());
+                // nothing arrived for a while: the consumer's position counts the
+                // transaction markers it read past, which no record's offset shows; the
+                // applier takes it after every batch handed to it before
+                let passed = past_markers(&consumer, topic, &mut sent);
+                if passed && steps.send(Step::Passed(sent.clone())).await.is_err() {
+                    return Ok(());
                 }
                 continue;
             }
@@ -177,7 +202,7 @@ pub async fn run(
             return Err(kafka("the consumer's stream ended".into()));
         };
         let mut versions = Vec::with_capacity(batch.len());
-        let mut next = state.next.clone();
+        let mut next = sent.clone();
         let mut skipped = 0u64;
         for message in batch {
             let message = match message {
@@ -201,7 +226,7 @@ pub async fn run(
         }
         let rows: Vec<StateWrite> = next
             .iter()
-            .filter(|(p, n)| state.next.get(p) != Some(n))
+            .filter(|(p, n)| sent.get(p) != Some(n))
             .map(|(p, n)| StateWrite {
                 key: offset_key(topic, *p),
                 group: None,
@@ -211,14 +236,81 @@ pub async fn run(
         if rows.is_empty() {
             continue;
         }
-        // a batch the local store cannot take (a full disk, a fault) is tried again, later
-        // and later, with the reason published: nothing after it is applied before it
+        sent = next.clone();
+        let step = Step::Apply {
+            versions,
+            rows,
+            next,
+            skipped,
+        };
+        if steps.send(step).await.is_err() {
+            // the applier stopped: it was told to
+            return Ok(());
+        }
+    }
+}
+
+/// What the consumer hands the applier, in the topic's order.
+enum Step {
+    /// A batch: its versions, the state rows of the offsets after it, and those offsets.
+    Apply {
+        versions: Vec<LogVersion>,
+        rows: Vec<StateWrite>,
+        next: BTreeMap<i32, i64>,
+        skipped: u64,
+    },
+    /// The consumer read past transaction markers up to these offsets (nothing to apply).
+    Passed(BTreeMap<i32, i64>),
+}
+
+/// Aborts a task when dropped (the materialiser's applier ends with it).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Applies the steps in order, each batch with its offsets in one transaction, publishing
+/// what is applied. A batch the local store cannot take (a full disk, a fault) is tried
+/// again, later and later, with the reason published: nothing after it is applied first.
+async fn apply_steps(
+    store: Arc<SqliteStore>,
+    consumer_name: String,
+    topic: String,
+    mut state: Applied,
+    applied: watch::Sender<Applied>,
+    mut steps: mpsc::Receiver<Step>,
+    mut stop: watch::Receiver<bool>,
+) {
+    while let Some(step) = steps.recv().await {
+        let (versions, rows, next, skipped) = match step {
+            Step::Passed(next) => {
+                for (p, n) in next {
+                    let at = state.next.entry(p).or_insert(0);
+                    *at = (*at).max(n);
+                }
+                applied.send_replace(state.clone());
+                continue;
+            }
+            Step::Apply {
+                versions,
+                rows,
+                next,
+                skipped,
+            } => (versions, rows, next, skipped),
+        };
         let mut wait = RETRY_FIRST;
         while let Err(e) = store
             .apply_log(&consumer_name, versions.clone(), rows.clone())
             .await
         {
-            let reason = in_store(e).to_string();
+            let reason = MaterialiseError::Store {
+                topic: topic.clone(),
+                source: e,
+            }
+            .to_string();
             if state.stalled.as_deref() != Some(reason.as_str()) {
                 tracing::error!(topic, %reason, "kafka store: a batch cannot be applied; trying again");
                 state.stalled = Some(reason);
@@ -226,7 +318,7 @@ pub async fn run(
             }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = stop.changed() => return Ok(()),
+                _ = stop.changed() => return,
             }
             wait = (wait * 2).min(RETRY_MAX);
         }
@@ -237,16 +329,16 @@ pub async fn run(
     }
 }
 
-/// Raises `state.next` to the consumer's position where it is ahead: a Kafka transaction's
-/// commit or abort marker takes an offset that no record is delivered for, so after a bulk
-/// write the next offset of the last record applied stays one below the partition's end
-/// (and an aborted batch leaves a gap). Called only when no record is in flight, so every
-/// offset below the position is applied or was not a record. Nothing is committed for it: a
-/// restart reads past the markers again. Returns whether anything moved.
+/// Raises `sent` (the offsets handed to the applier) to the consumer's position where it is
+/// ahead: a Kafka transaction's commit or abort marker takes an offset that no record is
+/// delivered for, so after a bulk write the next offset of the last record stays one below
+/// the partition's end (and an aborted batch leaves a gap). Called only when nothing arrived
+/// for a while, so every record below the position was handed on. Nothing is committed for
+/// it: a restart reads past the markers again. Returns whether anything moved.
 fn past_markers(
     consumer: &StreamConsumer<ConsumerWatch>,
     topic: &str,
-    state: &mut Applied,
+    sent: &mut BTreeMap<i32, i64>,
 ) -> bool {
     let Ok(position) = consumer.position() else {
         return false;
@@ -254,7 +346,7 @@ fn past_markers(
     let mut moved = false;
     for element in position.elements_for_topic(topic) {
         if let Offset::Offset(at) = element.offset() {
-            let next = state.next.entry(element.partition()).or_insert(0);
+            let next = sent.entry(element.partition()).or_insert(0);
             if at > *next {
                 *next = at;
                 moved = true;

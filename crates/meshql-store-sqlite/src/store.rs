@@ -376,21 +376,31 @@ impl SqliteStore {
     /// Appends one version; keeps `latest` on the newest version and `(id, created_at)`
     /// unique by moving a colliding or same-millisecond "now" version 1 ms later.
     fn append(conn: &Connection, sql: &TableSql, v: Version<'_>) -> Result<Envelope, StoreError> {
+        // a server-generated UUID has no history: skip the lookup
+        let current = if v.fresh_id {
+            None
+        } else {
+            Self::current(conn, sql, v.id)?
+        };
+        Self::append_after(conn, sql, v, current)
+    }
+
+    /// [`Self::append`] when the caller has read the document's `current` version already.
+    fn append_after(
+        conn: &Connection,
+        sql: &TableSql,
+        v: Version<'_>,
+        current: Option<Current>,
+    ) -> Result<Envelope, StoreError> {
         let Version {
             id,
             payload,
             created_at,
             deleted,
             tokens,
-            fresh_id,
+            fresh_id: _,
             correlation_id,
         } = v;
-        // a server-generated UUID has no history: skip the lookup
-        let current = if fresh_id {
-            None
-        } else {
-            Self::current(conn, sql, id)?
-        };
         let cur_time = current.as_ref().map(|c| c.created_at);
         let mut place = Placement::new(created_at, cur_time, now_millis());
         if place.check_collisions {

@@ -133,13 +133,13 @@ impl SqliteStore {
                 } in versions
                 {
                     let payload = Self::with_id(&v.id, &v.payload)?;
-                    let stamp = if requested {
-                        v.created_at
-                    } else {
-                        let current = Self::current(conn, &sql, &v.id)?.map(|c| c.created_at);
-                        current.map_or(v.created_at, |c| v.created_at.max(c + 1))
+                    // read once: it places the version and is what appending it replaces
+                    let current = Self::current(conn, &sql, &v.id)?;
+                    let stamp = match &current {
+                        Some(c) if !requested => v.created_at.max(c.created_at + 1),
+                        _ => v.created_at,
                     };
-                    written.push(Self::append(
+                    written.push(Self::append_after(
                         conn,
                         &sql,
                         Version {
@@ -151,6 +151,7 @@ impl SqliteStore {
                             fresh_id: false,
                             correlation_id: correlation_id.as_deref(),
                         },
+                        current,
                     )?);
                 }
                 write_state(conn, &consumer, &state)?;
