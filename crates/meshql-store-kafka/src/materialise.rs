@@ -44,8 +44,9 @@ const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(100);
 const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long the topic must be quiet before the consumer's position is read (see
-/// [`past_markers`]).
+/// [`past_markers`]), and the longest wait between two readings of a quiet topic.
 const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+const IDLE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What this process has applied of a topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -183,10 +184,17 @@ pub async fn run(
     // what has been handed to the applier (ahead of what it has applied)
     let mut sent = state.next;
     let mut batches = consumer.stream().ready_chunks(BATCH);
+    // quiet topics are looked at less and less often (up to IDLE_MAX), and at IDLE again
+    // after a batch
+    let mut idle = IDLE;
     loop {
         let batch = tokio::select! {
-            b = batches.next() => b,
-            _ = tokio::time::sleep(IDLE) => {
+            b = batches.next() => {
+                idle = IDLE;
+                b
+            }
+            _ = tokio::time::sleep(idle) => {
+                idle = (idle * 2).min(IDLE_MAX);
                 // nothing arrived for a while: the consumer's position counts the
                 // transaction markers it read past, which no record's offset shows; the
                 // applier takes it after every batch handed to it before
