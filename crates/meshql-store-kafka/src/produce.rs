@@ -11,7 +11,7 @@
 //! the write fails as unavailable — a record the broker did take is still applied when it is
 //! read, as any record of another writer would be.
 
-use crate::health::{Brokers, ProducerWatch, STATS_INTERVAL_MS};
+use crate::health::Brokers;
 use crate::materialise::Applied;
 use crate::record;
 use crate::settings::KafkaStorage;
@@ -28,9 +28,9 @@ use tokio::sync::watch;
 pub struct Writer {
     topic: String,
     timeout: Duration,
-    single: FutureProducer<ProducerWatch>,
+    single: FutureProducer,
     /// The transactional producer, made on the first batch (transactions serialise on it).
-    batch: tokio::sync::Mutex<Option<FutureProducer<ProducerWatch>>>,
+    batch: tokio::sync::Mutex<Option<FutureProducer>>,
     batch_config: ClientConfig,
     applied: watch::Receiver<Applied>,
     brokers: Arc<Brokers>,
@@ -61,11 +61,9 @@ impl Writer {
             .set("bootstrap.servers", &storage.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
-            .set("message.timeout.ms", &timeout_ms)
-            .set("statistics.interval.ms", STATS_INTERVAL_MS.to_string());
-        let single: FutureProducer<ProducerWatch> = config
-            .create_with_context(ProducerWatch(brokers.clone()))
-            .map_err(unavailable)?;
+            .set("message.timeout.ms", &timeout_ms);
+        // whether the brokers are reachable is told by the consumers (they fetch all the time)
+        let single: FutureProducer = config.create().map_err(unavailable)?;
         let mut batch_config = config.clone();
         batch_config
             .set("transactional.id", transactional_id)
@@ -109,10 +107,7 @@ impl Writer {
         self.reachable()?;
         let mut slot = self.batch.lock().await;
         if slot.is_none() {
-            let producer: FutureProducer<ProducerWatch> = self
-                .batch_config
-                .create_with_context(ProducerWatch(self.brokers.clone()))
-                .map_err(unavailable)?;
+            let producer: FutureProducer = self.batch_config.create().map_err(unavailable)?;
             let p = producer.clone();
             let timeout = self.timeout;
             tokio::task::spawn_blocking(move || p.init_transactions(timeout))
