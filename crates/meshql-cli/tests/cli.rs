@@ -339,7 +339,10 @@ fn config_schema_is_json_describing_entities() {
         .iter()
         .map(|b| b["properties"]["type"]["const"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["sqlite", "memory", "postgres", "mysql", "mongo", "kafka"]);
+    assert_eq!(
+        kinds,
+        ["sqlite", "memory", "postgres", "mysql", "mongo", "kafka"]
+    );
     assert!(schema["$defs"]["StorageConfig"]["oneOf"][2]["properties"]["pool_size"].is_object());
     let kafka = &schema["$defs"]["StorageConfig"]["oneOf"][5]["properties"];
     assert!(kafka["brokers"]["description"].is_string(), "{kafka}");
