@@ -179,7 +179,9 @@ impl KafkaDatabase {
         let started = Instant::now();
         let mut logged = started;
         loop {
-            let behind = applied.borrow_and_update().behind(&ends);
+            let behind = applied
+                .borrow_and_update()
+                .behind(ends.iter().enumerate().map(|(p, e)| (p as i32, *e)));
             if behind == 0 {
                 break;
             }

@@ -142,7 +142,9 @@ impl Health {
 
     /// Records before `ends` that are not applied (`None` before the materialiser runs).
     fn behind(&self, ends: &BTreeMap<i32, i64>) -> Option<i64> {
-        self.applied.get().map(|a| behind(&a.borrow(), ends))
+        self.applied
+            .get()
+            .map(|a| a.borrow().behind(ends.iter().map(|(p, e)| (*p, *e))))
     }
 
     fn consumer_stats(&self, stats: &Brief) {
@@ -183,13 +185,6 @@ impl Health {
             .or(self.brokers.last_up())
             .map_or(0, |t| t.elapsed().as_millis() as u64)
     }
-}
-
-/// Records before `ends` not applied.
-fn behind(applied: &Applied, ends: &BTreeMap<i32, i64>) -> i64 {
-    ends.iter()
-        .map(|(p, end)| (end - applied.next.get(p).copied().unwrap_or(0)).max(0))
-        .sum()
 }
 
 /// A topic consumer's context: its statistics feed the topic's [`Health`]. They are read

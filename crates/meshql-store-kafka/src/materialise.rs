@@ -65,18 +65,10 @@ impl Applied {
         self.next.get(&partition).is_some_and(|n| *n > offset)
     }
 
-    /// Whether every partition is applied up to `ends` (partition `p`'s end at `ends[p]`).
-    pub fn reached(&self, ends: &[i64]) -> bool {
-        ends.iter()
-            .enumerate()
-            .all(|(p, end)| self.next.get(&(p as i32)).is_some_and(|n| n >= end))
-    }
-
-    /// Records still to apply before `ends`, summed over the partitions.
-    pub fn behind(&self, ends: &[i64]) -> i64 {
-        ends.iter()
-            .enumerate()
-            .map(|(p, end)| (end - self.next.get(&(p as i32)).copied().unwrap_or(0)).max(0))
+    /// Records still to apply before `ends` (partition → its end offset), summed.
+    pub fn behind(&self, ends: impl IntoIterator<Item = (i32, i64)>) -> i64 {
+        ends.into_iter()
+            .map(|(p, end)| (end - self.next.get(&p).copied().unwrap_or(0)).max(0))
             .sum()
     }
 }
