@@ -107,28 +107,18 @@ async fn farms(c: &Client) -> BTreeMap<String, String> {
 /// Changes per document id on `c`'s `/_changes`, each as (operation, name).
 async fn changes(c: &Client) -> BTreeMap<String, Vec<(String, String)>> {
     let mut out: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
-    let mut since = 0;
-    loop {
-        let r = c.get(&format!("/_changes?since={since}&limit=1000")).await;
-        r.expect_status(200);
-        let body = r.json();
-        let page = body["changes"].as_array().unwrap().clone();
-        if page.is_empty() {
-            return out;
-        }
-        since = body["last"].as_u64().unwrap();
-        for change in page {
-            out.entry(change["id"].as_str().unwrap().to_owned())
-                .or_default()
-                .push((
-                    change["op"].as_str().unwrap_or_default().to_owned(),
-                    change["payload"]["name"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned(),
-                ));
-        }
+    for change in common::feed(c).await {
+        out.entry(change["id"].as_str().unwrap().to_owned())
+            .or_default()
+            .push((
+                change["op"].as_str().unwrap_or_default().to_owned(),
+                change["payload"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ));
     }
+    out
 }
 
 /// Waits until `c` lists exactly `want` (panics after `limit`).

@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{example_copy, Client, OwnService, Server};
+use common::{example_copy, feed, Client, OwnService, Server};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::ClientConfig;
@@ -41,23 +41,6 @@ fn farm_with(extra: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = example_copy("farm", |text| format!("{text}\n{extra}\n"));
     let config = dir.path().join("meshql.toml");
     (dir, config)
-}
-
-/// Every change in `/_changes`, in order.
-async fn feed(c: &Client) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut since = 0;
-    loop {
-        let r = c.get(&format!("/_changes?since={since}&limit=1000")).await;
-        r.expect_status(200);
-        let body = r.json();
-        let page = body["changes"].as_array().unwrap().clone();
-        if page.is_empty() {
-            return out;
-        }
-        since = body["last"].as_u64().unwrap();
-        out.extend(page);
-    }
 }
 
 /// The value of `name{relay="<relay>",...}` in `/metrics`.

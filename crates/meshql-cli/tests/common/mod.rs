@@ -1109,3 +1109,20 @@ pub async fn until_gql(
 pub fn len(v: &Value) -> usize {
     v.as_array().map_or(0, Vec::len)
 }
+
+/// Every change in `/_changes`, in order.
+pub async fn feed(c: &Client) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut since = 0;
+    loop {
+        let r = c.get(&format!("/_changes?since={since}&limit=1000")).await;
+        r.expect_status(200);
+        let body = r.json();
+        let page = body["changes"].as_array().unwrap().clone();
+        if page.is_empty() {
+            return out;
+        }
+        since = body["last"].as_u64().unwrap();
+        out.extend(page);
+    }
+}
