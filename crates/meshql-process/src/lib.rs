@@ -142,6 +142,15 @@ impl ProcessorPlan {
         }
     }
 
+    /// The entities whose changes it consumes from the service's log: its inputs and a
+    /// projection's related documents.
+    pub fn reads(&self) -> Vec<String> {
+        match self {
+            ProcessorPlan::Projection(p) => p.reads(),
+            ProcessorPlan::Transform(t) => t.inputs.clone(),
+        }
+    }
+
     pub fn enabled(&self) -> bool {
         match self {
             ProcessorPlan::Projection(p) => p.enabled,

@@ -573,7 +573,7 @@ fn log_feed(
             batch: plan.batch(),
             // a batch's state depends on the one before it
             in_flight: 1,
-            entities: Some(plan.inputs()),
+            entities: Some(plan.reads()),
             // the position that counts is committed with the outputs
             commit_every: Duration::from_secs(1),
             // a transaction per batch: under a stream of single writes, gather a few
@@ -598,7 +598,7 @@ impl Processors {
                     name: r.plan.name().to_owned(),
                     kind: r.plan.kind(),
                     output: r.plan.output().to_owned(),
-                    inputs: r.plan.inputs(),
+                    inputs: r.plan.reads(),
                     processed: h.processed.load(Ordering::Relaxed),
                     written: h.written.load(Ordering::Relaxed),
                     batches: h.batches.load(Ordering::Relaxed),

@@ -536,3 +536,131 @@ async fn an_unreadable_input_is_a_dead_letter_and_the_rest_goes_on() {
     w.hub.stop().await;
     let _ = Credentials::Unrestricted;
 }
+
+/// Polls `farm_output` until `ok` holds of its documents (30 s at most).
+async fn farms_until(
+    w: &World,
+    what: &str,
+    ok: impl Fn(&BTreeMap<String, Value>) -> bool,
+) -> BTreeMap<String, Value> {
+    let started = Instant::now();
+    loop {
+        let farms = w.documents("farm_output", "farm_id").await;
+        if ok(&farms) {
+            return farms;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: {farms:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_related_document_that_arrives_late_or_changes_reaches_the_groups_that_read_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = world(dir.path()).await;
+    let processors = w.processors().await;
+    let lay = w.store("lay_report").clone();
+    let farm = w.store("farm").clone();
+    let mut reports = Vec::new();
+    for (i, f) in ["farm-1", "farm-2", "farm-1"].into_iter().enumerate() {
+        let r = Report {
+            hen: HENS[i],
+            farm: f,
+            eggs: 3,
+            date: 5,
+            quality: None,
+            written: i as u64,
+        };
+        let env = lay
+            .create(NewDocument::new(payload(&r)), &WriteContext::SYSTEM)
+            .await
+            .unwrap();
+        reports.push(env.id);
+    }
+    w.settle(&processors, 3).await;
+    let farms = w.documents("farm_output", "farm_id").await;
+    assert_eq!(farms.len(), 2, "{farms:?}");
+    assert!(
+        farms.values().all(|f| f.get("farm_type").is_none()),
+        "no farm yet: {farms:?}"
+    );
+    let farm_type = |t: &str| {
+        json!({"name": "F", "farm_type": t})
+            .as_object()
+            .unwrap()
+            .clone()
+    };
+
+    // the farm arrives after its reports: its group is written again
+    farm.create(
+        NewDocument::with_id("farm-1", farm_type("homestead")),
+        &WriteContext::SYSTEM,
+    )
+    .await
+    .unwrap();
+    let farms = farms_until(&w, "a late farm", |f| {
+        f["farm-1"].get("farm_type") == Some(&json!("homestead"))
+    })
+    .await;
+    assert!(farms["farm-2"].get("farm_type").is_none(), "{farms:?}");
+    assert_eq!(farms["farm-1"]["eggs_today"], 6, "aggregates unchanged");
+
+    // an update of the farm, then its delete
+    farm.update(
+        "farm-1",
+        NewDocument::new(farm_type("megafarm")),
+        &WriteContext::SYSTEM,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    farms_until(&w, "an updated farm", |f| {
+        f["farm-1"].get("farm_type") == Some(&json!("megafarm"))
+    })
+    .await;
+    farm.remove("farm-1", &WriteContext::SYSTEM).await.unwrap();
+    farms_until(&w, "a deleted farm", |f| {
+        f["farm-1"].get("farm_type").is_none()
+    })
+    .await;
+
+    // a group that no longer exists is not brought back by its farm
+    lay.remove(&reports[1], &WriteContext::SYSTEM)
+        .await
+        .unwrap();
+    farms_until(&w, "farm-2's last report deleted", |f| {
+        !f.contains_key("farm-2")
+    })
+    .await;
+    let written = w.store("farm_output").stats().writes;
+    farm.create(
+        NewDocument::with_id("farm-2", farm_type("homestead")),
+        &WriteContext::SYSTEM,
+    )
+    .await
+    .unwrap();
+    // and a report of farm-2 written after its farm reads it at once
+    let r = Report {
+        hen: "hen-a",
+        farm: "farm-2",
+        eggs: 1,
+        date: 5,
+        quality: None,
+        written: 9,
+    };
+    lay.create(NewDocument::new(payload(&r)), &WriteContext::SYSTEM)
+        .await
+        .unwrap();
+    let farms = farms_until(&w, "farm-2 again", |f| f.contains_key("farm-2")).await;
+    assert_eq!(farms["farm-2"]["farm_type"], "homestead", "{farms:?}");
+    assert_eq!(
+        w.store("farm_output").stats().writes,
+        written + 1,
+        "the farm alone wrote no document of a deleted group"
+    );
+    processors.stop().await;
+    w.hub.stop().await;
+}

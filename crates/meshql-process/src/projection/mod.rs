@@ -35,6 +35,21 @@
 //!    more): its key, aggregates, lookups and derived fields. A batch of 500 lay reports of 50
 //!    hens writes 50 versions, not 500.
 //!
+//! # Lookups
+//!
+//! A derived field may read a related document (`[processor.lookup.<name>]`), which is read
+//! when its group is written. So that a related document that changes — or arrives after the
+//! inputs that name it — reaches the groups that read it, the projection also reads the
+//! lookup entities' changes, and every group keeps an index row per lookup:
+//!
+//! ```text
+//! l/<lookup>/<key>   (group = r/<lookup>/<related id>)   "1"
+//! ```
+//!
+//! A change of a related document reads the rows of its `r/` group and writes those groups'
+//! documents again. The ids the rows name are kept in the group row (`l`), so a row is
+//! written only when a group's related id changes.
+//!
 //! An update of an input therefore moves its contribution (a corrected report does not count
 //! twice, a report moved to another key leaves the first), a delete removes it, and a change
 //! seen again after a crash finds its contribution already there and changes nothing.
@@ -76,6 +91,10 @@ struct Group {
     n: i64,
     /// One accumulator per aggregate of the projection, in order.
     f: Vec<Acc>,
+    /// Per lookup, the related id its index row names (see the module docs); empty for a
+    /// group written before lookups were indexed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    l: Vec<Option<String>>,
 }
 
 /// The text of a key: a string as it is, anything else as JSON.
@@ -97,6 +116,16 @@ fn from_of(ck: &str) -> Option<usize> {
 
 fn group_key(key: &str) -> String {
     format!("g/{key}")
+}
+
+/// The index row of group `key` for lookup `lookup` (see the module docs).
+fn lookup_row(lookup: &str, key: &str) -> String {
+    format!("l/{lookup}/{key}")
+}
+
+/// The group of the index rows naming related document `id` of lookup `lookup`.
+fn lookup_group(lookup: &str, id: &str) -> String {
+    format!("r/{lookup}/{id}")
 }
 
 /// A compiled projection.
@@ -175,7 +204,33 @@ impl Projection {
                 .iter()
                 .map(|(_, a)| a.empty())
                 .collect(),
+            l: Vec::new(),
         }
+    }
+
+    /// Whether documents read related documents (then lookups are indexed).
+    fn looks_up(&self) -> bool {
+        !self.spec.lookups.is_empty() && !self.spec.derive.is_empty()
+    }
+
+    /// Per lookup, the id of the related document a group reads (a string, or none).
+    fn related_ids(&self, group: &Group) -> Vec<Option<String>> {
+        self.spec
+            .lookups
+            .iter()
+            .map(|l| {
+                let v = if l.id == self.spec.key {
+                    group.key.clone()
+                } else {
+                    let slot = self.spec.aggregates.iter().position(|(a, _)| *a == l.id);
+                    slot.map(|s| group.f[s].value()).unwrap_or(Value::Null)
+                };
+                match v {
+                    Value::String(id) => Some(id),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// The contributions of one input (`(from, contribution)`), or why it cannot be read.
@@ -353,6 +408,29 @@ impl Projection {
                 }
             }
         }
+        // groups whose related documents changed: `(input, key)`
+        let mut relooked: Vec<(usize, String)> = Vec::new();
+        if self.looks_up() {
+            for (i, input) in inputs.iter().enumerate() {
+                for l in self
+                    .spec
+                    .lookups
+                    .iter()
+                    .filter(|l| l.entity == input.entity)
+                {
+                    let prefix = lookup_row(&l.name, "");
+                    for (row, _) in io.group(&lookup_group(&l.name, &input.id)).await? {
+                        if let Some(key) = row.strip_prefix(&prefix) {
+                            let g = group_key(key);
+                            if gseen.insert(g.clone()) {
+                                gkeys.push(g);
+                            }
+                            relooked.push((i, key.to_owned()));
+                        }
+                    }
+                }
+            }
+        }
         let stored_groups = io.state(&gkeys).await?;
         let mut groups: HashMap<String, Touched> = HashMap::new();
         let mut order: Vec<String> = Vec::new();
@@ -365,7 +443,14 @@ impl Projection {
                     continue; // a replay, or an update that changes nothing counted
                 }
                 if let Some(old) = &old {
-                    let g = self.touch(&mut groups, &mut order, &stored_groups, &old.key, i)?;
+                    let g = self.touch(
+                        &mut groups,
+                        &mut order,
+                        &stored_groups,
+                        &key_text(&old.key),
+                        &old.key,
+                        i,
+                    )?;
                     g.group.n -= 1;
                     for (piece, slot) in old.p.iter().zip(&self.slots[fi]) {
                         if !g.group.f[*slot].unmerge(piece) {
@@ -374,13 +459,33 @@ impl Projection {
                     }
                 }
                 if let Some(new) = &new {
-                    let g = self.touch(&mut groups, &mut order, &stored_groups, &new.key, i)?;
+                    let g = self.touch(
+                        &mut groups,
+                        &mut order,
+                        &stored_groups,
+                        &key_text(&new.key),
+                        &new.key,
+                        i,
+                    )?;
                     g.group.n += 1;
                     for (piece, slot) in new.p.iter().zip(&self.slots[fi]) {
                         g.group.f[*slot].merge(piece);
                     }
                 }
                 staged.insert(ck, new);
+            }
+        }
+        for (i, key) in relooked {
+            // a group that no longer exists has no document to write again
+            if groups.contains_key(&key) || stored_groups.contains_key(&group_key(&key)) {
+                self.touch(
+                    &mut groups,
+                    &mut order,
+                    &stored_groups,
+                    &key,
+                    &Value::Null,
+                    i,
+                )?;
             }
         }
         // refold what could not be undone, from the stored contributions and this batch's
@@ -392,6 +497,9 @@ impl Projection {
             let mut fresh = self.empty_group(touched.group.key.clone());
             let mut counted: HashSet<String> = HashSet::new();
             for (ck, text) in io.group(key).await? {
+                if !ck.starts_with("c/") {
+                    continue; // an index row whose related id happens to equal a key
+                }
                 if let Some(now) = staged.get(&ck) {
                     // this batch changed it: its staged value is counted below
                     let _ = now;
@@ -409,6 +517,7 @@ impl Projection {
                     }
                 }
             }
+            fresh.l = std::mem::take(&mut touched.group.l);
             touched.group = fresh;
         }
         // state rows: contributions that changed, and groups
@@ -431,8 +540,28 @@ impl Projection {
         // 4. one document per touched group
         let mut looked_up: HashMap<(String, String), Option<Map<String, Value>>> = HashMap::new();
         for key in order {
-            let touched = &groups[&key];
+            let touched = groups.get_mut(&key).expect("ordered groups are touched");
             let id = self.document_id(&key);
+            if self.looks_up() {
+                let now = if touched.group.n <= 0 {
+                    vec![None; self.spec.lookups.len()]
+                } else {
+                    self.related_ids(&touched.group)
+                };
+                for (li, l) in self.spec.lookups.iter().enumerate() {
+                    let was = touched.group.l.get(li).cloned().flatten();
+                    if touched.group.l.len() == now.len() && was == now[li] {
+                        continue;
+                    }
+                    outcome.state.push(StateWrite {
+                        key: lookup_row(&l.name, &key),
+                        group: now[li].as_deref().map(|id| lookup_group(&l.name, id)),
+                        value: now[li].as_ref().map(|_| "1".to_owned()),
+                    });
+                }
+                touched.group.l = now;
+            }
+            let touched = &groups[&key];
             if touched.group.n <= 0 {
                 outcome.state.push(StateWrite {
                     key: group_key(&key),
@@ -477,19 +606,19 @@ impl Projection {
         groups: &'g mut HashMap<String, Touched>,
         order: &mut Vec<String>,
         stored: &HashMap<String, String>,
+        k: &str,
         key: &Value,
         input: usize,
     ) -> Result<&'g mut Touched, StoreError> {
-        let k = key_text(key);
-        if !groups.contains_key(&k) {
-            let group = match stored.get(&group_key(&k)) {
+        if !groups.contains_key(k) {
+            let group = match stored.get(&group_key(k)) {
                 Some(text) => serde_json::from_str(text)
                     .map_err(|e| StoreError::Corrupt(format!("projection state `g/{k}`: {e}")))?,
                 None => self.empty_group(key.clone()),
             };
-            order.push(k.clone());
+            order.push(k.to_owned());
             groups.insert(
-                k.clone(),
+                k.to_owned(),
                 Touched {
                     group,
                     refold: false,
@@ -497,7 +626,7 @@ impl Projection {
                 },
             );
         }
-        let t = groups.get_mut(&k).expect("inserted above");
+        let t = groups.get_mut(k).expect("inserted above");
         if t.inputs.last() != Some(&input) {
             t.inputs.push(input);
         }
@@ -526,12 +655,12 @@ impl Projection {
             return Ok(doc);
         }
         let mut related: HashMap<&str, Option<Map<String, Value>>> = HashMap::new();
-        for l in &self.spec.lookups {
-            let found = match doc.get(&l.id) {
-                Some(Value::String(id)) => {
+        for (l, id) in self.spec.lookups.iter().zip(self.related_ids(group)) {
+            let found = match id {
+                Some(id) => {
                     let k = (l.entity.clone(), id.clone());
                     if !cache.contains_key(&k) {
-                        let d = io.lookup(&l.entity, id).await?;
+                        let d = io.lookup(&l.entity, &id).await?;
                         cache.insert(k.clone(), d);
                     }
                     cache[&k].clone()

@@ -173,6 +173,23 @@ impl ProjectionSpec {
         }
         out
     }
+
+    /// The entities whose changes the projection reads: its inputs and, when derived
+    /// fields read related documents, the lookups' entities (so a related document that
+    /// changes or arrives late reaches the groups that read it). A projection fed by a
+    /// `source` reads only the source's tables: its related documents are read when a group
+    /// is written, and not followed.
+    pub fn reads(&self) -> Vec<String> {
+        let mut out = self.inputs();
+        if !self.derive.is_empty() {
+            for l in &self.lookups {
+                if !out.contains(&l.entity) {
+                    out.push(l.entity.clone());
+                }
+            }
+        }
+        out
+    }
 }
 
 fn err(field: impl Into<String>, message: impl Into<String>) -> SettingError {
