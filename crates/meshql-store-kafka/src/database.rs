@@ -5,8 +5,8 @@
 //! older than the log it starts on.
 
 use crate::health::{Brokers, Health};
-use crate::materialise::{self, Applied};
-use crate::produce::Writer;
+use crate::materialise::{self, Applied, Reader};
+use crate::produce::{self, Writer};
 use crate::settings::{self, KafkaStorage};
 use crate::store::KafkaStore;
 use crate::topics;
@@ -17,6 +17,7 @@ use meshql_core::{
 };
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use parking_lot::Mutex;
+use rdkafka::producer::FutureProducer;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,6 +86,8 @@ pub struct KafkaDatabase {
     failures: Arc<Mutex<BTreeMap<String, String>>>,
     /// The block's brokers, as its clients see them.
     brokers: Arc<Brokers>,
+    /// The block's consumer and producer, made by the first entity that starts.
+    clients: tokio::sync::OnceCell<(Arc<Reader>, FutureProducer)>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -97,8 +100,20 @@ impl KafkaDatabase {
             stop: watch::channel(false).0,
             failures: Arc::default(),
             brokers: Brokers::new(),
+            clients: tokio::sync::OnceCell::new(),
             tasks: Mutex::default(),
         }
+    }
+
+    /// The block's consumer and producer (one of each however many topics it has).
+    async fn clients(&self) -> Result<&(Arc<Reader>, FutureProducer), StoreError> {
+        self.clients
+            .get_or_try_init(|| async {
+                let reader = Reader::new(&self.storage, self.brokers.clone())
+                    .map_err(|e| StoreError::Unavailable(format!("kafka: {e}")))?;
+                Ok((reader, produce::producer(&self.storage)?))
+            })
+            .await
     }
 
     pub(crate) fn storage(&self) -> &KafkaStorage {
@@ -151,16 +166,17 @@ impl KafkaDatabase {
             .await
             .map_err(unavailable)?;
         let identity = self.identity(&local).await?.to_owned();
+        let (reader, producer) = self.clients().await?;
 
         let (tx, mut applied) = watch::channel(Applied::default());
         let health = Health::new(topic, self.brokers.clone());
         let task = {
-            let (storage, topic, local) = (self.storage.clone(), topic.to_owned(), local.clone());
+            let (reader, topic, local) = (reader.clone(), topic.to_owned(), local.clone());
             let (stop, failures) = (self.stop.subscribe(), self.failures.clone());
             let health = health.clone();
             tokio::spawn(async move {
                 if let Err(e) =
-                    materialise::run(&storage, &topic, partitions, local, tx, health, stop).await
+                    materialise::run(&reader, &topic, partitions, local, tx, health, stop).await
                 {
                     tracing::error!(topic, error = %e, "kafka store: the materialiser stopped");
                     failures.lock().insert(topic, e.to_string());
@@ -170,11 +186,12 @@ impl KafkaDatabase {
         self.tasks.lock().push(task);
         let writer = Writer::new(
             &self.storage,
+            producer,
             topic,
             &format!("meshql-{identity}-{topic}"),
             applied.clone(),
             self.brokers.clone(),
-        )?;
+        );
 
         let started = Instant::now();
         let mut logged = started;

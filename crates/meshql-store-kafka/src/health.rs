@@ -2,10 +2,10 @@
 //! librdkafka's statistics (every [`STATS_INTERVAL_MS`]) of the clients of a storage block.
 //!
 //! - **Reachable** ([`Brokers`], one per storage block: its topics live on one cluster): the
-//!   newest statistics of any of the block's topic consumers that tell (a broker `UP`, or
-//!   none up and some being connected to) decide. While the brokers are not reachable, a
+//!   newest statistics of the block's consumer that tell (a broker `UP`, or none up and some
+//!   being connected to) decide. While the brokers are not reachable, a
 //!   write fails at once as unavailable instead of waiting out its timeout, and `/ready` says
-//!   so. The consumers fetch all the time, so they notice first; producers are not asked (an
+//!   so. The consumer fetches all the time, so it notices first; producers are not asked (an
 //!   idle one connects only when it has a record to send, and cannot tell).
 //! - **Behind** ([`Health`], one per topic): the consumer's statistics carry each partition's
 //!   last stable offset (the end a `read_committed` reader reads to) as of its last fetch.
@@ -147,8 +147,8 @@ impl Health {
             .map(|a| a.borrow().behind(ends.iter().map(|(p, e)| (*p, *e))))
     }
 
-    fn consumer_stats(&self, stats: &Brief) {
-        let up = self.brokers.record(stats);
+    /// The consumer's statistics (`up`: whether the brokers are reachable, as they tell).
+    fn consumer_stats(&self, stats: &Brief, up: bool) {
         let mut ends = BTreeMap::new();
         if let Some(topic) = stats.topics.get(&self.topic) {
             for partition in topic.partitions.values() {
@@ -187,16 +187,43 @@ impl Health {
     }
 }
 
-/// A topic consumer's context: its statistics feed the topic's [`Health`]. They are read
-/// into the few fields used ([`Statistics`] holds every counter librdkafka reports, and
-/// decoding it on the async worker that polls the consumer, once a second per topic, showed
-/// in the p99 of reads).
-pub struct ConsumerWatch(pub Arc<Health>);
+/// The context of a storage block's consumer: its statistics, read once into the few fields
+/// used, tell the block's [`Brokers`] and every topic's [`Health`]. ([`Statistics`] holds
+/// every counter librdkafka reports, and decoding it on the async worker that polls the
+/// consumer showed in the p99 of reads.)
+///
+/// [`Statistics`]: rdkafka::statistics::Statistics
+pub struct ConsumerWatch {
+    brokers: Arc<Brokers>,
+    topics: Mutex<Vec<Arc<Health>>>,
+}
+
+impl ConsumerWatch {
+    pub fn new(brokers: Arc<Brokers>) -> ConsumerWatch {
+        ConsumerWatch {
+            brokers,
+            topics: Mutex::default(),
+        }
+    }
+
+    /// Reports the statistics of `health`'s topic to it from now on.
+    pub fn watch(&self, health: Arc<Health>) {
+        self.topics.lock().push(health);
+    }
+
+    fn statistics(&self, brief: &Brief) {
+        let up = self.brokers.record(brief);
+        let topics = self.topics.lock().clone();
+        for health in topics {
+            health.consumer_stats(brief, up);
+        }
+    }
+}
 
 impl ClientContext for ConsumerWatch {
     fn stats_raw(&self, statistics: &[u8]) {
         match serde_json::from_slice::<Brief>(statistics) {
-            Ok(brief) => self.0.consumer_stats(&brief),
+            Ok(brief) => self.statistics(&brief),
             Err(e) => tracing::warn!(error = %e, "kafka store: unreadable librdkafka statistics"),
         }
     }

@@ -24,6 +24,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+/// The idempotent producer of a storage block, shared by its topics' writers (one set of
+/// librdkafka threads and connections per block, as for the consumer).
+pub fn producer(storage: &KafkaStorage) -> Result<FutureProducer, StoreError> {
+    config(storage).create().map_err(unavailable)
+}
+
+/// The producers' settings: the `producer` options, then what a write relies on.
+fn config(storage: &KafkaStorage) -> ClientConfig {
+    let timeout_ms = storage.write_timeout.as_millis().to_string();
+    let mut config = ClientConfig::new();
+    // a write waits for its own record: librdkafka's default 5 ms of batching would be
+    // added to every acknowledgement (the `producer` options may set it again)
+    config.set("linger.ms", "0");
+    for (k, v) in &storage.producer {
+        config.set(k, v);
+    }
+    config
+        .set("bootstrap.servers", &storage.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", &timeout_ms);
+    config
+}
+
 /// The producers of one topic and the materialiser's progress they wait on.
 pub struct Writer {
     topic: String,
@@ -41,42 +65,30 @@ fn unavailable(what: impl std::fmt::Display) -> StoreError {
 }
 
 impl Writer {
-    /// Producers for `topic`; `transactional_id` names this process's batch producer.
+    /// The writer of `topic`: single writes through the block's `single` producer ([`producer`]),
+    /// batches through a transactional producer named `transactional_id`, made on the first.
     pub fn new(
         storage: &KafkaStorage,
+        single: &FutureProducer,
         topic: &str,
         transactional_id: &str,
         applied: watch::Receiver<Applied>,
         brokers: Arc<Brokers>,
-    ) -> Result<Writer, StoreError> {
+    ) -> Writer {
         let timeout_ms = storage.write_timeout.as_millis().to_string();
-        let mut config = ClientConfig::new();
-        // a write waits for its own record: librdkafka's default 5 ms of batching would be
-        // added to every acknowledgement (the `producer` options may set it again)
-        config.set("linger.ms", "0");
-        for (k, v) in &storage.producer {
-            config.set(k, v);
-        }
-        config
-            .set("bootstrap.servers", &storage.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", &timeout_ms);
-        // whether the brokers are reachable is told by the consumers (they fetch all the time)
-        let single: FutureProducer = config.create().map_err(unavailable)?;
-        let mut batch_config = config.clone();
+        let mut batch_config = config(storage);
         batch_config
             .set("transactional.id", transactional_id)
             .set("transaction.timeout.ms", &timeout_ms);
-        Ok(Writer {
+        Writer {
             topic: topic.to_owned(),
             timeout: storage.write_timeout,
-            single,
+            single: single.clone(),
             batch: tokio::sync::Mutex::new(None),
             batch_config,
             applied,
             brokers,
-        })
+        }
     }
 
     /// Produces one version; returns once it is applied locally.

@@ -4,7 +4,7 @@
 
 use meshql_core::{BackendContext, Envelope, ReadContext, Store, StoreReader};
 use meshql_store_kafka::health::{Brokers, Health};
-use meshql_store_kafka::materialise::{run, Applied};
+use meshql_store_kafka::materialise::{run, Applied, Reader};
 use meshql_store_kafka::record::encode;
 use meshql_store_kafka::settings::{configure, KafkaStorage};
 use meshql_store_kafka::topics::ensure;
@@ -117,7 +117,7 @@ async fn a_topic_is_applied_in_order_skips_what_is_not_a_version_and_resumes() {
         let (s, topic, store) = (s.clone(), topic.clone(), store.clone());
         tokio::spawn(async move {
             run(
-                &s,
+                &Reader::new(&s, Brokers::new()).unwrap(),
                 &topic,
                 partitions,
                 store,
@@ -158,7 +158,7 @@ async fn a_topic_is_applied_in_order_skips_what_is_not_a_version_and_resumes() {
         let (s, topic, store) = (s.clone(), topic.clone(), store.clone());
         tokio::spawn(async move {
             run(
-                &s,
+                &Reader::new(&s, Brokers::new()).unwrap(),
                 &topic,
                 partitions,
                 store,

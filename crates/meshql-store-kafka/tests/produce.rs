@@ -4,8 +4,8 @@
 
 use meshql_core::{BackendContext, Envelope, ReadContext, Store, StoreError, StoreReader};
 use meshql_store_kafka::health::{Brokers, Health};
-use meshql_store_kafka::materialise::{run, Applied};
-use meshql_store_kafka::produce::Writer;
+use meshql_store_kafka::materialise::{run, Applied, Reader};
+use meshql_store_kafka::produce::{producer, Writer};
 use meshql_store_kafka::settings::{configure, KafkaStorage};
 use meshql_store_kafka::topics::ensure;
 use meshql_store_sqlite::{LogVersion, SqliteDatabase, SqliteOptions, SqliteStore};
@@ -54,7 +54,7 @@ async fn a_write_is_readable_here_as_soon_as_it_is_acknowledged() {
         let (s, topic, store) = (s.clone(), topic.clone(), store.clone());
         tokio::spawn(async move {
             run(
-                &s,
+                &Reader::new(&s, Brokers::new()).unwrap(),
                 &topic,
                 partitions,
                 store,
@@ -67,12 +67,12 @@ async fn a_write_is_readable_here_as_soon_as_it_is_acknowledged() {
     };
     let writer = Writer::new(
         &s,
+        &producer(&s).unwrap(),
         &topic,
         &format!("meshql-test-{topic}"),
         rx,
         Brokers::new(),
-    )
-    .unwrap();
+    );
 
     // each single write is readable at once, 50 in a row
     for n in 0..50 {
@@ -119,12 +119,12 @@ async fn with_the_broker_unreachable_a_write_fails_within_its_timeout() {
     let (_tx, rx) = watch::channel(Applied::default());
     let writer = Writer::new(
         &s,
+        &producer(&s).unwrap(),
         &s.topic_of("hen"),
         "meshql-test-unreachable",
         rx,
         Brokers::new(),
-    )
-    .unwrap();
+    );
     let started = Instant::now();
     let e = writer.write(&version("a", "x").into()).await.unwrap_err();
     assert!(matches!(e, StoreError::Unavailable(_)), "{e:?}");
