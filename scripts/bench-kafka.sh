@@ -7,6 +7,9 @@
 #
 #   scripts/bench-kafka.sh [PROFILE=smoke|load|stress] [ROUNDS=2]
 #
+# THINK_MS=500 gives every user the think time of MeshQL's k6 scripts (`sleep(0.5)` after each
+# iteration: the load seed 001 measured); by default users send back to back.
+#
 # Starts the broker of `scripts/services/kafka.sh` (127.0.0.1:19092) unless KAFKA_BROKERS names
 # another. Needs a release build (BIN, default target/release/meshql). Reports go to OUT
 # (default bench-results/kafka-<time>).
@@ -21,9 +24,9 @@ export KAFKA_BROKERS=${KAFKA_BROKERS:-$(scripts/services/kafka.sh start)}
 
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r: egg-economy (SQLite)"
-  "$BIN" bench egg-economy --profile "$PROFILE" --out "$OUT/sqlite-$r" | tail -25
+  "$BIN" bench egg-economy --profile "$PROFILE" ${THINK_MS:+--think-ms "$THINK_MS"} --out "$OUT/sqlite-$r" | tail -25
   echo "== round $r: egg-economy-kafka ($KAFKA_BROKERS)"
-  PREFIX="bench$$r$r" "$BIN" bench egg-economy --profile "$PROFILE" \
+  PREFIX="bench$$r$r" "$BIN" bench egg-economy --profile "$PROFILE" ${THINK_MS:+--think-ms "$THINK_MS"} \
     --config examples/egg-economy-kafka/meshql.toml --out "$OUT/kafka-$r" | tail -25
 done
 "$BIN" bench compare "$OUT/sqlite-$ROUNDS/report.json" "$OUT/kafka-$ROUNDS/report.json" | tee "$OUT/compare.txt"

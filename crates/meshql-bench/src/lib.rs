@@ -47,6 +47,9 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// Closed-model profile for the egg-economy suite (`smoke`, `load`, `stress`).
     pub profile: Option<ClosedModel>,
+    /// Think time of every closed-model user between two iterations (MeshQL's k6 scripts
+    /// sleep 500 ms); `None`: the scenario's own (back to back).
+    pub think: Option<Duration>,
     /// Length of constant-load runs.
     pub duration: Option<Duration>,
     /// Users of constant-load runs.
@@ -97,6 +100,7 @@ impl Options {
             examples,
             config: None,
             profile: None,
+            think: None,
             duration: None,
             vus: 10,
             workers: None,

@@ -42,6 +42,11 @@ pub struct BenchRun {
     /// (10→30→50→0 users, 90 s). Default: smoke for the egg-economy suite.
     #[arg(long)]
     profile: Option<String>,
+    /// Think time of every user of a closed-model profile between two iterations, in ms
+    /// (MeshQL's k6 scripts sleep 500: `--think-ms 500` reproduces the seeds' load; default:
+    /// back to back, which saturates the server).
+    #[arg(long)]
+    think_ms: Option<u64>,
     /// Seconds of each constant-load run (throughput 8, fan-out and core-scaling 10, farm-graph
     /// 60, soak 1800; kafka-store 5 per rate).
     #[arg(long)]
@@ -232,6 +237,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.url = args.url;
     opts.config = args.config;
     opts.profile = profile;
+    opts.think = args.think_ms.map(Duration::from_millis);
     opts.duration = args.duration.map(Duration::from_secs);
     opts.vus = args.vus.max(1);
     opts.workers = args.workers;

@@ -421,6 +421,29 @@ fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
 }
 
 #[test]
+fn think_time_paces_every_user_of_a_closed_model() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let (s, _) = &passed_scenario(
+        "graphql-queries",
+        &["--duration", "2", "--vus", "2", "--think-ms", "400"],
+        &out_dir,
+    );
+    for run in s["runs"].as_array().unwrap() {
+        let model = run["model"].as_str().unwrap();
+        assert!(
+            model.contains("2 users") && model.contains("think 400 ms"),
+            "{model}"
+        );
+        // 2 users, each iteration followed by 400 ms: at most 2 × (2 s / 400 ms + 1)
+        let iterations = run["iterations"].as_u64().unwrap();
+        assert!(
+            (2..=12).contains(&iterations),
+            "{iterations} iterations: {run}"
+        );
+    }
+}
+
+#[test]
 fn the_soak_scenario_reports_the_servers_rss_slope() {
     // a few seconds instead of 30 minutes, at a rate a debug build keeps up with; asserts
     // that the figures are there, never what they are

@@ -491,6 +491,31 @@ async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() 
     let g = common::gql(&server, "/farm/graph", "{ getAll { name } }").await;
     assert_eq!(g["getAll"].as_array().unwrap().len(), 10, "{g}");
 
+    // a process started while the brokers are away serves the copy it made before, says how
+    // old that may be, refuses writes at once and is not ready
+    server.stop_gracefully();
+    let server = serve(&config, data.path());
+    let c = server.client();
+    let r = c.get("/farm/api").await;
+    r.expect_status(200);
+    assert_eq!(r.json().as_array().unwrap().len(), 10, "{}", r.text);
+    assert!(behind_ms(&r) > 0, "the header says the copy may be behind");
+    let g = common::gql(&server, "/farm/graph", "{ getAll { name } }").await;
+    assert_eq!(g["getAll"].as_array().unwrap().len(), 10, "{g}");
+    let ready = c.get("/ready").await;
+    assert_eq!(ready.status, 503, "{}", ready.text);
+    assert!(ready.text.contains("could be reached"), "{}", ready.text);
+    let started = Instant::now();
+    let r = c
+        .post_json("/farm/api", &json!({ "name": "refused at start" }))
+        .await;
+    r.expect_status(503);
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(
+        metric(&c, "meshql_storage_log_reachable", "farm").await,
+        Some(0.0)
+    );
+
     // the broker returns: writes are accepted again, and every answer is current. A write
     // tried while it comes back may time out (503) and still be written, as any write whose
     // acknowledgement is lost: those are told apart by name
@@ -537,12 +562,15 @@ async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() 
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let r = c.get("/farm/api").await;
-        if behind_ms(&r) == 0 && c.get("/ready").await.status == 200 {
+        let ready = c.get("/ready").await;
+        if behind_ms(&r) == 0 && ready.status == 200 {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "still behind after the broker returned"
+            "still behind after the broker returned: {} ms; /ready {}",
+            behind_ms(&r),
+            ready.text
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

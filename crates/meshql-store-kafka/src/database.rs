@@ -61,14 +61,38 @@ impl StorageTarget for KafkaTarget {
     }
 
     async fn open(&self) -> Result<DynDatabase, StoreError> {
+        // read before opening writes to it
+        let written = last_written(&self.storage.file);
         let local = SqliteDatabase::open(&self.storage.file, SqliteOptions::default())?;
-        Ok(Arc::new(KafkaDatabase::new(self.storage.clone(), local)))
+        Ok(Arc::new(KafkaDatabase::new(
+            self.storage.clone(),
+            local,
+            written,
+        )))
     }
+}
+
+/// When a SQLite file was last written, its write-ahead log included (now, for a new file).
+fn last_written(file: &std::path::Path) -> std::time::SystemTime {
+    let mut wal = file.as_os_str().to_owned();
+    wal.push("-wal");
+    [file.to_path_buf(), std::path::PathBuf::from(wal)]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max()
+        .unwrap_or_else(std::time::SystemTime::now)
 }
 
 /// The state rows this process keeps about itself.
 const IDENTITY_CONSUMER: &str = "kafka:process";
 const IDENTITY_KEY: &str = "id";
+
+/// How long the first store of a block waits for a broker to answer before the block starts
+/// without one.
+const START_PROBE: Duration = Duration::from_secs(3);
+
+/// How long a probe that found no broker is believed.
+const PROBE_KEPT: Duration = Duration::from_secs(5);
 
 /// How often a store catching up at start logs its progress.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -89,11 +113,21 @@ pub struct KafkaDatabase {
     /// The block's consumer and producer, made by the first entity that starts.
     clients: tokio::sync::OnceCell<(Arc<Reader>, FutureProducer)>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// When the local file was last written before this process opened it.
+    written: std::time::SystemTime,
+    /// Whether a broker answered the last probe, and when it was asked.
+    probed: tokio::sync::Mutex<Option<(Instant, bool)>>,
 }
 
 impl KafkaDatabase {
-    fn new(storage: KafkaStorage, local: Arc<SqliteDatabase>) -> Self {
+    fn new(
+        storage: KafkaStorage,
+        local: Arc<SqliteDatabase>,
+        written: std::time::SystemTime,
+    ) -> Self {
         KafkaDatabase {
+            written,
+            probed: tokio::sync::Mutex::new(None),
             storage,
             local,
             identity: tokio::sync::OnceCell::new(),
@@ -217,6 +251,7 @@ impl KafkaDatabase {
                 }
             }
         }
+        materialise::mark_started(&local, topic).await?;
         let total: i64 = ends.iter().sum();
         if total > 0 {
             tracing::info!(
@@ -241,6 +276,32 @@ impl KafkaDatabase {
 
     pub(crate) fn stop(&self) {
         self.stop.send_replace(true);
+    }
+
+    /// Whether a broker answers (within [`START_PROBE`]), before a store starts: once one
+    /// did, always; a "no" is kept for [`PROBE_KEPT`], so the block's other stores starting
+    /// at the same time do not each wait for it again.
+    pub(crate) async fn reachable(&self) -> bool {
+        let mut probed = self.probed.lock().await;
+        match *probed {
+            Some((_, true)) => return true,
+            Some((at, false)) if at.elapsed() < PROBE_KEPT => return false,
+            _ => {}
+        }
+        let up = topics::reachable(&self.storage, START_PROBE).await;
+        *probed = Some((Instant::now(), up));
+        up
+    }
+
+    /// Turns true when the block stops.
+    pub(crate) fn stopped(&self) -> watch::Receiver<bool> {
+        self.stop.subscribe()
+    }
+
+    /// When the local file was last written before this process opened it: how old a copy
+    /// served without the brokers is.
+    pub(crate) fn last_written(&self) -> std::time::SystemTime {
+        self.written
     }
 }
 

@@ -12,12 +12,21 @@
 //! - **Start.** Each entity's store makes or checks its topic, then reads it until it has
 //!   applied everything up to the end the topic had at start (its last stable offset; commit
 //!   markers of transactions are passed by reading the consumer's position once the topic is
-//!   quiet) before the service reports ready. A broker that cannot be reached at start makes
-//!   the entity answer 503 and retry every second, as for the other backends.
+//!   quiet) before the service reports ready. When no broker answers at start (a 3 s probe,
+//!   once per block), a store whose copy this process made before (a state row marks a topic
+//!   read to its end once) serves that copy as it was: reads go on, saying it may miss the
+//!   writes since its file was last written, writes answer 503, `/ready` says why, and the
+//!   topic is started in the background once a second until a broker answers. A store with
+//!   no copy answers 503 and retries every second, as for the other backends.
 //! - **Processor outputs** (`OutputStore`) are not written to a Kafka entity: that needs the
 //!   outputs and the processor's input position in one Kafka transaction. Projections of a
 //!   Kafka-stored model live in a local store of each process, computed from the change feed
 //!   of the topics, which every process reads in full (examples/egg-economy-kafka).
+//! - **One consumer and one producer per storage block**, however many entities it stores:
+//!   each topic's partitions are split off the consumer into queues of their own
+//!   ([`materialise::Reader`]); batches have transactional producers of their own per topic.
+//!   A client per topic kept 89 threads and 0.1 of a core busy in an idle egg-economy
+//!   process, which showed in the p99 of reads.
 //! - **A record the local store refuses** (a full disk) is tried again, later and later, with
 //!   the reason on `/ready`; nothing after it is applied first.
 //!

@@ -24,13 +24,20 @@ use meshql_store_sqlite::{LogVersion, SqliteStore};
 use std::sync::{Arc, OnceLock};
 use tokio::sync::watch;
 
+/// How often a store whose brokers could not be reached at start tries again.
+const START_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// One entity's store.
 pub struct KafkaStore {
     database: Arc<KafkaDatabase>,
     topic: String,
     local: Arc<SqliteStore>,
-    /// Set by [`Store::prepare`]: the writer and what the materialiser has applied.
-    running: OnceLock<Running>,
+    /// Set by [`Store::prepare`] (or, when the brokers could not be reached at start, by its
+    /// retries): the writer and what the materialiser has applied.
+    running: Arc<OnceLock<Running>>,
+    /// Set when [`Store::prepare`] could not reach the brokers and this process's copy was
+    /// served as it was: when the copy was last written.
+    degraded: OnceLock<std::time::SystemTime>,
 }
 
 struct Running {
@@ -46,8 +53,43 @@ impl KafkaStore {
             topic: database.storage().topic_of(table),
             database,
             local,
-            running: OnceLock::new(),
+            running: Arc::default(),
+            degraded: OnceLock::new(),
         }
+    }
+
+    /// Starts the topic in the background, once a second until the brokers answer.
+    fn start_later(&self) {
+        let (database, topic, local) = (
+            self.database.clone(),
+            self.topic.clone(),
+            self.local.clone(),
+        );
+        let running = self.running.clone();
+        let mut stop = database.stopped();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(START_RETRY) => {}
+                    _ = stop.changed() => return,
+                }
+                match database.start(&topic, local.clone()).await {
+                    Ok((writer, applied, health)) => {
+                        tracing::info!(
+                            topic,
+                            "kafka store: the brokers answer; writes are accepted again"
+                        );
+                        let _ = running.set(Running {
+                            writer,
+                            applied,
+                            health,
+                        });
+                        return;
+                    }
+                    Err(e) => tracing::debug!(topic, error = %e, "kafka store: not started yet"),
+                }
+            }
+        });
     }
 
     /// The entity's topic.
@@ -61,10 +103,25 @@ impl KafkaStore {
     }
 
     fn writer(&self) -> Result<&Writer, StoreError> {
-        self.running
+        self.running.get().map(|r| &r.writer).ok_or_else(|| {
+            StoreError::Unavailable(if self.degraded.get().is_some() {
+                format!(
+                    "kafka: no broker of {} could be reached since this process started",
+                    self.topic
+                )
+            } else {
+                format!("kafka: {} is not started", self.topic)
+            })
+        })
+    }
+
+    /// While the copy is served without the brokers: how old it is, in ms (since its file
+    /// was last written).
+    fn degraded_ms(&self) -> u64 {
+        self.degraded
             .get()
-            .map(|r| &r.writer)
-            .ok_or_else(|| StoreError::Unavailable(format!("kafka: {} is not started", self.topic)))
+            .and_then(|t| t.elapsed().ok())
+            .map_or(0, |d| d.as_millis() as u64)
     }
 
     /// The newest version of `id` (a tombstone included) if the caller may see it.
@@ -339,22 +396,54 @@ impl OutputStore for KafkaStore {}
 impl Store for KafkaStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
         self.local.prepare(templates).await?;
-        if self.running.get().is_some() {
+        if self.running.get().is_some() || self.degraded.get().is_some() {
             return Ok(());
         }
-        let (writer, applied, health) =
-            self.database.start(&self.topic, self.local.clone()).await?;
-        let _ = self.running.set(Running {
-            writer,
-            applied,
-            health,
-        });
-        Ok(())
+        let started = if self.database.reachable().await {
+            self.database.start(&self.topic, self.local.clone()).await
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "kafka: no broker of {} answers ({})",
+                self.topic,
+                self.database.storage().brokers
+            )))
+        };
+        match started {
+            Ok((writer, applied, health)) => {
+                let _ = self.running.set(Running {
+                    writer,
+                    applied,
+                    health,
+                });
+                Ok(())
+            }
+            // a copy this process made before is served while the brokers are away
+            Err(StoreError::Unavailable(why))
+                if crate::materialise::was_started(&self.local, &self.topic).await? =>
+            {
+                let written = self.database.last_written();
+                tracing::warn!(topic = self.topic, reason = %why,
+                    "kafka store: the brokers cannot be reached; reads are served from this \
+                     process's copy as it was, writes fail until they can");
+                let _ = self.degraded.set(written);
+                self.start_later();
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn ready(&self) -> Result<(), StoreError> {
         self.local.ready().await?;
         self.database.health(&self.topic)?;
+        if self.running.get().is_none() && self.degraded.get().is_some() {
+            return Err(StoreError::Unavailable(format!(
+                "kafka: no broker of {} could be reached since this process started: writes \
+                 fail; reads are served from its copy, which may miss writes of the last {} ms",
+                self.topic,
+                self.degraded_ms()
+            )));
+        }
         if let Some(r) = self.running.get() {
             if !r.health.brokers().reachable() {
                 return Err(StoreError::Unavailable(format!(
@@ -382,6 +471,13 @@ impl Store for KafkaStore {
                 records_behind: r.health.records_behind(),
                 skipped: r.applied.borrow().skipped,
                 reachable: r.health.brokers().reachable(),
+            });
+        } else if self.degraded.get().is_some() {
+            stats.log = Some(LogLag {
+                behind_ms: self.degraded_ms(),
+                records_behind: 0,
+                skipped: 0,
+                reachable: false,
             });
         }
         stats

@@ -245,6 +245,19 @@ async fn partitions(
     fetched.map_err(unreachable)
 }
 
+/// Whether a broker answers a metadata request within `timeout`: a start with the brokers
+/// away learns it at once instead of after the admin requests' 15 s.
+pub async fn reachable(storage: &KafkaStorage, timeout: Duration) -> bool {
+    let config = client_config(storage);
+    tokio::task::spawn_blocking(move || {
+        config
+            .create::<BaseConsumer>()
+            .is_ok_and(|client| client.fetch_metadata(None, timeout).is_ok())
+    })
+    .await
+    .unwrap_or(false)
+}
+
 /// The offset after the last committed record of each of `topic`'s `partitions` partitions
 /// (the last stable offset, as a `read_committed` reader sees the end): what a process
 /// starting up reads to before it serves.

@@ -153,13 +153,17 @@ impl Ctx {
     }
 
     /// The closed model the options ask for: `--profile`, else `--vus` users for
-    /// `--duration` when a duration is given, else `default`.
+    /// `--duration` when a duration is given, else `default`; with `--think-ms`'s think time.
     pub fn profile(&self, default: ClosedModel) -> ClosedModel {
-        match (&self.opts.profile, self.opts.duration) {
+        let mut model = match (&self.opts.profile, self.opts.duration) {
             (Some(p), _) => p.clone(),
             (None, Some(d)) => ClosedModel::constant(self.opts.vus, d),
             (None, None) => default,
+        };
+        if let Some(think) = self.opts.think {
+            model.think = think;
         }
+        model
     }
 
     /// `--vus` users for `--duration` (or `secs`), no ramp.
