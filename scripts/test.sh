@@ -67,7 +67,7 @@ fi
 # Real servers for the storage backends and the relays: installed if missing, started on
 # unusual loopback ports, stopped when the tests end. A test that needs one fails loudly if it
 # cannot start.
-trap 'scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16389 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16399 scripts/services/redis.sh stop; scripts/services/nats.sh stop; scripts/services/kafka.sh stop; scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres-replica.sh stop; scripts/services/postgres.sh stop' EXIT
+trap 'scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16389 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16399 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16419 MESHQL_REDIS_TLS=1 scripts/services/redis.sh stop; scripts/services/nats.sh stop; scripts/services/kafka.sh stop; scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres-replica.sh stop; scripts/services/postgres.sh stop' EXIT
 MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
 # a streaming hot standby of it, for the read-replica tests
 MESHQL_TEST_POSTGRES_REPLICA_URL=$(scripts/services/postgres-replica.sh start)

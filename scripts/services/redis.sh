@@ -9,6 +9,10 @@
 #   scripts/services/redis.sh destroy   # stops it and deletes its directory
 #   scripts/services/redis.sh url
 #
+# With MESHQL_REDIS_TLS=1 the server speaks TLS only (certificates of scripts/services/
+# tls-certs.sh under $MESHQL_SERVICES_DIR/redis/tls) and the URL is rediss://…;
+# `redis.sh ca` prints the file of the authority that signed it.
+#
 # Servers on other ports are separate (a test stops and restarts one of its own). Commands on
 # one port are serialised (tests running in parallel may all ask for the same server).
 set -euo pipefail
@@ -18,6 +22,13 @@ DIR=$BASE/redis/$PORT
 # shellcheck source=proc-lib.sh
 source "$(dirname "$0")/proc-lib.sh"
 URL="redis://127.0.0.1:$PORT"
+TLS=${MESHQL_REDIS_TLS:-}
+CERTS=$BASE/redis/tls
+CLI_TLS=()
+if [ -n "$TLS" ]; then
+  URL="rediss://127.0.0.1:$PORT"
+  CLI_TLS=(--tls --cacert "$CERTS/ca.crt")
+fi
 
 install() {
   command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 && return 0
@@ -30,7 +41,7 @@ install() {
 # The server answering on the port is the one we started (not another process's).
 ours() {
   local pid=$1
-  redis-cli -h 127.0.0.1 -p "$PORT" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"
+  redis-cli "${CLI_TLS[@]}" -h 127.0.0.1 -p "$PORT" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$pid"
 }
 
 running() { [ -f "$DIR/pid" ] && alive "$(cat "$DIR/pid")" && ours "$(cat "$DIR/pid")"; }
@@ -47,7 +58,14 @@ start() {
   if ! running; then
     # No config file: the defaults, then these. `--save ""` and `--appendonly no`: nothing
     # is written to disk; `--logfile ""`: the log goes to server.log.
-    nohup redis-server --bind 127.0.0.1 --port "$PORT" --dir "$DIR" \
+    local listen=(--port "$PORT")
+    if [ -n "$TLS" ]; then
+      "$(dirname "$0")/tls-certs.sh" "$CERTS" >/dev/null
+      listen=(--port 0 --tls-port "$PORT" --tls-cert-file "$CERTS/server.crt"
+        --tls-key-file "$CERTS/server.key" --tls-ca-cert-file "$CERTS/ca.crt"
+        --tls-auth-clients no)
+    fi
+    nohup redis-server --bind 127.0.0.1 "${listen[@]}" --dir "$DIR" \
       --save "" --appendonly no --daemonize no --logfile "" \
       </dev/null >"$DIR/server.log" 2>&1 9>&- &
     echo $! >"$DIR/pid"
@@ -66,5 +84,6 @@ case "${1:-start}" in
   stop) lock; stop ;;
   destroy) lock; destroy ;;
   url) echo "$URL" ;;
-  *) echo "usage: $0 start|stop|destroy|url" >&2; exit 2 ;;
+  ca) "$(dirname "$0")/tls-certs.sh" "$CERTS" >/dev/null; echo "$CERTS/ca.crt" ;;
+  *) echo "usage: $0 start|stop|destroy|url|ca" >&2; exit 2 ;;
 esac

@@ -115,9 +115,9 @@ thread_local! {
 pub(crate) struct Link(Arc<LinkState>);
 
 impl Link {
-    /// Only a URL the client library rejects is an error.
-    pub(crate) fn new(settings: &RedisSettings) -> RedisResult<Link> {
-        let client = redis::Client::open(settings.url.trim())?;
+    /// Only settings the client library rejects (checked before) are an error.
+    pub(crate) fn new(settings: &RedisSettings) -> Result<Link, meshql_core::SettingError> {
+        let client = settings.client()?;
         // No retries of its own: a failed reconnect is tried again by the next call let
         // through the gate.
         let config = ConnectionManagerConfig::new()

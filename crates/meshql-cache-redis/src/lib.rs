@@ -18,8 +18,9 @@
 //! again. For the same reason Redis should keep nothing on disk (`save ""`, `appendonly no`):
 //! restored from a snapshot, it would bring back generations older than the writes made since,
 //! next to answers read before those writes. Keys and tags are UTF-8 text of any kind (including the unit separator); Redis keys
-//! are binary-safe. Cluster mode is not supported (a read touches several keys in one call),
-//! nor TLS (`rediss://`: the client is built without it).
+//! are binary-safe. Cluster mode is not supported (a read touches several keys in one call).
+//! TLS is: `rediss://` (rustls; the server's certificate and name verified against the
+//! system's roots, or the authorities of `ca_file`).
 //!
 //! **One round trip per call.** [`get`](meshql_engine::SharedCache::get) is one `MGET` of the
 //! tags' generations and stamps and the answer; [`put`](meshql_engine::SharedCache::put) one

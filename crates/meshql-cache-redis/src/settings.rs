@@ -22,9 +22,13 @@ const MAX_PREFIX_LEN: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {
-    /// Server URL: `redis://[user:password@]host[:port][/db]`, e.g. `redis://127.0.0.1:6379`
-    /// (no TLS: `rediss://` is refused).
+    /// Server URL: `redis://[user:password@]host[:port][/db]`, e.g. `redis://127.0.0.1:6379`,
+    /// or `rediss://…` for TLS (the server's certificate is verified, its name included).
     pub url: String,
+    /// With `rediss://`: a PEM file of the certificate authorities to trust instead of the
+    /// system's (a path relative to the working directory, as libpq's `sslrootcert`).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
     /// Every key starts with `<prefix>:`, so several services can share one Redis
     /// (letters, digits, `_`, `-`, `.` and inner `:`; default `meshql`).
     #[serde(default = "default_prefix")]
@@ -77,16 +81,14 @@ impl RedisSettings {
                 "must start with `redis://`, e.g. `redis://127.0.0.1:6379`",
             ));
         }
-        if url.starts_with("rediss://") {
-            // The client is built without TLS (the workspace enables no TLS feature of `redis`).
+        if self.ca_file.is_some() && !url.starts_with("rediss://") {
             return Err(SettingError::new(
-                "url",
-                "`rediss://` (TLS) is not supported by this build; use `redis://`",
+                "ca_file",
+                "is for TLS: the url must start with `rediss://`",
             ));
         }
         // The client library's own parser (the URL is not repeated: it may hold a password).
-        redis::Client::open(url)
-            .map_err(|e| SettingError::new("url", format!("not a usable Redis URL: {e}")))?;
+        self.client()?;
         check_prefix(&self.prefix)?;
         for (field, value) in [
             ("timeout_ms", self.timeout_ms),
@@ -100,6 +102,37 @@ impl RedisSettings {
             }
         }
         Ok(())
+    }
+
+    /// The client of these settings: the URL parsed, and for `rediss://` with a `ca_file`,
+    /// its certificates read. Errors name the field.
+    pub(crate) fn client(&self) -> Result<redis::Client, SettingError> {
+        let url = self.url.trim();
+        let Some(path) = &self.ca_file else {
+            return redis::Client::open(url)
+                .map_err(|e| SettingError::new("url", format!("not a usable Redis URL: {e}")));
+        };
+        let pem = std::fs::read(path).map_err(|e| {
+            SettingError::new("ca_file", format!("cannot read {}: {e}", path.display()))
+        })?;
+        if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+            return Err(SettingError::new(
+                "ca_file",
+                format!("{} holds no PEM certificate", path.display()),
+            ));
+        }
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        };
+        redis::Client::build_with_tls(url, certificates).map_err(|e| {
+            let field = if e.to_string().contains("certificate") {
+                "ca_file"
+            } else {
+                "url"
+            };
+            SettingError::new(field, format!("not usable: {e}"))
+        })
     }
 
     /// The bound of every call.
@@ -185,6 +218,7 @@ impl std::fmt::Debug for RedisTarget {
             .field("prefix", &self.0.prefix)
             .field("timeout_ms", &self.0.timeout_ms)
             .field("connect_timeout_ms", &self.0.connect_timeout_ms)
+            .field("ca_file", &self.0.ca_file)
             .finish()
     }
 }
@@ -194,7 +228,7 @@ impl SharedCacheTarget for RedisTarget {
     async fn connect(
         &self,
     ) -> Result<Arc<dyn SharedCache>, Box<dyn std::error::Error + Send + Sync>> {
-        let link = Link::new(&self.0)?;
+        let link = Link::new(&self.0).map_err(|e| e.to_string())?;
         Ok(Arc::new(RedisCache::new(&self.0, link)))
     }
 }

@@ -38,6 +38,29 @@ fn service(port: u16, command: &str) -> String {
         .to_owned()
 }
 
+/// The port of the TLS server (`MESHQL_REDIS_TLS=1`; no other test uses it).
+const TLS_PORT: u16 = 16419;
+
+/// Runs `redis.sh <command>` for the TLS server; its output, trimmed.
+fn tls_service(command: &str) -> String {
+    let out = Command::new(SCRIPT)
+        .arg(command)
+        .env("MESHQL_REDIS_PORT", TLS_PORT.to_string())
+        .env("MESHQL_REDIS_TLS", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {SCRIPT}: {e}"));
+    assert!(
+        out.status.success(),
+        "`MESHQL_REDIS_TLS=1 redis.sh {command}` failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("UTF-8")
+        .trim()
+        .to_owned()
+}
+
 /// The URL of the server most tests share, started once per test binary.
 fn shared_url() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
@@ -136,9 +159,19 @@ fn settings_errors_name_the_field() {
             "not a usable Redis URL",
         ),
         (
-            json!({ "url": "rediss://h:6380" }),
-            "url",
-            "`rediss://` (TLS) is not supported",
+            json!({ "url": "redis://h:6380", "ca_file": "ca.crt" }),
+            "ca_file",
+            "must start with `rediss://`",
+        ),
+        (
+            json!({ "url": "rediss://h:6380", "ca_file": "/nonexistent/ca.crt" }),
+            "ca_file",
+            "cannot read /nonexistent/ca.crt",
+        ),
+        (
+            json!({ "url": "rediss://h:6380", "ca_file": SCRIPT }),
+            "ca_file",
+            "holds no PEM certificate",
         ),
         (json!({ "url": 6379 }), "url", "expected a string"),
         (
@@ -199,6 +232,10 @@ fn settings_errors_name_the_field() {
 
     let fine = json!({ "url": "redis://127.0.0.1:1", "prefix": "a.b:c-d_e", "timeout_ms": 60000 });
     RedisBackend.configure(&fine).expect("accepted");
+    // TLS: with the system's roots, or an authority's file
+    RedisBackend
+        .configure(&json!({ "url": "rediss://127.0.0.1:1" }))
+        .expect("accepted");
 }
 
 #[tokio::test]
@@ -429,4 +466,64 @@ async fn a_redis_that_is_down_fails_calls_quickly_until_it_is_back() {
     );
 
     service(DOWN_PORT, "destroy");
+}
+
+/// `rediss://`: a server whose certificate the client's `ca_file` vouches for is used like any
+/// other; one signed by an authority the client does not trust is never talked to (every call
+/// fails quickly, so reads go to storage), nor is a plain-text client answered by it.
+#[tokio::test]
+async fn rediss_verifies_the_server_against_ca_file() {
+    let url = tls_service("start");
+    assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
+    let ca = tls_service("ca");
+    let ttl = Duration::from_secs(60);
+
+    let trusted = connect(
+        &url,
+        &prefix("tls"),
+        json!({ "ca_file": ca, "timeout_ms": 5000 }),
+    )
+    .await;
+    eventually("a put over TLS", Duration::from_secs(10), || {
+        trusted.put("k", b"over tls".to_vec(), ttl)
+    })
+    .await;
+    let (_, entry) = trusted.get("k", &tags(&["e:egg"])).await.unwrap();
+    assert_eq!(entry.as_deref(), Some(&b"over tls"[..]));
+    trusted.advance(&tags(&["e:egg"]), 7).await.unwrap();
+    let (states, _) = trusted.get("k", &tags(&["e:egg"])).await.unwrap();
+    assert_eq!(states, vec![state(1, 7)]);
+
+    // an unrelated authority: the handshake fails, and so does every call, quickly
+    let other = std::path::Path::new(&ca).with_file_name("other-ca.crt");
+    let untrusted = connect(
+        &url,
+        &prefix("tls-untrusted"),
+        json!({ "ca_file": other, "timeout_ms": 500, "connect_timeout_ms": 500 }),
+    )
+    .await;
+    for _ in 0..3 {
+        let started = Instant::now();
+        untrusted
+            .get("k", &[])
+            .await
+            .expect_err("an untrusted server");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+    // plain text to a TLS port is no answer either
+    let plain = connect(
+        &url.replacen("rediss://", "redis://", 1),
+        &prefix("tls-plain"),
+        json!({ "timeout_ms": 500, "connect_timeout_ms": 500 }),
+    )
+    .await;
+    plain
+        .get("k", &[])
+        .await
+        .expect_err("plain text to a TLS port");
+    tls_service("stop");
 }

@@ -312,6 +312,58 @@ async fn redis_stopped_under_load_costs_no_request_and_is_used_again_when_back()
     }
 }
 
+/// Runs `redis.sh <action>` for the TLS Redis (`MESHQL_REDIS_TLS=1`, port 16419).
+fn redis_tls(action: &str) -> String {
+    let out = Command::new(redis_script())
+        .arg(action)
+        .env("MESHQL_REDIS_PORT", "16419")
+        .env("MESHQL_REDIS_TLS", "1")
+        .output()
+        .expect("run scripts/services/redis.sh");
+    assert!(
+        out.status.success(),
+        "MESHQL_REDIS_TLS=1 redis.sh {action} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_on_rediss_serves_hits_over_tls() {
+    let url = redis_tls("start");
+    let ca = redis_tls("ca");
+    let prefix = format!("tls{}", std::process::id());
+    let block = format!(
+        "[cache]\nredis = {{ url = \"{url}\", ca_file = \"{ca}\", prefix = \"{prefix}\", timeout_ms = 2000 }}\n"
+    );
+    let dir = farm_with("farm", &block);
+    let data = tempfile::tempdir().unwrap();
+    let server =
+        Server::start_sharing(&dir.path().join("meshql.toml"), data.path(), &[], &[], None);
+    let c = server.client();
+    let farm = post(&c, "/farm/api", json!({"name": "over tls"})).await;
+    for _ in 0..5 {
+        let r = c.get(&format!("/farm/api/{farm}")).await;
+        r.expect_status(200);
+        assert_eq!(r.json()["name"], "over tls");
+    }
+    c.put_json(&format!("/farm/api/{farm}"), &json!({ "name": "changed" }))
+        .await
+        .expect_status(200);
+    assert_eq!(
+        c.get(&format!("/farm/api/{farm}")).await.json()["name"],
+        "changed"
+    );
+    let hits = metric(&c, "meshql_cache_hits_total").await;
+    assert!(
+        hits >= 3,
+        "reads after the first (and its fill) are hits: {hits}"
+    );
+    assert_eq!(metric(&c, "meshql_cache_errors_total").await, 0);
+    server.stop_gracefully();
+    redis_tls("stop");
+}
+
 #[test]
 fn a_bad_redis_setting_is_refused_by_check_naming_the_field_and_line() {
     let dir = farm_with("farm", "[cache]\nredis = { url = \"http://nope\" }\n");
