@@ -58,7 +58,8 @@ impl KafkaStore {
         }
     }
 
-    /// Starts the topic in the background, once a second until the brokers answer.
+    /// Starts the topic in the background, once a second (a probe at most every few seconds)
+    /// until the brokers answer.
     fn start_later(&self) {
         let (database, topic, local) = (
             self.database.clone(),
@@ -72,6 +73,11 @@ impl KafkaStore {
                 tokio::select! {
                     _ = tokio::time::sleep(START_RETRY) => {}
                     _ = stop.changed() => return,
+                }
+                // a quick probe first: a start with the brokers away waits out the admin
+                // requests' timeout
+                if !database.reachable().await {
+                    continue;
                 }
                 match database.start(&topic, local.clone()).await {
                     Ok((writer, applied, health)) => {
