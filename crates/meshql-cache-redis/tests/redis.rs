@@ -18,16 +18,22 @@ const SCRIPT: &str = concat!(
 /// The port of the server the down test stops and starts (no other test uses it).
 const DOWN_PORT: u16 = 16389;
 
-/// Runs `redis.sh <command>` for the server on `port`; its output, trimmed.
-fn service(port: u16, command: &str) -> String {
-    let out = Command::new(SCRIPT)
+/// Runs `redis.sh <command>` for the server on `port` (speaking TLS when `tls`); its output,
+/// trimmed.
+fn run_script(port: u16, command: &str, tls: bool) -> String {
+    let mut script = Command::new(SCRIPT);
+    script
         .arg(command)
-        .env("MESHQL_REDIS_PORT", port.to_string())
+        .env("MESHQL_REDIS_PORT", port.to_string());
+    if tls {
+        script.env("MESHQL_REDIS_TLS", "1");
+    }
+    let out = script
         .output()
         .unwrap_or_else(|e| panic!("cannot run {SCRIPT}: {e}"));
     assert!(
         out.status.success(),
-        "`redis.sh {command}` (port {port}) failed ({}):\n{}{}",
+        "`redis.sh {command}` (port {port}, tls {tls}) failed ({}):\n{}{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -38,27 +44,17 @@ fn service(port: u16, command: &str) -> String {
         .to_owned()
 }
 
+/// Runs `redis.sh <command>` for the server on `port`; its output, trimmed.
+fn service(port: u16, command: &str) -> String {
+    run_script(port, command, false)
+}
+
 /// The port of the TLS server (`MESHQL_REDIS_TLS=1`; no other test uses it).
 const TLS_PORT: u16 = 16419;
 
 /// Runs `redis.sh <command>` for the TLS server; its output, trimmed.
 fn tls_service(command: &str) -> String {
-    let out = Command::new(SCRIPT)
-        .arg(command)
-        .env("MESHQL_REDIS_PORT", TLS_PORT.to_string())
-        .env("MESHQL_REDIS_TLS", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {SCRIPT}: {e}"));
-    assert!(
-        out.status.success(),
-        "`MESHQL_REDIS_TLS=1 redis.sh {command}` failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .expect("UTF-8")
-        .trim()
-        .to_owned()
+    run_script(TLS_PORT, command, true)
 }
 
 /// The URL of the server most tests share, started once per test binary.

@@ -22,11 +22,19 @@ fn redis_script() -> PathBuf {
 
 /// Starts (or finds) the test Redis on `port` and returns its URL; fails loudly if it cannot.
 fn redis(port: u16, action: &str) -> String {
-    let out = Command::new(redis_script())
+    redis_script_run(port, action, false)
+}
+
+/// Runs `redis.sh <action>` for the server on `port` (with TLS when `tls`): its output.
+fn redis_script_run(port: u16, action: &str, tls: bool) -> String {
+    let mut script = Command::new(redis_script());
+    script
         .arg(action)
-        .env("MESHQL_REDIS_PORT", port.to_string())
-        .output()
-        .expect("run scripts/services/redis.sh");
+        .env("MESHQL_REDIS_PORT", port.to_string());
+    if tls {
+        script.env("MESHQL_REDIS_TLS", "1");
+    }
+    let out = script.output().expect("run scripts/services/redis.sh");
     assert!(
         out.status.success(),
         "redis.sh {action} failed: {}{}",
@@ -314,18 +322,7 @@ async fn redis_stopped_under_load_costs_no_request_and_is_used_again_when_back()
 
 /// Runs `redis.sh <action>` for the TLS Redis (`MESHQL_REDIS_TLS=1`, port 16419).
 fn redis_tls(action: &str) -> String {
-    let out = Command::new(redis_script())
-        .arg(action)
-        .env("MESHQL_REDIS_PORT", "16419")
-        .env("MESHQL_REDIS_TLS", "1")
-        .output()
-        .expect("run scripts/services/redis.sh");
-    assert!(
-        out.status.success(),
-        "MESHQL_REDIS_TLS=1 redis.sh {action} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    redis_script_run(16419, action, true)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
