@@ -395,7 +395,7 @@ impl ChangeFeed for KafkaStore {
 /// Processor outputs are not written to a Kafka entity (the default refusal): they would need
 /// the outputs and the processor's input position in one Kafka transaction. Projections of a
 /// Kafka-stored model live in a local store of each process instead, computed from the log
-/// every process reads in full (docs/STORAGE.md).
+/// every process reads in full (the crate docs; examples/egg-economy-kafka).
 impl OutputStore for KafkaStore {}
 
 #[async_trait]
