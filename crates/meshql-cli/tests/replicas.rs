@@ -23,6 +23,16 @@ fn psql(url: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// Whether the standby at `replica` has replayed the primary's WAL up to `lsn` (false while
+/// it cannot even be connected to: the database itself is not replayed yet).
+fn replayed(replica: &str, lsn: &str) -> bool {
+    let sql = format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn");
+    Command::new("psql")
+        .args([replica, "-X", "-tAc", &sql])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "t")
+}
+
 /// Tests that pause the standby's replay take turns (a paused standby stalls the others).
 static STANDBY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -120,6 +130,13 @@ async fn reads_come_from_the_standby_and_writes_from_the_primary() {
     })
     .await;
     eprintln!("a write became readable through the standby after {lag:?}");
+    // and the standby itself has replayed all of it (the reads above may have been shed to
+    // the primary: under load the standby can lag behind the tables' creation)
+    let lsn = psql(&primary, "SELECT pg_current_wal_lsn()");
+    until("the standby replays the primary's position", async || {
+        replayed(&replica, &lsn)
+    })
+    .await;
 
     // replay paused: new writes are not readable, but writes (and updates of documents the
     // standby does not have yet) succeed on the primary
