@@ -655,7 +655,8 @@ impl Projection {
             return Ok(doc);
         }
         let mut related: HashMap<&str, Option<Map<String, Value>>> = HashMap::new();
-        for (l, id) in self.spec.lookups.iter().zip(self.related_ids(group)) {
+        // the related ids were read off the group once, when its index rows were written
+        for (l, id) in self.spec.lookups.iter().zip(group.l.iter().cloned()) {
             let found = match id {
                 Some(id) => {
                     let k = (l.entity.clone(), id.clone());
