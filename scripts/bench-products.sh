@@ -6,18 +6,24 @@
 # table at the end with the seed's columns. Starts the servers it needs
 # (scripts/services/{postgres,postgres-replica,redis}.sh); reports go to target/bench-products/.
 #
-# Usage: scripts/bench-products.sh [products=100000] [step_secs=30] [writes_per_sec=1000]
+# Usage: scripts/bench-products.sh [products=100000] [step_secs=30] [writes_per_sec=1000] [rounds=1]
+# (writes_per_sec 0: the variants without writes only). With several rounds every variant runs
+# once per round, in turn, and each cell is the median of its rounds (p95's range beside it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-100000}
 STEP=${2:-30}
 WRITES=${3:-1000}
+ROUNDS=${4:-1}
 STAMP=$(date +%s)
 OUT=target/bench-products
 rm -rf "$OUT" && mkdir -p "$OUT"
 
-cargo build --release -q -p meshql
-MESHQL=target/release/meshql
+# MESHQL=path/to/meshql: measure that binary instead of building this tree's
+if [ -z "${MESHQL:-}" ]; then
+  cargo build --release -q -p meshql
+  MESHQL=target/release/meshql
+fi
 PG=$(scripts/services/postgres.sh start)
 REPLICA=$(scripts/services/postgres-replica.sh start)
 REDIS=$(scripts/services/redis.sh start)
@@ -37,8 +43,8 @@ base | sed 's/^url = "${DATABASE_URL}"$/url = "${DATABASE_URL}"\nread_url = "${D
   printf '\n[cache]\nredis = { url = "%s", prefix = "benchr%s" }\n' "$REDIS" "$STAMP"; } >"$CONF/replica-redis.toml"
 
 n=0
-run() { # variant writes_per_sec
-  local variant=$1 writes=$2 label="$1-w$2"
+run() { # variant writes_per_sec round
+  local variant=$1 writes=$2 label="$1-w$2-r$3"
   n=$((n + 1))
   local db="products_${STAMP}_$n"
   psql "$PG" -qc "CREATE DATABASE $db" >/dev/null
@@ -52,33 +58,49 @@ run() { # variant writes_per_sec
   psql "$PG" -qc "DROP DATABASE $db" >/dev/null || true
 }
 
-for writes in 0 "$WRITES"; do
-  for variant in primary cache redis replica replica-redis; do
-    run "$variant" "$writes"
+for writes in $(printf '%s\n' 0 "$WRITES" | sort -un); do
+  for round in $(seq "$ROUNDS"); do
+    for variant in primary cache redis replica replica-redis; do
+      run "$variant" "$writes" "$round"
+    done
   done
 done
 
 python3 - "$OUT" <<'PY'
-import json, os, sys
+import json, os, re, statistics, sys
 out = sys.argv[1]
 variants = ["primary", "cache", "redis", "replica", "replica-redis"]
-print("| variant | writes/s | 300/s p50 / p95 / p99 ms | 900/s p50 / p95 / p99 ms | sweep: highest rate with p95 ≤ bound | p95 there |")
-print("|---|---:|---|---|---:|---:|")
-for writes in sorted({int(d.rsplit("-w", 1)[1]) for d in os.listdir(out) if "-w" in d and os.path.isdir(f"{out}/{d}")}):
-    for v in variants:
-        path = f"{out}/{v}-w{writes}/report.json"
-        if not os.path.exists(path):
-            continue
+runs_of = {}  # (variant, writes) -> [runs of one round]
+for d in sorted(os.listdir(out)):
+    m = re.fullmatch(r"(.+)-w(\d+)-r(\d+)", d)
+    path = f"{out}/{d}/report.json"
+    if m and os.path.exists(path):
         runs = [r for s in json.load(open(path))["scenarios"] for r in s["runs"]]
-        by = {r["label"]: r for r in runs}
+        runs_of.setdefault((m[1], int(m[2])), []).append(runs)
+rounds = max((len(v) for v in runs_of.values()), default=0)
+print(f"| variant | writes/s | 300/s p50 / p95 / p99 ms | 900/s p50 / p95 / p99 ms | sweep: highest rate with p95 ≤ 2 ms (p95) |")
+print("|---|---:|---|---|---|")
+if rounds > 1:
+    print(f"<!-- each cell: the median of {rounds} rounds; [min–max] of p95 -->")
+for writes in sorted({w for _, w in runs_of}):
+    for v in variants:
+        rs = runs_of.get((v, writes))
+        if not rs:
+            continue
         def cell(label):
-            r = by.get(label)
-            if not r:
+            os_ = [r["overall"] for runs in rs for r in runs if r["label"] == label]
+            if not os_:
                 return "–"
-            o = r["overall"]
-            return f"{o['med_ms']:.2f} / {o['p95_ms']:.2f} / {o['p99_ms']:.2f}"
-        sweep = [r for r in runs if r["label"] not in ("300/s", "900/s")]
-        ok = [r for r in sweep if r["overall"]["p95_ms"] <= 2.0 and r.get("dropped", 0) == 0]
-        best = ok[-1] if ok else None
-        print(f"| {v} | {writes} | {cell('300/s')} | {cell('900/s')} | {best['label'] if best else '–'} | {best['overall']['p95_ms']:.2f} |" if best else f"| {v} | {writes} | {cell('300/s')} | {cell('900/s')} | – | – |")
+            med = lambda k: statistics.median(o[k] for o in os_)
+            text = f"{med('med_ms'):.2f} / {med('p95_ms'):.2f} / {med('p99_ms'):.2f}"
+            if len(os_) > 1:
+                p95 = [o["p95_ms"] for o in os_]
+                text += f" [{min(p95):.2f}–{max(p95):.2f}]"
+            return text
+        best = []
+        for runs in rs:
+            ok = [r for r in runs if r["label"] not in ("300/s", "900/s")
+                  and r["overall"]["p95_ms"] <= 2.0 and r.get("dropped", 0) == 0]
+            best.append(f"{ok[-1]['label']} ({ok[-1]['overall']['p95_ms']:.2f})" if ok else "–")
+        print(f"| {v} | {writes} | {cell('300/s')} | {cell('900/s')} | {' · '.join(best)} |")
 PY

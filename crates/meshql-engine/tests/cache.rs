@@ -186,6 +186,59 @@ async fn a_read_by_id_is_served_from_the_cache_until_its_document_is_written() {
     assert_eq!((counts.hits, counts.misses), (3, 4), "{counts:?}");
 }
 
+/// "Not found" is cached under the document's tag like any answer, and every way a document
+/// can come to be under an id it was asked for before advances that tag: a processor's
+/// output (ids chosen by the writer), and another process's write arriving by the feed.
+#[tokio::test]
+async fn a_missing_document_is_cached_until_a_write_names_its_id() {
+    let w = world();
+    let missing = |id: &'static str| {
+        let w = &w;
+        async move { w.service.read(&w.session, id, None).await.unwrap() }
+    };
+    for _ in 0..3 {
+        assert!(missing("chosen-1").await.is_none());
+    }
+    assert_eq!(w.behind.reads(), 1, "the second and third reads were hits");
+
+    let mut batch = meshql_core::OutputBatch::new("test", 1);
+    batch.writes.push(meshql_core::OutputWrite::Put {
+        id: "chosen-1".into(),
+        payload: json!({"name": "made"}).to_string(),
+    });
+    w.service.apply_output(&w.session, batch).await.unwrap();
+    let got = missing("chosen-1")
+        .await
+        .expect("the output is seen at once");
+    assert_eq!(name_of(&got), "made");
+    assert_eq!(w.behind.reads(), 2);
+
+    // another process creates `chosen-2` in the same store; its change comes by the feed
+    assert!(missing("chosen-2").await.is_none());
+    let ctx = meshql_core::WriteContext::default();
+    let doc = meshql_core::NewDocument::with_id(
+        "chosen-2",
+        json!({"name": "elsewhere"}).as_object().unwrap().clone(),
+    );
+    let made = w.service.writer().create(doc, &ctx).await.unwrap();
+    assert!(
+        missing("chosen-2").await.is_none(),
+        "until the feed brings the change, the answer stands"
+    );
+    w.cache.invalidated("hen", "chosen-2", made.created_at);
+    let got = missing("chosen-2")
+        .await
+        .expect("seen once the feed brought it");
+    assert_eq!(name_of(&got), "elsewhere");
+
+    // a delete brings "not found" back at once, and it is cached again
+    w.service.remove(&w.session, "chosen-2").await.unwrap();
+    let before = w.behind.reads();
+    assert!(missing("chosen-2").await.is_none());
+    assert!(missing("chosen-2").await.is_none());
+    assert_eq!(w.behind.reads(), before + 1);
+}
+
 #[tokio::test]
 async fn lists_and_searches_are_invalidated_by_any_write_to_their_entity() {
     let w = world();

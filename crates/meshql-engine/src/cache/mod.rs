@@ -120,6 +120,8 @@ pub trait SharedCacheTarget: std::fmt::Debug + Send + Sync {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum Answer {
     One(Envelope),
+    /// A read by id found no document (see [`CachedReader`]'s `read`).
+    Absent,
     Envelopes(Vec<Envelope>),
     Rows(Vec<Row>),
     Keyed(KeyedRows),
@@ -143,6 +145,7 @@ impl Answer {
         }
         let bytes = match self {
             Answer::One(e) => env(e),
+            Answer::Absent => 64,
             Answer::Envelopes(v) => v.iter().map(env).sum(),
             Answer::Rows(v) => v.iter().map(|r| 48 + r.id.len() + r.payload.len()).sum(),
             Answer::Keyed(v) => v

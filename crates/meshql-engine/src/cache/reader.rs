@@ -176,16 +176,25 @@ fn fits(entry: &Entry, states: &[TagState], moment: Moment) -> bool {
 #[async_trait]
 impl StoreReader for CachedReader {
     async fn read(&self, id: &str, ctx: &ReadContext<'_>) -> Result<Option<Envelope>, StoreError> {
-        // a document that is not there is not cached: its creation may not name its id to the
-        // cache before it is read (a failed write whose outcome is unknown)
+        // "not found" is cached too, under the document's tag, as a search by id's empty
+        // answer is: an id is named to the cache by every write that may create it. Ids the
+        // engine generates are fresh (UUIDv7), so no read can have asked for one before its
+        // create, whatever that create's outcome; ids chosen by the writer (processor outputs,
+        // legacy mappings) are advanced on every outcome (`EntityService::apply_output`).
         self.through(
             self.key("read", ctx).part(id),
             vec![self.document(id)],
             ctx.at,
             self.inner.read(id, ctx),
-            |found| found.clone().map(Answer::One),
+            |found| {
+                Some(match found {
+                    Some(e) => Answer::One(e.clone()),
+                    None => Answer::Absent,
+                })
+            },
             |a| match a {
                 Answer::One(e) => Some(Some(e.clone())),
+                Answer::Absent => Some(None),
                 _ => None,
             },
         )
