@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Seed 004's variants side by side: `meshql bench products` (GET by random id over N seeded
 # products at 300/s, 900/s, then a sweep) on PostgreSQL as the seed ran it — the primary alone,
-# with meshql's in-process cache, with Redis, on a streaming replica, on the replica with Redis —
-# each without and with concurrent writes (new products POSTed to the primary). One Markdown
+# with meshql's in-process cache, with Redis, on a streaming replica, on the replica with Redis,
+# and the last two as a CQRS pair (`--role write` for the seeding and the writes, `--role read`
+# on the replica for the reads: read-role, read-role-redis) — each without and with concurrent
+# writes (new products POSTed to the primary). VARIANTS="…" runs some of them. One Markdown
 # table at the end with the seed's columns. Starts the servers it needs
 # (scripts/services/{postgres,postgres-replica,redis}.sh); reports go to target/bench-products/.
 #
@@ -44,13 +46,17 @@ base | sed 's/^url = "${DATABASE_URL}"$/url = "${DATABASE_URL}"\nread_url = "${D
 
 n=0
 run() { # variant writes_per_sec round
-  local variant=$1 writes=$2 label="$1-w$2-r$3"
+  local variant=$1 writes=$2 label="$1-w$2-r$3" config=$1 roles=()
+  case $variant in
+    read-role) config=replica roles=(--cqrs) ;;
+    read-role-redis) config=replica-redis roles=(--cqrs) ;;
+  esac
   n=$((n + 1))
   local db="products_${STAMP}_$n"
   psql "$PG" -qc "CREATE DATABASE $db" >/dev/null
   echo "== $label" >&2
   DATABASE_URL="${PG%/*}/$db" DATABASE_READ_URL="${REPLICA%/*}/$db" MESHQL_DATA_DIR="$OUT/$label-data" \
-    "$MESHQL" bench products --config "$CONF/$variant.toml" --products "$N" --step-secs "$STEP" \
+    "$MESHQL" bench products --config "$CONF/$config.toml" "${roles[@]}" --products "$N" --step-secs "$STEP" \
     --writes-per-sec "$writes" --out "$OUT/$label" >"$OUT/$label.log" 2>&1 \
     || echo "   $label: a threshold failed or a run had errors; see $OUT/$label.log" >&2
   [ -f "$OUT/$label/report.json" ] || { tail -40 "$OUT/$label.log" >&2; exit 1; }
@@ -60,7 +66,7 @@ run() { # variant writes_per_sec round
 
 for writes in $(printf '%s\n' 0 "$WRITES" | sort -un); do
   for round in $(seq "$ROUNDS"); do
-    for variant in primary cache redis replica replica-redis; do
+    for variant in ${VARIANTS:-primary cache redis replica replica-redis read-role read-role-redis}; do
       run "$variant" "$writes" "$round"
     done
   done
@@ -69,7 +75,7 @@ done
 python3 - "$OUT" <<'PY'
 import json, os, re, statistics, sys
 out = sys.argv[1]
-variants = ["primary", "cache", "redis", "replica", "replica-redis"]
+variants = ["primary", "cache", "redis", "replica", "replica-redis", "read-role", "read-role-redis"]
 runs_of = {}  # (variant, writes) -> [runs of one round]
 for d in sorted(os.listdir(out)):
     m = re.fullmatch(r"(.+)-w(\d+)-r(\d+)", d)

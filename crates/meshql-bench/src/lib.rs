@@ -66,6 +66,9 @@ pub struct Options {
     pub step_secs: u64,
     /// Rounds of the throughput scenario (medians reported).
     pub rounds: usize,
+    /// Products (local mode): serve the config as a `--role write` and a `--role read`
+    /// process, seeding and writes to the first, reads to the second.
+    pub cqrs: bool,
     /// Seconds of each point of the throughput scenario's latency-vs-load curves (open
     /// model at fractions of each path's measured saturation); 0 measures no curve.
     pub curve_secs: f64,
@@ -109,6 +112,7 @@ impl Options {
             sweep_p95_ms: 2.0,
             step_secs: 30,
             rounds: 1,
+            cqrs: false,
             curve_secs: 2.0,
             ceiling: None,
             writes_per_sec: 0.0,

@@ -84,6 +84,11 @@ pub struct BenchRun {
     /// coop of their own), to measure reads with writes flowing (e.g. through `[cache]`).
     #[arg(long, default_value_t = 0.0)]
     writes_per_sec: f64,
+    /// Products (local mode): serve the config as `--role write` and `--role read` (one data
+    /// directory): products are seeded and written through the write process and read through
+    /// the read process (with `read_url`, on the replica)
+    #[arg(long)]
+    cqrs: bool,
     /// Iterations per second of the `soak` scenario (a fixed arrival rate; each iteration is
     /// one of the egg-economy suite's, 3.75 requests on average).
     #[arg(long, default_value_t = 1000.0)]
@@ -254,6 +259,7 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
     opts.soak_rate = args.soak_rate;
     opts.ceiling = args.ceiling;
     opts.writes_per_sec = args.writes_per_sec.max(0.0);
+    opts.cqrs = args.cqrs;
     opts.bounds = Bounds {
         p95_ms: args.max_p95_ms,
         error_rate: args.max_error_rate,

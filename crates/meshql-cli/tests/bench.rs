@@ -420,6 +420,59 @@ fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
         .is_file());
 }
 
+/// `--cqrs`: products seeded and written through a `--role write` process, read through a
+/// `--role read` one, with writes flowing from a thread of their own.
+#[test]
+fn the_products_scenario_reads_through_a_read_role_while_the_write_role_takes_writes() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let (s, _) = passed_scenario(
+        "products",
+        &[
+            "--cqrs",
+            "--products",
+            "600",
+            "--rates",
+            "100",
+            "--step-secs",
+            "3",
+            "--sweep-p95-ms",
+            "0.0001",
+            "--writes-per-sec",
+            "50",
+        ],
+        &out_dir,
+    );
+    let notes: Vec<&str> = s["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("served as --role write + --role read")),
+        "{notes:?}"
+    );
+    let written = notes
+        .iter()
+        .find(|n| n.contains("products written during the reads"))
+        .unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(written.ends_with(", 0 failed"), "{written}");
+    let sent: u64 = written.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        sent >= 100,
+        "writes flowed through the write process: {written}"
+    );
+    let run = &s["runs"][0];
+    assert_eq!(run["label"], "100/s");
+    assert_eq!(run["overall"]["http_errors"].as_u64(), Some(0), "{run}");
+    assert_eq!(
+        run["iterations"].as_u64().unwrap() + run["dropped"].as_u64().unwrap(),
+        300
+    );
+}
+
 #[test]
 fn think_time_paces_every_user_of_a_closed_model() {
     let out_dir = tempfile::tempdir().unwrap();

@@ -5,11 +5,9 @@
 //! server's own graph endpoints. 10 users for 60 s by default.
 
 use super::{Ctx, Example, Scenario};
-use crate::client::Target;
 use crate::gate::ScenarioError;
 use crate::gate::{self, GateResult};
 use crate::load::{Vu, Workload};
-use crate::server::LocalServer;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::Method;
@@ -200,48 +198,21 @@ impl Scenario for FarmCqrs {
         Example::FarmCqrs
     }
     async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
-        let Some(monolith) = ctx.server.as_ref() else {
+        if ctx.server.is_none() {
             return Err(ScenarioError::Setup(
                 "farm-cqrs starts its own processes: run it without --url".into(),
             ));
-        };
-        let spec = monolith.spec().clone();
+        }
         gate_full_graph(ctx).await?;
         let model = ctx.profile(ctx.constant(60));
         ctx.closed("monolith", Arc::new(FullGraph), &model).await;
-        // the monolith stops: the pair gets the machine to itself
-        drop(ctx.server.take());
-
         // the pair: one data directory, the read process's resolvers pointed at itself
-        let shared = tempfile::Builder::new()
-            .prefix("meshql-bench-cqrs-")
-            .tempdir()
-            .map_err(|e| ScenarioError::Setup(e.to_string()))?;
-        let role = |name: &str| {
-            let mut s = spec.clone();
-            s.args = vec!["--role".into(), name.into()];
-            s.data_dir = Some(shared.path().to_owned());
-            s
-        };
-        let write = LocalServer::start(role("write"))
-            .await
-            .map_err(|e| ScenarioError::Setup(format!("the write process: {e}")))?;
-        let read = LocalServer::start(role("read"))
-            .await
-            .map_err(|e| ScenarioError::Setup(format!("the read process: {e}")))?;
-        let parse =
-            |url: String| Target::parse(&url).map_err(|e| ScenarioError::Setup(e.to_string()));
-        let pair = parse(write.url())?.with_reads(parse(read.url())?);
-        let monolith_target = std::mem::replace(&mut ctx.target, pair);
-        // the run's resource columns sample the read process (GraphQL: most of the work)
-        ctx.server = Some(read);
+        let pair = ctx.split_into_roles().await?;
         let gated = gate_full_graph(ctx).await;
         if gated.is_ok() {
             ctx.closed("cqrs", Arc::new(FullGraph), &model).await;
         }
-        ctx.target = monolith_target;
-        drop(ctx.server.take());
-        drop(write);
+        ctx.join_roles(pair);
         gated?;
         ctx.note(
             "monolith: one meshql serving farm-cqrs whole (both cores); cqrs: the same config as \

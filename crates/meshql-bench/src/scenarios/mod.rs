@@ -20,7 +20,7 @@ mod throughput;
 mod writes;
 
 use crate::client::{Session, Target};
-use crate::gate::ScenarioError;
+use crate::gate::{GateResult, ScenarioError};
 use crate::load::{run_closed, run_open, ClosedModel, OpenModel, RunOutcome, Workload};
 use crate::monitor::{Live, Monitor};
 use crate::report::{Bounds, Curve, RunReport};
@@ -142,10 +142,68 @@ pub struct Ctx {
     pub(crate) curves: Vec<Curve>,
 }
 
+/// The local server's config served as a CQRS pair ([`Ctx::split_into_roles`]): the write
+/// process, the shared data directory, and the target to go back to.
+pub(crate) struct RolePair {
+    write: LocalServer,
+    _data: tempfile::TempDir,
+    monolith: Target,
+}
+
 impl Ctx {
     /// A fresh connection for setup and gate requests.
     pub fn session(&self) -> Session {
         Session::new(self.target.clone())
+    }
+
+    /// Stops the local server and serves its config as `--role write` and `--role read` on
+    /// one data directory: from then on the target sends GETs and GraphQL to the read process
+    /// and every other request to the write process, and the runs' resource columns sample
+    /// the read process. [`Ctx::join_roles`] stops the pair.
+    pub(crate) async fn split_into_roles(&mut self) -> GateResult<RolePair> {
+        let Some(monolith) = self.server.take() else {
+            return Err(ScenarioError::Setup(format!(
+                "{} starts its own write and read processes: run it without --url",
+                self.scenario
+            )));
+        };
+        let spec = monolith.spec().clone();
+        // the monolith stops: the pair gets the machine to itself
+        drop(monolith);
+        let data = tempfile::Builder::new()
+            .prefix("meshql-bench-roles-")
+            .tempdir()
+            .map_err(|e| ScenarioError::Setup(e.to_string()))?;
+        let role = |name: &str| {
+            let mut s = spec.clone();
+            s.args.extend(["--role".to_owned(), name.to_owned()]);
+            s.data_dir = Some(data.path().to_owned());
+            s
+        };
+        let write = LocalServer::start(role("write"))
+            .await
+            .map_err(|e| ScenarioError::Setup(format!("the write process: {e}")))?;
+        let read = LocalServer::start(role("read"))
+            .await
+            .map_err(|e| ScenarioError::Setup(format!("the read process: {e}")))?;
+        let parse =
+            |url: String| Target::parse(&url).map_err(|e| ScenarioError::Setup(e.to_string()));
+        let pair = parse(write.url())?.with_reads(parse(read.url())?);
+        let monolith = std::mem::replace(&mut self.target, pair);
+        self.server = Some(read);
+        Ok(RolePair {
+            write,
+            _data: data,
+            monolith,
+        })
+    }
+
+    /// Stops a pair made by [`Ctx::split_into_roles`]; the target is the monolith's again
+    /// (stopped too).
+    pub(crate) fn join_roles(&mut self, pair: RolePair) {
+        self.target = pair.monolith;
+        drop(self.server.take());
+        drop(pair.write);
     }
 
     pub fn note(&mut self, note: impl Into<String>) {

@@ -75,6 +75,10 @@ impl Scenario for Products {
     }
     async fn run(&self, ctx: &mut Ctx) -> GateResult<()> {
         let n = ctx.opts.products.max(1);
+        let pair = match ctx.opts.cqrs {
+            true => Some(ctx.split_into_roles().await?),
+            false => None,
+        };
         let mut s = ctx.session();
         let started = Instant::now();
         let mut ids = Vec::with_capacity(n);
@@ -88,6 +92,28 @@ impl Scenario for Products {
             "seeded {n} products through /products/api/bulk in {:.1} s",
             started.elapsed().as_secs_f64()
         ));
+        if pair.is_some() {
+            // the read process may read a replica: the last product seeded must be there
+            let last = format!("/products/api/{}", ids[ids.len() - 1]);
+            let waited = Instant::now();
+            loop {
+                let reply = s
+                    .send(Method::GET, &last, None)
+                    .await
+                    .map_err(|e| gate::ScenarioError::Setup(format!("GET {last}: {e}")))?;
+                if reply.status.is_success() {
+                    break;
+                }
+                ensure(waited.elapsed() < Duration::from_secs(60), || {
+                    format!("the read process does not have {last} 60 s after it was seeded")
+                })?;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            ctx.note(format!(
+                "served as --role write + --role read: the read process had the last product {:.0} ms after the seeding",
+                waited.elapsed().as_secs_f64() * 1000.0
+            ));
+        }
         let mut rng = fastrand::Rng::with_seed(4);
         for _ in 0..5 {
             let i = rng.usize(..n);
@@ -155,6 +181,9 @@ impl Scenario for Products {
                 sent as f64 / secs.max(1e-9)
             ));
             ensure(failed == 0, || format!("{failed} background writes failed"))?;
+        }
+        if let Some(pair) = pair {
+            ctx.join_roles(pair);
         }
         ensure(!ctx.runs.is_empty(), || "no rate was measured".into())
     }

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 /// POSTs on a connection of their own, at `rate` per second, until stopped. Each is sent when
 /// due; one that answers late delays the next (a single connection: what matters is that writes
-/// keep flowing, not their own latency).
+/// keep flowing, not their own latency). The writer has a thread and runtime of its own, so the
+/// generator thread measuring the reads does not also serve the writes' socket.
 pub struct BackgroundWrites {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(u64, u64, f64)>,
+    done: tokio::sync::oneshot::Receiver<(u64, u64, f64)>,
 }
 
 impl BackgroundWrites {
@@ -27,7 +28,8 @@ impl BackgroundWrites {
     ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let task = tokio::spawn(async move {
+        let (tx, done) = tokio::sync::oneshot::channel();
+        let writes = async move {
             let mut session = Session::new(target);
             let every = Duration::from_secs_f64(1.0 / rate.max(0.001));
             let started = Instant::now();
@@ -45,13 +47,29 @@ impl BackgroundWrites {
                 tokio::time::sleep_until(next).await;
             }
             (sent, failed, started.elapsed().as_secs_f64())
-        });
-        BackgroundWrites { stop, task }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("bench-writes".into())
+            .spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => {
+                        let _ = tx.send(rt.block_on(writes));
+                    }
+                    Err(e) => eprintln!("meshql bench: the writer's runtime: {e}"),
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("meshql bench: the writer's thread: {e}");
+        }
+        BackgroundWrites { stop, done }
     }
 
     /// Stops the writes: (sent, failed, seconds they ran).
     pub async fn stop(self) -> (u64, u64, f64) {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.unwrap_or((0, 0, 0.0))
+        self.done.await.unwrap_or((0, 0, 0.0))
     }
 }
