@@ -40,6 +40,16 @@ fn passed_scenario(scenario: &str, args: &[&str], out_dir: &tempfile::TempDir) -
     (s, text(&out.stdout))
 }
 
+/// A scenario's notes.
+fn notes_of(scenario: &Value) -> Vec<&str> {
+    scenario["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect()
+}
+
 #[test]
 fn every_scenario_runs_against_a_fresh_local_server_and_reports() {
     let out_dir = tempfile::tempdir().unwrap();
@@ -396,12 +406,7 @@ fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
             );
         }
     }
-    let notes: Vec<&str> = s["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes_of(&s);
     assert!(notes.iter().any(|n| n.contains("on / off =")), "{notes:?}");
     assert!(
         notes.iter().any(|n| n.contains("POST → SSE at 1000/s")),
@@ -442,12 +447,7 @@ fn the_products_scenario_reads_through_a_read_role_while_the_write_role_takes_wr
         ],
         &out_dir,
     );
-    let notes: Vec<&str> = s["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes_of(&s);
     assert!(
         notes
             .iter()
@@ -533,12 +533,7 @@ fn the_soak_scenario_reports_the_servers_rss_slope() {
         assert!(m[key].is_number(), "{key} in {m}");
     }
     assert!(m["rss_samples"].as_f64().unwrap() >= 2.0, "{m}");
-    let notes: Vec<&str> = s["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes_of(&s);
     assert!(
         notes
             .iter()
@@ -615,12 +610,7 @@ fn the_legacy_scenario_captures_a_postgres_table_and_drops_what_it_made() {
         assert_eq!(kinds, ["graphql_get_by_id", "legacy_insert"], "{label}");
     }
     // its database and replication slot are gone
-    let notes: Vec<&str> = s["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes_of(&s);
     let database = notes
         .iter()
         .find_map(|n| n.strip_prefix("the legacy database "))
@@ -836,12 +826,7 @@ fn the_kafka_store_scenario_times_a_rebuild_and_post_on_one_process_to_readable_
             "{label}: {thresholds:?}"
         );
     }
-    let notes: Vec<&str> = s["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap())
-        .collect();
+    let notes = notes_of(&s);
     assert!(
         notes
             .iter()

@@ -80,20 +80,7 @@ async fn reads_come_from_the_standby_and_writes_from_the_primary() {
     let replica = on_standby(&primary);
     // egg-economy on PostgreSQL, each storage reading from the standby
     let dir = tempfile::tempdir().unwrap();
-    let source = examples_dir().join("egg-economy");
-    for entry in std::fs::read_dir(&source).unwrap() {
-        let path = entry.unwrap().path();
-        let to = dir.path().join(path.file_name().unwrap());
-        if path.is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-            for f in std::fs::read_dir(&path).unwrap() {
-                let f = f.unwrap().path();
-                std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
-            }
-        } else {
-            std::fs::copy(&path, &to).unwrap();
-        }
-    }
+    common::copy_dir(&examples_dir().join("egg-economy"), dir.path());
     let config = dir.path().join("meshql-postgres.toml");
     let text = std::fs::read_to_string(&config).unwrap().replace(
         "url = \"${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/eggs}\"",

@@ -36,7 +36,9 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Copies a directory tree.
+/// Copies a directory tree, without the `data` directories in it: an example served in place
+/// (as the README's first command does) keeps its runtime state there (the default
+/// `data_dir`), which a test must not start from.
 pub fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("create {}: {e}", to.display()));
     for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()))
@@ -44,6 +46,9 @@ pub fn copy_dir(from: &Path, to: &Path) {
         let entry = entry.expect("directory entry");
         let target = to.join(entry.file_name());
         if entry.file_type().expect("file type").is_dir() {
+            if entry.file_name() == "data" {
+                continue;
+            }
             copy_dir(&entry.path(), &target);
         } else {
             std::fs::copy(entry.path(), &target).unwrap_or_else(|e| {
