@@ -777,7 +777,7 @@ fn the_kafka_store_scenario_times_a_rebuild_and_post_on_one_process_to_readable_
         m["rebuild_ready_s"].as_f64().unwrap(),
     );
     assert!(empty > 0.0 && ready > 0.0, "{m}");
-    // the same start, reported twice (each rounded on its own: a millisecond apart at most)
+    // the same start, reported twice: the run ends when /ready answered
     let run_ms = runs[0]["duration_s"].as_f64().unwrap() * 1000.0;
     assert!((run_ms - empty * 1000.0).abs() <= 1.0, "{run_ms} ms, {m}");
     assert!(m["rebuild_versions_per_s"].as_f64().unwrap() > 0.0, "{m}");

@@ -125,6 +125,8 @@ async fn watch_ready(
 ) -> RunOutcome {
     let mut s = Session::new(target);
     let mut answered = 0;
+    // the run ends when /ready answered: its duration is the time to ready, the same figure
+    let mut ended = None;
     loop {
         let asked = Instant::now();
         if let Ok(reply) = s.send(Method::GET, "/ready", None).await {
@@ -134,7 +136,9 @@ async fn watch_ready(
             live.add_requests(1);
             answered += 1;
             if reply.status.is_success() {
-                *ready.lock().expect("ready lock") = Some(spawned.elapsed());
+                let t = spawned.elapsed();
+                *ready.lock().expect("ready lock") = Some(t);
+                ended = Some(t);
                 break;
             }
         }
@@ -147,7 +151,7 @@ async fn watch_ready(
         recorder: s.recorder,
         schedule_lag: hdrhistogram::Histogram::new_with_bounds(1, 60_000_000, 3)
             .expect("static bounds"),
-        elapsed: spawned.elapsed(),
+        elapsed: ended.unwrap_or_else(|| spawned.elapsed()),
         iterations: answered,
         dropped: 0,
         peak_vus: 1,
