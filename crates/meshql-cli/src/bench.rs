@@ -222,6 +222,16 @@ fn run_scenarios(args: BenchRun) -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    if args.cqrs && args.url.is_some() {
+        eprintln!(
+            "meshql bench: --cqrs starts its own --role write and --role read processes; it cannot measure --url"
+        );
+        return ExitCode::FAILURE;
+    }
+    if args.cqrs && !args.scenarios.iter().any(|s| s == "products") {
+        eprintln!("meshql bench: --cqrs applies to the products scenario only (`meshql bench products --cqrs`)");
+        return ExitCode::FAILURE;
+    }
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {

@@ -662,6 +662,24 @@ fn list_compare_errors_and_unknown_names() {
         "{}",
         text(&out.stderr)
     );
+    for (args, expected) in [
+        (
+            &["bench", "products", "--cqrs", "--url", "http://127.0.0.1:9"][..],
+            "it cannot measure --url",
+        ),
+        (
+            &["bench", "throughput", "--cqrs"][..],
+            "--cqrs applies to the products scenario only",
+        ),
+    ] {
+        let out = run_meshql(args, Duration::from_secs(30));
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(expected),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
     let out = run_meshql(
         &["bench", "nope", "--url", "http://127.0.0.1:9"],
         Duration::from_secs(30),
