@@ -406,7 +406,7 @@ fn the_changes_scenario_compares_feed_on_and_off_and_measures_post_to_sse() {
             );
         }
     }
-    let notes = notes_of(&s);
+    let notes = notes_of(s);
     assert!(notes.iter().any(|n| n.contains("on / off =")), "{notes:?}");
     assert!(
         notes.iter().any(|n| n.contains("POST → SSE at 1000/s")),
@@ -533,7 +533,7 @@ fn the_soak_scenario_reports_the_servers_rss_slope() {
         assert!(m[key].is_number(), "{key} in {m}");
     }
     assert!(m["rss_samples"].as_f64().unwrap() >= 2.0, "{m}");
-    let notes = notes_of(&s);
+    let notes = notes_of(s);
     assert!(
         notes
             .iter()
@@ -610,7 +610,7 @@ fn the_legacy_scenario_captures_a_postgres_table_and_drops_what_it_made() {
         assert_eq!(kinds, ["graphql_get_by_id", "legacy_insert"], "{label}");
     }
     // its database and replication slot are gone
-    let notes = notes_of(&s);
+    let notes = notes_of(s);
     let database = notes
         .iter()
         .find_map(|n| n.strip_prefix("the legacy database "))
@@ -844,7 +844,7 @@ fn the_kafka_store_scenario_times_a_rebuild_and_post_on_one_process_to_readable_
             "{label}: {thresholds:?}"
         );
     }
-    let notes = notes_of(&s);
+    let notes = notes_of(s);
     assert!(
         notes
             .iter()
