@@ -220,7 +220,10 @@ async fn a_read_process_cache_follows_the_write_process_and_honours_consistency_
 async fn two_processes_sharing_one_redis_never_serve_a_stale_read() {
     let url = redis(16379, "start");
     let prefix = format!("t{}", std::process::id());
-    let block = format!("[cache]\nredis = {{ url = \"{url}\", prefix = \"{prefix}\" }}\n");
+    // every read consults Redis (none skips it for a low hit rate): freshness is what is tested
+    let block = format!(
+        "[cache]\nmin_hit_rate = 0\nredis = {{ url = \"{url}\", prefix = \"{prefix}\" }}\n"
+    );
     let pair = Pair::start(&block);
     let (w, r) = (pair.write.client(), pair.read.client());
     let farm = post(&w, "/farm/api", json!({"name": "f0"})).await;
@@ -254,10 +257,54 @@ async fn two_processes_sharing_one_redis_never_serve_a_stale_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_that_rarely_hit_redis_skip_it_until_a_hot_set_forms() {
+    let url = redis(16379, "start");
+    let prefix = format!("s{}", std::process::id());
+    let block = format!("[cache]\nredis = {{ url = \"{url}\", prefix = \"{prefix}\" }}\n");
+    let dir = farm_with("farm", &block);
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let c = server.client();
+    let mut farms = Vec::new();
+    for i in 0..300 {
+        farms.push(post(&c, "/farm/api", json!({ "name": format!("f{i}") })).await);
+    }
+    // each farm read once: no read can hit, so after a window of misses most skip Redis
+    for (i, id) in farms.iter().enumerate() {
+        let got = c.get(&format!("/farm/api/{id}")).await.json();
+        assert_eq!(got["name"], format!("f{i}").as_str());
+    }
+    let skipped = metric(&c, "meshql_cache_skipped_total").await;
+    let misses = metric(&c, "meshql_cache_misses_total").await;
+    assert!(skipped >= 150, "skipped {skipped}, misses {misses}");
+    assert!((64..150).contains(&misses), "misses {misses}");
+    // one farm read over and over: the sampled reads fill it and hit, and then every read
+    // consults Redis again
+    let hot = format!("/farm/api/{}", farms[0]);
+    let mut resumed = false;
+    for _ in 0..60 {
+        let before = metric(&c, "meshql_cache_skipped_total").await;
+        for _ in 0..100 {
+            assert_eq!(c.get(&hot).await.json()["name"], "f0");
+        }
+        if metric(&c, "meshql_cache_skipped_total").await == before {
+            resumed = true;
+            break;
+        }
+    }
+    assert!(resumed, "100 reads in a row consulted Redis");
+    let hits = metric(&c, "meshql_cache_hits_total").await;
+    for _ in 0..50 {
+        c.get(&hot).await.expect_status(200);
+    }
+    assert_eq!(metric(&c, "meshql_cache_hits_total").await - hits, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_stopped_under_load_costs_no_request_and_is_used_again_when_back() {
     let port = 16399;
     let url = redis(port, "start");
-    let block = format!("[cache]\nredis = {{ url = \"{url}\", timeout_ms = 50 }}\n");
+    let block =
+        format!("[cache]\nmin_hit_rate = 0\nredis = {{ url = \"{url}\", timeout_ms = 50 }}\n");
     let dir = farm_with("farm-cqrs", &block);
     let config = dir.path().join("meshql.toml");
     let data = tempfile::tempdir().unwrap();
@@ -331,7 +378,7 @@ async fn a_cache_on_rediss_serves_hits_over_tls() {
     let ca = redis_tls("ca");
     let prefix = format!("tls{}", std::process::id());
     let block = format!(
-        "[cache]\nredis = {{ url = \"{url}\", ca_file = \"{ca}\", prefix = \"{prefix}\", timeout_ms = 2000 }}\n"
+        "[cache]\nmin_hit_rate = 0\nredis = {{ url = \"{url}\", ca_file = \"{ca}\", prefix = \"{prefix}\", timeout_ms = 2000 }}\n"
     );
     let dir = farm_with("farm", &block);
     let data = tempfile::tempdir().unwrap();

@@ -393,6 +393,14 @@ pub struct CacheConfig {
     #[serde(default)]
     #[schemars(with = "Option<u64>")]
     pub settle_ms: Option<Spanned<u64>>,
+    /// With a shared cache (Redis): an operation of an entity (reads by id, a query, a
+    /// relationship's batch) consults it on every read only while at least this share of
+    /// its reads hit (default 0.1; 0 consults always). Below it, one read in 32 consults it
+    /// and keeps measuring; the others go straight to storage instead of paying a round
+    /// trip that almost never saves one.
+    #[serde(default)]
+    #[schemars(with = "Option<f64>")]
+    pub min_hit_rate: Option<Spanned<f64>>,
     /// A Redis server keeping the answers and their tags, shared by several processes
     /// (`url`, `prefix`, `timeout_ms`, `connect_timeout_ms`; see meshql-cache-redis). A Redis
     /// that is down or slower than `timeout_ms` is skipped: reads go to storage.

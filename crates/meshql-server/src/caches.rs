@@ -60,6 +60,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<Option<Arc<Cache>>, BuildE
         max_bytes: spec.max_bytes,
         ttl: spec.ttl,
         settle: spec.settle,
+        min_hit_rate: spec.min_hit_rate,
     };
     let entities = config.entities.iter().map(|e| e.name.clone());
     let target = configure(config)

@@ -217,6 +217,11 @@ fn write_cache_metrics(out: &mut String, cache: &meshql_engine::Cache) {
             "Reads that went around a shared cache that failed or missed an update.",
             c.bypassed,
         ),
+        (
+            "meshql_cache_skipped_total",
+            "Reads sent straight to storage: their operation's recent hit rate in the shared cache was below cache.min_hit_rate.",
+            c.skipped,
+        ),
     ] {
         let _ = writeln!(
             out,

@@ -12,6 +12,8 @@ pub struct CacheSpec {
     pub max_bytes: u64,
     pub ttl: Duration,
     pub settle: Duration,
+    /// A shared cache is consulted by every read of an operation while this share hit.
+    pub min_hit_rate: f64,
     /// A shared cache: its kind (`"redis"`), its settings, and the line they start at.
     pub shared: Option<SharedCacheSpec>,
 }
@@ -27,6 +29,7 @@ impl CacheSpec {
     pub const DEFAULT_MAX_BYTES: u64 = 64 << 20;
     pub const DEFAULT_TTL_MS: u64 = 300_000;
     pub const DEFAULT_SETTLE_MS: u64 = 5_000;
+    pub const DEFAULT_MIN_HIT_RATE: f64 = 0.1;
 }
 
 impl Resolver {
@@ -81,6 +84,32 @@ impl Resolver {
             86_400_000,
             CacheSpec::DEFAULT_SETTLE_MS,
         );
+        let min_hit_rate = match &c.min_hit_rate {
+            None => CacheSpec::DEFAULT_MIN_HIT_RATE,
+            Some(at) => {
+                let v = *at.get_ref();
+                if !(0.0..=1.0).contains(&v) {
+                    self.error(
+                        Some(at),
+                        "cache.min_hit_rate",
+                        "must be between 0 and 1 (a share of reads)",
+                    );
+                }
+                if c.redis.is_none() {
+                    self.warn(
+                        at,
+                        "cache.min_hit_rate",
+                        "has no effect without a shared cache (redis): the in-process cache \
+                         is always consulted",
+                    );
+                }
+                if v.is_nan() {
+                    CacheSpec::DEFAULT_MIN_HIT_RATE
+                } else {
+                    v.clamp(0.0, 1.0)
+                }
+            }
+        };
         let shared = c.redis.as_ref().map(|r| SharedCacheSpec {
             kind: "redis",
             settings: r.get_ref().clone(),
@@ -93,6 +122,7 @@ impl Resolver {
             max_bytes,
             ttl: Duration::from_millis(ttl),
             settle: Duration::from_millis(settle),
+            min_hit_rate,
             shared,
         })
     }
@@ -140,11 +170,48 @@ mod tests {
     }
 
     #[test]
+    fn a_minimum_hit_rate_is_for_a_shared_cache() {
+        let c = load_str(&format!("[cache]\n{ENTITY}"), "meshql.toml").unwrap();
+        assert_eq!(c.cache.unwrap().min_hit_rate, 0.1);
+        let c = load_str(
+            &format!(
+                "[cache]\nmin_hit_rate = 0\nredis = {{ url = \"redis://127.0.0.1:16379\" }}\n{ENTITY}"
+            ),
+            "meshql.toml",
+        )
+        .unwrap();
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert_eq!(c.cache.unwrap().min_hit_rate, 0.0);
+        let c = load_str(
+            &format!("[cache]\nmin_hit_rate = 0.3\n{ENTITY}"),
+            "meshql.toml",
+        )
+        .unwrap();
+        let w = &c.warnings[0];
+        assert_eq!((w.field.as_str(), w.line), ("cache.min_hit_rate", Some(2)));
+        assert!(
+            w.message.contains("without a shared cache"),
+            "{}",
+            w.message
+        );
+    }
+
+    #[test]
     fn cache_bounds_are_checked_at_their_line() {
         for (setting, field, message) in [
             ("max_bytes = 10", "cache.max_bytes", "at least"),
             ("ttl_ms = 0", "cache.ttl_ms", "at least 1"),
             ("settle_ms = 99999999999", "cache.settle_ms", "at most"),
+            (
+                "min_hit_rate = 1.5",
+                "cache.min_hit_rate",
+                "between 0 and 1",
+            ),
+            (
+                "min_hit_rate = -0.1",
+                "cache.min_hit_rate",
+                "between 0 and 1",
+            ),
         ] {
             let e = load_str(&format!("[cache]\n{setting}\n{ENTITY}"), "meshql.toml").unwrap_err();
             let e = &e.0[0];

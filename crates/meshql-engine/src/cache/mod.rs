@@ -22,6 +22,9 @@
 //! otherwise a read just after a write could store the replica's older answer under the new
 //! generation.
 //!
+//! **A shared cache that rarely hits** is consulted by a sample of the reads only ([`worth`]):
+//! its round trip costs every read, and saves only the reads that hit.
+//!
 //! **A shared cache that fails** (down, slow past its timeout) is skipped: reads go to the
 //! store with no error to the client, logged once. A write whose tags could not be advanced in
 //! it leaves the process reading around it until it answers again; then the shared epoch (a tag
@@ -30,6 +33,7 @@
 mod key;
 mod reader;
 pub mod tags;
+mod worth;
 
 pub use reader::CachedReader;
 pub use tags::{TagRef, TagState, Tags};
@@ -42,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// How a cache is bounded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CacheSettings {
     /// The in-process cache's size (the answers' payload bytes, approximately).
     pub max_bytes: u64,
@@ -50,6 +54,9 @@ pub struct CacheSettings {
     pub ttl: Duration,
     /// Reads as of a moment at least this old are immutable.
     pub settle: Duration,
+    /// A shared cache is consulted by every read of an operation only while at least this
+    /// share of them hit (0: always); below it, by one read in 32 ([`worth`]).
+    pub min_hit_rate: f64,
 }
 
 impl Default for CacheSettings {
@@ -58,6 +65,7 @@ impl Default for CacheSettings {
             max_bytes: 64 << 20,
             ttl: Duration::from_secs(300),
             settle: Duration::from_secs(5),
+            min_hit_rate: 0.1,
         }
     }
 }
@@ -187,6 +195,9 @@ pub struct CacheCounts {
     pub shared_errors: u64,
     /// Reads that went around the cache (a shared cache that failed).
     pub bypassed: u64,
+    /// Reads that went straight to storage because their operation's recent hit rate in the
+    /// shared cache was below `min_hit_rate`.
+    pub skipped: u64,
 }
 
 #[derive(Default)]
@@ -198,6 +209,7 @@ struct Counters {
     invalidations: AtomicU64,
     shared_errors: AtomicU64,
     bypassed: AtomicU64,
+    skipped: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -223,6 +235,9 @@ pub struct Cache {
     /// Fills of the shared cache under way (sent after the answer, at most
     /// [`MAX_SHARED_FILLS`] at once).
     fills_in_flight: Arc<tokio::sync::Semaphore>,
+    /// The hits a window of consulted reads needs ([`worth`]); `None` when every read
+    /// consults (an in-process cache, or a minimum of 0).
+    min_hits: Option<u32>,
     counters: Counters,
 }
 
@@ -268,7 +283,12 @@ impl Cache {
         entities: impl IntoIterator<Item = String>,
         tier: Tier,
     ) -> Cache {
+        let min_hits = match tier {
+            Tier::Shared(_) => Some(worth::min_hits(settings.min_hit_rate)).filter(|&m| m > 0),
+            Tier::Local(_) => None,
+        };
         Cache {
+            min_hits,
             settings,
             tags: Tags::new(entities),
             tier,
@@ -392,6 +412,7 @@ impl Cache {
             invalidations: l(&c.invalidations),
             shared_errors: l(&c.shared_errors),
             bypassed: l(&c.bypassed),
+            skipped: l(&c.skipped),
         }
     }
 
@@ -515,5 +536,14 @@ impl Cache {
 
     pub(crate) fn unfilled(&self) {
         bump(&self.counters.unfilled);
+    }
+
+    pub(crate) fn skipped(&self) {
+        bump(&self.counters.skipped);
+    }
+
+    /// See [`Cache::min_hits`]'s field.
+    pub(crate) fn min_hits(&self) -> Option<u32> {
+        self.min_hits
     }
 }

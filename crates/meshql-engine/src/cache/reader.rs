@@ -1,6 +1,7 @@
 //! [`CachedReader`]: one entity's reads through the [`Cache`] (see the module docs).
 
 use super::key::{nested_entities, Key};
+use super::worth::Worth;
 use super::{Answer, Cache, Entry, Lookup, TagRef, TagState};
 use async_trait::async_trait;
 use meshql_core::template::{ArgValue, FieldPath, TemplateKind};
@@ -23,6 +24,34 @@ enum Moment {
     Past(Millis),
 }
 
+/// A reader operation that goes through the cache (each keeps its own hit rate).
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Read,
+    ReadMany,
+    List,
+    ListPage,
+    Find,
+    Batch,
+    Nested,
+}
+
+const OPS: usize = 7;
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::ReadMany => "read_many",
+            Op::List => "list",
+            Op::ListPage => "list_page",
+            Op::Find => "find",
+            Op::Batch => "batch",
+            Op::Nested => "nested",
+        }
+    }
+}
+
 /// An entity's reader answering from the cache and, on a miss, from the reader behind it (the
 /// primary or a replica).
 pub struct CachedReader {
@@ -30,6 +59,8 @@ pub struct CachedReader {
     entity: u32,
     name: String,
     inner: DynReader,
+    /// Whether a shared cache is worth consulting, per [`Op`].
+    worth: [Worth; OPS],
 }
 
 impl CachedReader {
@@ -39,6 +70,7 @@ impl CachedReader {
             entity,
             name: name.to_owned(),
             inner,
+            worth: Default::default(),
         }
     }
 
@@ -55,6 +87,7 @@ impl CachedReader {
     /// The answer under `key` (depending on `tags`), or `fetch`'s, stored when it is current.
     async fn through<T>(
         &self,
+        op: Op,
         key: Key,
         tags: Vec<TagRef>,
         at: Option<Millis>,
@@ -62,6 +95,12 @@ impl CachedReader {
         wrap: impl FnOnce(&T) -> Option<Answer>,
         unwrap: impl FnOnce(&Answer) -> Option<T>,
     ) -> Result<T, StoreError> {
+        let worth = &self.worth[op as usize];
+        let min_hits = self.cache.min_hits();
+        if min_hits.is_some() && !worth.consult() {
+            self.cache.skipped();
+            return fetch.await;
+        }
         let moment = self.moment(at);
         let (key, tags) = match moment {
             Moment::Past(t) => (key.at(t).into_string(), Vec::new()),
@@ -71,11 +110,15 @@ impl CachedReader {
             Lookup::Found(states, entry) => (states, entry),
             Lookup::Bypass => return fetch.await,
         };
-        if let Some(entry) = entry.filter(|e| fits(e, &states, moment)) {
-            if let Some(answer) = unwrap(&entry.answer) {
-                self.cache.hit();
-                return Ok(answer);
-            }
+        let hit = entry
+            .filter(|e| fits(e, &states, moment))
+            .and_then(|e| unwrap(&e.answer));
+        if let Some(min_hits) = min_hits {
+            worth.record(hit.is_some(), min_hits);
+        }
+        if let Some(answer) = hit {
+            self.cache.hit();
+            return Ok(answer);
         }
         self.cache.miss();
         let started = now_millis();
@@ -152,8 +195,8 @@ impl CachedReader {
         vec![TagRef::Entity(self.entity)]
     }
 
-    fn key(&self, op: &str, ctx: &ReadContext<'_>) -> Key {
-        Key::new(&self.name, op, ctx.filter)
+    fn key(&self, op: Op, ctx: &ReadContext<'_>) -> Key {
+        Key::new(&self.name, op.name(), ctx.filter)
     }
 }
 
@@ -182,7 +225,8 @@ impl StoreReader for CachedReader {
         // create, whatever that create's outcome; ids chosen by the writer (processor outputs,
         // legacy mappings) are advanced on every outcome (`EntityService::apply_output`).
         self.through(
-            self.key("read", ctx).part(id),
+            Op::Read,
+            self.key(Op::Read, ctx).part(id),
             vec![self.document(id)],
             ctx.at,
             self.inner.read(id, ctx),
@@ -207,9 +251,10 @@ impl StoreReader for CachedReader {
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Envelope>, StoreError> {
         let key = self
-            .key("read_many", ctx)
+            .key(Op::ReadMany, ctx)
             .part(serde_json::to_string(ids).expect("ids serialise"));
         self.through(
+            Op::ReadMany,
             key,
             vec![TagRef::Entity(self.entity)],
             ctx.at,
@@ -225,7 +270,8 @@ impl StoreReader for CachedReader {
 
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
         self.through(
-            self.key("list", ctx),
+            Op::List,
+            self.key(Op::List, ctx),
             vec![TagRef::Entity(self.entity)],
             ctx.at,
             self.inner.list(ctx),
@@ -245,10 +291,11 @@ impl StoreReader for CachedReader {
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Envelope>, StoreError> {
         let key = self
-            .key("list_page", ctx)
+            .key(Op::ListPage, ctx)
             .part(format_args!("{after:?}"))
             .part(limit);
         self.through(
+            Op::ListPage,
             key,
             vec![TagRef::Entity(self.entity)],
             ctx.at,
@@ -273,7 +320,8 @@ impl StoreReader for CachedReader {
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Row>, StoreError> {
         self.through(
-            self.key("find", ctx).search(search),
+            Op::Find,
+            self.key(Op::Find, ctx).search(search),
             self.search_tags(search.template, search.args),
             ctx.at,
             self.inner.find(search, ctx),
@@ -292,7 +340,8 @@ impl StoreReader for CachedReader {
         ctx: &ReadContext<'_>,
     ) -> Result<KeyedRows, StoreError> {
         self.through(
-            self.key("batch", ctx).batch(batch),
+            Op::Batch,
+            self.key(Op::Batch, ctx).batch(batch),
             self.batch_tags(batch),
             ctx.at,
             self.inner.find_batch(batch, ctx),
@@ -311,7 +360,7 @@ impl StoreReader for CachedReader {
         nested: &[Nested],
         ctx: &ReadContext<'_>,
     ) -> Result<Option<Vec<NestedRow>>, StoreError> {
-        let Some(key) = self.key("nested", ctx).search(search).nested(nested) else {
+        let Some(key) = self.key(Op::Nested, ctx).search(search).nested(nested) else {
             return self.inner.find_nested(search, nested, ctx).await;
         };
         let mut entities = Vec::new();
@@ -325,6 +374,7 @@ impl StoreReader for CachedReader {
             }
         }
         self.through(
+            Op::Nested,
             key,
             tags,
             ctx.at,
