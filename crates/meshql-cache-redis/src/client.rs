@@ -18,19 +18,25 @@ use std::time::{Duration, Instant};
 /// to it (and with it at most one connection attempt).
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 
-/// Advances tags: for each pair of keys (generation, stamp) increments the generation and
-/// raises the stamp to `ARGV[1]` when that is newer (a missing stamp counts as 0). Stamps are
-/// milliseconds, exact in Lua's doubles.
+/// Advances tags: for each triple of keys (generation, stamp, advanced) increments the
+/// generation, raises the stamp to `ARGV[1]` and the moment of the last advance to `ARGV[2]`
+/// when they are newer (a missing value counts as 0). Both are milliseconds, exact in Lua's
+/// doubles.
 const ADVANCE: &str = r"
 local stamp = tonumber(ARGV[1])
-for i = 1, #KEYS, 2 do
+local now = tonumber(ARGV[2])
+for i = 1, #KEYS, 3 do
   redis.call('INCR', KEYS[i])
   local seen = tonumber(redis.call('GET', KEYS[i + 1])) or 0
   if seen < stamp then
     redis.call('SET', KEYS[i + 1], ARGV[1])
   end
+  local advanced = tonumber(redis.call('GET', KEYS[i + 2])) or 0
+  if advanced < now then
+    redis.call('SET', KEYS[i + 2], ARGV[2])
+  end
 end
-return #KEYS / 2
+return #KEYS / 3
 ";
 
 /// Why a call failed.
@@ -264,6 +270,10 @@ impl RedisCache {
         format!("{}:c:{tag}", self.prefix)
     }
 
+    fn advanced_key(&self, tag: &str) -> String {
+        format!("{}:a:{tag}", self.prefix)
+    }
+
     fn value_key(&self, key: &str) -> String {
         format!("{}:v:{key}", self.prefix)
     }
@@ -320,10 +330,11 @@ impl SharedCache for RedisCache {
         key: &str,
         tags: &[String],
     ) -> Result<(Vec<TagState>, Option<Vec<u8>>), SharedCacheError> {
-        let mut keys = Vec::with_capacity(tags.len() * 2 + 1);
+        let mut keys = Vec::with_capacity(tags.len() * 3 + 1);
         for tag in tags {
             keys.push(self.generation_key(tag));
             keys.push(self.stamp_key(tag));
+            keys.push(self.advanced_key(tag));
         }
         keys.push(self.value_key(key));
         let mut mget = redis::cmd("MGET");
@@ -337,12 +348,13 @@ impl SharedCache for RedisCache {
         }
         let entry = values.pop().flatten();
         let states = keys
-            .chunks_exact(2)
-            .zip(values.chunks_exact(2))
+            .chunks_exact(3)
+            .zip(values.chunks_exact(3))
             .map(|(k, v)| {
                 Ok(TagState {
                     generation: number(&k[0], v[0].as_deref())?,
                     changed_at: number::<Millis>(&k[1], v[1].as_deref())?,
+                    advanced_at: number::<Millis>(&k[2], v[2].as_deref())?,
                 })
             })
             .collect::<Result<Vec<_>, Failure>>()?;
@@ -374,9 +386,11 @@ impl SharedCache for RedisCache {
         for tag in tags {
             invocation
                 .key(self.generation_key(tag))
-                .key(self.stamp_key(tag));
+                .key(self.stamp_key(tag))
+                .key(self.advanced_key(tag));
         }
-        invocation.arg(stamp);
+        // called once the writes have committed: now is when every one of them had
+        invocation.arg(stamp).arg(meshql_core::time::now_millis());
         let invocation = &invocation;
         self.call(|mut m| async move { invocation.invoke_async::<()>(&mut m).await })
             .await?;

@@ -101,7 +101,28 @@ fn state(generation: u64, changed_at: i64) -> TagState {
     TagState {
         generation,
         changed_at,
+        advanced_at: 0,
     }
+}
+
+/// `cache.get(key, tags)`, each state's `advanced_at` checked (0 for a tag never advanced,
+/// else within the last minute: when the advance ran) and then set to 0 for comparisons.
+async fn got(
+    cache: &Arc<dyn SharedCache>,
+    key: &str,
+    tags: &[String],
+) -> (Vec<TagState>, Option<Vec<u8>>) {
+    let (mut states, entry) = cache.get(key, tags).await.unwrap();
+    let now = meshql_core::time::now_millis();
+    for s in &mut states {
+        assert!(
+            (s.generation == 0 && s.advanced_at == 0)
+                || (now - 60_000..=now).contains(&s.advanced_at),
+            "{s:?}"
+        );
+        s.advanced_at = 0;
+    }
+    (states, entry)
 }
 
 /// Polls `f` until it succeeds; panics with the last error after `within`.
@@ -238,10 +259,10 @@ fn settings_errors_name_the_field() {
 async fn get_of_nothing_is_zeros_and_none() {
     let cache = client(&prefix("nothing")).await;
     assert_eq!(cache.kind(), "redis");
-    let (states, entry) = cache.get("k", &tags(&["e:egg", "epoch"])).await.unwrap();
+    let (states, entry) = got(&cache, "k", &tags(&["e:egg", "epoch"])).await;
     assert_eq!(states, vec![TagState::default(); 2]);
     assert_eq!(entry, None);
-    let (states, entry) = cache.get("k", &[]).await.unwrap();
+    let (states, entry) = got(&cache, "k", &[]).await;
     assert!(states.is_empty());
     assert_eq!(entry, None);
 }
@@ -257,19 +278,19 @@ async fn put_then_get_returns_the_bytes() {
         .collect();
     cache.put(key, bytes.clone(), ttl).await.unwrap();
     let t = tags(&["d:egg:\u{1f}7", "e:egg"]);
-    let (states, entry) = cache.get(key, &t).await.unwrap();
+    let (states, entry) = got(&cache, key, &t).await;
     assert_eq!(entry.as_deref(), Some(&bytes[..]));
     assert_eq!(states, vec![TagState::default(); 2]);
 
     // Another key is another entry; a put replaces.
-    assert_eq!(cache.get("egg\u{1f}byId", &t).await.unwrap().1, None);
+    assert_eq!(got(&cache, "egg\u{1f}byId", &t).await.1, None);
     cache.put(key, b"second".to_vec(), ttl).await.unwrap();
     assert_eq!(
-        cache.get(key, &[]).await.unwrap().1.as_deref(),
+        got(&cache, key, &[]).await.1.as_deref(),
         Some(&b"second"[..])
     );
     cache.put(key, Vec::new(), ttl).await.unwrap();
-    assert_eq!(cache.get(key, &[]).await.unwrap().1, Some(Vec::new()));
+    assert_eq!(got(&cache, key, &[]).await.1, Some(Vec::new()));
 }
 
 #[tokio::test]
@@ -282,7 +303,7 @@ async fn advance_raises_generations_by_one_and_stamps_only_upwards() {
         .advance(&tags(&[a, b]), 1_700_000_000_100)
         .await
         .unwrap();
-    let (states, _) = cache.get("k", &all).await.unwrap();
+    let (states, _) = got(&cache, "k", &all).await;
     assert_eq!(
         states,
         vec![
@@ -294,7 +315,7 @@ async fn advance_raises_generations_by_one_and_stamps_only_upwards() {
 
     // An older stamp advances the generation and keeps the newer stamp.
     cache.advance(&tags(&[a]), 1_700_000_000_050).await.unwrap();
-    let (states, _) = cache.get("k", &all).await.unwrap();
+    let (states, _) = got(&cache, "k", &all).await;
     assert_eq!(states[0], state(2, 1_700_000_000_100));
 
     // A newer one raises it.
@@ -302,7 +323,7 @@ async fn advance_raises_generations_by_one_and_stamps_only_upwards() {
         .advance(&tags(&[a, c]), 1_700_000_000_200)
         .await
         .unwrap();
-    let (states, _) = cache.get("k", &all).await.unwrap();
+    let (states, _) = got(&cache, "k", &all).await;
     assert_eq!(
         states,
         vec![
@@ -314,7 +335,7 @@ async fn advance_raises_generations_by_one_and_stamps_only_upwards() {
 
     // Nothing to advance is nothing to do.
     cache.advance(&[], 1).await.unwrap();
-    assert_eq!(cache.get("k", &all).await.unwrap().0, states);
+    assert_eq!(got(&cache, "k", &all).await.0, states);
 }
 
 #[tokio::test]
@@ -329,14 +350,14 @@ async fn two_clients_see_each_others_advances_and_values() {
         .await
         .unwrap();
     for cache in [&one, &two] {
-        let (states, entry) = cache.get("answer", &t).await.unwrap();
+        let (states, entry) = got(cache, "answer", &t).await;
         assert_eq!(states, vec![state(2, 2_000), state(1, 1_000)]);
         assert_eq!(entry.as_deref(), Some(&b"from two"[..]));
     }
 
     // Another prefix is another cache on the same server.
     let other = client(&format!("{prefix}-other")).await;
-    let (states, entry) = other.get("answer", &t).await.unwrap();
+    let (states, entry) = got(&other, "answer", &t).await;
     assert_eq!(states, vec![TagState::default(); 2]);
     assert_eq!(entry, None);
 }
@@ -358,7 +379,7 @@ async fn concurrent_advances_are_all_counted() {
     for task in tasks {
         task.await.unwrap().unwrap();
     }
-    let (states, _) = one.get("k", &t).await.unwrap();
+    let (states, _) = got(&one, "k", &t).await;
     assert_eq!(states, vec![state(100, 10_049); 2]);
 }
 
@@ -374,7 +395,7 @@ async fn the_ttl_expires_a_value() {
         .await
         .unwrap();
     assert_eq!(
-        cache.get("short", &[]).await.unwrap().1.as_deref(),
+        got(&cache, "short", &[]).await.1.as_deref(),
         Some(&b"soon gone"[..])
     );
     tokio::time::sleep(Duration::from_millis(350)).await;
@@ -386,7 +407,7 @@ async fn the_ttl_expires_a_value() {
     })
     .await;
     assert_eq!(
-        cache.get("long", &[]).await.unwrap().1.as_deref(),
+        got(&cache, "long", &[]).await.1.as_deref(),
         Some(&b"stays"[..])
     );
 
@@ -395,7 +416,7 @@ async fn the_ttl_expires_a_value() {
         .put("zero", b"x".to_vec(), Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(cache.get("zero", &[]).await.unwrap().1, None);
+    assert_eq!(got(&cache, "zero", &[]).await.1, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -427,7 +448,7 @@ async fn a_redis_that_is_down_fails_calls_quickly_until_it_is_back() {
     .await;
     let late = connect(&url, &prefix, settings).await;
     late.advance(&t, 5).await.unwrap();
-    let (states, entry) = early.get("k", &t).await.unwrap();
+    let (states, entry) = got(&early, "k", &t).await;
     assert_eq!(states, vec![state(1, 5)]);
     assert_eq!(entry.as_deref(), Some(&b"early"[..]));
 
@@ -453,13 +474,10 @@ async fn a_redis_that_is_down_fails_calls_quickly_until_it_is_back() {
         )
         .await;
     }
-    let (states, _) = late.get("k", &t).await.unwrap();
+    let (states, _) = got(&late, "k", &t).await;
     assert_eq!(states, vec![state(2, 7)]);
     early.put("k", b"again".to_vec(), ttl).await.unwrap();
-    assert_eq!(
-        late.get("k", &[]).await.unwrap().1.as_deref(),
-        Some(&b"again"[..])
-    );
+    assert_eq!(got(&late, "k", &[]).await.1.as_deref(), Some(&b"again"[..]));
 
     service(DOWN_PORT, "destroy");
 }
@@ -484,10 +502,10 @@ async fn rediss_verifies_the_server_against_ca_file() {
         trusted.put("k", b"over tls".to_vec(), ttl)
     })
     .await;
-    let (_, entry) = trusted.get("k", &tags(&["e:egg"])).await.unwrap();
+    let (_, entry) = got(&trusted, "k", &tags(&["e:egg"])).await;
     assert_eq!(entry.as_deref(), Some(&b"over tls"[..]));
     trusted.advance(&tags(&["e:egg"]), 7).await.unwrap();
-    let (states, _) = trusted.get("k", &tags(&["e:egg"])).await.unwrap();
+    let (states, _) = got(&trusted, "k", &tags(&["e:egg"])).await;
     assert_eq!(states, vec![state(1, 7)]);
 
     // an unrelated authority: the handshake fails, and so does every call, quickly

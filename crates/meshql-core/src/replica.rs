@@ -15,6 +15,11 @@ pub struct Lag {
     /// How much the replica has still to apply, in the backend's unit (PostgreSQL: WAL
     /// bytes), when it can tell.
     pub bytes: Option<u64>,
+    /// A moment (Unix milliseconds, this process's clock) such that every transaction the
+    /// primary had committed by then is applied on the replica, when the probe can tell
+    /// (PostgreSQL: when it read a primary position the replica has since replayed). A cache
+    /// in front of the replica keeps only answers that cover the writes it knows of by it.
+    pub applied_through: Option<crate::Millis>,
 }
 
 /// A storage block's bounds on its replica.

@@ -104,8 +104,8 @@ pub struct ReplicaHealth {
     state: AtomicU8,
     lag_ms: AtomicU64,
     lag_bytes: AtomicU64,
-    /// When the last successful probe started (milliseconds since the epoch; 0: never).
-    probed_at: AtomicI64,
+    /// The last probe's [`Lag::applied_through`] (0: it could not tell).
+    applied_at: AtomicI64,
     on_replica: AtomicU64,
     detoured: [AtomicU64; 4],
     monitor: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -123,7 +123,7 @@ impl ReplicaHealth {
             state: AtomicU8::new(0),
             lag_ms: AtomicU64::new(NO_LAG),
             lag_bytes: AtomicU64::new(NO_LAG),
-            probed_at: AtomicI64::new(0),
+            applied_at: AtomicI64::new(0),
             on_replica: AtomicU64::new(0),
             detoured: Default::default(),
             monitor: Mutex::new(None),
@@ -161,10 +161,12 @@ impl ReplicaHealth {
     /// four periods, at least a second, counts as unreachable).
     pub async fn probe_once(&self) {
         let wait = (self.settings.probe_every * 4).max(Duration::from_secs(1));
-        let started = meshql_core::time::now_millis();
         let next = match tokio::time::timeout(wait, self.probe.lag()).await {
             Ok(Ok(lag)) => {
-                self.probed_at.store(started, Ordering::Relaxed);
+                self.applied_at.store(
+                    lag.and_then(|l| l.applied_through).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
                 match lag {
                     Some(l) => {
                         self.lag_ms
@@ -229,17 +231,16 @@ impl ReplicaHealth {
         }
     }
 
-    /// A moment up to which the replica has applied every write, from the last probe: its
-    /// start less the lag it measured and one probe period (a lag is known to a period's
-    /// precision). `0` when the replica cannot tell its lag or was never measured.
+    /// A moment up to which the replica has applied every commit: what the last probe could
+    /// tell ([`Lag::applied_through`]) less one probe period, a margin for the clocks of the
+    /// other processes whose writes it is compared with. `0` when the probe cannot tell
+    /// (a lag alone cannot: it is a duration measured to the probe's precision, and says
+    /// nothing of a transaction stamped before the probe that commits after it).
     pub fn applied_through(&self) -> meshql_core::Millis {
-        let lag_ms = self.lag_ms.load(Ordering::Relaxed);
-        let probed_at = self.probed_at.load(Ordering::Relaxed);
-        if lag_ms == NO_LAG || probed_at == 0 {
-            return 0;
+        match self.applied_at.load(Ordering::Relaxed) {
+            0 => 0,
+            at => (at - self.settings.probe_every.as_millis() as i64).max(0),
         }
-        let period = self.settings.probe_every.as_millis() as i64;
-        (probed_at - lag_ms as i64 - period).max(0)
     }
 
     pub fn state(&self) -> ReplicaState {
@@ -268,6 +269,10 @@ impl ReplicaHealth {
             lag: (lag_ms != NO_LAG).then(|| Lag {
                 time: Duration::from_millis(lag_ms),
                 bytes: (bytes != NO_LAG).then_some(bytes),
+                applied_through: match self.applied_at.load(Ordering::Relaxed) {
+                    0 => None,
+                    at => Some(at),
+                },
             }),
             settings: self.settings,
             on_replica: self.on_replica.load(Ordering::Relaxed),
@@ -513,6 +518,7 @@ mod tests {
         *dial.lag.lock().unwrap() = Some(Ok(Some(Lag {
             time: Duration::from_millis(100),
             bytes: Some(10),
+            ..Lag::default()
         })));
         health.probe_once().await;
         assert_eq!(health.state(), ReplicaState::Usable);
@@ -522,6 +528,7 @@ mod tests {
         *dial.lag.lock().unwrap() = Some(Ok(Some(Lag {
             time: Duration::from_secs(2),
             bytes: None,
+            ..Lag::default()
         })));
         health.probe_once().await;
         assert_eq!(health.state(), ReplicaState::Behind);
@@ -578,6 +585,7 @@ mod tests {
         *dial.lag.lock().unwrap() = Some(Ok(Some(Lag {
             time: Duration::from_secs(3),
             bytes: None,
+            ..Lag::default()
         })));
         let health = ReplicaHealth::new("db", dial.clone());
         health.start();

@@ -389,6 +389,40 @@ async fn a_replica_that_has_not_applied_the_last_write_is_not_cached() {
 }
 
 #[tokio::test]
+async fn a_replica_that_applied_commits_past_a_writes_stamp_but_not_its_commit_is_not_cached() {
+    // the replica is a store of its own, which gets the document only when told to
+    let primary: DynStore = Arc::new(MemoryStore::new());
+    let replica: DynStore = Arc::new(MemoryStore::new());
+    let behind = Behind::new(replica.clone());
+    let cache = Cache::local(CacheSettings::default(), ["hen".to_owned()]);
+    let service = EntityService::new("hen", primary, None, vec![], Arc::new(NoAuth))
+        .with_reader(behind.clone() as DynReader)
+        .with_cache(cache.clone());
+    let session = Session::unrestricted(Credentials::Unrestricted);
+    // a create of `x` stamped 200 ms before it committed (a long transaction) has just been
+    // acknowledged; the replica has applied every commit up to 100 ms ago: after the stamp,
+    // before the commit, so not this one
+    let stamp = now_millis() - 200;
+    cache.invalidate("hen", &["x"], stamp).await;
+    behind.applied.store(now_millis() - 100, Ordering::SeqCst);
+    assert!(service.read(&session, "x", None).await.unwrap().is_none());
+    assert_eq!(cache.counts().unfilled, 1, "{:?}", cache.counts());
+    // the replica applies it: the next read finds it (no "not found" was kept)
+    let doc = meshql_core::NewDocument {
+        id: Some("x".into()),
+        payload: json!({"name": "x1"}).as_object().unwrap().clone(),
+        created_at: Some(stamp),
+    };
+    replica
+        .create(doc, &meshql_core::WriteContext::default())
+        .await
+        .unwrap();
+    behind.applied.store(now_millis() + 1000, Ordering::SeqCst);
+    let got = service.read(&session, "x", None).await.unwrap();
+    assert_eq!(got.map(|e| name_of(&e)), Some("x1".to_owned()));
+}
+
+#[tokio::test]
 async fn a_change_from_the_feed_invalidates_and_marks_what_the_cache_has_seen() {
     let w = world();
     let a = w.create(json!({"name": "v1"})).await;
@@ -629,6 +663,7 @@ impl meshql_engine::SharedCache for Shared {
             let s = t.entry(n.clone()).or_default();
             s.generation += 1;
             s.changed_at = s.changed_at.max(stamp);
+            s.advanced_at = s.advanced_at.max(now_millis());
         }
         Ok(())
     }

@@ -130,7 +130,13 @@ fn lag_of(behind: Vec<Option<u64>>) -> Option<Lag> {
             s.map(|s| most.max(Duration::from_secs(s)))
         })
         .unwrap_or(STOPPED);
-    Some(Lag { time, bytes: None })
+    // Seconds_Behind_Source counts whole seconds of the relay log's replay only, not what
+    // the replica has yet to receive: no moment it has applied everything up to follows
+    Some(Lag {
+        time,
+        bytes: None,
+        applied_through: None,
+    })
 }
 
 #[async_trait]
@@ -165,7 +171,8 @@ mod tests {
             lag_of(vec![Some(0)]),
             Some(Lag {
                 time: Duration::ZERO,
-                bytes: None
+                bytes: None,
+                applied_through: None
             })
         );
         assert_eq!(lag_of(vec![Some(3), Some(7), Some(1)]).unwrap().time, s(7));

@@ -7,12 +7,19 @@
 //! (and not fooled by a quiet primary, as `now() - pg_last_xact_replay_timestamp()` is after
 //! a long pause in writes). The byte lag is the newest primary position minus the replayed
 //! one. A `read_url` server that is not in recovery cannot tell its lag (`Ok(None)`).
+//!
+//! **Applied through.** Each primary position is kept with the wall-clock moment taken just
+//! *before* it was read: every transaction committed by that moment is at or below it. Once
+//! the standby has replayed a position, it has applied every commit up to that moment, which
+//! the probe reports as [`Lag::applied_through`] (the newest such moment). A cache in front
+//! of the standby compares it with when its tags were advanced, after their writes
+//! committed.
 
 use crate::db::{pg_error, pool_error, PostgresDatabase};
 use async_trait::async_trait;
 use deadpool_postgres::{PoolError, TimeoutType};
 use meshql_core::replica::{Lag, ReplicaProbe, ReplicaSettings};
-use meshql_core::StoreError;
+use meshql_core::{Millis, StoreError};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,12 +32,30 @@ const HISTORY: usize = 10_000;
 pub struct PostgresReplicaProbe {
     db: Arc<PostgresDatabase>,
     settings: ReplicaSettings,
-    /// (when seen, primary WAL position), oldest first, each larger than the one before.
-    seen: Mutex<VecDeque<(Instant, u64)>>,
+    /// Primary positions seen, oldest first, each larger than the one before, and the newest
+    /// moment up to which the standby is known to have applied every commit.
+    seen: Mutex<Seen>,
     /// The last measurement, repeated while every replica connection is busy (the probe does
     /// not queue for one: waiting would read as a timeout, and reads are shed to the primary
     /// meanwhile anyway).
     last: Mutex<Option<Lag>>,
+}
+
+/// A primary position and when it was read.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    /// When it was seen (for the lag).
+    seen: Instant,
+    /// Just before it was read (Unix milliseconds): every commit by then is at or below it.
+    read_from: Millis,
+    lsn: u64,
+}
+
+#[derive(Default)]
+struct Seen {
+    positions: VecDeque<Position>,
+    /// The `read_from` of the newest position replayed (0: none yet).
+    applied_through: Millis,
 }
 
 impl PostgresReplicaProbe {
@@ -38,31 +63,45 @@ impl PostgresReplicaProbe {
         Self {
             db,
             settings,
-            seen: Mutex::new(VecDeque::new()),
+            seen: Mutex::new(Seen::default()),
             last: Mutex::new(None),
         }
     }
 
-    /// The lag once the standby has replayed `replayed` and the primary is at `current`.
-    fn account(&self, now: Instant, replayed: u64, current: Option<u64>) -> Lag {
+    /// The lag once the standby has replayed `replayed` and the primary is at `current`
+    /// (read from the moment `read_from`).
+    fn account(&self, now: Instant, replayed: u64, current: Option<(Millis, u64)>) -> Lag {
         let mut seen = self.seen.lock().expect("probe history lock");
-        if let Some(p) = current {
-            if seen.back().is_none_or(|&(_, last)| p > last) {
-                if seen.len() >= HISTORY {
-                    seen.remove(1);
+        if let Some((read_from, lsn)) = current {
+            if seen.positions.back().is_none_or(|last| lsn > last.lsn) {
+                if seen.positions.len() >= HISTORY {
+                    seen.positions.remove(1);
                 }
-                seen.push_back((now, p));
+                seen.positions.push_back(Position {
+                    seen: now,
+                    read_from,
+                    lsn,
+                });
+            } else if let Some(last) = seen.positions.back_mut() {
+                // the primary has not moved: its position holds every commit by now
+                last.read_from = last.read_from.max(read_from);
             }
         }
-        while seen.front().is_some_and(|&(_, p)| p <= replayed) {
-            seen.pop_front();
+        while let Some(oldest) = seen.positions.front().copied() {
+            if oldest.lsn > replayed {
+                break;
+            }
+            seen.applied_through = seen.applied_through.max(oldest.read_from);
+            seen.positions.pop_front();
         }
         Lag {
             time: seen
+                .positions
                 .front()
-                .map(|&(t, _)| now.saturating_duration_since(t))
+                .map(|p| now.saturating_duration_since(p.seen))
                 .unwrap_or_default(),
-            bytes: current.map(|p| p.saturating_sub(replayed)),
+            bytes: current.map(|(_, p)| p.saturating_sub(replayed)),
+            applied_through: Some(seen.applied_through).filter(|&t| t > 0),
         }
     }
 }
@@ -113,11 +152,14 @@ impl PostgresReplicaProbe {
         // the primary being unreachable says nothing about the replica: the lag is then
         // measured against what was seen before
         let current = match self.db.write.get().await {
-            Ok(primary) => primary
-                .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
-                .await
-                .ok()
-                .map(|row| row.get::<_, i64>(0) as u64),
+            Ok(primary) => {
+                let read_from = meshql_core::time::now_millis();
+                primary
+                    .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+                    .await
+                    .ok()
+                    .map(|row| (read_from, row.get::<_, i64>(0) as u64))
+            }
             Err(_) => None,
         };
         Ok(Some(self.account(Instant::now(), replayed as u64, current)))
@@ -127,6 +169,11 @@ impl PostgresReplicaProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A primary position read from the moment `lsn` (for these tests, the same number).
+    fn at(lsn: u64) -> Option<(Millis, u64)> {
+        Some((lsn as Millis * 10, lsn))
+    }
 
     fn probe() -> PostgresReplicaProbe {
         let db = PostgresDatabase::connect(&crate::PostgresOptions::new(
@@ -142,27 +189,29 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs(1);
         // keeping up: nothing waits
-        assert_eq!(p.account(t0, 100, Some(100)).time, Duration::ZERO);
+        assert_eq!(p.account(t0, 100, at(100)).time, Duration::ZERO);
         // the primary moves on, replay stops at 100
-        assert_eq!(p.account(t0 + s, 100, Some(150)).time, Duration::ZERO);
+        assert_eq!(p.account(t0 + s, 100, at(150)).time, Duration::ZERO);
         assert_eq!(
-            p.account(t0 + 3 * s, 100, Some(180)),
+            p.account(t0 + 3 * s, 100, at(180)),
             Lag {
                 time: 2 * s,
-                bytes: Some(80)
+                bytes: Some(80),
+                applied_through: Some(1_000)
             }
         );
         // replay reaches 150 (seen at t0+1s) but not 180 (seen at t0+3s)
-        assert_eq!(p.account(t0 + 4 * s, 150, Some(180)).time, s);
+        assert_eq!(p.account(t0 + 4 * s, 150, at(180)).time, s);
         // a quiet primary: caught up means no lag, however long since the last write
-        assert_eq!(p.account(t0 + 100 * s, 180, Some(180)).time, Duration::ZERO);
+        assert_eq!(p.account(t0 + 100 * s, 180, at(180)).time, Duration::ZERO);
         // the primary unreachable: measured against what was seen
-        assert_eq!(p.account(t0 + 101 * s, 180, Some(200)).time, Duration::ZERO);
+        assert_eq!(p.account(t0 + 101 * s, 180, at(200)).time, Duration::ZERO);
         assert_eq!(
             p.account(t0 + 105 * s, 180, None),
             Lag {
                 time: 4 * s,
-                bytes: None
+                bytes: None,
+                applied_through: Some(1_800)
             }
         );
     }
@@ -172,10 +221,50 @@ mod tests {
         let p = probe();
         let t0 = Instant::now();
         for i in 0..(HISTORY as u64 + 50) {
-            p.account(t0 + Duration::from_millis(i), 0, Some(i + 1));
+            p.account(t0 + Duration::from_millis(i), 0, Some((1, i + 1)));
         }
-        let lag = p.account(t0 + Duration::from_secs(60), 0, Some(1_000_000));
+        let lag = p.account(t0 + Duration::from_secs(60), 0, Some((2, 1_000_000)));
         assert_eq!(lag.time, Duration::from_secs(60));
-        assert!(p.seen.lock().unwrap().len() <= HISTORY);
+        assert_eq!(lag.applied_through, None, "nothing replayed");
+        assert!(p.seen.lock().unwrap().positions.len() <= HISTORY);
+    }
+
+    #[test]
+    fn applied_through_is_when_the_newest_replayed_position_was_read() {
+        let p = probe();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // never a replayed position yet: it cannot tell
+        assert_eq!(p.account(t0, 5, Some((1_000, 10))).applied_through, None);
+        // read at 1,000 and 1,300; replay reaches the first: everything committed by 1,000
+        assert_eq!(
+            p.account(t0 + ms(300), 10, Some((1_300, 20)))
+                .applied_through,
+            Some(1_000)
+        );
+        // the primary has not moved since 1,300 when read again at 1,600: once replayed,
+        // everything committed by 1,600 is applied
+        assert_eq!(
+            p.account(t0 + ms(600), 15, Some((1_600, 20)))
+                .applied_through,
+            Some(1_000)
+        );
+        assert_eq!(
+            p.account(t0 + ms(900), 20, Some((1_900, 20)))
+                .applied_through,
+            Some(1_900)
+        );
+        // a transaction stamped before 1,900 that commits at 2,000 is above the position
+        // read at 1,900: not covered until a later position is replayed
+        assert_eq!(
+            p.account(t0 + ms(1_200), 20, Some((2_200, 30)))
+                .applied_through,
+            Some(1_900)
+        );
+        assert_eq!(
+            p.account(t0 + ms(1_500), 30, Some((2_500, 30)))
+                .applied_through,
+            Some(2_500)
+        );
     }
 }

@@ -122,12 +122,16 @@ pub fn group(name: &str) -> Option<Vec<&'static str>> {
     }
 }
 
-/// Storage counters from meshql's `/metrics` (absent on other servers).
+/// Storage and cache counters from meshql's `/metrics` (absent on other servers).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Counters {
     pub reads: u64,
     pub writes: u64,
     pub commits: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Reads that did not consult a shared cache (their operation's hit rate was low).
+    pub cache_skipped: u64,
 }
 
 /// What a scenario works with: the target, the options, the local server (if any), and the
@@ -254,6 +258,12 @@ impl Ctx {
                 &mut c.writes
             } else if name.starts_with("meshql_storage_commits_total") {
                 &mut c.commits
+            } else if name.starts_with("meshql_cache_hits_total") {
+                &mut c.cache_hits
+            } else if name.starts_with("meshql_cache_misses_total") {
+                &mut c.cache_misses
+            } else if name.starts_with("meshql_cache_skipped_total") {
+                &mut c.cache_skipped
             } else {
                 continue;
             };
@@ -384,6 +394,19 @@ impl Ctx {
                 metrics.insert(
                     "storage_reads_per_request".into(),
                     (a.reads - b.reads) as f64 / overall.count as f64,
+                );
+            }
+            let (hits, misses) = (a.cache_hits - b.cache_hits, a.cache_misses - b.cache_misses);
+            let skipped = a.cache_skipped - b.cache_skipped;
+            if hits + misses > 0 {
+                // of the reads that consulted the cache, and of all reads through it
+                metrics.insert(
+                    "cache_hit_rate".into(),
+                    hits as f64 / (hits + misses) as f64,
+                );
+                metrics.insert(
+                    "cache_skipped_share".into(),
+                    skipped as f64 / (hits + misses + skipped) as f64,
                 );
             }
             if a.commits > b.commits && a.writes > b.writes {

@@ -92,7 +92,8 @@ pub trait SharedCache: Send + Sync + 'static {
     /// Stores `entry` under `key` for `ttl`.
     async fn put(&self, key: &str, entry: Vec<u8>, ttl: Duration) -> Result<(), SharedCacheError>;
 
-    /// Advances `tags`, recording `stamp` as their newest change.
+    /// Advances `tags`, recording `stamp` as their newest change and the current moment as
+    /// their last advance (see [`TagState::advanced_at`]; the writes have committed).
     async fn advance(&self, tags: &[String], stamp: Millis) -> Result<(), SharedCacheError>;
 }
 

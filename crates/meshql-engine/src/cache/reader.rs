@@ -36,7 +36,8 @@ enum Op {
     Nested,
 }
 
-const OPS: usize = 7;
+/// The number of [`Op`]s.
+const OPS: usize = Op::Nested as usize + 1;
 
 impl Op {
     fn name(self) -> &'static str {
@@ -50,6 +51,15 @@ impl Op {
             Op::Nested => "nested",
         }
     }
+}
+
+/// What a read asks the cache: the answer under `key` of operation `op`, depending on `tags`,
+/// as of `at`.
+struct Ask {
+    op: Op,
+    key: Key,
+    tags: Vec<TagRef>,
+    at: Option<Millis>,
 }
 
 /// An entity's reader answering from the cache and, on a miss, from the reader behind it (the
@@ -84,13 +94,10 @@ impl CachedReader {
         }
     }
 
-    /// The answer under `key` (depending on `tags`), or `fetch`'s, stored when it is current.
+    /// The answer to `ask`, or `fetch`'s, stored when it is current.
     async fn through<T>(
         &self,
-        op: Op,
-        key: Key,
-        tags: Vec<TagRef>,
-        at: Option<Millis>,
+        Ask { op, key, tags, at }: Ask,
         fetch: impl Future<Output = Result<T, StoreError>>,
         wrap: impl FnOnce(&T) -> Option<Answer>,
         unwrap: impl FnOnce(&Answer) -> Option<T>,
@@ -135,10 +142,16 @@ impl CachedReader {
             Moment::Recent(t) => (changed_at <= t).then_some(t),
             Moment::Past(t) => Some(t),
         };
-        // a replica must have applied what the tags have seen (for a past moment: the moment)
+        // a replica must have applied what the tags have seen (for a past moment: the moment):
+        // every commit up to when the tags were last advanced, not only up to the writes'
+        // stamps, which precede their commits
         let needed = match moment {
             Moment::Past(t) => t,
-            _ => changed_at,
+            _ => states[..states.len().saturating_sub(1)]
+                .iter()
+                .map(TagState::committed_by)
+                .max()
+                .unwrap_or(0),
         };
         let applied = self.inner.applied_through().is_none_or(|a| a >= needed);
         match (as_of, applied, wrap(&answer)) {
@@ -225,10 +238,12 @@ impl StoreReader for CachedReader {
         // create, whatever that create's outcome; ids chosen by the writer (processor outputs,
         // legacy mappings) are advanced on every outcome (`EntityService::apply_output`).
         self.through(
-            Op::Read,
-            self.key(Op::Read, ctx).part(id),
-            vec![self.document(id)],
-            ctx.at,
+            Ask {
+                op: Op::Read,
+                key: self.key(Op::Read, ctx).part(id),
+                tags: vec![self.document(id)],
+                at: ctx.at,
+            },
             self.inner.read(id, ctx),
             |found| {
                 Some(match found {
@@ -254,10 +269,12 @@ impl StoreReader for CachedReader {
             .key(Op::ReadMany, ctx)
             .part(serde_json::to_string(ids).expect("ids serialise"));
         self.through(
-            Op::ReadMany,
-            key,
-            vec![TagRef::Entity(self.entity)],
-            ctx.at,
+            Ask {
+                op: Op::ReadMany,
+                key,
+                tags: vec![TagRef::Entity(self.entity)],
+                at: ctx.at,
+            },
             self.inner.read_many(ids, ctx),
             |v| Some(Answer::Envelopes(v.clone())),
             |a| match a {
@@ -270,10 +287,12 @@ impl StoreReader for CachedReader {
 
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
         self.through(
-            Op::List,
-            self.key(Op::List, ctx),
-            vec![TagRef::Entity(self.entity)],
-            ctx.at,
+            Ask {
+                op: Op::List,
+                key: self.key(Op::List, ctx),
+                tags: vec![TagRef::Entity(self.entity)],
+                at: ctx.at,
+            },
             self.inner.list(ctx),
             |v| Some(Answer::Envelopes(v.clone())),
             |a| match a {
@@ -295,10 +314,12 @@ impl StoreReader for CachedReader {
             .part(format_args!("{after:?}"))
             .part(limit);
         self.through(
-            Op::ListPage,
-            key,
-            vec![TagRef::Entity(self.entity)],
-            ctx.at,
+            Ask {
+                op: Op::ListPage,
+                key,
+                tags: vec![TagRef::Entity(self.entity)],
+                at: ctx.at,
+            },
             self.inner.list_page(after, limit, ctx),
             |v| Some(Answer::Envelopes(v.clone())),
             |a| match a {
@@ -320,10 +341,12 @@ impl StoreReader for CachedReader {
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Row>, StoreError> {
         self.through(
-            Op::Find,
-            self.key(Op::Find, ctx).search(search),
-            self.search_tags(search.template, search.args),
-            ctx.at,
+            Ask {
+                op: Op::Find,
+                key: self.key(Op::Find, ctx).search(search),
+                tags: self.search_tags(search.template, search.args),
+                at: ctx.at,
+            },
             self.inner.find(search, ctx),
             |v| Some(Answer::Rows(v.clone())),
             |a| match a {
@@ -340,10 +363,12 @@ impl StoreReader for CachedReader {
         ctx: &ReadContext<'_>,
     ) -> Result<KeyedRows, StoreError> {
         self.through(
-            Op::Batch,
-            self.key(Op::Batch, ctx).batch(batch),
-            self.batch_tags(batch),
-            ctx.at,
+            Ask {
+                op: Op::Batch,
+                key: self.key(Op::Batch, ctx).batch(batch),
+                tags: self.batch_tags(batch),
+                at: ctx.at,
+            },
             self.inner.find_batch(batch, ctx),
             |v| Some(Answer::Keyed(v.clone())),
             |a| match a {
@@ -374,10 +399,12 @@ impl StoreReader for CachedReader {
             }
         }
         self.through(
-            Op::Nested,
-            key,
-            tags,
-            ctx.at,
+            Ask {
+                op: Op::Nested,
+                key,
+                tags,
+                at: ctx.at,
+            },
             self.inner.find_nested(search, nested, ctx),
             |v| v.clone().map(Answer::Nested),
             |a| match a {

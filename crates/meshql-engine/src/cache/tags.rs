@@ -6,7 +6,11 @@
 //! the id), so the table is bounded whatever the number of documents; two documents on one
 //! stripe only invalidate each other's reads by id, never serve a stale one. A tag also keeps
 //! the newest stamp of the writes that advanced it (`changed_at`), which decides whether an
-//! answer read as of a moment may be kept as the latest one.
+//! answer read as of a moment may be kept as the latest one, and when it was last advanced
+//! (`advanced_at`, after the write committed), which decides whether a replica has applied
+//! it: a write is stamped before it commits, by as long as its transaction takes, so a
+//! replica known to have applied every commit up to a moment after the stamp may still lack
+//! it.
 
 use meshql_core::Millis;
 use std::collections::HashMap;
@@ -29,22 +33,36 @@ pub enum TagRef {
     Epoch,
 }
 
-/// A tag's generation and the newest stamp of the writes that advanced it.
+/// A tag's generation, the newest stamp of the writes that advanced it, and the newest
+/// moment it was advanced at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct TagState {
     pub generation: u64,
     pub changed_at: Millis,
+    /// When it was last advanced: after the writes that advanced it had committed (0 when
+    /// unknown: a shared cache's tag advanced by an older process).
+    #[serde(default)]
+    pub advanced_at: Millis,
+}
+
+impl TagState {
+    /// A moment by which every write that advanced the tag had committed.
+    pub fn committed_by(&self) -> Millis {
+        self.advanced_at.max(self.changed_at)
+    }
 }
 
 #[derive(Default)]
 struct Tag {
     generation: AtomicU64,
     changed_at: AtomicI64,
+    advanced_at: AtomicI64,
 }
 
 impl Tag {
-    fn advance(&self, stamp: Millis) {
+    fn advance(&self, stamp: Millis, now: Millis) {
         self.changed_at.fetch_max(stamp, Ordering::AcqRel);
+        self.advanced_at.fetch_max(now, Ordering::AcqRel);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -53,6 +71,7 @@ impl Tag {
         TagState {
             generation,
             changed_at: self.changed_at.load(Ordering::Acquire),
+            advanced_at: self.advanced_at.load(Ordering::Acquire),
         }
     }
 }
@@ -110,16 +129,19 @@ impl Tags {
         }
     }
 
-    /// Advances the entity's tag and the tags of `ids`, with the writes' newest stamp.
+    /// Advances the entity's tag and the tags of `ids`, with the writes' newest stamp (the
+    /// writes have committed).
     pub fn advance<'a>(&self, entity: u32, ids: impl IntoIterator<Item = &'a str>, stamp: Millis) {
+        let now = meshql_core::time::now_millis();
         for id in ids {
-            self.tag(self.document(entity, id)).advance(stamp);
+            self.tag(self.document(entity, id)).advance(stamp, now);
         }
-        self.entities[entity as usize].advance(stamp);
+        self.entities[entity as usize].advance(stamp, now);
     }
 
     pub fn advance_epoch(&self) {
-        self.epoch.advance(meshql_core::time::now_millis());
+        let now = meshql_core::time::now_millis();
+        self.epoch.advance(now, now);
     }
 
     pub fn state(&self, tag: TagRef) -> TagState {
@@ -154,6 +176,12 @@ mod tests {
         tags.advance(hen, ["a"], 42);
         assert_eq!(tags.state(a).generation, before.0.generation + 1);
         assert_eq!(tags.state(a).changed_at, 42);
+        assert!(tags.state(a).advanced_at >= meshql_core::time::now_millis() - 1000);
+        assert_eq!(
+            tags.state(a).committed_by(),
+            tags.state(a).advanced_at,
+            "advanced after the write was stamped"
+        );
         assert_eq!(tags.state(TagRef::Entity(hen)).generation, 1);
         assert_eq!(tags.state(TagRef::Entity(coop)).generation, 0);
         // an older stamp never moves changed_at back
