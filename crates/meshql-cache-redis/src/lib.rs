@@ -9,9 +9,11 @@
 //! |----------------------|----------------------------------------------------------------|
 //! | `<prefix>:g:<tag>`   | the tag's generation (an integer, advanced by one per write)   |
 //! | `<prefix>:c:<tag>`   | the stamp (Unix milliseconds) of the newest write to the tag   |
+//! | `<prefix>:a:<tag>`   | when the tag was last advanced (Unix ms, after its writes committed) |
 //! | `<prefix>:v:<key>`   | a cached answer (the engine's bytes), expiring after the `ttl` |
 //!
-//! A missing generation or stamp reads as 0. Tags have no expiry (there are few: one per
+//! A missing generation, stamp or moment reads as 0 (a tag advanced only by a process older
+//! than the `a:` keys then counts as advanced at its stamp). Tags have no expiry (there are few: one per
 //! entity plus a bounded number of document stripes and the epoch); answers do. Redis must
 //! therefore never evict a key without an expiry (`maxmemory-policy` `noeviction` or a
 //! `volatile-*` policy): a generation evicted back to 0 could make an old answer look current
@@ -23,11 +25,12 @@
 //! system's roots, or the authorities of `ca_file`).
 //!
 //! **One round trip per call.** [`get`](meshql_engine::SharedCache::get) is one `MGET` of the
-//! tags' generations and stamps and the answer; [`put`](meshql_engine::SharedCache::put) one
+//! tags' generations, stamps and moments and the answer; [`put`](meshql_engine::SharedCache::put) one
 //! `SET … PX <ttl>`; [`advance`](meshql_engine::SharedCache::advance) one Lua script
 //! (`EVALSHA`, loaded again when Redis answers that it does not know it) that, for every tag,
-//! increments the generation and raises the stamp to the write's if that is newer, never
-//! lowering it, atomically for the call.
+//! increments the generation and raises the stamp to the write's and the moment of the last
+//! advance to the caller's clock if they are newer, never lowering them, atomically for the
+//! call.
 //!
 //! **Failures.** Every call is bounded by `timeout_ms` (default 100): a slower Redis counts as
 //! a failure, which the engine answers by reading around the cache. Connecting is never an

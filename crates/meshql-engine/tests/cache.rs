@@ -451,6 +451,13 @@ async fn a_change_from_the_feed_invalidates_and_marks_what_the_cache_has_seen() 
         "v1",
         "until the feed brings the change, the answer stands"
     );
+    // another document's change stamped later arrives first (the feed is in commit order):
+    // this one's is still not seen
+    w.cache.invalidated("hen", "another", v2.created_at + 5);
+    assert!(
+        !reader.has_version(&a.id, v2.created_at).await.unwrap(),
+        "a later change of another document says nothing of this one"
+    );
     w.cache.invalidated("hen", &a.id, v2.created_at);
     assert!(reader.has_version(&a.id, v2.created_at).await.unwrap());
     let got = w.read(&a.id, None).await;

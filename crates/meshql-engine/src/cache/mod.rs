@@ -20,7 +20,9 @@
 //! **Replicas.** In front of a replica the cache keeps an answer only when the replica is known
 //! to have applied every write its tags have seen ([`meshql_core::StoreReader::applied_through`]):
 //! otherwise a read just after a write could store the replica's older answer under the new
-//! generation.
+//! generation. "Seen" is when the tags were last advanced, after the writes committed, not the
+//! writes' stamps: a write is stamped before its transaction commits, and a replica that has
+//! applied every commit up to a moment after the stamp may not have this one.
 //!
 //! **A shared cache that rarely hits** is consulted by a sample of the reads only ([`worth`]):
 //! its round trip costs every read, and saves only the reads that hit.
@@ -365,12 +367,6 @@ impl Cache {
                 self.degraded.store(true, Ordering::Release);
             }
         }
-    }
-
-    /// The newest stamp of the changes to `entity` this process has seen (written or brought
-    /// by the change feed).
-    pub fn seen(&self, entity: u32) -> Millis {
-        self.tags.state(TagRef::Entity(entity)).changed_at
     }
 
     /// While degraded, tries to advance the shared epoch; true once the shared cache is

@@ -427,10 +427,12 @@ impl StoreReader for CachedReader {
         Some(&self.name)
     }
 
-    /// The reader behind has the version, and the cache has seen a change of the entity at
+    /// The reader behind has the version, and the cache has seen a change of the document at
     /// least as new (its own write, or the change feed's), so no answer it serves is older.
+    /// The document's tag, not the entity's: the feed brings changes in commit order, so
+    /// another document's write stamped later may arrive before this one.
     async fn has_version(&self, id: &str, stamp: Millis) -> Result<bool, StoreError> {
-        if self.cache.seen(self.entity) < stamp {
+        if self.cache.tags().state(self.document(id)).changed_at < stamp {
             return Ok(false);
         }
         self.inner.has_version(id, stamp).await
