@@ -30,7 +30,9 @@
 //! stops before the first position that is allocated but absent, and that position is
 //!
 //! * *in flight in this process* (the store keeps the positions it drew and has not settled
-//!   in memory): the reader stops there, for as long as the write runs;
+//!   in memory): the reader stops there, for as long as the write runs — also when the
+//!   version is already present, since a write whose insert was applied but not answered
+//!   fails and deletes it again;
 //! * *void*: the write that drew it failed in this process (settled at once, so readers skip
 //!   it immediately), or it was skipped before (below);
 //! * *unknown*: drawn by another process (or by this one, a moment before it could record
@@ -661,6 +663,13 @@ impl Feed {
                 ledger.passed = ledger.passed.max(p);
                 cursor = p + 1;
                 continue;
+            }
+            if ledger.held.contains_key(&p) {
+                // inserted by a write of this process that has not settled: it may still
+                // fail (an insert applied whose answer was lost, its deletion retrying while
+                // another write's commit wakes the reader) and delete the version, so the
+                // reader waits for it as for an absent position
+                return Ok((p, true));
             }
             if let Some((first, n)) = batch_of(d) {
                 let (_, have) = &batches[&first];
