@@ -129,9 +129,13 @@ impl World {
 }
 
 fn world_with(settings: CacheSettings) -> World {
+    world_on(Cache::local(settings, ["hen".to_owned()]))
+}
+
+/// A world whose service reads through `cache` (made for `hen`).
+fn world_on(cache: Arc<Cache>) -> World {
     let store: DynStore = Arc::new(MemoryStore::new());
     let behind = Behind::new(store.clone());
-    let cache = Cache::local(settings, ["hen".to_owned()]);
     let service = EntityService::new("hen", store, None, vec![], Arc::new(NoAuth))
         .with_reader(behind.clone() as DynReader)
         .with_cache(cache.clone());
@@ -739,18 +743,17 @@ async fn an_answer_stored_across_a_shared_cache_restart_is_never_served() {
 
 #[tokio::test]
 async fn a_shared_cache_that_rarely_hits_is_consulted_by_a_sample_of_reads_until_they_hit() {
-    let store: DynStore = Arc::new(MemoryStore::new());
-    let behind = Behind::new(store.clone());
     let shared = Arc::new(Shared::default());
-    let cache = Cache::shared(CacheSettings::default(), ["hen".to_owned()], shared.clone());
-    let service = EntityService::new("hen", store, None, vec![], Arc::new(NoAuth))
-        .with_reader(behind.clone() as DynReader)
-        .with_cache(cache.clone());
-    let session = Session::unrestricted(Credentials::Unrestricted);
+    let w = world_on(Cache::shared(
+        CacheSettings::default(),
+        ["hen".to_owned()],
+        shared,
+    ));
+    let (service, behind, cache, session) = (&w.service, &w.behind, &w.cache, &w.session);
     let mut ids = Vec::new();
     for i in 0..400 {
         let e = service
-            .create(&session, json!({"name": format!("h{i}")}))
+            .create(session, json!({"name": format!("h{i}")}))
             .await
             .unwrap();
         ids.push(e.id);
@@ -758,7 +761,7 @@ async fn a_shared_cache_that_rarely_hits_is_consulted_by_a_sample_of_reads_until
     // every id read once: nothing ever hits, so after a window of misses most reads skip
     // the shared cache (and still answer, from storage)
     for (i, id) in ids.iter().enumerate() {
-        let got = service.read(&session, id, None).await.unwrap().unwrap();
+        let got = service.read(session, id, None).await.unwrap().unwrap();
         assert_eq!(name_of(&got), format!("h{i}"));
     }
     let c = cache.counts();
@@ -768,20 +771,16 @@ async fn a_shared_cache_that_rarely_hits_is_consulted_by_a_sample_of_reads_until
     assert_eq!(c.misses + c.skipped + c.bypassed, 400, "{c:?}");
     // a write while reads skip the cache is seen at once
     service
-        .update(&session, &ids[7], json!({"name": "h7b"}))
+        .update(session, &ids[7], json!({"name": "h7b"}))
         .await
         .unwrap();
-    let got = service
-        .read(&session, &ids[7], None)
-        .await
-        .unwrap()
-        .unwrap();
+    let got = service.read(session, &ids[7], None).await.unwrap().unwrap();
     assert_eq!(name_of(&got), "h7b");
     // a hot document: the sampled reads fill it and hit, and consulting resumes for all
     let mut consulting_again = None;
     for n in 0..8_000 {
         let before = cache.counts();
-        service.read(&session, &ids[0], None).await.unwrap();
+        service.read(session, &ids[0], None).await.unwrap();
         tokio::task::yield_now().await; // the shared fill runs on a task of its own
         if cache.counts().skipped == before.skipped && n > 100 {
             let since = consulting_again.get_or_insert(n);
@@ -798,7 +797,7 @@ async fn a_shared_cache_that_rarely_hits_is_consulted_by_a_sample_of_reads_until
         "64 reads in a row consulted the cache: {resumed:?}"
     );
     for _ in 0..100 {
-        service.read(&session, &ids[0], None).await.unwrap();
+        service.read(session, &ids[0], None).await.unwrap();
     }
     let last = cache.counts();
     assert_eq!(last.hits - resumed.hits, 100, "{last:?}");
