@@ -20,4 +20,4 @@ mod routes;
 
 pub use error::RestError;
 pub use openapi::{openapi_document, read_only as read_only_openapi};
-pub use routes::{router, Restlette};
+pub use routes::{router, Restlette, NOT_IDS};

@@ -103,6 +103,26 @@ impl Restlette {
         resp
     }
 
+    /// `GET P/{id}` (`id` already percent-decoded): 200 with the payload and
+    /// `X-Canonical-Id`, or the error. The server also calls it without going through the
+    /// router (its direct path for reads by id).
+    pub async fn read_one(&self, id: &str, headers: &HeaderMap) -> Response {
+        let found = match self.read_session(headers).await {
+            Ok(session) => self.service.read(&session, id, None).await,
+            Err(e) => return e.into_response(),
+        };
+        let env = match found {
+            Ok(Some(env)) => env,
+            Ok(None) => return RestError::NOT_FOUND.into_response(),
+            Err(e) => return RestError::from(e).into_response(),
+        };
+        let mut resp = json_response(StatusCode::OK, env.payload);
+        if let Ok(v) = HeaderValue::from_str(&env.id) {
+            resp.headers_mut().insert("x-canonical-id", v);
+        }
+        resp
+    }
+
     fn body(&self, body: Result<Bytes, BytesRejection>) -> Result<Value, RestError> {
         let bytes = body.map_err(|e| {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
@@ -161,21 +181,8 @@ async fn list(
     crate::list::respond(&r.service, &r.path, session, query).await
 }
 
-async fn read(
-    State(r): Shared,
-    Path(id): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, RestError> {
-    let env = r
-        .service
-        .read(&r.read_session(&headers).await?, &id, None)
-        .await?
-        .ok_or(RestError::NOT_FOUND)?;
-    let mut resp = json_response(StatusCode::OK, env.payload);
-    if let Ok(v) = HeaderValue::from_str(&env.id) {
-        resp.headers_mut().insert("x-canonical-id", v);
-    }
-    Ok(resp)
+async fn read(State(r): Shared, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    r.read_one(&id, &headers).await
 }
 
 async fn update(
@@ -316,6 +323,14 @@ fn with_fallback(
     m.fallback(not_allowed(allow))
 }
 
+/// The names under `P/` that are routes of their own, not ids: `GET P/{name}` is never a read
+/// by id.
+pub const NOT_IDS: [&str; 4] = [BULK, API_DOCS, HEALTH, READY];
+const BULK: &str = "bulk";
+const API_DOCS: &str = "api-docs";
+const HEALTH: &str = "health";
+const READY: &str = "ready";
+
 /// The routes of a restlette, with its body limit applied.
 pub fn router(restlette: Arc<Restlette>) -> Router {
     let p = restlette.path.clone();
@@ -352,14 +367,14 @@ pub fn router(restlette: Arc<Restlette>) -> Router {
     Router::new()
         .route(&p, collection.clone())
         .route(&format!("{p}/"), collection)
-        .route(&format!("{p}/bulk"), route(bulk, "GET, POST, OPTIONS"))
-        .route(&format!("{p}/api-docs"), route(get(docs), "GET, OPTIONS"))
+        .route(&format!("{p}/{BULK}"), route(bulk, "GET, POST, OPTIONS"))
+        .route(&format!("{p}/{API_DOCS}"), route(get(docs), "GET, OPTIONS"))
         .route(
-            &format!("{p}/api-docs/swagger.json"),
+            &format!("{p}/{API_DOCS}/swagger.json"),
             route(get(openapi), "GET, OPTIONS"),
         )
-        .route(&format!("{p}/health"), route(get(health), "GET, OPTIONS"))
-        .route(&format!("{p}/ready"), route(get(ready), "GET, OPTIONS"))
+        .route(&format!("{p}/{HEALTH}"), route(get(health), "GET, OPTIONS"))
+        .route(&format!("{p}/{READY}"), route(get(ready), "GET, OPTIONS"))
         .route(
             &format!("{p}/{{id}}"),
             route(one, "GET, PUT, DELETE, OPTIONS"),

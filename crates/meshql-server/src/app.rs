@@ -4,6 +4,7 @@ use crate::assets;
 use crate::backends;
 use crate::changes_routes::{self, ChangesEndpoint};
 use crate::cors::{cors, Cors};
+use crate::direct::Direct;
 use crate::graphql_routes::{self, GraphEndpoint};
 use crate::ops::{self, Ops};
 use crate::served::Served;
@@ -66,6 +67,8 @@ pub struct App {
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
     /// The replicas reads are routed over, by storage block (probes stop at shutdown).
     replicas: Vec<(String, Arc<ReplicaHealth>)>,
+    /// Reads by id answered without the router (`None`: every request is routed).
+    pub(crate) direct: Option<Arc<Direct>>,
 }
 
 impl App {
@@ -308,6 +311,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // subscriptions: the hub starts once the change log is open (below)
     let subscriptions = Arc::new(std::sync::OnceLock::new());
     let mut router = Router::new();
+    // what reads by id skip the router for, and the fixed routes that stay routed
+    let mut restlettes = Vec::new();
+    let mut fixed_paths = Vec::new();
     for entity in &config.entities {
         if let Some(rest) = &entity.rest {
             let see_other = config.write_response == meshql_config::WriteResponse::SeeOther;
@@ -329,6 +335,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 read_only: !role.writes(),
                 read_after: Some(read_after.clone()),
             });
+            restlettes.push(restlette.clone());
             router = router.merge(meshql_rest::router(restlette));
         }
         if let Some(g) = entity.graph.as_ref().filter(|_| role.reads()) {
@@ -348,6 +355,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 subscriptions: subscriptions.clone(),
                 read_after: Some(read_after.clone()),
             });
+            fixed_paths.push(g.path.clone());
             router = router.merge(graphql_routes::router(&g.path, endpoint));
         }
     }
@@ -445,6 +453,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             &services,
             processors.clone(),
         ));
+        fixed_paths.push(config.console.path.clone());
         router = router.merge(crate::console::router(console));
     }
     let router = router
@@ -455,10 +464,25 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         )
         // every matched route, timed under its pattern (`route_layer`: MatchedPath is known)
         .route_layer(axum::middleware::from_fn_with_state(
-            requests,
+            requests.clone(),
             crate::request_metrics::measure,
         ))
         .fallback(not_found);
+    let edge = Cors {
+        origin,
+        require_json: config.require_json_content_type,
+    };
+    // the log-behind header is the router's alone: with it, every request is routed
+    let direct = log_stores.is_empty().then(|| {
+        let mut direct = Direct::new(edge.clone(), requests);
+        for restlette in restlettes {
+            direct.add_rest(restlette);
+        }
+        for path in &fixed_paths {
+            direct.add_fixed(path);
+        }
+        Arc::new(direct)
+    });
     let router = if log_stores.is_empty() {
         router
     } else {
@@ -467,13 +491,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
             crate::log_behind::header,
         ))
     };
-    let router = router.layer(axum::middleware::from_fn_with_state(
-        Cors {
-            origin,
-            require_json: config.require_json_content_type,
-        },
-        cors,
-    ));
+    let router = router.layer(axum::middleware::from_fn_with_state(edge, cors));
 
     Ok(App {
         router,
@@ -485,6 +503,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         processors,
         closing,
         replicas: replica_healths,
+        direct,
     })
 }
 

@@ -6,6 +6,7 @@
 //! the connection's one task, so its counters are only ever touched from one thread at a
 //! time; they are atomics because the task moves between worker threads.
 
+use crate::direct::{Direct, DirectFuture};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::Router;
@@ -362,9 +363,10 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The router as hyper's service for one connection.
+/// The router as hyper's service for one connection (reads by id answered directly).
 pub(crate) struct Service {
     pub(crate) router: Router,
+    pub(crate) direct: Option<Arc<Direct>>,
     pub(crate) state: Arc<ConnState>,
     pub(crate) body_timeout: Duration,
 }
@@ -382,8 +384,21 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             method: req.method().clone(),
             uri: req.uri().clone(),
         };
-        let state = self.state.clone();
         let timeout = self.body_timeout;
+        let req = match &self.direct {
+            Some(direct) => match direct.answer(req) {
+                Ok(future) => {
+                    return ResponseFuture {
+                        inner: Answer::Direct { future },
+                        guard: Some(guard),
+                        body_timeout: timeout,
+                    }
+                }
+                Err(req) => req,
+            },
+            None => req,
+        };
+        let state = self.state.clone();
         let req = req.map(|inner| RequestBody {
             inner,
             state,
@@ -393,7 +408,9 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         });
         let mut router = self.router.clone();
         ResponseFuture {
-            inner: tower_service::Service::call(&mut router, req),
+            inner: Answer::Routed {
+                future: tower_service::Service::call(&mut router, req),
+            },
             guard: Some(guard),
             body_timeout: timeout,
         }
@@ -427,10 +444,19 @@ impl Drop for InFlight {
 }
 
 pin_project! {
-    /// The router's answer, turned into 408 when the request body timed out.
+    /// The answer to a request: the router's, or a direct one.
+    #[project = AnswerProj]
+    enum Answer {
+        Routed { #[pin] future: axum::routing::future::RouteFuture<Infallible> },
+        Direct { future: DirectFuture },
+    }
+}
+
+pin_project! {
+    /// The answer, turned into 408 when the request body timed out.
     pub(crate) struct ResponseFuture {
         #[pin]
-        inner: axum::routing::future::RouteFuture<Infallible>,
+        inner: Answer,
         guard: Option<InFlight>,
         body_timeout: Duration,
     }
@@ -441,7 +467,12 @@ impl Future for ResponseFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let Ok(response) = ready!(this.inner.poll(cx));
+        let response = match this.inner.project() {
+            AnswerProj::Routed { future } => match ready!(future.poll(cx)) {
+                Ok(response) => response,
+            },
+            AnswerProj::Direct { future } => ready!(future.as_mut().poll(cx)),
+        };
         let guard = this.guard.take().expect("polled after completion");
         if response.status() == StatusCode::SWITCHING_PROTOCOLS {
             guard.state.upgraded.store(true, Relaxed);

@@ -37,7 +37,7 @@ pub async fn cors(State(cors): State<Cors>, request: Request, next: Next) -> Res
             .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|h| h.to_ascii_lowercase().contains("x-meshql-consistency"));
-    let mut response = if request.method() == Method::OPTIONS {
+    let response = if request.method() == Method::OPTIONS {
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::OK;
         r
@@ -50,6 +50,13 @@ pub async fn cors(State(cors): State<Cors>, request: Request, next: Next) -> Res
     } else {
         next.run(request).await
     };
+    finish(&cors, response, asks_for_token).await
+}
+
+/// What every response gets on its way out: a JSON body if it is an error without one, and
+/// the CORS headers (the list of allowed headers names the consistency token when a
+/// preflight asked for it). Responses answered without the router get it too.
+pub(crate) async fn finish(cors: &Cors, mut response: Response, asks_for_token: bool) -> Response {
     if response.status().as_u16() >= 400 && !is_json(response.headers()) {
         response = json_error(response).await;
     }

@@ -10,6 +10,7 @@ mod changes_routes;
 mod connection;
 mod console;
 mod cors;
+mod direct;
 mod graphql_routes;
 mod listener;
 mod log_behind;
@@ -58,7 +59,15 @@ pub async fn serve(
         // long-lived responses (change streams, long polls) end, so the drain can finish
         closing.send_replace(true);
     };
-    listener::run(app.router.clone(), listener, server, tls, shutdown).await;
+    listener::run(
+        app.router.clone(),
+        app.direct.clone(),
+        listener,
+        server,
+        tls,
+        shutdown,
+    )
+    .await;
     app.shutdown().await;
     Ok(())
 }

@@ -5,6 +5,7 @@
 //! timeout bounds the handshake and the first request's headers together).
 
 use crate::connection::{ConnState, Limits, Service, Watched, STATS};
+use crate::direct::Direct;
 use crate::tls::Tls;
 use axum::Router;
 use hyper::server::conn::http1;
@@ -110,6 +111,8 @@ const CUTTING: u8 = 2;
 /// What the accept loop and every connection task share.
 struct Shared {
     router: Router,
+    /// Reads by id answered without the router.
+    direct: Option<Arc<Direct>>,
     http1: http1::Builder,
     limits: Limits,
     stage: AtomicU8,
@@ -145,6 +148,7 @@ impl Shared {
 /// `spec.shutdown_timeout`, and closes what is left.
 pub(crate) async fn run(
     router: Router,
+    direct: Option<Arc<Direct>>,
     listener: TcpListener,
     spec: &ServerSpec,
     tls: Option<Tls>,
@@ -177,6 +181,7 @@ pub(crate) async fn run(
     http1.max_buf_size(MAX_BUF_BYTES);
     let shared = Arc::new(Shared {
         router,
+        direct,
         http1,
         limits: Limits {
             header: spec.header_read_timeout,
@@ -507,6 +512,7 @@ where
     let io = TokioIo::new(io);
     let service = Service {
         router: shared.router.clone(),
+        direct: shared.direct.clone(),
         state: state.clone(),
         body_timeout: shared.limits.body,
     };

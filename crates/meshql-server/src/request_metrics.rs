@@ -15,6 +15,7 @@ use axum::response::Response;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::fmt::Write;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -124,20 +125,36 @@ pub async fn measure(
     request: Request,
     next: Next,
 ) -> Response {
-    let started = Instant::now();
     let method = request.method().clone();
     // a clone of the matched pattern is a reference count, not a copy
     let route = request.extensions().get::<MatchedPath>().cloned();
-    let route_str = route.as_ref().map_or("", |r| r.as_str());
+    timed(
+        &metrics,
+        route.as_ref().map(|r| r.as_str()),
+        &method,
+        next.run(request),
+    )
+    .await
+}
+
+/// Runs `answer` timed, in a span naming the request, and records its time under `route`
+/// (unless none matched). Responses answered without the router are timed here too.
+pub(crate) async fn timed(
+    metrics: &RequestMetrics,
+    route: Option<&str>,
+    method: &Method,
+    answer: impl Future<Output = Response>,
+) -> Response {
+    let started = Instant::now();
     // a debug-level span: with the default `info` filter its callsite is disabled once and
     // costs a check per request; at `debug` every log line of the request carries it
-    let span = tracing::debug_span!("request", method = %method, route = route_str);
-    let response = next.run(request).instrument(span.clone()).await;
+    let span = tracing::debug_span!("request", method = %method, route = route.unwrap_or(""));
+    let response = answer.instrument(span.clone()).await;
     let micros = started.elapsed().as_micros() as u64;
     let status = response.status().as_u16();
     span.in_scope(|| tracing::debug!(status, micros, "answered"));
     if let Some(route) = route {
-        metrics.record(route.as_str(), &method, status, micros);
+        metrics.record(route, method, status, micros);
     }
     response
 }
