@@ -311,8 +311,10 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     // subscriptions: the hub starts once the change log is open (below)
     let subscriptions = Arc::new(std::sync::OnceLock::new());
     let mut router = Router::new();
-    // what reads by id skip the router for, and the fixed routes that stay routed
+    // what reads by id and GraphQL POSTs skip the router for, and the fixed routes that stay
+    // routed
     let mut restlettes = Vec::new();
+    let mut graphs = Vec::new();
     let mut fixed_paths = Vec::new();
     for entity in &config.entities {
         if let Some(rest) = &entity.rest {
@@ -355,7 +357,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 subscriptions: subscriptions.clone(),
                 read_after: Some(read_after.clone()),
             });
-            fixed_paths.push(g.path.clone());
+            graphs.push((g.path.clone(), endpoint.clone()));
             router = router.merge(graphql_routes::router(&g.path, endpoint));
         }
     }
@@ -477,6 +479,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         let mut direct = Direct::new(edge.clone(), requests);
         for restlette in restlettes {
             direct.add_rest(restlette);
+        }
+        for (path, endpoint) in graphs {
+            direct.add_graph(&path, endpoint);
         }
         for path in &fixed_paths {
             direct.add_fixed(path);

@@ -384,7 +384,15 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             method: req.method().clone(),
             uri: req.uri().clone(),
         };
+        let state = self.state.clone();
         let timeout = self.body_timeout;
+        let req = req.map(|inner| RequestBody {
+            inner,
+            state,
+            timeout,
+            sleep: None,
+            timed_out: false,
+        });
         let req = match &self.direct {
             Some(direct) => match direct.answer(req) {
                 Ok(future) => {
@@ -398,14 +406,6 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             },
             None => req,
         };
-        let state = self.state.clone();
-        let req = req.map(|inner| RequestBody {
-            inner,
-            state,
-            timeout,
-            sleep: None,
-            timed_out: false,
-        });
         let mut router = self.router.clone();
         ResponseFuture {
             inner: Answer::Routed {

@@ -41,11 +41,7 @@ pub async fn cors(State(cors): State<Cors>, request: Request, next: Next) -> Res
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::OK;
         r
-    } else if let Some(refused) = cors
-        .require_json
-        .then(|| unsupported_media_type(&request))
-        .flatten()
-    {
+    } else if let Some(refused) = cors.refusal(request.headers()) {
         refused
     } else {
         next.run(request).await
@@ -101,9 +97,19 @@ fn has_body(headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.trim() != "0")
 }
 
+impl Cors {
+    /// The 415 refusing a request with a body not declared JSON, when JSON is required.
+    pub(crate) fn refusal(&self, headers: &HeaderMap) -> Option<Response> {
+        if self.require_json {
+            unsupported_media_type(headers)
+        } else {
+            None
+        }
+    }
+}
+
 /// 415 for a request whose body is not declared JSON.
-fn unsupported_media_type(request: &Request) -> Option<Response> {
-    let headers = request.headers();
+fn unsupported_media_type(headers: &HeaderMap) -> Option<Response> {
     if !has_body(headers) || is_json(headers) {
         return None;
     }

@@ -1,36 +1,47 @@
-//! Reads by id answered without the router.
+//! Reads by id and GraphQL POSTs answered without the router.
 //!
-//! `GET P/{id}` of a REST path is the hottest request a data service gets. Through axum it
-//! pays for the router's clone, its path match, the matched-path extension, two `from_fn`
-//! layers (each boxing a future and cloning the next service) and the boxed handler: on the
-//! memory backend about a tenth of a request's time (docs/BENCHMARKS.md, "The ceiling").
+//! `GET P/{id}` of a REST path and `POST` to a GraphQL path are the hottest requests a data
+//! service gets. Through axum they pay for the router's clone, its path match, the
+//! matched-path extension, two `from_fn` layers (each boxing a future and cloning the next
+//! service) and the boxed handler: on the memory backend about a fifth of a read by id's time
+//! (docs/BENCHMARKS.md, "The ceiling").
 //!
-//! Here the request line is matched against a table of REST paths instead, and the answer
-//! comes from the same code the router would run: [`Restlette::read_one`] for the handler,
-//! [`timed`] for the request metrics and [`cors::finish`] for the CORS edge. Anything else
-//! goes to the router, and so does every request that the router could answer differently:
+//! Here the request line is matched against two tables instead, and the answer comes from
+//! the same code the router would run: [`Restlette::read_one`] and
+//! [`GraphEndpoint::answer_post`] for the handlers (a GraphQL body read within the same
+//! limit), [`timed`] for the request metrics and [`cors::finish`] for the CORS edge.
+//! Anything else goes to the router, and so does every request the router could answer
+//! differently:
 //!
-//! - a method other than `GET`, or a request with a body (the CORS edge may refuse it);
-//! - a path that the router serves statically (`P/bulk`, `P/api-docs`, `P/health`,
-//!   `P/ready`, a GraphQL path or the console under a REST path): static routes win over
+//! - another method, a `GET` with a body, or a `POST` whose body the CORS edge refuses (not
+//!   declared JSON);
+//! - a path the router serves as a fixed route (`P/bulk`, `P/api-docs`, `P/health`,
+//!   `P/ready`, a GraphQL path or the console under a REST path): fixed routes win over
 //!   `P/{id}` there;
 //! - an id with a percent sign (the router decodes it) or an empty one (`P/` is the list).
 //!
 //! Servers whose responses carry a log-behind header (a Kafka store) route every request.
 
 use crate::cors::{self, Cors};
+use crate::graphql_routes::{BodyError, GraphEndpoint};
 use crate::request_metrics::{timed, RequestMetrics};
 use axum::http::{Method, Request};
 use axum::response::Response;
+use bytes::Bytes;
 use futures::future::BoxFuture;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use meshql_rest::Restlette;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// The reads by id a server answers without its router.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The requests a server answers without its router.
 pub(crate) struct Direct {
     /// By REST path.
     reads: HashMap<String, Read>,
+    /// By GraphQL path.
+    graphs: HashMap<String, Arc<GraphEndpoint>>,
     /// Every path the router serves as a fixed route.
     fixed: HashSet<String>,
     cors: Cors,
@@ -50,6 +61,7 @@ impl Direct {
     pub(crate) fn new(cors: Cors, metrics: Arc<RequestMetrics>) -> Self {
         Self {
             reads: HashMap::new(),
+            graphs: HashMap::new(),
             fixed: HashSet::new(),
             cors,
             metrics,
@@ -68,44 +80,66 @@ impl Direct {
         self.reads.insert(p, Read { restlette, pattern });
     }
 
-    /// A path the router serves as a fixed route (a GraphQL endpoint, the console).
+    /// Answers `POST` to the GraphQL `path` directly (a fixed route for REST reads).
+    pub(crate) fn add_graph(&mut self, path: &str, endpoint: Arc<GraphEndpoint>) {
+        self.fixed.insert(path.to_owned());
+        self.graphs.insert(path.to_owned(), endpoint);
+    }
+
+    /// A path the router serves as a fixed route (the console).
     pub(crate) fn add_fixed(&mut self, path: &str) {
         self.fixed.insert(path.to_owned());
     }
 
-    /// The answer to `request` when it is a read by id; otherwise the request, for the
-    /// router.
+    /// The answer to `request` when it is a read by id or a GraphQL POST; otherwise the
+    /// request, for the router.
     // the request goes back by value: the router takes it by value next
     #[allow(clippy::result_large_err)]
-    pub(crate) fn answer<B: http_body::Body>(
-        &self,
-        request: Request<B>,
-    ) -> Result<DirectFuture, Request<B>> {
-        let Some((read, id)) = self.read_of(&request) else {
+    pub(crate) fn answer<B>(&self, request: Request<B>) -> Result<DirectFuture, Request<B>>
+    where
+        B: http_body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<BoxError>,
+    {
+        if request.method() == Method::GET {
+            let Some((read, id)) = self.read_of(&request) else {
+                return Err(request);
+            };
+            let restlette = read.restlette.clone();
+            let pattern = read.pattern.clone();
+            let id = id.to_owned();
+            let metrics = self.metrics.clone();
+            let cors = self.cors.clone();
+            let (parts, _empty) = request.into_parts();
+            return Ok(Box::pin(async move {
+                let read = restlette.read_one(&id, &parts.headers);
+                let response = timed(&metrics, Some(&pattern), &Method::GET, read).await;
+                cors::finish(&cors, response, false).await
+            }));
+        }
+        if request.method() != Method::POST || self.cors.refusal(request.headers()).is_some() {
+            return Err(request);
+        }
+        let Some((path, endpoint)) = self.graphs.get_key_value(request.uri().path()) else {
             return Err(request);
         };
-        let restlette = read.restlette.clone();
-        let pattern = read.pattern.clone();
-        let id = id.to_owned();
+        let endpoint = endpoint.clone();
+        let path = path.clone();
         let metrics = self.metrics.clone();
         let cors = self.cors.clone();
-        let (parts, _empty) = request.into_parts();
+        let (parts, body) = request.into_parts();
         Ok(Box::pin(async move {
-            let response = timed(
-                &metrics,
-                Some(&pattern),
-                &Method::GET,
-                restlette.read_one(&id, &parts.headers),
-            )
-            .await;
+            let post = async {
+                let body = read_body(body, endpoint.body_limit).await;
+                endpoint.answer_post(&parts.headers, body).await
+            };
+            let response = timed(&metrics, Some(&path), &Method::POST, post).await;
             cors::finish(&cors, response, false).await
         }))
     }
 
-    /// The restlette and id `request` reads, if it is a read by id the router would send
-    /// to `P/{id}`.
+    /// The restlette and id a `GET` reads, if the router would send it to `P/{id}`.
     fn read_of<'r, B: http_body::Body>(&self, request: &'r Request<B>) -> Option<(&Read, &'r str)> {
-        if request.method() != Method::GET || !request.body().is_end_stream() {
+        if !request.body().is_end_stream() {
             return None;
         }
         let path = request.uri().path();
@@ -117,6 +151,21 @@ impl Direct {
     }
 }
 
+/// The whole body, up to `limit` bytes (as the router's body limit reads it).
+async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, BodyError>
+where
+    B: http_body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(BodyError::TooLarge),
+        Err(e) => Err(BodyError::Unreadable(format!(
+            "Failed to buffer the request body: {e}"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,6 +174,7 @@ mod tests {
 
     const CONFIG: &str = r#"
 port = 0
+body_limit_bytes = 1024
 [storage.m]
 type = "memory"
 
@@ -217,19 +267,39 @@ query = '{"id": "{{id}}"}'
             );
             r
         };
+        let graphql = |body: String| {
+            Request::post("/farm/api/graph")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .unwrap()
+        };
+        let query = |q: &str| graphql(serde_json::json!({ "query": q }).to_string());
         let cases = [
-            get(&format!("/farm/api/{id}")),
-            get(&format!("/farm/api/{id}?at=1")),
-            get("/farm/api/no-such-id"),
-            with_token(&format!("/farm/api/{id}"), "not a token"),
+            get(&format!("/farm/api/{id}")).map(|_| String::new()),
+            get(&format!("/farm/api/{id}?at=1")).map(|_| String::new()),
+            get("/farm/api/no-such-id").map(|_| String::new()),
+            with_token(&format!("/farm/api/{id}"), "not a token").map(|_| String::new()),
+            query(&format!(r#"{{ getById(id: "{id}") {{ id name }} }}"#)),
+            query("{ getById(id: \"nope\") { name } }"),
+            query("{ nonsense }"),
+            graphql("not json".to_owned()),
+            graphql(format!(r#"{{"query": "{}"}}"#, " ".repeat(2000))),
         ];
         for request in cases {
-            let described = format!("{} {:?}", request.uri(), request.headers());
+            let described = format!(
+                "{} {} {:?}",
+                request.method(),
+                request.uri(),
+                request.body()
+            );
             let copy = {
-                let mut r = get(&request.uri().to_string());
+                let mut r = Request::new(Body::from(request.body().clone()));
+                *r.method_mut() = request.method().clone();
+                *r.uri_mut() = request.uri().clone();
                 *r.headers_mut() = request.headers().clone();
                 r
             };
+            let request = request.map(Body::from);
             let Ok(answer) = direct.answer(request) else {
                 panic!("{described} is a read by id")
             };
@@ -248,6 +318,7 @@ query = '{"id": "{{id}}"}'
             })
             .unwrap_or_else(|| panic!("no series for the read in\n{text}"));
         assert!(found.ends_with(" 4"), "{found}");
+        assert!(text.contains(r#"route="/farm/api/graph",method="POST",status="413""#));
     }
 
     #[tokio::test]
@@ -260,6 +331,16 @@ query = '{"id": "{{id}}"}'
             .body(Body::from("hi"))
             .unwrap();
         let head = Request::head("/farm/api/x").body(Body::empty()).unwrap();
+        let not_json = Request::post("/farm/api/graph")
+            .header(header::CONTENT_TYPE, "text/plain")
+            .header(header::CONTENT_LENGTH, "2")
+            .body(Body::from("{}"))
+            .unwrap();
+        let graph_get = get("/farm/api/graph?query=%7B__typename%7D");
+        let rest_post = Request::post("/farm/api")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from("{}"))
+            .unwrap();
         for request in [
             get("/farm/api/bulk"),
             get("/farm/api/api-docs"),
@@ -274,6 +355,9 @@ query = '{"id": "{{id}}"}'
             get("/health"),
             with_body,
             head,
+            not_json,
+            graph_get,
+            rest_post,
         ] {
             let described = format!("{} {}", request.method(), request.uri());
             assert!(direct.answer(request).is_err(), "{described} is routed");

@@ -173,41 +173,70 @@ impl GraphEndpoint {
     }
 }
 
+/// Why a request's body could not be read.
+pub(crate) enum BodyError {
+    /// Longer than the body limit.
+    TooLarge,
+    /// The connection failed (or the body timed out: the answer becomes a 408).
+    Unreadable(String),
+}
+
+impl GraphEndpoint {
+    /// `POST` of a GraphQL request (`body` as read within the body limit). The server also
+    /// calls it without going through the router (its direct path).
+    pub(crate) async fn answer_post(
+        self: Arc<Self>,
+        headers: &HeaderMap,
+        body: Result<Bytes, BodyError>,
+    ) -> Response {
+        let context = match self.context_within(headers).await {
+            Ok(c) => c,
+            Err(response) => return *response,
+        };
+        let bytes = match body {
+            Ok(b) => b,
+            Err(BodyError::TooLarge) => {
+                return request_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body is larger than {} bytes", self.body_limit),
+                )
+            }
+            Err(BodyError::Unreadable(text)) => {
+                return request_error(StatusCode::BAD_REQUEST, text)
+            }
+        };
+        let request: GraphqlRequest = match serde_json::from_slice(&bytes) {
+            Ok(r) => r,
+            Err(err) => {
+                return request_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("Malformed GraphQL request: {err}"),
+                )
+            }
+        };
+        if wants_event_stream(headers) {
+            let extensions = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|mut v| v.get_mut("extensions").map(serde_json::Value::take));
+            return self.stream(request, context, headers, extensions).await;
+        }
+        self.run(request, &context).await
+    }
+}
+
 async fn post(
     State(e): State<Arc<GraphEndpoint>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let context = match e.context_within(&headers).await {
-        Ok(c) => c,
-        Err(response) => return *response,
-    };
-    let bytes = match body {
-        Ok(b) => b,
-        Err(r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return request_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body is larger than {} bytes", e.body_limit),
-            )
+    let body = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            BodyError::TooLarge
+        } else {
+            BodyError::Unreadable(r.body_text())
         }
-        Err(r) => return request_error(StatusCode::BAD_REQUEST, r.body_text()),
-    };
-    let request: GraphqlRequest = match serde_json::from_slice(&bytes) {
-        Ok(r) => r,
-        Err(err) => {
-            return request_error(
-                StatusCode::BAD_REQUEST,
-                format!("Malformed GraphQL request: {err}"),
-            )
-        }
-    };
-    if wants_event_stream(&headers) {
-        let extensions = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|mut v| v.get_mut("extensions").map(serde_json::Value::take));
-        return e.stream(request, context, &headers, extensions).await;
-    }
-    e.run(request, &context).await
+    });
+    e.answer_post(&headers, body).await
 }
 
 async fn get_query(
