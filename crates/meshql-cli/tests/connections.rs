@@ -20,9 +20,14 @@ use std::time::{Duration, Instant};
 fn config(dir: &Path, server: &str) -> PathBuf {
     let file = dir.join("meshql.toml");
     std::fs::write(
+        dir.join("note.graphql"),
+        "type Query { getById(id: ID): Note } type Note { id: ID title: String }",
+    )
+    .expect("write the schema");
+    std::fs::write(
         &file,
         format!(
-            "port = 1\n\n[server]\n{server}\n\n[[entity]]\nname = \"note\"\n\n[entity.rest]\npath = \"/note/api\"\n"
+            "port = 1\n\n[server]\n{server}\n\n[[entity]]\nname = \"note\"\n\n[entity.rest]\npath = \"/note/api\"\n\n[entity.graphql]\npath = \"/note/graph\"\nschema = \"note.graphql\"\n\n[[entity.graphql.singletons]]\nname = \"getById\"\nquery = '{{\"id\": \"{{{{id}}}}\"}}'\n"
         ),
     )
     .expect("write the config");
@@ -216,12 +221,26 @@ fn a_stalled_or_trickled_body_gets_408_and_the_connection_closes() {
     let mut stalled = connect(&server);
     stalled.write_all(head.as_bytes()).unwrap();
     stalled.write_all(br#"{"title": "#).unwrap();
+    // the same, to GraphQL (answered without the router)
+    let mut stalled_graphql = connect(&server);
+    stalled_graphql
+        .write_all(head.replace("/note/api", "/note/graph").as_bytes())
+        .unwrap();
+    stalled_graphql.write_all(br#"{"query": "#).unwrap();
     // trickled: one byte every 300 ms; 200 bytes would take a minute
     let mut trickled = connect(&server);
     trickled.write_all(head.as_bytes()).unwrap();
     let mut last = Instant::now();
     let mut got_stalled = Vec::new();
+    let mut got_stalled_graphql = Vec::new();
     let mut got_trickled = Vec::new();
+    wait_closed(
+        &mut stalled_graphql,
+        Duration::from_secs(10),
+        &mut got_stalled_graphql,
+        |_| {},
+    )
+    .expect("a stalled GraphQL body must end its connection within 10 s (body timeout 1 s)");
     wait_closed(
         &mut stalled,
         Duration::from_secs(10),
@@ -241,7 +260,7 @@ fn a_stalled_or_trickled_body_gets_408_and_the_connection_closes() {
         },
     )
     .expect("a trickled body must end its connection within 10 s (body timeout 1 s)");
-    for got in [got_stalled, got_trickled] {
+    for got in [got_stalled, got_stalled_graphql, got_trickled] {
         let text = String::from_utf8_lossy(&got).to_string();
         assert!(
             text.starts_with("HTTP/1.1 408"),
