@@ -4,7 +4,7 @@
 //! service gets. Through axum they pay for the router's clone, its path match, the
 //! matched-path extension, two `from_fn` layers (each boxing a future and cloning the next
 //! service) and the boxed handler: on the memory backend about a fifth of a read by id's time
-//! (docs/BENCHMARKS.md, "The ceiling").
+//! (docs/BENCHMARKS.md, "Reads by id and GraphQL POSTs without the router").
 //!
 //! Here the request line is matched against two tables instead, and the answer comes from
 //! the same code the router would run: [`Restlette::read_one`] and
