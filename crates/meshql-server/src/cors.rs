@@ -98,21 +98,21 @@ fn has_body(headers: &HeaderMap) -> bool {
 }
 
 impl Cors {
+    /// Whether a request with these headers is refused: it has a body not declared JSON,
+    /// and JSON is required.
+    pub(crate) fn refuses(&self, headers: &HeaderMap) -> bool {
+        self.require_json && has_body(headers) && !is_json(headers)
+    }
+
     /// The 415 refusing a request with a body not declared JSON, when JSON is required.
-    pub(crate) fn refusal(&self, headers: &HeaderMap) -> Option<Response> {
-        if self.require_json {
-            unsupported_media_type(headers)
-        } else {
-            None
-        }
+    fn refusal(&self, headers: &HeaderMap) -> Option<Response> {
+        self.refuses(headers)
+            .then(|| unsupported_media_type(headers))
     }
 }
 
 /// 415 for a request whose body is not declared JSON.
-fn unsupported_media_type(headers: &HeaderMap) -> Option<Response> {
-    if !has_body(headers) || is_json(headers) {
-        return None;
-    }
+fn unsupported_media_type(headers: &HeaderMap) -> Response {
     let given = headers
         .get(header::CONTENT_TYPE)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
@@ -123,7 +123,7 @@ fn unsupported_media_type(headers: &HeaderMap) -> Option<Response> {
     let mut r = json_response(StatusCode::UNSUPPORTED_MEDIA_TYPE, &message);
     r.headers_mut()
         .insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    Some(r)
+    r
 }
 
 fn json_response(status: StatusCode, message: &str) -> Response {

@@ -116,7 +116,7 @@ impl Direct {
                 cors::finish(&cors, response, false).await
             }));
         }
-        if request.method() != Method::POST || self.cors.refusal(request.headers()).is_some() {
+        if request.method() != Method::POST || self.cors.refuses(request.headers()) {
             return Err(request);
         }
         let Some((path, endpoint)) = self.graphs.get_key_value(request.uri().path()) else {
