@@ -67,7 +67,8 @@ pub struct App {
     pub(crate) closing: tokio::sync::watch::Sender<bool>,
     /// The replicas reads are routed over, by storage block (probes stop at shutdown).
     replicas: Vec<(String, Arc<ReplicaHealth>)>,
-    /// Reads by id answered without the router (`None`: every request is routed).
+    /// REST reads by id and GraphQL POSTs answered without the router (`None`: every request
+    /// is routed).
     pub(crate) direct: Option<Arc<Direct>>,
 }
 

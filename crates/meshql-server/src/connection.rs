@@ -363,7 +363,8 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The router as hyper's service for one connection (reads by id answered directly).
+/// The router as hyper's service for one connection (REST reads by id and GraphQL POSTs
+/// answered directly).
 pub(crate) struct Service {
     pub(crate) router: Router,
     pub(crate) direct: Option<Arc<Direct>>,

@@ -111,7 +111,7 @@ const CUTTING: u8 = 2;
 /// What the accept loop and every connection task share.
 struct Shared {
     router: Router,
-    /// Reads by id answered without the router.
+    /// REST reads by id and GraphQL POSTs answered without the router.
     direct: Option<Arc<Direct>>,
     http1: http1::Builder,
     limits: Limits,
