@@ -18,6 +18,7 @@ pub mod nested;
 pub mod output;
 pub mod registry;
 pub mod replica;
+pub mod serving;
 pub mod store;
 pub mod template;
 pub mod time;

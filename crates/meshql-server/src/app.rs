@@ -140,6 +140,8 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
     let policy = permission_policy(config).await?;
     let role = config.role;
 
+    // backends size what they keep per serving thread by this (PostgreSQL's pools)
+    meshql_core::serving::plan(config.server.serve_threads);
     // storage: one database per target (file, server), one store per entity
     let mut databases: HashMap<String, DynDatabase> = HashMap::new();
     let mut stores: Vec<(String, DynStore)> = Vec::new();

@@ -255,6 +255,7 @@ impl PerCore {
                 std::thread::Builder::new()
                     .name(format!("meshql-serve-{i}"))
                     .spawn(move || {
+                        meshql_core::serving::enter(i, n);
                         runtime.block_on(async move {
                             let listener = match TcpListener::from_std(socket) {
                                 Ok(l) => l,

@@ -1,5 +1,6 @@
 //! Connection pools (primary and optional read replica) and error mapping.
 
+use crate::pools::Pools;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use meshql_core::StoreError;
 use std::sync::Arc;
@@ -24,6 +25,8 @@ pub struct PostgresOptions {
     pub nested_sql: bool,
     /// Bounds on the replica (with `read_url`).
     pub replica: meshql_core::replica::ReplicaSettings,
+    /// Serving threads to give a share of each pool ([`meshql_core::serving`]; 0: none).
+    pub serving_threads: usize,
 }
 
 impl PostgresOptions {
@@ -37,14 +40,15 @@ impl PostgresOptions {
             connect_timeout: Duration::from_secs(5),
             nested_sql: true,
             replica: Default::default(),
+            serving_threads: meshql_core::serving::planned(),
         }
     }
 }
 
 /// The pools of one PostgreSQL database.
 pub struct PostgresDatabase {
-    pub(crate) write: Pool,
-    pub(crate) read: Pool,
+    pub(crate) write: Arc<Pools>,
+    pub(crate) read: Arc<Pools>,
     /// `read` is a pool of its own (`read_url`), not a clone of `write`.
     read_pool_of_its_own: bool,
     pub(crate) nested_sql: bool,
@@ -74,7 +78,7 @@ fn redact(url: &str) -> String {
     }
 }
 
-fn pool(url: &str, o: &PostgresOptions) -> Result<Pool, StoreError> {
+fn pools(url: &str, o: &PostgresOptions) -> Result<Arc<Pools>, StoreError> {
     let crate::tls::Connection {
         mut config,
         mode,
@@ -87,33 +91,38 @@ fn pool(url: &str, o: &PostgresOptions) -> Result<Pool, StoreError> {
         "-c statement_timeout={}",
         o.statement_timeout.as_millis()
     ));
-    let manager = Manager::from_connect(
-        config,
-        crate::tls::Connector {
-            tls,
-            fall_back_to_plain: mode == crate::tls::SslMode::Prefer,
-        },
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(o.pool_size.max(1))
-        .wait_timeout(Some(o.pool_wait))
-        .create_timeout(Some(o.connect_timeout))
-        .recycle_timeout(Some(o.connect_timeout))
-        .runtime(Runtime::Tokio1)
-        .build()
-        .map_err(|e| StoreError::Invalid(format!("cannot build the PostgreSQL pool: {e}")))
+    let (wait, connect) = (o.pool_wait, o.connect_timeout);
+    let build = |max_size: usize| {
+        let manager = Manager::from_connect(
+            config.clone(),
+            crate::tls::Connector {
+                tls: tls.clone(),
+                fall_back_to_plain: mode == crate::tls::SslMode::Prefer,
+            },
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        Pool::builder(manager)
+            .max_size(max_size.max(1))
+            .wait_timeout(Some(wait))
+            .create_timeout(Some(connect))
+            .recycle_timeout(Some(connect))
+            .runtime(Runtime::Tokio1)
+            .build()
+    };
+    let pools = Pools::new(o.pool_size.max(1), o.serving_threads, build)
+        .map_err(|e| StoreError::Invalid(format!("cannot build the PostgreSQL pool: {e}")))?;
+    Ok(Arc::new(pools))
 }
 
 impl PostgresDatabase {
     /// Builds the pools; no connection is made until first use, so a server can start while
     /// the database is down (and report it through `/ready`).
     pub fn connect(options: &PostgresOptions) -> Result<Arc<Self>, StoreError> {
-        let write = pool(&options.url, options)?;
+        let write = pools(&options.url, options)?;
         let read = match &options.read_url {
-            Some(u) => pool(u, options)?,
+            Some(u) => pools(u, options)?,
             None => write.clone(),
         };
         Ok(Arc::new(Self {
@@ -159,14 +168,11 @@ impl PostgresDatabase {
 
     /// Connections lent to an operation right now, over both pools when reads have their own.
     pub(crate) fn connections_in_use(&self) -> u64 {
-        let lent = |pool: &Pool| {
-            let s = pool.status();
-            s.size.saturating_sub(s.available) as u64
+        let lent = match self.read_pool_of_its_own {
+            true => self.write.lent() + self.read.lent(),
+            false => self.write.lent(),
         };
-        match self.read_pool_of_its_own {
-            true => lent(&self.write) + lent(&self.read),
-            false => lent(&self.write),
-        }
+        lent as u64
     }
 
     pub fn close(&self) {
@@ -284,5 +290,56 @@ mod tests {
         assert_eq!(split.connections_in_use(), 1);
         drop(held);
         assert_eq!(split.connections_in_use(), 0);
+    }
+
+    /// Against the real server: on serving threads the pool is split, each thread taking its
+    /// own share first, then the shared pool, then the other threads' shares; all together
+    /// never more than `pool_size`, and past that a request waits `pool_wait` and fails.
+    #[test]
+    fn serving_threads_take_their_own_connections_first_and_the_pool_stays_bounded() {
+        let url = meshql_conformance::test_server_url("postgres", "MESHQL_TEST_POSTGRES_URL");
+        let options = super::PostgresOptions {
+            pool_size: 4,
+            serving_threads: 2,
+            pool_wait: std::time::Duration::from_millis(200),
+            ..super::PostgresOptions::new(&url)
+        };
+        let db = super::PostgresDatabase::connect(&options).unwrap();
+        let serve = |index: usize, db: std::sync::Arc<super::PostgresDatabase>| {
+            std::thread::spawn(move || {
+                meshql_core::serving::enter(index, 2);
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async move {
+                    let mut held = Vec::new();
+                    let mut sizes = Vec::new();
+                    for _ in 0..4 {
+                        held.push(db.write.get().await.unwrap());
+                        let sizes_now: Vec<usize> =
+                            db.write.all().map(|p| p.status().size).collect();
+                        sizes.push(sizes_now);
+                    }
+                    let refused = db.write.get().await.err().map(|e| e.to_string());
+                    let lent = db.connections_in_use();
+                    drop(held);
+                    (sizes, refused, lent)
+                })
+            })
+        };
+        let (sizes, refused, lent) = serve(0, db.clone()).join().unwrap();
+        // pools in order: shared (4 - 1 - 1 = 2), thread 0's (1), thread 1's (1)
+        assert_eq!(
+            sizes,
+            vec![vec![0, 1, 0], vec![1, 1, 0], vec![2, 1, 0], vec![2, 1, 1]],
+            "own share, then the shared pool, then the other thread's"
+        );
+        assert!(refused.is_some(), "a fifth connection waits, then fails");
+        assert_eq!(lent, 4, "never more than pool_size");
+        // the other thread finds its share free again and takes it first
+        let (sizes, _, _) = serve(1, db.clone()).join().unwrap();
+        assert_eq!(sizes[0][2], 1);
+        assert_eq!(db.connections_in_use(), 0);
     }
 }

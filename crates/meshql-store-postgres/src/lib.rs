@@ -40,6 +40,7 @@
 
 mod db;
 mod pipeline;
+mod pools;
 mod replica;
 mod settings;
 mod sql;

@@ -111,9 +111,9 @@ impl ReplicaProbe for PostgresReplicaProbe {
     async fn lag(&self) -> Result<Option<Lag>, StoreError> {
         // never wait for a connection: while reads hold them all, the last measurement
         // stands (and reads are shed to the primary meanwhile anyway)
-        let mut now = self.db.read.timeouts();
+        let mut now = self.db.read.shared().timeouts();
         now.wait = Some(Duration::ZERO);
-        let replica = match self.db.read.timeout_get(&now).await {
+        let replica = match self.db.read.shared().timeout_get(&now).await {
             Ok(c) => c,
             Err(PoolError::Timeout(TimeoutType::Wait)) => {
                 return Ok(*self.last.lock().expect("probe lock"))
@@ -126,8 +126,7 @@ impl ReplicaProbe for PostgresReplicaProbe {
     }
 
     fn saturated(&self) -> bool {
-        let s = self.db.read.status();
-        s.available == 0 && s.size >= s.max_size
+        self.db.read.saturated()
     }
 
     fn settings(&self) -> ReplicaSettings {

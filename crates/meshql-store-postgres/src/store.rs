@@ -298,16 +298,15 @@ impl PostgresStore {
             key,
             || sql::nested_search(&self.table, template, shape, levels),
             |evicted| {
-                self.read_pool()
-                    .manager()
-                    .statement_caches
-                    .remove(&evicted.sql, &[])
+                for manager in self.read_pool().managers() {
+                    manager.statement_caches.remove(&evicted.sql, &[]);
+                }
             },
         )
     }
 
     /// The pool this store reads from: the replica's or the primary's.
-    fn read_pool(&self) -> &deadpool_postgres::Pool {
+    fn read_pool(&self) -> &crate::pools::Pools {
         if self.on_replica {
             &self.db.read
         } else {
