@@ -45,6 +45,59 @@ pub fn current() -> Option<ServingThread> {
     CURRENT.with(Cell::get)
 }
 
+/// A bounded set of connections split between the serving threads and the rest of the
+/// process, for clients whose connections are driven by the runtime that opened them: a
+/// share per serving thread (opened and used there), and the rest shared (background work,
+/// callers off the serving threads, and a serving thread whose own share is busy). The
+/// shares never add up to more than the configured size; too small a size to give every
+/// thread one connection is not split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// Connections of the shared part.
+    pub shared: usize,
+    /// Connections of each serving thread's share (0: not split).
+    pub each: usize,
+    /// Serving threads with a share.
+    pub threads: usize,
+}
+
+impl Split {
+    /// `size` connections (at least 1) for `threads` serving threads: a quarter (at least
+    /// one) stays shared, the rest is divided evenly, the remainder shared too.
+    pub fn new(size: usize, threads: usize) -> Split {
+        let size = size.max(1);
+        let reserve = (size / 4).max(1);
+        let each = match threads {
+            0 => 0,
+            n => size.saturating_sub(reserve) / n,
+        };
+        match each {
+            0 => Split {
+                shared: size,
+                each: 0,
+                threads: 0,
+            },
+            each => Split {
+                shared: size - each * threads,
+                each,
+                threads,
+            },
+        }
+    }
+
+    /// Where the caller should look for a free connection, in order: its own share (on a
+    /// serving thread), the shared part, the other threads' shares. `None` is the shared
+    /// part, `Some(i)` thread i's share.
+    pub fn order(&self) -> impl Iterator<Item = Option<usize>> {
+        let own = current().map(|t| t.index).filter(|&i| i < self.threads);
+        let others = (0..self.threads).filter(move |&i| Some(i) != own);
+        own.map(Some)
+            .into_iter()
+            .chain(std::iter::once(None))
+            .chain(others.map(Some))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +112,47 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(current(), None, "the mark stays on its thread");
+    }
+
+    #[test]
+    fn a_split_never_exceeds_its_size() {
+        for size in 1..40 {
+            for threads in 0..9 {
+                let s = Split::new(size, threads);
+                assert!(s.shared >= 1);
+                assert_eq!(
+                    s.shared + s.each * s.threads,
+                    size.max(1),
+                    "{size} {threads}"
+                );
+                assert!(s.each == 0 || s.threads == threads);
+            }
+        }
+        assert_eq!(
+            Split::new(16, 2),
+            Split {
+                shared: 4,
+                each: 6,
+                threads: 2
+            }
+        );
+        assert_eq!(Split::new(2, 2).each, 0, "too small to split");
+    }
+
+    #[test]
+    fn a_serving_thread_looks_at_its_own_share_first() {
+        let split = Split::new(16, 3);
+        assert_eq!(
+            split.order().collect::<Vec<_>>(),
+            vec![None, Some(0), Some(1), Some(2)],
+            "off the serving threads: the shared part first"
+        );
+        let seen = std::thread::spawn(move || {
+            enter(1, 3);
+            split.order().collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, vec![Some(1), None, Some(0), Some(2)]);
     }
 }

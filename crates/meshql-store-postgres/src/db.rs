@@ -293,8 +293,9 @@ mod tests {
     }
 
     /// Against the real server: on serving threads the pool is split, each thread taking its
-    /// own share first, then the shared pool, then the other threads' shares; all together
-    /// never more than `pool_size`, and past that a request waits `pool_wait` and fails.
+    /// own share first, then the shared pool, then an idle connection of another thread's
+    /// share; all together never more than `pool_size`, and past that a request waits
+    /// `pool_wait` and fails.
     #[test]
     fn serving_threads_take_their_own_connections_first_and_the_pool_stays_bounded() {
         let url = meshql_conformance::test_server_url("postgres", "MESHQL_TEST_POSTGRES_URL");
@@ -305,7 +306,10 @@ mod tests {
             ..super::PostgresOptions::new(&url)
         };
         let db = super::PostgresDatabase::connect(&options).unwrap();
-        let serve = |index: usize, db: std::sync::Arc<super::PostgresDatabase>| {
+        // takes `n` connections on serving thread `index`: the pools' sizes after each, the
+        // error of one more (if `more`), the connections lent at the end
+        let serve = |index: usize, n: usize, more: bool| {
+            let db = db.clone();
             std::thread::spawn(move || {
                 meshql_core::serving::enter(index, 2);
                 let rt = tokio::runtime::Builder::new_current_thread()
@@ -315,31 +319,50 @@ mod tests {
                 rt.block_on(async move {
                     let mut held = Vec::new();
                     let mut sizes = Vec::new();
-                    for _ in 0..4 {
+                    for _ in 0..n {
                         held.push(db.write.get().await.unwrap());
-                        let sizes_now: Vec<usize> =
-                            db.write.all().map(|p| p.status().size).collect();
-                        sizes.push(sizes_now);
+                        sizes.push(db.write.all().map(|p| p.status().size).collect::<Vec<_>>());
                     }
-                    let refused = db.write.get().await.err().map(|e| e.to_string());
-                    let lent = db.connections_in_use();
-                    drop(held);
-                    (sizes, refused, lent)
+                    let refused = match more {
+                        true => db.write.get().await.err().map(|e| e.to_string()),
+                        false => None,
+                    };
+                    (sizes, refused, db.connections_in_use())
                 })
             })
+            .join()
+            .unwrap()
         };
-        let (sizes, refused, lent) = serve(0, db.clone()).join().unwrap();
         // pools in order: shared (4 - 1 - 1 = 2), thread 0's (1), thread 1's (1)
+        let (sizes, _, _) = serve(1, 1, false);
+        assert_eq!(sizes, vec![vec![0, 0, 1]], "thread 1 opens its own");
+        assert_eq!(db.connections_in_use(), 0);
+        let (sizes, refused, lent) = serve(0, 4, true);
         assert_eq!(
             sizes,
-            vec![vec![0, 1, 0], vec![1, 1, 0], vec![2, 1, 0], vec![2, 1, 1]],
-            "own share, then the shared pool, then the other thread's"
+            vec![vec![0, 1, 1], vec![1, 1, 1], vec![2, 1, 1], vec![2, 1, 1]],
+            "its own share, then the shared pool, then thread 1's idle connection"
         );
-        assert!(refused.is_some(), "a fifth connection waits, then fails");
+        assert!(refused.is_some(), "a fifth waits `pool_wait`, then fails");
         assert_eq!(lent, 4, "never more than pool_size");
-        // the other thread finds its share free again and takes it first
-        let (sizes, _, _) = serve(1, db.clone()).join().unwrap();
-        assert_eq!(sizes[0][2], 1);
         assert_eq!(db.connections_in_use(), 0);
+        // off the serving threads: the shared pool, then idle connections of the shares
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let held: Vec<_> = futures_held(&db, 4).await;
+            assert_eq!(held.len(), 4);
+            assert!(db.write.get().await.is_err());
+        });
+    }
+
+    async fn futures_held(
+        db: &super::PostgresDatabase,
+        n: usize,
+    ) -> Vec<deadpool_postgres::Object> {
+        let mut held = Vec::new();
+        for _ in 0..n {
+            held.push(db.write.get().await.unwrap());
+        }
+        held
     }
 }

@@ -6,18 +6,19 @@
 //! then wakes A to write the socket and wakes B again with the rows — two cross-thread
 //! wake-ups per statement, each a wait for a core when the machine is busy.
 //!
-//! So the configured `pool_size` (still the bound on this pool's connections) is split:
-//! a share for each serving thread, whose connections are opened on that thread as it needs
-//! them, and the rest in a shared pool for background work (the change feed, probes, processors) and for code not
-//! on a serving thread. A serving thread takes, without waiting, from its own share, then from
-//! the shared pool, then from the other threads' shares; only when all are busy does it wait
-//! (`pool_wait`) for its own. Too small a pool to give every thread one connection is not
-//! split.
+//! So the configured `pool_size` (still the bound on this pool's connections) is split
+//! ([`Split`]): a share for each serving thread, whose connections are opened on that thread as
+//! it needs them, and the rest in a shared pool for background work (the change feed, probes,
+//! processors) and for code off the serving threads. A serving thread takes, without waiting,
+//! from its own share, then from the shared pool, then an idle connection from another
+//! thread's share; only when all are busy does it wait (`pool_wait`) for its own.
 
 use deadpool_postgres::{Manager, Object, Pool, PoolError, Status, TimeoutType};
-use meshql_core::serving;
+use meshql_core::serving::Split;
+use std::time::Duration;
 
 pub(crate) struct Pools {
+    split: Split,
     shared: Pool,
     /// One pool per serving thread (empty: not split).
     local: Box<[Pool]>,
@@ -31,53 +32,50 @@ impl Pools {
         threads: usize,
         build: impl Fn(usize) -> Result<Pool, E>,
     ) -> Result<Self, E> {
-        let reserve = (size / 4).max(1);
-        let each = match threads {
-            0 => 0,
-            n => size.saturating_sub(reserve) / n,
-        };
-        if each == 0 {
-            return Ok(Pools {
-                shared: build(size)?,
-                local: Box::new([]),
-            });
-        }
+        let split = Split::new(size, threads);
         Ok(Pools {
-            shared: build(size - each * threads)?,
-            local: (0..threads)
-                .map(|_| build(each))
+            split,
+            shared: build(split.shared)?,
+            local: (0..split.threads)
+                .map(|_| build(split.each))
                 .collect::<Result<_, E>>()?,
         })
     }
 
     /// A connection: on a serving thread from its own share first (see the module's doc).
     pub(crate) async fn get(&self) -> Result<Object, PoolError> {
-        let Some(thread) = serving::current() else {
+        if self.local.is_empty() {
             return self.shared.get().await;
-        };
-        let local = &self.local;
-        let Some(own) = local.get(thread.index) else {
-            return self.shared.get().await;
-        };
-        let mut now = own.timeouts();
-        now.wait = Some(std::time::Duration::ZERO);
-        let others = local
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != thread.index)
-            .map(|(_, p)| p);
-        for pool in [own, &self.shared].into_iter().chain(others) {
+        }
+        let mut now = self.shared.timeouts();
+        now.wait = Some(Duration::ZERO);
+        let mut order = self.split.order();
+        let first = order.next().flatten();
+        for at in std::iter::once(first).chain(order) {
+            let pool = self.at(at);
+            // another thread's share lends only a connection it has open (one opened here
+            // would be driven by this thread for the rest of its life)
+            if at.is_some() && at != first && pool.status().available == 0 {
+                continue;
+            }
             match pool.timeout_get(&now).await {
                 Err(PoolError::Timeout(TimeoutType::Wait)) => continue,
                 taken => return taken,
             }
         }
-        own.get().await
+        self.at(first).get().await
+    }
+
+    fn at(&self, share: Option<usize>) -> &Pool {
+        match share {
+            Some(i) => &self.local[i],
+            None => &self.shared,
+        }
     }
 
     /// Every pool: the shared one first.
     pub(crate) fn all(&self) -> impl Iterator<Item = &Pool> {
-        std::iter::once(&self.shared).chain(self.local.iter())
+        std::iter::once(&self.shared).chain(&*self.local)
     }
 
     /// The shared pool (background work: probes, the change feed).
