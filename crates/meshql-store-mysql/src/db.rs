@@ -1,6 +1,5 @@
 //! The connection pool, bounded waits and error mapping.
 
-use meshql_core::serving::Split;
 use meshql_core::StoreError;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,8 +24,6 @@ pub struct MysqlOptions {
     pub nested_sql: bool,
     /// Bounds on the replica (with `read_url`; see `replica.rs`).
     pub replica: meshql_core::replica::ReplicaSettings,
-    /// Serving threads to give a share of each pool ([`meshql_core::serving`]; 0: none).
-    pub serving_threads: usize,
 }
 
 impl MysqlOptions {
@@ -38,24 +35,20 @@ impl MysqlOptions {
             pool_wait: Duration::from_secs(5),
             nested_sql: false,
             replica: Default::default(),
-            serving_threads: meshql_core::serving::planned(),
         }
     }
 }
 
-/// The connections of one database, split between the serving threads ([`Split`]): a
-/// mysql_async pool returns every connection through a recycler task spawned on the thread
-/// that first used the pool, so one pool shared by every serving thread would wake another
-/// thread for each connection given back, and a request could wait for that thread before
-/// its connection is free again. Each serving thread has a share of `pool_size` of its own;
-/// the rest is shared by background work, callers off the serving threads and a thread
-/// whose share is all lent.
 pub struct MysqlDatabase {
-    split: Split,
-    /// The shared part first, then one share per serving thread.
-    shares: Box<[Share]>,
-    /// `ssl-mode=PREFERRED` and the server offers no TLS: the shares' `plain` pools only.
+    pool: Pool,
+    /// `ssl-mode=PREFERRED`: the pool without TLS, used from the first time the server
+    /// turns out to offer none.
+    plain: Option<Pool>,
     plain_only: AtomicBool,
+    /// Connections lent to an operation right now (see [`Lent`]).
+    lent: AtomicU64,
+    /// The connections there are (`pool_size`, at least 1).
+    size: usize,
     wait: Duration,
     pub(crate) nested_sql: bool,
     /// The replica's database (`read_url`): the tables' readers for the API.
@@ -71,7 +64,7 @@ impl std::fmt::Debug for MysqlDatabase {
 }
 
 impl MysqlDatabase {
-    /// Builds the pools; no connection is made until first use.
+    /// Builds the pool; no connection is made until first use.
     pub fn connect(o: &MysqlOptions) -> Result<Arc<Self>, StoreError> {
         let crate::tls::Connection { opts, mode } = crate::tls::read_url(&o.url)
             .map_err(|e| StoreError::Invalid(format!("bad MySQL URL: {e}")))?;
@@ -83,31 +76,19 @@ impl MysqlDatabase {
             })?),
             None => None,
         };
-        let split = Split::new(o.pool_size, o.serving_threads);
-        let share = |size: usize| -> Result<Share, StoreError> {
-            Ok(Share {
-                pool: pool(opts.clone(), size)?,
-                // `ssl-mode=PREFERRED`: the pool without TLS, used from the first time the
-                // server turns out to offer none
-                plain: match mode {
-                    crate::tls::SslMode::Preferred => Some(pool(
-                        OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into(),
-                        size,
-                    )?),
-                    _ => None,
-                },
-                lent: AtomicU64::new(0),
-                size: size as u64,
-            })
+        let plain = match mode {
+            crate::tls::SslMode::Preferred => Some(pool(
+                OptsBuilder::from_opts(opts.clone()).ssl_opts(None).into(),
+                o.pool_size,
+            )?),
+            _ => None,
         };
-        let shares = std::iter::once(split.shared)
-            .chain(std::iter::repeat_n(split.each, split.threads))
-            .map(share)
-            .collect::<Result<_, _>>()?;
         Ok(Arc::new(Self {
-            split,
-            shares,
+            pool: pool(opts, o.pool_size)?,
+            plain,
             plain_only: AtomicBool::new(false),
+            lent: AtomicU64::new(0),
+            size: o.pool_size.max(1),
             wait: o.pool_wait,
             nested_sql: o.nested_sql,
             replica,
@@ -115,18 +96,12 @@ impl MysqlDatabase {
         }))
     }
 
-    /// A connection, waiting at most `pool_wait` for one to be free: from the first share
-    /// in [`Split::order`] with one not lent (the caller's own on a serving thread), else
-    /// from the first share once one is back.
+    /// A connection of the pool, waiting at most `pool_wait` for one to be free.
     pub(crate) async fn conn(&self) -> Result<Lent<'_>, StoreError> {
-        let share = self.choose();
-        // counted from now: a concurrent caller sees this connection as taken
-        share.lent.fetch_add(1, Ordering::Relaxed);
-        let mut lent = Lent { conn: None, share };
-        match tokio::time::timeout(self.wait, self.get_conn(share)).await {
+        match tokio::time::timeout(self.wait, self.get_conn()).await {
             Ok(Ok(conn)) => {
-                lent.conn = Some(conn);
-                Ok(lent)
+                self.lent.fetch_add(1, Ordering::Relaxed);
+                Ok(Lent { conn, db: self })
             }
             Ok(Err(e)) => Err(my_error(e)),
             Err(_) => Err(StoreError::Unavailable(
@@ -135,24 +110,14 @@ impl MysqlDatabase {
         }
     }
 
-    fn choose(&self) -> &Share {
-        let share = |at: Option<usize>| &self.shares[at.map_or(0, |i| i + 1)];
-        let mut order = self.split.order();
-        let first = share(order.next().flatten());
-        std::iter::once(first)
-            .chain(order.map(share))
-            .find(|s| s.lent.load(Ordering::Relaxed) < s.size)
-            .unwrap_or(first)
-    }
-
-    async fn get_conn(&self, share: &Share) -> Result<Conn, mysql_async::Error> {
-        let Some(plain) = &share.plain else {
-            return share.pool.get_conn().await;
+    async fn get_conn(&self) -> Result<Conn, mysql_async::Error> {
+        let Some(plain) = &self.plain else {
+            return self.pool.get_conn().await;
         };
         if self.plain_only.load(Ordering::Relaxed) {
             return plain.get_conn().await;
         }
-        match share.pool.get_conn().await {
+        match self.pool.get_conn().await {
             Err(e) if crate::tls::server_lacks_tls(&e) => {
                 tracing::warn!(
                     "MySQL: the server offers no TLS; ssl-mode=PREFERRED: connecting without it"
@@ -193,67 +158,51 @@ impl MysqlDatabase {
     /// Whether every connection of the pool is lent out, so that the next operation would
     /// wait for one (a look at the counter: no I/O).
     pub(crate) fn saturated(&self) -> bool {
-        self.shares
-            .iter()
-            .all(|s| s.lent.load(Ordering::Relaxed) >= s.size)
+        self.lent.load(Ordering::Relaxed) >= self.size as u64
     }
 
-    /// Connections lent to an operation (or waited for) right now, the replica's included.
+    /// Connections lent to an operation right now (the replica's included).
     pub(crate) fn connections_in_use(&self) -> u64 {
-        let lent = |db: &MysqlDatabase| -> u64 {
-            db.shares
-                .iter()
-                .map(|s| s.lent.load(Ordering::Relaxed))
-                .sum()
-        };
-        lent(self) + self.replica.as_deref().map_or(0, lent)
+        self.lent.load(Ordering::Relaxed)
+            + self
+                .replica
+                .as_ref()
+                .map_or(0, |r| r.lent.load(Ordering::Relaxed))
     }
 
     pub async fn close(&self) {
-        let databases = std::iter::once(self).chain(self.replica.as_deref());
-        for share in databases.flat_map(|db| db.shares.iter()) {
-            let _ = share.pool.clone().disconnect().await;
-            if let Some(plain) = &share.plain {
-                let _ = plain.clone().disconnect().await;
-            }
+        if let Some(replica) = &self.replica {
+            let _ = replica.pool.clone().disconnect().await;
+        }
+        let _ = self.pool.clone().disconnect().await;
+        if let Some(plain) = &self.plain {
+            let _ = plain.clone().disconnect().await;
         }
     }
 }
 
-/// One part of a database's connections (see [`MysqlDatabase`]).
-struct Share {
-    pool: Pool,
-    /// `ssl-mode=PREFERRED`: the same without TLS.
-    plain: Option<Pool>,
-    /// Connections lent to an operation or being waited for (see [`Lent`]).
-    lent: AtomicU64,
-    /// The connections it has at most.
-    size: u64,
-}
-
 /// A pooled connection, counted in [`MysqlDatabase::connections_in_use`] until it goes back.
 pub(crate) struct Lent<'a> {
-    /// Always there once lent (`None` only while it is being waited for).
-    conn: Option<Conn>,
-    share: &'a Share,
+    conn: Conn,
+    db: &'a MysqlDatabase,
 }
 
 impl std::ops::Deref for Lent<'_> {
     type Target = Conn;
     fn deref(&self) -> &Conn {
-        self.conn.as_ref().expect("a lent connection")
+        &self.conn
     }
 }
 
 impl std::ops::DerefMut for Lent<'_> {
     fn deref_mut(&mut self) -> &mut Conn {
-        self.conn.as_mut().expect("a lent connection")
+        &mut self.conn
     }
 }
 
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
-        self.share.lent.fetch_sub(1, Ordering::Relaxed);
+        self.db.lent.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -331,70 +280,5 @@ impl meshql_core::Database for MysqlDatabase {
     }
     async fn close(&self) {
         MysqlDatabase::close(self).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use mysql_async::prelude::Queryable;
-
-    /// Against the real server: on serving threads the connections are split, each thread
-    /// taking from its own share first, then the shared part, then another thread's share;
-    /// all together never more than `pool_size`, and past that a request waits `pool_wait`
-    /// and fails.
-    #[test]
-    fn serving_threads_take_their_own_connections_first_and_the_pool_stays_bounded() {
-        let url = meshql_conformance::test_server_url("mariadb", "MESHQL_TEST_MYSQL_URL");
-        let db = MysqlDatabase::connect(&MysqlOptions {
-            pool_size: 4,
-            serving_threads: 2,
-            pool_wait: Duration::from_millis(200),
-            ..MysqlOptions::new(url)
-        })
-        .unwrap();
-        let lent = |db: &MysqlDatabase| -> Vec<u64> {
-            db.shares
-                .iter()
-                .map(|s| s.lent.load(Ordering::Relaxed))
-                .collect()
-        };
-        let seen = std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    meshql_core::serving::enter(0, 2);
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .unwrap();
-                    rt.block_on(async {
-                        let mut held = Vec::new();
-                        let mut seen = Vec::new();
-                        for _ in 0..4 {
-                            let mut conn = db.conn().await.unwrap();
-                            conn.ping().await.unwrap();
-                            held.push(conn);
-                            seen.push(lent(&db));
-                        }
-                        let refused = db.conn().await.err();
-                        (seen, refused, db.connections_in_use())
-                    })
-                })
-                .join()
-                .unwrap()
-        });
-        let (seen, refused, in_use) = seen;
-        // shares in order: shared (4 - 1 - 1 = 2), thread 0's (1), thread 1's (1)
-        assert_eq!(
-            seen,
-            vec![vec![0, 1, 0], vec![1, 1, 0], vec![2, 1, 0], vec![2, 1, 1]],
-            "its own share, then the shared part, then thread 1's"
-        );
-        assert!(
-            matches!(refused, Some(StoreError::Unavailable(_))),
-            "a fifth waits `pool_wait`, then fails: {refused:?}"
-        );
-        assert_eq!(in_use, 4, "never more than pool_size");
-        assert_eq!(db.connections_in_use(), 0, "all given back");
     }
 }
