@@ -696,3 +696,64 @@ impl Feed {
         Ok((cursor, false))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// A version inserted at a position the feed drew, with the fields a reader looks at.
+    async fn insert_at(versions: &Collection<Document>, hold: &mut Hold) -> ObjectId {
+        let oid = ObjectId::new();
+        hold.will_insert(vec![oid]);
+        versions
+            .insert_one(doc! {"_id": oid, "pos": hold.first() as i64, "payload": {}})
+            .await
+            .expect("insert");
+        oid
+    }
+
+    /// Regression (b613423; scripts/test.sh once handed out a change whose document was
+    /// gone): a version present at a position this process still holds — its insert applied,
+    /// its write not settled — is not handed out, since the write may yet fail and delete
+    /// it. A reader stops there; once the write fails, it goes past the void position.
+    #[tokio::test]
+    async fn a_version_at_a_position_still_held_waits_for_its_write() {
+        let url = meshql_conformance::test_server_url("ferretdb", "MESHQL_TEST_MONGO_URL");
+        let client = mongodb::Client::with_uri_str(&url).await.expect("client");
+        let db = client.database("meshql_feed_unit");
+        let name = format!("held_{}", uuid::Uuid::new_v4().simple());
+        let versions = db.collection::<Document>(&name);
+        let feed = Feed::new(
+            versions.clone(),
+            db.collection("meshql_feed_clock"),
+            &name,
+            Duration::from_millis(200),
+        );
+        feed.prepare().await.expect("prepare");
+        let reads = AtomicU64::new(0);
+        let read = || feed.changes(0, 10, &reads, |_, p| Ok(p));
+
+        // one write stored, one whose insert is applied but not settled, one stored after it
+        let mut before = feed.draw(1).await.unwrap();
+        insert_at(&versions, &mut before).await;
+        let first = before.first();
+        before.stored();
+        let mut unsettled = feed.draw(1).await.unwrap();
+        insert_at(&versions, &mut unsettled).await;
+        let mut after = feed.draw(1).await.unwrap();
+        insert_at(&versions, &mut after).await;
+        let last = after.first();
+        after.stored();
+
+        assert_eq!(
+            read().await.unwrap(),
+            vec![first],
+            "nothing at or past the unsettled write's position"
+        );
+        // the write fails: its version is deleted and its position skipped
+        unsettled.abandon(true).await;
+        assert_eq!(read().await.unwrap(), vec![first, last]);
+        db.collection::<Document>(&name).drop().await.ok();
+    }
+}
