@@ -325,6 +325,39 @@ query = '{"id": "{{id}}"}'
         assert!(text.contains(r#"route="/farm/api/graph",method="POST",status="413""#));
     }
 
+    /// A GraphQL body the connection fails in the middle of: the same 400 and message both
+    /// ways.
+    #[tokio::test]
+    async fn a_body_cut_off_midway_is_answered_as_the_router_answers_it() {
+        let (_dir, app) = app().await;
+        let direct = app.direct.clone().expect("GraphQL POSTs are direct");
+        let cut_off = || {
+            let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+                Ok(Bytes::from_static(br#"{"query": "{ getBy"#)),
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "connection reset by peer",
+                )),
+            ];
+            Request::post("/farm/api/graph")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from_stream(futures::stream::iter(chunks)))
+                .unwrap()
+        };
+        let Ok(answer) = direct.answer(cut_off()) else {
+            panic!("a GraphQL POST is direct")
+        };
+        let direct_parts = parts(answer.await).await;
+        let routed_parts = parts(routed(&app, cut_off()).await).await;
+        assert_eq!(direct_parts.0, StatusCode::BAD_REQUEST);
+        assert!(
+            direct_parts.2.contains("connection reset by peer"),
+            "{}",
+            direct_parts.2
+        );
+        assert_eq!(direct_parts, routed_parts);
+    }
+
     #[tokio::test]
     async fn what_the_router_serves_otherwise_is_routed() {
         let (_dir, app) = app().await;
