@@ -10,10 +10,8 @@
 //! ([`Split`]): a share for each serving thread, whose connections are opened on that thread as
 //! it needs them, and the rest in a shared pool for background work (the change feed, probes,
 //! processors) and for code off the serving threads. A serving thread takes, without waiting,
-//! from its own share, then from the shared pool, then a connection another thread's share
-//! has open and idle, and only then opens one in another thread's share (so a load that falls
-//! on one thread still has all of `pool_size`); only when all are busy does it wait
-//! (`pool_wait`) for its own.
+//! from its own share, then from the shared pool, then an idle connection from another
+//! thread's share; only when all are busy does it wait (`pool_wait`) for its own.
 
 use deadpool_postgres::{Manager, Object, Pool, PoolError, Status, TimeoutType};
 use meshql_core::serving::Split;
@@ -53,18 +51,11 @@ impl Pools {
         now.wait = Some(Duration::ZERO);
         let mut order = self.split.order();
         let first = order.next().flatten();
-        let others: Vec<Option<usize>> = order.filter(Option::is_some).collect();
-        // the caller's own share and the shared pool; then a connection another thread's
-        // share has open; only then one opened here into another thread's share (driven by
-        // this thread for the rest of its life, but the pool keeps all of `pool_size`)
-        let own = std::iter::once(first).chain((first.is_some()).then_some(None));
-        let tries = own
-            .map(|at| (at, false))
-            .chain(others.iter().map(|&at| (at, true)))
-            .chain(others.iter().map(|&at| (at, false)));
-        for (at, open_only) in tries {
+        for at in std::iter::once(first).chain(order) {
             let pool = self.at(at);
-            if open_only && pool.status().available == 0 {
+            // another thread's share lends only a connection it has open (one opened here
+            // would be driven by this thread for the rest of its life)
+            if at.is_some() && at != first && pool.status().available == 0 {
                 continue;
             }
             match pool.timeout_get(&now).await {
