@@ -308,36 +308,37 @@ mod tests {
         let db = super::PostgresDatabase::connect(&options).unwrap();
         // takes `n` connections on serving thread `index`: the pools' sizes after each, the
         // error of one more (if `more`), the connections lent at the end
-        let serve = |index: usize, n: usize, more: bool| {
-            let db = db.clone();
-            std::thread::spawn(move || {
-                meshql_core::serving::enter(index, 2);
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap();
-                rt.block_on(async move {
-                    let mut held = Vec::new();
-                    let mut sizes = Vec::new();
-                    for _ in 0..n {
-                        held.push(db.write.get().await.unwrap());
-                        sizes.push(db.write.all().map(|p| p.status().size).collect::<Vec<_>>());
-                    }
-                    let refused = match more {
-                        true => db.write.get().await.err().map(|e| e.to_string()),
-                        false => None,
-                    };
-                    (sizes, refused, db.connections_in_use())
+        let serve =
+            |db: &std::sync::Arc<super::PostgresDatabase>, index: usize, n: usize, more: bool| {
+                let db = db.clone();
+                std::thread::spawn(move || {
+                    meshql_core::serving::enter(index, 2);
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .unwrap();
+                    rt.block_on(async move {
+                        let mut held = Vec::new();
+                        let mut sizes = Vec::new();
+                        for _ in 0..n {
+                            held.push(db.write.get().await.unwrap());
+                            sizes.push(db.write.all().map(|p| p.status().size).collect::<Vec<_>>());
+                        }
+                        let refused = match more {
+                            true => db.write.get().await.err().map(|e| e.to_string()),
+                            false => None,
+                        };
+                        (sizes, refused, db.connections_in_use())
+                    })
                 })
-            })
-            .join()
-            .unwrap()
-        };
+                .join()
+                .unwrap()
+            };
         // pools in order: shared (4 - 1 - 1 = 2), thread 0's (1), thread 1's (1)
-        let (sizes, _, _) = serve(1, 1, false);
+        let (sizes, _, _) = serve(&db, 1, 1, false);
         assert_eq!(sizes, vec![vec![0, 0, 1]], "thread 1 opens its own");
         assert_eq!(db.connections_in_use(), 0);
-        let (sizes, refused, lent) = serve(0, 4, true);
+        let (sizes, refused, lent) = serve(&db, 0, 4, true);
         assert_eq!(
             sizes,
             vec![vec![0, 1, 1], vec![1, 1, 1], vec![2, 1, 1], vec![2, 1, 1]],
@@ -346,6 +347,15 @@ mod tests {
         assert!(refused.is_some(), "a fifth waits `pool_wait`, then fails");
         assert_eq!(lent, 4, "never more than pool_size");
         assert_eq!(db.connections_in_use(), 0);
+        // it never opens a connection in another thread's share (that thread's queries would
+        // cross threads on it for good): with thread 1's share unopened, thread 0 has 3
+        let fresh = super::PostgresDatabase::connect(&options).unwrap();
+        let (sizes, refused, _) = serve(&fresh, 0, 3, true);
+        assert_eq!(sizes.last(), Some(&vec![2, 1, 0]));
+        assert!(
+            refused.is_some(),
+            "thread 1's share is not opened by thread 0"
+        );
         // off the serving threads: the shared pool, then idle connections of the shares
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {

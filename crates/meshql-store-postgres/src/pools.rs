@@ -12,6 +12,13 @@
 //! processors) and for code off the serving threads. A serving thread takes, without waiting,
 //! from its own share, then from the shared pool, then an idle connection from another
 //! thread's share; only when all are busy does it wait (`pool_wait`) for its own.
+//!
+//! It never opens a connection in another thread's share: that connection's socket would be
+//! driven by the opener for the rest of its life, and every later query of the owner would
+//! cross threads again (measured: letting a busy thread open there gave back the whole gain,
+//! docs/BENCHMARKS.md). The cost: a load that falls on one thread alone has its share, the
+//! shared pool and whatever the other threads have open (10 of 16 by default until they have
+//! opened theirs).
 
 use deadpool_postgres::{Manager, Object, Pool, PoolError, Status, TimeoutType};
 use meshql_core::serving::Split;
