@@ -29,6 +29,33 @@ use std::time::Instant;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Colour in log lines: `auto` (only when they go to a terminal, and `NO_COLOR` is not
+    /// set), `always` or `never`.
+    #[arg(long, global = true, default_value = "auto", env = "MESHQL_COLOR")]
+    color: ColorChoice,
+}
+
+/// Whether log lines carry ANSI colour codes (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+impl ColorChoice {
+    /// Whether to colour what is written to standard output (where the logs go).
+    fn enabled(self) -> bool {
+        use std::io::IsTerminal;
+        match self {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+                    && std::io::stdout().is_terminal()
+            }
+        }
+    }
 }
 
 /// How `meshql serve` runs its connections (see `--runtime`).
@@ -119,6 +146,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let color = cli.color.enabled();
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
@@ -126,7 +154,7 @@ fn main() -> ExitCode {
         Command::Projections(args) => projections::run(args),
         Command::Cdc(args) => cdc::run(args),
         Command::Process(args) => {
-            init_tracing("info", LogFormat::Text);
+            init_tracing("info", LogFormat::Text, color);
             process::run(args)
         }
         Command::ConfigSchema => {
@@ -190,7 +218,7 @@ fn main() -> ExitCode {
             runtime: runtime_kind,
         } => {
             let started = Instant::now();
-            init_tracing(&log_level, log_format);
+            init_tracing(&log_level, log_format, color);
             let mut resolved = match meshql_config::load(&config) {
                 Ok(c) => c,
                 Err(errors) => {
@@ -198,8 +226,19 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            if let Some(p) = port {
-                resolved.port = p;
+            let moved = match port {
+                Some(p) => resolved.serve_on(p),
+                None => Vec::new(),
+            };
+            if let Some(first) = moved.first() {
+                tracing::info!(
+                    "served on port {} instead of the config's: {} relationship URL(s) that name this service follow it (e.g. `{}`: {} is now {}); set the variable behind them (PLATFORM_URL in examples/farm) to reach another process",
+                    resolved.port,
+                    moved.len(),
+                    first.relationship,
+                    first.from,
+                    first.to
+                );
             }
             if let Some(h) = host {
                 resolved.host = h;
@@ -252,7 +291,7 @@ enum LogFormat {
     Json,
 }
 
-fn init_tracing(level: &str, format: LogFormat) {
+fn init_tracing(level: &str, format: LogFormat, color: bool) {
     let filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // a line when each enabled span closes, with its busy and idle time: at `debug`, the
@@ -261,7 +300,8 @@ fn init_tracing(level: &str, format: LogFormat) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_target(false);
+        .with_target(false)
+        .with_ansi(color && format == LogFormat::Text);
     match format {
         LogFormat::Text => builder.init(),
         // one object per line: time, level, message, fields, and the spans it happened in

@@ -64,11 +64,24 @@ async fn rebuild(
     url: Option<String>,
     token: Option<String>,
 ) -> Result<(), String> {
-    let base = match url {
-        Some(u) => u.trim_end_matches('/').to_owned(),
+    let (base, from_config) = match url {
+        Some(u) => (u.trim_end_matches('/').to_owned(), false),
         None => {
             let c = meshql_config::load(&config).map_err(|e| e.to_string())?;
-            format!("http://127.0.0.1:{}", c.port)
+            (format!("http://127.0.0.1:{}", c.port), true)
+        }
+    };
+    // a server that cannot be reached: say where we looked, and how to look elsewhere
+    let unreachable = |e: reqwest::Error| {
+        if !(e.is_connect() || e.is_timeout()) {
+            format!("{base}: {e}")
+        } else if from_config {
+            format!(
+                "no meshql server answers at {base}, the port of {}: start it, or pass `--url http://HOST:PORT` where it listens ({e})",
+                config.display()
+            )
+        } else {
+            format!("no meshql server answers at {base} (--url): {e}")
         }
     };
     let http = reqwest::Client::new();
@@ -79,7 +92,7 @@ async fn rebuild(
     let reply = with_token(http.post(format!("{base}/_meshql/processors/{name}/rebuild")))
         .send()
         .await
-        .map_err(|e| format!("{base}: {e}"))?;
+        .map_err(unreachable)?;
     let status = reply.status();
     let body: Value = reply.json().await.unwrap_or(Value::Null);
     if !status.is_success() {
@@ -95,7 +108,7 @@ async fn rebuild(
         let state: Value = with_token(http.get(format!("{base}/_meshql/processors/{name}")))
             .send()
             .await
-            .map_err(|e| format!("{base}: {e}"))?
+            .map_err(unreachable)?
             .json()
             .await
             .map_err(|e| e.to_string())?;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{example_copy, examples_dir, is_rfc4122_uuid, Client, Response, Server};
+use common::{example_copy, examples_dir, feed, gql, is_rfc4122_uuid, Client, Response, Server};
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -552,6 +552,196 @@ async fn bulk_read_returns_the_visible_ones() {
             "{path}"
         );
     }
+}
+
+// ------------------------------------------------------------------------------------------
+// reads as of a moment, and query parameters
+// ------------------------------------------------------------------------------------------
+
+/// A moment in milliseconds as RFC 3339 (UTC, milliseconds), percent-encoded for a query.
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        .replace(':', "%3A")
+}
+
+#[tokio::test]
+async fn rest_reads_as_of_a_moment_answer_what_graphql_answers() {
+    let s = start();
+    let c = s.client();
+    let f = create(&c, "/farm/api", &farm("Emerdale")).await;
+    let coop =
+        |name: &str| json!({"name": name, "farm_id": f, "capacity": 12, "coop_type": "a-frame"});
+    let id = create(&c, "/coop/api", &coop("red")).await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    c.put_json(&format!("/coop/api/{id}"), &coop("purple"))
+        .await
+        .expect_status(200);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    c.delete(&format!("/coop/api/{id}"))
+        .await
+        .expect_status(200);
+
+    // the three versions' stamps, from the change feed
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let stamps: Vec<i64> = loop {
+        let of_coop: Vec<i64> = feed(&c)
+            .await
+            .iter()
+            .filter(|ch| ch["entity"] == "coop" && ch["id"] == id.as_str())
+            .map(|ch| ch["created_at"].as_i64().unwrap())
+            .collect();
+        if of_coop.len() == 3 {
+            break of_coop;
+        }
+        assert!(std::time::Instant::now() < deadline, "{of_coop:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let (created, renamed, deleted) = (stamps[0], stamps[1], stamps[2]);
+    // each moment, and the name the coop had then (None: not there)
+    let moments = [
+        (created - 1, None),
+        (created, Some("red")),
+        (renamed - 1, Some("red")),
+        (renamed, Some("purple")),
+        (deleted - 1, Some("purple")),
+        (deleted, None),
+        (deleted + 60_000, None),
+    ];
+    for (at, expected) in moments {
+        let graph = gql(
+            &s,
+            "/coop/graph",
+            &format!(r#"{{ one: getById(id: "{id}", at: {at}) {{ name }} all: getAll(at: {at}) {{ id name }} }}"#),
+        )
+        .await;
+        let graph_one = graph["one"]["name"].as_str();
+        let graph_all: Vec<&str> = graph["all"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["id"] == id.as_str())
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(graph_one, expected, "GraphQL getById at {at}");
+        assert_eq!(
+            graph_all,
+            Vec::from_iter(expected),
+            "GraphQL getAll at {at}"
+        );
+
+        for moment in [at.to_string(), rfc3339(at)] {
+            let r = c.get(&format!("/coop/api/{id}?at={moment}")).await;
+            match expected {
+                Some(name) => {
+                    r.expect_status(200);
+                    assert_eq!(r.json()["name"], name, "REST by id at {moment}");
+                }
+                None => {
+                    let body = assert_json_error(&r, 404);
+                    assert!(body.get("hint").is_none(), "{body}");
+                }
+            }
+            for list in [
+                format!("/coop/api?at={moment}"),
+                format!("/coop/api?at={moment}&limit=5"),
+                format!("/coop/api/bulk?ids={id}&at={moment}"),
+            ] {
+                let names: Vec<String> = c
+                    .list(&list)
+                    .await
+                    .iter()
+                    .filter(|c| c["id"] == id.as_str())
+                    .map(|c| c["name"].as_str().unwrap().to_owned())
+                    .collect();
+                assert_eq!(names, Vec::from_iter(expected.map(str::to_owned)), "{list}");
+            }
+        }
+    }
+    // the farm's GraphQL relationship and REST agree at the coop's first moment too
+    let graph = gql(
+        &s,
+        "/farm/graph",
+        &format!(r#"{{ getById(id: "{f}", at: {created}) {{ coops {{ id name }} }} }}"#),
+    )
+    .await;
+    assert_eq!(
+        graph["getById"]["coops"],
+        json!([{"id": id, "name": "red"}])
+    );
+
+    // a moment in seconds is read as milliseconds, and the 404 says so
+    let seconds = created / 1000;
+    let body = assert_json_error(&c.get(&format!("/coop/api/{id}?at={seconds}")).await, 404);
+    let hint = body["hint"].as_str().expect("a hint");
+    assert!(
+        hint.contains("milliseconds") && hint.contains(&(seconds * 1000).to_string()),
+        "{hint}"
+    );
+    // a moment that is not one
+    let body = assert_json_error(&c.get(&format!("/coop/api/{id}?at=yesterday")).await, 400);
+    assert_eq!(body["parameter"], "at", "{body}");
+}
+
+#[tokio::test]
+async fn every_rest_route_refuses_a_query_parameter_it_does_not_take() {
+    let s = start();
+    let c = s.client();
+    let f = create(&c, "/farm/api", &farm("Emerdale")).await;
+    let one = format!("/farm/api/{f}");
+    let routes: Vec<(&str, String, &str)> = vec![
+        ("GET", "/farm/api?lmit=1".into(), "limit, after, at"),
+        ("GET", "/farm/api/?lmit=1".into(), "limit, after, at"),
+        ("GET", format!("{one}?as_of=1"), "at"),
+        ("GET", format!("/farm/api/bulk?ids={f}&idz=1"), "ids, at"),
+        ("POST", "/farm/api?dry_run=1".into(), ""),
+        ("POST", "/farm/api/bulk?x=1".into(), ""),
+        ("PUT", format!("{one}?x=1"), ""),
+        ("DELETE", format!("{one}?x=1"), ""),
+        ("GET", "/farm/api/api-docs?x=1".into(), ""),
+        ("GET", "/farm/api/api-docs/swagger.json?x=1".into(), ""),
+        ("GET", "/farm/api/health?x=1".into(), ""),
+        ("GET", "/farm/api/ready?x=1".into(), ""),
+    ];
+    for (method, path, known) in routes {
+        let body = match method {
+            "POST" if path.contains("bulk") => Some(json!([farm("x")]).to_string().into_bytes()),
+            "POST" | "PUT" => Some(farm("x").to_string().into_bytes()),
+            _ => None,
+        };
+        let r = c
+            .request(method, &path, body, &[("content-type", "application/json")])
+            .await;
+        let e = assert_json_error(&r, 400);
+        let name = path.rsplit_once('?').unwrap().1.rsplit('&').next().unwrap();
+        let name = name.split('=').next().unwrap();
+        assert_eq!(e["parameter"], name, "{method} {path}: {e}");
+        let message = e["error"].as_str().unwrap();
+        if known.is_empty() {
+            assert!(
+                message.contains("takes no query parameters"),
+                "{method} {path}: {message}"
+            );
+        } else {
+            assert!(
+                message.contains(&format!("(this route takes: {known})")),
+                "{method} {path}: {message}"
+            );
+        }
+    }
+    // the misspelling is recognised
+    let e = c.get("/farm/api?lmit=1").await.json();
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `limit`?"),
+        "{e}"
+    );
+    // nothing was written by the refused writes
+    assert_eq!(c.list("/farm/api").await.len(), 1);
+    assert_eq!(c.get(&one).await.json()["name"], "Emerdale");
 }
 
 // ------------------------------------------------------------------------------------------

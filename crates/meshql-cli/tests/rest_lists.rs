@@ -275,9 +275,11 @@ async fn bad_list_parameters_are_400_json_naming_them() {
         assert_eq!(body["parameter"], name, "{query}: {body}");
         assert!(body["error"].as_str().unwrap().contains(name), "{body}");
     }
-    // unknown parameters are ignored, as before
-    assert_eq!(c.list("/note/api?page=2").await.len(), 3);
-    // the OpenAPI document names both
+    // an unknown parameter is refused, naming the ones the list takes
+    let r = c.get("/note/api?page=2").await;
+    r.expect_status(400);
+    assert_eq!(r.json()["parameter"], "page");
+    // the OpenAPI document names them
     let doc = c.get("/note/api/api-docs/swagger.json").await.json();
     let params: Vec<&str> = doc["paths"]["/note/api"]["get"]["parameters"]
         .as_array()
@@ -285,5 +287,5 @@ async fn bad_list_parameters_are_400_json_naming_them() {
         .iter()
         .map(|p| p["name"].as_str().unwrap())
         .collect();
-    assert_eq!(params, ["limit", "after"]);
+    assert_eq!(params, ["limit", "after", "at"]);
 }

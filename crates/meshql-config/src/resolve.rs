@@ -498,6 +498,8 @@ impl Resolver {
                         None
                     }
                 };
+                let bound: Vec<&str> = g.singletons.iter().chain(&g.vectors).map(|q| q.name.get_ref().as_str()).collect();
+                self.check_unbound_roots(&schema, &sdl_file, &bound, &format!("{field}.graphql"));
                 self.check_subscriptions(&schema, &sdl_file, &queries, &format!("{field}.graphql.schema"));
                 let mut seen_q = HashSet::new();
                 for q in &queries {
@@ -708,6 +710,42 @@ impl Resolver {
                 apollo_compiler::diagnostic::ToCliReport::location(d.error),
             );
             self.error_in(file, line, field.to_owned(), d.error.to_string());
+        }
+    }
+
+    /// Every field of the SDL's `Query` type must be bound to a template
+    /// (`[[entity.graphql.singletons]]` or `[[entity.graphql.vectors]]` of its name): one
+    /// that is not could only ever answer `null`, silently.
+    fn check_unbound_roots(
+        &mut self,
+        schema: &Valid<Schema>,
+        sdl_file: &Path,
+        bound: &[&str],
+        field: &str,
+    ) {
+        let Some(root) = schema.schema_definition.query.as_ref() else {
+            return;
+        };
+        let Some(object) = schema.get_object(root.name.as_str()) else {
+            return;
+        };
+        for (name, def) in &object.fields {
+            if bound.contains(&name.as_str()) {
+                continue;
+            }
+            let list = if def.ty.is_list() {
+                "vectors"
+            } else {
+                "singletons"
+            };
+            self.error_in(
+                sdl_file,
+                sdl_line(&schema.sources, def.location()),
+                format!("{field}: Query.{name}"),
+                format!(
+                    "root query `{name}` is declared in the SDL but bound to no template, so it could only answer null: add `[[entity.graphql.{list}]]` with `name = \"{name}\"` and its `query` (or `sql`) to the config, or remove it from the SDL"
+                ),
+            );
         }
     }
 
@@ -969,27 +1007,11 @@ impl Resolver {
         true
     }
 
-    /// The graphlette path of `url` when it points at this service: a loopback or this
-    /// service's own host, on this service's port.
+    /// The graphlette path of `url` when it points at this service (see
+    /// [`crate::this_service`]).
     fn own_path(&self, url: &str) -> Option<String> {
-        let (scheme, rest) = url.split_once("://")?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
-        let authority = authority.rsplit('@').next().unwrap_or(authority);
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
-                (h, p.parse::<u16>().ok()?)
-            }
-            _ => (authority, if scheme == "https" { 443 } else { 80 }),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
         let (own_host, own_port) = self.own.as_ref()?;
-        let local = ["localhost", "127.0.0.1", "::1", "0.0.0.0"].contains(&host)
-            || host.eq_ignore_ascii_case(own_host);
-        let path = path.split(['?', '#']).next().unwrap_or(path);
-        (local && port == *own_port).then(|| path.to_owned())
+        crate::this_service::path_on(url, own_host, *own_port)
     }
 
     fn resolve_resolver(

@@ -20,6 +20,7 @@ pub mod registry;
 pub mod replica;
 pub mod serving;
 pub mod store;
+pub mod suggest;
 pub mod template;
 pub mod time;
 

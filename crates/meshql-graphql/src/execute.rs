@@ -34,6 +34,9 @@ struct Exec<'a> {
     max_relationship_depth: usize,
     /// When the request's time is up (its service's timeout, or a caller's budget).
     deadline: tokio::time::Instant,
+    /// A root field's `at` that looks like seconds, not milliseconds (0: none): the
+    /// response's `extensions.hints` says so.
+    seconds_like_at: std::sync::atomic::AtomicI64,
 }
 
 /// Executes `plan` against graphlette `index` with the request's `variables`; returns the
@@ -80,6 +83,10 @@ pub(crate) async fn execute(
         limits.max_response_bytes.get(),
     );
     writer.write_response(plan, results, introspection.as_ref());
+    let seconds_like_at = exec.seconds_like_at.load(Ordering::Relaxed);
+    if seconds_like_at != 0 {
+        writer.hint(meshql_core::time::seconds_hint(seconds_like_at));
+    }
     writer.finish()
 }
 
@@ -259,6 +266,7 @@ impl<'a> Exec<'a> {
                 ctx.budget.relationships,
             ),
             deadline,
+            seconds_like_at: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -266,6 +274,9 @@ impl<'a> Exec<'a> {
     /// every level below (and remote services, which receive it as `at`), as MeshQL, whose
     /// resolvers pass the root's time on.
     fn at(&self, given: Option<Millis>) -> Option<Millis> {
+        if let Some(t) = given.filter(|t| meshql_core::time::looks_like_seconds(*t)) {
+            self.seconds_like_at.store(t, Ordering::Relaxed);
+        }
         Some(given.unwrap_or(self.ctx.snapshot))
     }
 

@@ -61,6 +61,8 @@ pub(crate) struct Writer<'v> {
     objects: usize,
     /// Set once a limit is passed: the response becomes this error alone.
     over: Option<String>,
+    /// Advice about the request that is not an error (`extensions.hints`).
+    hints: Vec<String>,
 }
 
 /// A request-level error (no `data`, or `data: null`).
@@ -131,6 +133,7 @@ impl<'v> Writer<'v> {
             max_bytes,
             objects: 0,
             over: None,
+            hints: Vec::new(),
         }
     }
 
@@ -607,6 +610,11 @@ impl<'v> Writer<'v> {
         Ok(())
     }
 
+    /// Advice for the caller, in the response's `extensions.hints`.
+    pub(crate) fn hint(&mut self, text: String) {
+        self.hints.push(text);
+    }
+
     pub(crate) fn finish(mut self) -> Vec<u8> {
         if let Some(message) = self.over.take() {
             return request_errors(&[RequestError::coded(message, TOO_LARGE)]);
@@ -645,6 +653,12 @@ impl<'v> Writer<'v> {
                 self.buf.push(b'}');
             }
             self.buf.push(b']');
+        }
+        if !self.hints.is_empty() {
+            self.buf.extend_from_slice(b",\"extensions\":{\"hints\":");
+            serde_json::to_writer(&mut self.buf, &self.hints)
+                .expect("writing to a Vec cannot fail");
+            self.buf.push(b'}');
         }
         self.buf.push(b'}');
         self.buf

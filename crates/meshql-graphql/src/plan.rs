@@ -254,12 +254,24 @@ pub fn plan(
     let graphlette = &catalog.graphlettes()[index];
     let schema = graphlette.schema.as_ref();
     let to_plan_errors = |diagnostics: &apollo_compiler::validation::DiagnosticList| {
+        let undefined_field = diagnostics
+            .iter()
+            .any(|d| d.error.unstable_error_name() == Some("UndefinedField"));
         let errors: Vec<PlanError> = diagnostics
             .iter()
+            // a selection whose only field is undefined is left empty, which validation
+            // reports as a missing subselection too: the undefined field is the error
+            .filter(|d| {
+                !(undefined_field && d.error.unstable_error_name() == Some("MissingSubselection"))
+            })
             .map(|d| {
                 let json = d.to_json();
+                let message = match d.error.unstable_error_name() {
+                    Some("UndefinedField") => undefined_field_help(schema, &json.message),
+                    _ => json.message.clone(),
+                };
                 PlanError {
-                    message: json.message.clone(),
+                    message,
                     locations: json.locations.iter().map(|l| (l.line, l.column)).collect(),
                     code: None,
                 }
@@ -323,6 +335,36 @@ pub fn plan(
         depth,
         relationship_depth,
     })
+}
+
+/// apollo-compiler's "type `T` does not have a field `f`", with the field `f` was probably
+/// meant to be and the fields `T` has.
+fn undefined_field_help(schema: &Schema, message: &str) -> String {
+    let names = message
+        .strip_prefix("type `")
+        .and_then(|rest| rest.split_once("` does not have a field `"))
+        .and_then(|(ty, rest)| Some((ty, rest.strip_suffix('`')?)));
+    let Some((type_name, field_name)) = names else {
+        return message.to_owned();
+    };
+    let Some(ty) = schema.types.get(type_name) else {
+        return message.to_owned();
+    };
+    let fields: Vec<&str> = match ty {
+        apollo_compiler::schema::ExtendedType::Object(o) => {
+            o.fields.keys().map(|k| k.as_str()).collect()
+        }
+        apollo_compiler::schema::ExtendedType::Interface(i) => {
+            i.fields.keys().map(|k| k.as_str()).collect()
+        }
+        _ => return message.to_owned(),
+    };
+    let suggestion = meshql_core::suggest::closest(field_name, fields.iter().copied())
+        .map_or(String::new(), |f| format!("; did you mean `{f}`?"));
+    format!(
+        "{message}{suggestion} (fields of `{type_name}`: {})",
+        fields.join(", ")
+    )
 }
 
 /// Groups root fields that can share one batched lookup: same bound query, a template that

@@ -487,6 +487,74 @@ async fn validation_errors_have_locations_and_no_data() {
 }
 
 #[tokio::test]
+async fn an_unknown_field_is_one_error_that_names_the_fields_and_the_likely_one() {
+    let w = farm_world().await;
+    // `nme` inside a relationship: the only error, not a "missing subselection" at `coops`
+    let r = w.query("/farm/graph", "{ getAll { coops { nme } } }").await;
+    let errors = r["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{r}");
+    let message = errors[0]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "type `Coop` does not have a field `nme`; did you mean `name`? (fields of `Coop`: "
+        ),
+        "{message}"
+    );
+    for field in ["id", "name", "hens"] {
+        assert!(message.contains(field), "{message}");
+    }
+    assert_eq!(errors[0]["locations"][0]["line"], 1, "{r}");
+    // nothing close: the fields, no guess
+    let r = w
+        .query("/farm/graph", r#"{ getById(id: "F1") { zzzz } }"#)
+        .await;
+    let message = r["errors"][0]["message"].as_str().unwrap();
+    assert!(!message.contains("did you mean"), "{message}");
+    assert!(message.contains("(fields of `Farm`: "), "{message}");
+    // a genuinely missing subselection is still reported
+    let r = w
+        .query("/farm/graph", r#"{ getById(id: "F1") { coops } }"#)
+        .await;
+    assert!(
+        r["errors"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("subselection"),
+        "{r}"
+    );
+}
+
+#[tokio::test]
+async fn an_at_in_seconds_gets_a_hint() {
+    let w = farm_world().await;
+    let seconds = T0 / 1000 + 1;
+    let q = format!(r#"{{ getById(id: "F1", at: {seconds}) {{ name }} }}"#);
+    let r = w.query("/farm/graph", &q).await;
+    assert_eq!(
+        r["data"],
+        json!({"getById": null}),
+        "still read as milliseconds: {r}"
+    );
+    let hints = r["extensions"]["hints"].as_array().expect("a hint");
+    let hint = hints[0].as_str().unwrap();
+    assert!(hint.contains("milliseconds"), "{hint}");
+    assert!(hint.contains(&(seconds * 1000).to_string()), "{hint}");
+    // through a variable too
+    let r = w
+        .query_with(
+            "/farm/graph",
+            r#"query($at: Float) { getById(id: "F1", at: $at) { name } }"#,
+            Some(json!({"at": seconds})),
+        )
+        .await;
+    assert!(r["extensions"]["hints"][0].is_string(), "{r}");
+    // milliseconds: no hint
+    let q = format!(r#"{{ getById(id: "F1", at: {}) {{ name }} }}"#, T0 + 1);
+    let r = w.query("/farm/graph", &q).await;
+    assert_eq!(r, json!({"data": {"getById": {"name": "Emerdale"}}}));
+}
+
+#[tokio::test]
 async fn non_null_violations_propagate_to_the_nearest_nullable_parent() {
     let w = farm_world().await;
     // a hen without a name, in a coop whose `hens` items are non-null (`[Hen!]`)

@@ -15,8 +15,18 @@ pub enum RestError {
     /// A query parameter with a value it cannot take: its name, and why.
     #[error("invalid `{0}` parameter: {1}")]
     BadParameter(&'static str, String),
-    #[error("invalid query string: {0}")]
-    Query(String),
+    /// A query parameter the route does not take: its name, and the ones it takes.
+    #[error(
+        "unknown query parameter `{name}`{}",
+        unknown_parameter_help(name, known)
+    )]
+    UnknownParameter {
+        name: String,
+        known: &'static [&'static str],
+    },
+    /// No document at the `at` of the read, which looks like seconds, not milliseconds.
+    #[error("Resource not found")]
+    NotFoundAt(meshql_core::Millis),
     #[error("Resource not found or could not be deleted")]
     NotDeleted,
     #[error("request body is larger than {0} bytes")]
@@ -32,6 +42,16 @@ pub enum RestError {
     Engine(#[from] EngineError),
 }
 
+/// `: did you mean `limit`? (this route takes: limit, after, at)`
+fn unknown_parameter_help(name: &str, known: &[&str]) -> String {
+    if known.is_empty() {
+        return " (this route takes no query parameters)".to_owned();
+    }
+    let suggestion = meshql_core::suggest::closest(name, known.iter().copied())
+        .map_or(String::new(), |k| format!(": did you mean `{k}`?"));
+    format!("{suggestion} (this route takes: {})", known.join(", "))
+}
+
 /// What a read-role process allows on every REST route.
 pub(crate) const READ_ROLE_ALLOW: &str = "GET, OPTIONS";
 
@@ -45,9 +65,9 @@ impl RestError {
             RestError::MalformedJson(_)
             | RestError::MissingIds
             | RestError::Body(_)
-            | RestError::BadParameter(..)
-            | RestError::Query(_) => StatusCode::BAD_REQUEST,
-            RestError::NotDeleted => StatusCode::NOT_FOUND,
+            | RestError::BadParameter(..) => StatusCode::BAD_REQUEST,
+            RestError::UnknownParameter { .. } => StatusCode::BAD_REQUEST,
+            RestError::NotDeleted | RestError::NotFoundAt(_) => StatusCode::NOT_FOUND,
             RestError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             RestError::MethodNotAllowed(..) | RestError::ReadRole(_) => {
                 StatusCode::METHOD_NOT_ALLOWED
@@ -80,6 +100,13 @@ impl IntoResponse for RestError {
             RestError::BadParameter(name, _) => {
                 json!({ "error": self.to_string(), "parameter": name })
             }
+            RestError::UnknownParameter { name, known } => {
+                json!({ "error": self.to_string(), "parameter": name, "known": known })
+            }
+            RestError::NotFoundAt(at) => json!({
+                "error": self.to_string(),
+                "hint": meshql_core::time::seconds_hint(*at),
+            }),
             _ => json!({ "error": self.to_string() }),
         };
         let mut response = (status, axum::Json(body)).into_response();

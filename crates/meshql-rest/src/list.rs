@@ -17,7 +17,11 @@
 //! * **One page on request.** `?limit=N` (1..=[`MAX_LIMIT`]) and/or `?after=<id>` answer the
 //!   documents whose id sorts after `after`, at most `limit` (default [`PAGE_ROWS`]), with
 //!   `Link: <P?limit=N&after=<last id>>; rel="next"` (RFC 8288) when more follow. A bad value
-//!   is a 400 naming the parameter; other query parameters are ignored, as before.
+//!   is a 400 naming the parameter, and so is any parameter the list does not take.
+//! * **As of a moment.** `?at=T` (milliseconds or RFC 3339, [`crate::params`]) lists the
+//!   documents as they were at `T`, whole or one page at a time (the next page's link keeps
+//!   `at`, so every page is read at the same moment); without it the list is read as of the
+//!   moment the request began.
 //! * **Order.** Both are in id order. Server-made ids are UUIDv7, ordered by creation time, so
 //!   for them this is creation order (the order before pages existed) except between
 //!   documents created concurrently in the same millisecond.
@@ -54,44 +58,51 @@ pub const MAX_AFTER: usize = 1_024;
 pub struct ListQuery {
     pub limit: Option<usize>,
     pub after: Option<String>,
+    /// The moment the list is read as of (`None`: now).
+    pub at: Option<Millis>,
 }
 
 impl ListQuery {
-    /// From the decoded query pairs: `limit` and `after` checked, anything else ignored.
+    /// From the decoded query pairs: `limit`, `after` and `at` checked, any other name
+    /// refused.
     pub fn parse(pairs: &[(String, String)]) -> Result<Self, RestError> {
-        let mut q = ListQuery::default();
-        for (name, value) in pairs {
-            match name.as_str() {
-                "limit" => {
-                    if q.limit.is_some() {
-                        return Err(bad("limit", "given more than once".into()));
-                    }
-                    q.limit = Some(
-                        value
-                            .parse::<usize>()
-                            .ok()
-                            .filter(|n| (1..=MAX_LIMIT).contains(n))
-                            .ok_or_else(|| {
-                                bad("limit", format!("must be an integer from 1 to {MAX_LIMIT}"))
-                            })?,
-                    );
-                }
-                "after" => {
-                    if q.after.is_some() {
-                        return Err(bad("after", "given more than once".into()));
-                    }
-                    if value.is_empty() || value.len() > MAX_AFTER {
-                        return Err(bad(
-                            "after",
-                            format!("must be a document id (1 to {MAX_AFTER} bytes)"),
-                        ));
-                    }
-                    q.after = Some(value.clone());
-                }
-                _ => {}
-            }
+        if let Some((name, _)) = pairs
+            .iter()
+            .find(|(name, _)| !crate::params::LIST.contains(&name.as_str()))
+        {
+            return Err(RestError::UnknownParameter {
+                name: name.clone(),
+                known: crate::params::LIST,
+            });
         }
-        Ok(q)
+        let limit = crate::params::single(pairs, "limit")?
+            .map(|value| {
+                value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        bad("limit", format!("must be an integer from 1 to {MAX_LIMIT}"))
+                    })
+            })
+            .transpose()?;
+        let after = crate::params::single(pairs, "after")?
+            .map(|value| {
+                if value.is_empty() || value.len() > MAX_AFTER {
+                    Err(bad(
+                        "after",
+                        format!("must be a document id (1 to {MAX_AFTER} bytes)"),
+                    ))
+                } else {
+                    Ok(value.to_owned())
+                }
+            })
+            .transpose()?;
+        Ok(ListQuery {
+            limit,
+            after,
+            at: crate::params::at(pairs)?,
+        })
     }
 
     /// Whether the client asked for one page.
@@ -116,7 +127,7 @@ pub(crate) async fn respond(
     if query.paged() {
         one_page(service, path, &session, query).await
     } else {
-        everything(service, session).await
+        everything(service, session, query.at).await
     }
 }
 
@@ -130,13 +141,13 @@ async fn one_page(
     // one row more than asked says whether another page follows; one statement, so the page
     // is read as it is now
     let mut rows = service
-        .list_page(session, query.after.as_deref(), limit + 1, None)
+        .list_page(session, query.after.as_deref(), limit + 1, query.at)
         .await?;
     let more = rows.len() > limit;
     rows.truncate(limit);
     let mut response = json_response(StatusCode::OK, array_of(&rows));
     if let (true, Some(last)) = (more, rows.last()) {
-        match HeaderValue::from_str(&next_link(path, &last.id, limit)) {
+        match HeaderValue::from_str(&next_link(path, &last.id, limit, query.at)) {
             Ok(link) => {
                 let h = response.headers_mut();
                 h.insert(header::LINK, link);
@@ -152,10 +163,12 @@ async fn one_page(
     Ok(response)
 }
 
-/// `<path?limit=N&after=ID>; rel="next"`, the id percent-encoded.
-pub fn next_link(path: &str, after: &str, limit: usize) -> String {
+/// `<path?limit=N&after=ID>; rel="next"` (and `&at=T` for a list read as of `T`), the id
+/// percent-encoded.
+pub fn next_link(path: &str, after: &str, limit: usize, at: Option<Millis>) -> String {
+    let at = at.map_or(String::new(), |t| format!("&at={t}"));
     format!(
-        "<{path}?limit={limit}&after={}>; rel=\"next\"",
+        "<{path}?limit={limit}&after={}{at}>; rel=\"next\"",
         percent_encode(after)
     )
 }
@@ -173,9 +186,14 @@ fn percent_encode(s: &str) -> String {
     out
 }
 
-/// The whole list, as of now: one body when it fits in the first page, else streamed.
-async fn everything(service: &Arc<EntityService>, session: Session) -> Result<Response, RestError> {
-    let at = now_millis();
+/// The whole list, as of `at` (default now): one body when it fits in the first page, else
+/// streamed.
+async fn everything(
+    service: &Arc<EntityService>,
+    session: Session,
+    at: Option<Millis>,
+) -> Result<Response, RestError> {
+    let at = at.unwrap_or_else(now_millis);
     // an error here is still an ordinary error response
     let first = service
         .list_page(&session, None, PAGE_ROWS, Some(at))
@@ -286,9 +304,13 @@ mod tests {
             .collect()
     }
 
-    fn refused(q: &[(&str, &str)]) -> &'static str {
+    fn refused(q: &[(&str, &str)]) -> String {
         match ListQuery::parse(&pairs(q)) {
-            Err(RestError::BadParameter(name, _)) => name,
+            Err(RestError::BadParameter(name, _)) => name.to_owned(),
+            Err(RestError::UnknownParameter { name, known }) => {
+                assert_eq!(known, crate::params::LIST);
+                name
+            }
             other => panic!("{q:?}: {other:?}"),
         }
     }
@@ -296,7 +318,12 @@ mod tests {
     #[test]
     fn parameters_are_checked_and_named() {
         assert_eq!(ListQuery::parse(&[]).unwrap(), ListQuery::default());
-        assert!(!ListQuery::parse(&pairs(&[("x", "1")])).unwrap().paged());
+        assert_eq!(refused(&[("x", "1")]), "x", "unknown names are refused");
+        assert_eq!(refused(&[("lmit", "1")]), "lmit");
+        let q = ListQuery::parse(&pairs(&[("at", "2025-12-07T14:20:00Z")])).unwrap();
+        assert_eq!(q.at, Some(1_765_117_200_000));
+        assert!(!q.paged(), "a list as of a moment is still the whole list");
+        assert_eq!(refused(&[("at", "now")]), "at");
         let q = ListQuery::parse(&pairs(&[("limit", "10000"), ("after", "a b")])).unwrap();
         assert_eq!((q.limit, q.after.as_deref()), (Some(10_000), Some("a b")));
         assert!(ListQuery::parse(&pairs(&[("after", "x")])).unwrap().paged());
@@ -312,6 +339,7 @@ mod tests {
             assert_eq!(refused(&[("limit", limit)]), "limit", "{limit:?}");
         }
         assert_eq!(refused(&[("limit", "1"), ("limit", "2")]), "limit");
+        assert_eq!(refused(&[("at", "1"), ("at", "2")]), "at");
         assert_eq!(refused(&[("after", "")]), "after");
         assert_eq!(refused(&[("after", &"x".repeat(MAX_AFTER + 1))]), "after");
         assert_eq!(refused(&[("after", "a"), ("after", "b")]), "after");
@@ -320,12 +348,17 @@ mod tests {
     #[test]
     fn the_next_link_encodes_the_id() {
         assert_eq!(
-            next_link("/farm/api", "01-ab_c.d~", 5),
+            next_link("/farm/api", "01-ab_c.d~", 5, None),
             "</farm/api?limit=5&after=01-ab_c.d~>; rel=\"next\""
         );
         assert_eq!(
-            next_link("/farm/api", "a b&c=d/é", 1),
+            next_link("/farm/api", "a b&c=d/é", 1, None),
             "</farm/api?limit=1&after=a%20b%26c%3Dd%2F%C3%A9>; rel=\"next\""
+        );
+        assert_eq!(
+            next_link("/farm/api", "x", 2, Some(1_765_117_200_000)),
+            "</farm/api?limit=2&after=x&at=1765117200000>; rel=\"next\"",
+            "every page of a list as of a moment is read at that moment"
         );
     }
 

@@ -33,6 +33,9 @@ pub fn openapi_document(
     let id_param =
         json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]);
     let security = json!([{"BearerAuth": []}]);
+    let at_param = json!({"name": "at", "in": "query", "required": false,
+        "description": "read as of this moment: milliseconds since the Unix epoch (`1765117200000`) or an RFC 3339 date-time (`2025-12-07T14:20:00Z`); each document's latest version at or before it, as GraphQL's `at` (default: now)",
+        "schema": {"type": "string"}});
     let redirect = json!({"description": "written; `Location` names the document (GET it for the stored version)",
         "headers": {"Location": {"schema": {"type": "string"}}}});
     let (created, updated) = if see_other {
@@ -51,7 +54,7 @@ pub fn openapi_document(
         path.to_owned(),
         json!({
             "get": {"operationId": "list", "summary": format!("List current {entity} documents"),
-                    "description": format!("Without parameters: every current document, in id order, streamed as it is read (one snapshot, as of the request). With `limit` and/or `after`: one page of them; when more follow, a `Link` header (rel=\"next\") gives the next page's URL. A page holds at most {} documents.", list::MAX_LIMIT),
+                    "description": format!("Without parameters: every current document, in id order, streamed as it is read (one snapshot, as of the request). With `limit` and/or `after`: one page of them; when more follow, a `Link` header (rel=\"next\") gives the next page's URL. A page holds at most {} documents. With `at`: the documents as they were at that moment. Any other query parameter is a 400.", list::MAX_LIMIT),
                     "security": security,
                     "parameters": [
                         {"name": "limit", "in": "query", "required": false,
@@ -59,7 +62,8 @@ pub fn openapi_document(
                          "schema": {"type": "integer", "minimum": 1, "maximum": list::MAX_LIMIT}},
                         {"name": "after", "in": "query", "required": false,
                          "description": "the page starts after this id (the last id of the previous page)",
-                         "schema": {"type": "string", "minLength": 1, "maxLength": list::MAX_AFTER}}
+                         "schema": {"type": "string", "minLength": 1, "maxLength": list::MAX_AFTER}},
+                        at_param
                     ],
                     "responses": {"200": page, "400": error}},
             "post": {"operationId": "create", "summary": format!("Create a {entity} document"),
@@ -72,7 +76,8 @@ pub fn openapi_document(
         json!({
             "parameters": id_param,
             "get": {"operationId": "read", "summary": format!("Read a {entity} document"),
-                    "security": security, "responses": {"200": one, "404": error}},
+                    "security": security, "parameters": [at_param],
+                    "responses": {"200": one, "400": error, "404": error}},
             "put": {"operationId": "update", "summary": format!("Replace a {entity} document (a new version)"),
                     "security": security, "requestBody": body,
                     "responses": updated},
@@ -86,7 +91,7 @@ pub fn openapi_document(
         json!({
             "get": {"operationId": "bulk_read", "summary": format!("Read several {entity} documents"),
                     "security": security,
-                    "parameters": [{"name": "ids", "in": "query", "required": true, "description": "comma-separated ids", "schema": {"type": "string"}}],
+                    "parameters": [{"name": "ids", "in": "query", "required": true, "description": "comma-separated ids", "schema": {"type": "string"}}, at_param],
                     "responses": {"200": many, "400": error}},
             "post": {"operationId": "bulk_create", "summary": format!("Create several {entity} documents (all or nothing)"),
                      "security": security,
@@ -104,7 +109,7 @@ pub fn openapi_document(
             "schemas": {
                 "State": as_openapi_schema(schema),
                 "OperationStatus": {"type": "object", "properties": {"id": {"type": "string"}, "status": {"type": "string"}, "error": {"type": "string"}}},
-                "Error": {"type": "object", "properties": {"error": {"type": "string"}, "details": {"type": "array", "items": {"type": "object"}}}}
+                "Error": {"type": "object", "properties": {"error": {"type": "string"}, "details": {"type": "array", "items": {"type": "object"}}, "parameter": {"type": "string", "description": "the query parameter refused"}, "hint": {"type": "string"}}}
             }
         }
     })
@@ -176,7 +181,35 @@ mod tests {
             .iter()
             .map(|p| p["name"].as_str().unwrap())
             .collect();
-        assert_eq!(params, ["limit", "after"]);
+        assert_eq!(params, crate::params::LIST);
+        // the document names exactly the query parameters each route takes
+        let query_params = |op: &Value| -> Vec<String> {
+            op["parameters"]
+                .as_array()
+                .map(|ps| {
+                    ps.iter()
+                        .filter(|p| p["in"] == "query")
+                        .map(|p| p["name"].as_str().unwrap().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            query_params(&doc["paths"]["/hen/api/{id}"]["get"]),
+            crate::params::ONE
+        );
+        assert_eq!(
+            query_params(&doc["paths"]["/hen/api/bulk"]["get"]),
+            crate::params::BULK_READ
+        );
+        for (path, method) in [
+            ("/hen/api", "post"),
+            ("/hen/api/{id}", "put"),
+            ("/hen/api/{id}", "delete"),
+            ("/hen/api/bulk", "post"),
+        ] {
+            assert!(query_params(&doc["paths"][path][method]).is_empty());
+        }
         assert_eq!(list["parameters"][0]["schema"]["maximum"], 10_000);
         assert!(list["responses"]["200"]["headers"]["Link"].is_object());
         assert!(list["responses"]["400"].is_object());

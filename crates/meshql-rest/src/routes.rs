@@ -2,8 +2,8 @@
 
 use crate::error::RestError;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, MethodRouter};
@@ -11,7 +11,6 @@ use axum::Router;
 use meshql_core::{Action, Envelope, RemoveOutcome};
 use meshql_engine::consistency::{self, ReadAfter, Token};
 use meshql_engine::{EntityService, Session};
-use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -103,17 +102,29 @@ impl Restlette {
         resp
     }
 
-    /// `GET P/{id}` (`id` already percent-decoded): 200 with the payload and
-    /// `X-Canonical-Id`, or the error. The server also calls it without going through the
-    /// router (its direct path for reads by id).
-    pub async fn read_one(&self, id: &str, headers: &HeaderMap) -> Response {
+    /// `GET P/{id}` (`id` already percent-decoded; `query` the raw query string, whose only
+    /// parameter is `at`): 200 with the payload and `X-Canonical-Id`, or the error. The
+    /// server also calls it without going through the router (its direct path for reads by
+    /// id).
+    pub async fn read_one(&self, id: &str, query: Option<&str>, headers: &HeaderMap) -> Response {
+        let at = match crate::params::read_one(query) {
+            Ok(at) => at,
+            Err(e) => return e.into_response(),
+        };
         let found = match self.read_session(headers).await {
-            Ok(session) => self.service.read(&session, id, None).await,
+            Ok(session) => self.service.read(&session, id, at).await,
             Err(e) => return e.into_response(),
         };
         let env = match found {
             Ok(Some(env)) => env,
-            Ok(None) => return RestError::NOT_FOUND.into_response(),
+            Ok(None) => {
+                return match at {
+                    Some(t) if meshql_core::time::looks_like_seconds(t) => {
+                        RestError::NotFoundAt(t).into_response()
+                    }
+                    _ => RestError::NOT_FOUND.into_response(),
+                }
+            }
             Err(e) => return RestError::from(e).into_response(),
         };
         let mut resp = json_response(StatusCode::OK, env.payload);
@@ -159,9 +170,11 @@ impl Restlette {
 
 async fn create(
     State(r): Shared,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
+    crate::params::none(query.as_deref())?;
     let session = r.session(&headers)?;
     r.service.check(&session, Action::Create)?;
     let value = r.body(body)?;
@@ -172,25 +185,31 @@ async fn create(
 /// `GET P`: every current document, streamed, or one page of them (see [`crate::list`]).
 async fn list(
     State(r): Shared,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
+    let query = crate::list::ListQuery::parse(&crate::params::pairs(query.as_deref()))?;
     let session = r.read_session(&headers).await?;
-    let Query(pairs) = query.map_err(|e| RestError::Query(e.body_text()))?;
-    let query = crate::list::ListQuery::parse(&pairs)?;
     crate::list::respond(&r.service, &r.path, session, query).await
 }
 
-async fn read(State(r): Shared, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    r.read_one(&id, &headers).await
+async fn read(
+    State(r): Shared,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    r.read_one(&id, query.as_deref(), &headers).await
 }
 
 async fn update(
     State(r): Shared,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
+    crate::params::none(query.as_deref())?;
     let session = r.session(&headers)?;
     r.service.check(&session, Action::Update)?;
     let value = r.body(body)?;
@@ -201,8 +220,10 @@ async fn update(
 async fn delete(
     State(r): Shared,
     Path(id): Path<String>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
+    crate::params::none(query.as_deref())?;
     // the tombstone is stamped at or after this moment: its token
     let before = meshql_core::now_millis();
     let deleted = || {
@@ -220,9 +241,11 @@ async fn delete(
 
 async fn bulk_create(
     State(r): Shared,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, RestError> {
+    crate::params::none(query.as_deref())?;
     let session = r.session(&headers)?;
     r.service.check(&session, Action::Create)?;
     let Value::Array(items) = r.body(body)? else {
@@ -237,19 +260,15 @@ async fn bulk_create(
     })
 }
 
-#[derive(Deserialize)]
-struct BulkQuery {
-    ids: Option<String>,
-}
-
+/// `GET P/bulk?ids=a,b[&at=T]`: the visible ones of those documents, as of `T` (default now).
 async fn bulk_read(
     State(r): Shared,
-    Query(q): Query<BulkQuery>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
-    let ids: Vec<String> = q
-        .ids
-        .as_deref()
+    let pairs = crate::params::checked(query.as_deref(), crate::params::BULK_READ)?;
+    let at = crate::params::at(&pairs)?;
+    let ids: Vec<String> = crate::params::single(&pairs, "ids")?
         .map(|s| {
             s.split(',')
                 .map(str::trim)
@@ -263,12 +282,15 @@ async fn bulk_read(
     }
     let envs = r
         .service
-        .read_many(&r.read_session(&headers).await?, &ids, None)
+        .read_many(&r.read_session(&headers).await?, &ids, at)
         .await?;
     Ok(json_response(StatusCode::OK, array_of(&envs)))
 }
 
-async fn openapi(State(r): Shared, headers: HeaderMap) -> Response {
+async fn openapi(State(r): Shared, RawQuery(query): RawQuery, headers: HeaderMap) -> Response {
+    if let Err(e) = crate::params::none(query.as_deref()) {
+        return e.into_response();
+    }
     let text = |name| {
         headers
             .get(name)
@@ -282,7 +304,10 @@ async fn openapi(State(r): Shared, headers: HeaderMap) -> Response {
     }
 }
 
-async fn docs(State(r): Shared) -> Response {
+async fn docs(State(r): Shared, RawQuery(query): RawQuery) -> Response {
+    if let Err(e) = crate::params::none(query.as_deref()) {
+        return e.into_response();
+    }
     match &r.docs_page {
         Some(page) => {
             let mut resp = Response::new(axum::body::Body::from(page.clone()));
@@ -296,11 +321,17 @@ async fn docs(State(r): Shared) -> Response {
     }
 }
 
-async fn health() -> Response {
+async fn health(RawQuery(query): RawQuery) -> Response {
+    if let Err(e) = crate::params::none(query.as_deref()) {
+        return e.into_response();
+    }
     json_response(StatusCode::OK, r#"{"status":"ok"}"#)
 }
 
-async fn ready(State(r): Shared) -> Response {
+async fn ready(State(r): Shared, RawQuery(query): RawQuery) -> Response {
+    if let Err(e) = crate::params::none(query.as_deref()) {
+        return e.into_response();
+    }
     match r.service.writer().ready().await {
         Ok(()) => json_response(StatusCode::OK, r#"{"status":"ok"}"#),
         Err(e) => json_response(

@@ -169,9 +169,9 @@ async fn pages_walk_the_list_once_with_next_links() {
     let a = get(&app, &format!("/farm/api?after={}&limit=10", ids[2_344])).await;
     assert_eq!(a.body.unwrap(), b"[]");
     assert!(a.headers.get("link").is_none());
-    // unknown parameters are ignored, as before
-    let a = get(&app, "/farm/api?foo=bar").await;
-    assert_eq!(a.body.unwrap(), expected(&store).await);
+    // an unknown parameter is refused, never ignored (a misspelt `limit` is not the whole list)
+    let a = get(&app, "/farm/api?lmit=1").await;
+    assert_eq!(a.status, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]
@@ -186,6 +186,10 @@ async fn bad_parameters_are_refused_naming_them() {
         ("limit=1&limit=2", "limit"),
         ("after=", "after"),
         ("after=a&after=b", "after"),
+        ("at=yesterday", "at"),
+        ("at=1&at=2", "at"),
+        ("lmit=1", "lmit"),
+        ("foo=bar&limit=1", "foo"),
     ] {
         let a = get(&app, &format!("/farm/api?{query}")).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST, "{query}");

@@ -111,7 +111,7 @@ impl Direct {
             let cors = self.cors.clone();
             let (parts, _empty) = request.into_parts();
             return Ok(Box::pin(async move {
-                let read = restlette.read_one(&id, &parts.headers);
+                let read = restlette.read_one(&id, parts.uri.query(), &parts.headers);
                 let response = timed(&metrics, Some(&pattern), &Method::GET, read).await;
                 cors::finish(&cors, response, false).await
             }));

@@ -36,6 +36,62 @@ fn egg_economy_example_loads() {
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
 }
 
+/// examples/farm reaches its graphlettes over HTTP at `PLATFORM_URL`, by default this service:
+/// served on another port (`meshql serve --port`, or `PORT`), those URLs follow it, and
+/// only those.
+#[test]
+fn farm_example_relationships_follow_the_port_it_is_served_on() {
+    let urls = |c: &ResolvedConfig| -> Vec<String> {
+        c.entities
+            .iter()
+            .filter_map(|e| e.graph.as_ref())
+            .flat_map(|g| &g.resolvers)
+            .map(|r| match &r.target {
+                ResolverTarget::Http { url } => url.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let mut c = load_with_env(&examples().join("farm"), no_env).expect("valid example");
+    let count = urls(&c).len();
+    assert!(count >= 6);
+    assert!(urls(&c)
+        .iter()
+        .all(|u| u.starts_with("http://localhost:3033/")));
+    let moved = c.serve_on(6102);
+    assert_eq!(moved.len(), count, "{moved:?}");
+    assert!(
+        urls(&c)
+            .iter()
+            .all(|u| u.starts_with("http://localhost:6102/")),
+        "{:?}",
+        urls(&c)
+    );
+    assert!(moved.iter().any(|m| m.relationship == "farm.coops"
+        && m.from == "http://localhost:3033/coop/graph"
+        && m.to == "http://localhost:6102/coop/graph"));
+    assert_eq!(c.port, 6102);
+    assert!(c.serve_on(6102).is_empty(), "already there");
+    // PORT moves the config's port and its default URLs together
+    let c = load_with_env(&examples().join("farm"), |k| {
+        (k == "PORT").then(|| "7000".to_owned())
+    })
+    .unwrap();
+    assert_eq!(c.port, 7000);
+    assert!(urls(&c)
+        .iter()
+        .all(|u| u.starts_with("http://localhost:7000/")));
+    // an explicit PLATFORM_URL elsewhere stays where it points
+    let mut c = load_with_env(&examples().join("farm"), |k| {
+        (k == "PLATFORM_URL").then(|| "http://hens.internal:9000".to_owned())
+    })
+    .unwrap();
+    assert!(c.serve_on(6102).is_empty());
+    assert!(urls(&c)
+        .iter()
+        .all(|u| u.starts_with("http://hens.internal:9000/")));
+}
+
 #[test]
 fn farm_example_loads_with_env() {
     let c = load_with_env(&examples().join("farm"), |k| {
@@ -69,7 +125,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         fs::write(
             dir.path().join("thing.graphql"),
-            "scalar Date\ntype Query {\n  getById(id: ID, at: Int): Thing\n  getAll(at: Float): [Thing]\n  byName(name: String): [Thing]\n}\ntype Thing { id: ID name: String other: Thing others: [Thing] }\n",
+            "scalar Date\ntype Query {\n  getById(id: ID, at: Int): Thing\n  getAll(at: Float): [Thing]\n}\ntype Thing { id: ID name: String other: Thing others: [Thing] }\n",
         )
         .unwrap();
         fs::write(
@@ -259,8 +315,35 @@ fn resolver_target_query_needs_an_id_argument() {
     let f = Fixture::new();
     let toml = GOOD.replace("query = \"getById\"\ngraph", "query = \"byName\"\ngraph")
         + "[[entity.graphql.vectors]]\nname = \"byName\"\nquery = '{\"payload.name\": \"{{name}}\"}'\n";
+    std::fs::write(
+        f.dir.path().join("thing.graphql"),
+        "type Query {\n  getById(id: ID, at: Float): Thing\n  getAll(at: Float): [Thing]\n  byName(name: String): [Thing]\n}\ntype Thing { id: ID name: String other: Thing others: [Thing] }\n",
+    )
+    .unwrap();
     let e = one_error(f.load(&toml));
     assert!(e.message.contains("no `id` argument"), "{e}");
+}
+
+/// A root query the SDL declares but the config binds to no template could only ever answer
+/// `null`, with no error: refused, at its line in the SDL.
+#[test]
+fn an_sdl_root_query_bound_to_no_template_is_an_error_at_its_line() {
+    let f = Fixture::new();
+    std::fs::write(
+        f.dir.path().join("thing.graphql"),
+        "type Query {\n  getById(id: ID, at: Float): Thing\n  getAll(at: Float): [Thing]\n  getByZone(zone: String, at: Float): [Thing]\n}\ntype Thing { id: ID name: String other: Thing others: [Thing] }\n",
+    )
+    .unwrap();
+    let e = one_error(f.load(GOOD));
+    assert!(e.file.ends_with("thing.graphql"), "{e}");
+    assert_eq!(e.line, Some(4), "{e}");
+    assert!(e.field.ends_with("Query.getByZone"), "{e}");
+    assert!(
+        e.message
+            .contains("`getByZone` is declared in the SDL but bound to no template")
+            && e.message.contains("[[entity.graphql.vectors]]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -381,7 +464,7 @@ fn projection_fields_missing_on_the_target_are_warned_about() {
         c.warnings
     );
     assert!(c.warnings[0].file.ends_with("thing.graphql"));
-    assert_eq!(c.warnings[0].line, Some(7));
+    assert_eq!(c.warnings[0].line, Some(6));
 }
 
 #[test]
