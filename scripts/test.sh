@@ -11,11 +11,16 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 
 # The Kafka relay statically links librdkafka, which rdkafka-sys compiles from source with
-# cmake (and the C/C++ compilers Rust already needs): install cmake if it is missing.
-if ! command -v cmake >/dev/null 2>&1; then
-  echo "scripts/test.sh: installing cmake (apt) to build librdkafka..." >&2
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake; } \
-    >/tmp/meshql-apt-cmake.log 2>&1 || { cat /tmp/meshql-apt-cmake.log >&2; exit 1; }
+# cmake (and the C/C++ compilers Rust already needs); installed if it is missing.
+# The README's tour (run by the `readme` test) uses curl and jq, as a newcomer would.
+missing=()
+for tool in cmake curl jq; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "scripts/test.sh: installing ${missing[*]} (apt)..." >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } \
+    >/tmp/meshql-apt-tools.log 2>&1 || { cat /tmp/meshql-apt-tools.log >&2; exit 1; }
 fi
 
 # The release link orders the serving code by crates/meshql-cli/hot-functions.txt, whose
@@ -83,16 +88,22 @@ export MESHQL_TEST_KAFKA_BROKERS MESHQL_TEST_NATS_URL MESHQL_TEST_REDIS_URL
 CHROMIUM_ENV=$(scripts/services/chromium.sh start)
 while IFS='=' read -r key value; do export "$key=$value"; done <<<"$CHROMIUM_ENV"
 
-# Run everything, then close with one line that totals every test binary's results (cargo
-# ends with the doc-tests' own, often empty, summary).
+# Run everything (`--no-fail-fast`: a failing test binary does not hide the ones after it),
+# then close with one line that totals every test binary's results and names the failures
+# (cargo ends with the doc-tests' own, often empty, summary).
 log=$(mktemp)
 status=0
-cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+cargo test --workspace --locked --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
 if [ "$hot_status" != 0 ]; then
   echo "scripts/test.sh: FAILED: $hot_fail"
   [ "$status" != 0 ] || status=$hot_status
 fi
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
-     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+     /^test .* FAILED$/ { failed[++n] = $2 }
+     END { printf "tests: %d passed, %d failed\n", p, f; for (i = 1; i <= n; i++) printf "  failed: %s\n", failed[i] }' "$log"
+# a test binary that could not be built or crashed reports no `test result:` line
+if [ "$status" != 0 ] && ! grep -q '^test .* FAILED$' "$log"; then
+  echo "scripts/test.sh: cargo test failed outside the tests (a build error or a crashed test binary: see above)"
+fi
 rm -f "$log"
 exit "$status"

@@ -153,6 +153,7 @@ async fn a_file_is_open_to_one_process_unless_shared() {
         } else {
             let port = free_port().to_string();
             let second_data = tempfile::tempdir().unwrap();
+            let started = std::time::Instant::now();
             let out = run_meshql(
                 &[
                     "serve",
@@ -175,6 +176,20 @@ async fn a_file_is_open_to_one_process_unless_shared() {
                     && err.contains("exclusive = false"),
                 "{err}"
             );
+            assert_eq!(
+                err.matches("another process has it open").count(),
+                1,
+                "said once: {err}"
+            );
+            if extra.is_empty() {
+                // the holder keeps its lock while it runs: nothing to wait for (SQLite's busy
+                // timeout is 5 s)
+                assert!(
+                    started.elapsed() < Duration::from_millis(4_500),
+                    "refused after {:?}: {err}",
+                    started.elapsed()
+                );
+            }
         }
         let again = first.client().get(&format!("/farm/api/{id}")).await;
         again.expect_status(200);

@@ -33,8 +33,10 @@ use thiserror::Error;
 pub enum BuildError {
     #[error("{}", .0.join("\n"))]
     Preflight(Vec<String>),
-    #[error("entity \"{entity}\": storage: {source}")]
-    Storage { entity: String, source: StoreError },
+    /// (The store's error is part of the message, not a `source`: printed with its chain,
+    /// it would be said twice.)
+    #[error("entity \"{entity}\": storage: {error}")]
+    Storage { entity: String, error: StoreError },
     #[error("entity \"{entity}\": JSON Schema {file}: {message}")]
     Schema {
         entity: String,
@@ -164,9 +166,9 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
         let db = match databases.get(&server) {
             Some(db) => db.clone(),
             None => {
-                let db = target.open().await.map_err(|source| BuildError::Storage {
+                let db = target.open().await.map_err(|error| BuildError::Storage {
                     entity: entity.name.clone(),
-                    source,
+                    error,
                 })?;
                 databases.insert(server.clone(), db.clone());
                 db
@@ -217,10 +219,10 @@ pub async fn build(config: &ResolvedConfig) -> Result<App, BuildError> {
                 );
                 Served::deferred(&entity.name, store, templates, e, Duration::from_secs(1))
             }
-            Err(source) => {
+            Err(error) => {
                 return Err(BuildError::Storage {
                     entity: entity.name.clone(),
-                    source,
+                    error,
                 })
             }
         };

@@ -185,9 +185,9 @@ pub async fn host(
     let mut services = HashMap::new();
     for entity in config.entities.iter().filter(|e| wanted.contains(&e.name)) {
         let target = &targets[&entity.storage];
-        let storage_error = |source| BuildError::Storage {
+        let storage_error = |error| BuildError::Storage {
             entity: entity.name.clone(),
-            source,
+            error,
         };
         let db = match databases.get(&target.target()) {
             Some(db) => db.clone(),

@@ -204,7 +204,13 @@ impl SqliteDatabase {
         let conn = open_file(path, OpenFlags::default(), options.exclusive)
             .map_err(|e| unavailable(format!("cannot open {}: {e}", path.display())))?;
         // the first statement reads the file: with `exclusive`, where the process takes its
-        // lock, and where another process holding the file is found
+        // lock, and where another process holding the file is found — at once: that process
+        // keeps its lock for as long as it runs, so waiting out a busy timeout (rusqlite's
+        // default is 5 s) would only delay the same answer
+        if options.exclusive {
+            conn.busy_timeout(std::time::Duration::ZERO)
+                .map_err(query_error)?;
+        }
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(|e| match e.sqlite_error_code() {
                 // whichever side opened it exclusively, the setting is what shares it
