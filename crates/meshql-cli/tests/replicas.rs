@@ -371,6 +371,7 @@ async fn reads_leave_a_standby_that_lags_or_goes_away_and_come_back() {
         .post_json("/coop/api", &json!({"name": "red", "farm_id": farm}))
         .await;
     coop.expect_status(201);
+    let written = Instant::now();
     let coop = coop.json()["id"].as_str().unwrap().to_owned();
     let waited = until("reads leave the stalled standby", async || {
         c.get(&format!("/coop/api/{coop}")).await.status == 200
@@ -402,11 +403,20 @@ async fn reads_leave_a_standby_that_lags_or_goes_away_and_come_back() {
         json!([{"name": "red"}])
     );
 
-    // replay resumed: back on the standby
+    // replay resumed: back on the standby. What it promises: a usable standby is at most
+    // `read_max_lag_ms` (500 ms) behind, so a write younger than that may still be missing
+    // there; once the coop is older (and a probe has measured since), the standby has it
     drop(paused);
     until("the standby is usable again", async || {
         state(&c.get("/metrics").await.text, "usable")
     })
+    .await;
+    let settled = Duration::from_millis(500 + 2 * 50);
+    tokio::time::sleep(settled.saturating_sub(written.elapsed())).await;
+    until(
+        "the standby is usable with the coop older than the bound",
+        async || state(&c.get("/metrics").await.text, "usable"),
+    )
     .await;
     let before = metric(&c.get("/metrics").await.text, on_replica);
     c.get(&format!("/coop/api/{coop}")).await.expect_status(200);

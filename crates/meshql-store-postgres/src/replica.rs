@@ -1,12 +1,23 @@
 //! How far a streaming standby (`read_url`) is behind its primary.
 //!
 //! A probe reads the standby's replay position (`pg_last_wal_replay_lsn()`) and then the
-//! primary's current WAL position (`pg_current_wal_lsn()`), and keeps the primary positions it
-//! has seen with the time it saw them. The lag is the age of the oldest one the standby has not
+//! primary's WAL insert position (`pg_current_wal_insert_lsn()`), and keeps the primary
+//! positions it has seen with the time it saw them. The lag is the age of the oldest one the standby has not
 //! replayed yet: zero while it keeps up, growing by wall-clock time while replay is stuck
 //! (and not fooled by a quiet primary, as `now() - pg_last_xact_replay_timestamp()` is after
 //! a long pause in writes). The byte lag is the newest primary position minus the replayed
 //! one. A `read_url` server that is not in recovery cannot tell its lag (`Ok(None)`).
+//!
+//! **The insert position, not the write position.** A commit made with
+//! `synchronous_commit = off` is acknowledged while its record is still in the primary's WAL
+//! buffers: `pg_current_wal_lsn()` (what has been written out) does not cover it until the WAL
+//! writer runs (up to three `wal_writer_delay`s later, 600 ms by default), so a probe reading
+//! it would call a standby without that commit caught up, and say so for longer than
+//! `read_max_lag_ms`. The insert position covers every record inserted, hence every
+//! acknowledged commit. It has one artefact: when the last record ends exactly at a page's
+//! end, the insert position is after the next page's header, which the standby's replay
+//! position (the end of the last record) never reaches while the primary is quiet; a position
+//! no further than a page header past a replayed page boundary is therefore replayed.
 //!
 //! **Applied through.** Each primary position is kept with the wall-clock moment taken just
 //! *before* it was read: every transaction committed by that moment is at or below it. Once
@@ -29,6 +40,14 @@ use std::time::{Duration, Instant};
 /// so the lag never reads shorter than it is.
 const HISTORY: usize = 10_000;
 
+/// The longest WAL page header (the first page of a segment): an insert position at most this
+/// far past a page boundary holds no record beyond the boundary (a record's own header is 24
+/// bytes).
+const LONG_PAGE_HEADER: u64 = 40;
+
+/// PostgreSQL's WAL page size unless the server says otherwise (`wal_block_size`).
+const DEFAULT_WAL_BLOCK: u64 = 8192;
+
 pub struct PostgresReplicaProbe {
     db: Arc<PostgresDatabase>,
     settings: ReplicaSettings,
@@ -39,6 +58,16 @@ pub struct PostgresReplicaProbe {
     /// not queue for one: waiting would read as a timeout, and reads are shed to the primary
     /// meanwhile anyway).
     last: Mutex<Option<Lag>>,
+    /// The standby's `wal_block_size`.
+    wal_block: std::sync::atomic::AtomicU64,
+}
+
+/// Whether a standby that has replayed up to `replayed` has every record the primary had
+/// inserted when its insert position was `position` (see the module's docs for the page
+/// header).
+fn replayed_through(replayed: u64, position: u64, wal_block: u64) -> bool {
+    replayed >= position
+        || (replayed > 0 && replayed % wal_block == 0 && position - replayed <= LONG_PAGE_HEADER)
 }
 
 /// A primary position and when it was read.
@@ -65,6 +94,7 @@ impl PostgresReplicaProbe {
             settings,
             seen: Mutex::new(Seen::default()),
             last: Mutex::new(None),
+            wal_block: std::sync::atomic::AtomicU64::new(DEFAULT_WAL_BLOCK),
         }
     }
 
@@ -87,8 +117,9 @@ impl PostgresReplicaProbe {
                 last.read_from = last.read_from.max(read_from);
             }
         }
+        let wal_block = self.wal_block.load(std::sync::atomic::Ordering::Relaxed);
         while let Some(oldest) = seen.positions.front().copied() {
-            if oldest.lsn > replayed {
+            if !replayed_through(replayed, oldest.lsn, wal_block) {
                 break;
             }
             seen.applied_through = seen.applied_through.max(oldest.read_from);
@@ -100,7 +131,13 @@ impl PostgresReplicaProbe {
                 .front()
                 .map(|p| now.saturating_duration_since(p.seen))
                 .unwrap_or_default(),
-            bytes: current.map(|(_, p)| p.saturating_sub(replayed)),
+            bytes: current.map(|(_, p)| {
+                if replayed_through(replayed, p, wal_block) {
+                    0
+                } else {
+                    p - replayed
+                }
+            }),
             applied_through: Some(seen.applied_through).filter(|&t| t > 0),
         }
     }
@@ -138,13 +175,20 @@ impl PostgresReplicaProbe {
     async fn measure(&self, replica: deadpool_postgres::Object) -> Result<Option<Lag>, StoreError> {
         let row = replica
             .query_one(
-                "SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint",
+                "SELECT pg_is_in_recovery(), (pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint, \
+                 current_setting('wal_block_size')::bigint",
                 &[],
             )
             .await
             .map_err(pg_error)?;
         drop(replica);
         let (in_recovery, replayed): (bool, Option<i64>) = (row.get(0), row.get(1));
+        if let Ok(block) = u64::try_from(row.get::<_, i64>(2)) {
+            if block > 0 {
+                self.wal_block
+                    .store(block, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let Some(replayed) = replayed.filter(|_| in_recovery) else {
             return Ok(None);
         };
@@ -154,7 +198,10 @@ impl PostgresReplicaProbe {
             Ok(primary) => {
                 let read_from = meshql_core::time::now_millis();
                 primary
-                    .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+                    .query_one(
+                        "SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint",
+                        &[],
+                    )
                     .await
                     .ok()
                     .map(|row| (read_from, row.get::<_, i64>(0) as u64))
@@ -213,6 +260,29 @@ mod tests {
                 applied_through: Some(1_800)
             }
         );
+    }
+
+    #[test]
+    fn an_insert_position_just_past_a_page_header_is_replayed_at_the_page_boundary() {
+        let block = DEFAULT_WAL_BLOCK;
+        let page = 7 * block;
+        // the last record ended at the page's end: the insert position is after the next
+        // page's header (short, or long at a segment's start)
+        assert!(replayed_through(page, page + 24, block));
+        assert!(replayed_through(page, page + 40, block));
+        // a record on the new page (its own header is 24 bytes) is not replayed
+        assert!(!replayed_through(page, page + 48, block));
+        // only at a boundary
+        assert!(!replayed_through(page - 8, page + 24, block));
+        assert!(replayed_through(page + 100, page + 100, block));
+        // the probe: a quiet primary whose insert position sits past a page header is caught up
+        let p = probe();
+        let t0 = Instant::now();
+        let s = Duration::from_secs(1);
+        p.account(t0, page, Some((1_000, page + 24)));
+        let lag = p.account(t0 + 10 * s, page, Some((2_000, page + 24)));
+        assert_eq!(lag.time, Duration::ZERO);
+        assert_eq!(lag.bytes, Some(0));
     }
 
     #[test]
