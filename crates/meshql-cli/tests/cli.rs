@@ -1,8 +1,9 @@
-//! The `meshql` command line: `check`, `serve` on a broken config, `config-schema`.
+//! The `meshql` command line: `check`, `serve` on a broken config, `config-schema`, what
+//! `serve` tells (colour, the port relationships follow), `projections` without a server.
 
 mod common;
 
-use common::{example_copy, examples_dir, free_port, run_meshql};
+use common::{example_copy, examples_dir, free_port, gql, run_meshql, Server};
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
@@ -423,4 +424,121 @@ fn check_names_a_bad_sort() {
     });
     let stderr = assert_rejected(dir.path(), line, &["bad sort", "1 or -1"]);
     assert!(stderr.contains("].sort"), "{stderr}");
+}
+
+/// A root query the SDL declares but no template answers would answer `null` with no error:
+/// `check` refuses it, naming the SDL file and line and what to add.
+#[test]
+fn check_refuses_a_root_query_bound_to_no_template() {
+    let dir = example_copy("farm", |t| t);
+    let sdl = dir.path().join("graph/farm.graphql");
+    let sdl_text = std::fs::read_to_string(&sdl).unwrap();
+    std::fs::write(
+        &sdl,
+        replace_first(
+            &sdl_text,
+            "  getAll(at: Float, limit: Int): [Farm]\n",
+            "  getAll(at: Float, limit: Int): [Farm]\n  getByZone(zone: String, at: Float): [Farm]\n",
+        ),
+    )
+    .unwrap();
+    let out = check(dir.path());
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:6:", sdl.display()))
+            && stderr.contains("`getByZone` is declared in the SDL but bound to no template")
+            && stderr.contains("[[entity.graphql.vectors]]"),
+        "{stderr}"
+    );
+}
+
+/// Log lines carry colour codes only when asked (or when they go to a terminal, which a
+/// test's file is not).
+#[test]
+fn serve_colours_its_log_only_when_asked() {
+    let farm = examples_dir().join("farm");
+    let plain = Server::start(&farm, &["--log-level", "info"]);
+    let log = plain.log();
+    assert!(log.contains("meshql serving"), "{log}");
+    assert!(!log.contains('\x1b'), "colour codes in a log file: {log:?}");
+    drop(plain);
+    let coloured = Server::start(&farm, &["--log-level", "info", "--color", "always"]);
+    assert!(coloured.log().contains("\x1b["), "{:?}", coloured.log());
+    drop(coloured);
+    let out = run_meshql(&["serve", "--color", "sometimes"], TIMEOUT);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("auto"), "{stderr}");
+}
+
+/// examples/farm reaches its graphlettes over HTTP at `PLATFORM_URL`, by default this
+/// service at the config's port. Served on another port, those URLs follow it: the
+/// relationships answer, and the log says where they now point.
+#[tokio::test]
+async fn farm_relationships_follow_the_port_it_is_served_on() {
+    assert!(
+        std::env::var_os("PLATFORM_URL").is_none(),
+        "the test needs the default"
+    );
+    let s = Server::start(&examples_dir().join("farm"), &["--log-level", "info"]);
+    assert_ne!(s.port(), 3033);
+    let c = s.client();
+    let farm = c
+        .post_json("/farm/api", &serde_json::json!({"name": "Emerdale"}))
+        .await
+        .json()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    c.post_json(
+        "/coop/api",
+        &serde_json::json!({"name": "red", "farm_id": farm}),
+    )
+    .await
+    .expect_status(201);
+    let data = gql(
+        &s,
+        "/farm/graph",
+        &format!(r#"{{ getById(id: "{farm}") {{ coops {{ name }} }} }}"#),
+    )
+    .await;
+    assert_eq!(
+        data,
+        serde_json::json!({"getById": {"coops": [{"name": "red"}]}})
+    );
+    let log = s.log();
+    assert!(
+        log.contains(&format!(
+            "http://localhost:3033/coop/graph is now http://localhost:{}/coop/graph",
+            s.port()
+        )),
+        "{log}"
+    );
+}
+
+/// `projections rebuild` with no server where the config says: the URL it tried and how to
+/// point it elsewhere.
+#[test]
+fn projections_rebuild_without_a_server_says_where_it_looked() {
+    let port = free_port();
+    let dir = example_copy("egg-economy", |t| {
+        replace_first(&t, "port = ${PORT:-5088}", &format!("port = {port}"))
+    });
+    let out = run_meshql(
+        &[
+            "projections",
+            "rebuild",
+            "farm_output",
+            dir.path().to_str().unwrap(),
+        ],
+        TIMEOUT,
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "no meshql server answers at http://127.0.0.1:{port}"
+        )) && stderr.contains("--url http://HOST:PORT"),
+        "{stderr}"
+    );
 }
