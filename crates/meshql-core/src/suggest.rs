@@ -22,6 +22,20 @@ pub fn closest<'k>(given: &str, known: impl IntoIterator<Item = &'k str>) -> Opt
         .map(|(_, k)| k)
 }
 
+/// How every route that takes named query parameters refuses one it does not take:
+/// ``unknown query parameter `lmit`: did you mean `limit`? (this route takes: limit, after, at)``.
+pub fn unknown_parameter(name: &str, known: &[&str]) -> String {
+    if known.is_empty() {
+        return format!("unknown query parameter `{name}` (this route takes no query parameters)");
+    }
+    let suggestion = closest(name, known.iter().copied())
+        .map_or(String::new(), |k| format!(": did you mean `{k}`?"));
+    format!(
+        "unknown query parameter `{name}`{suggestion} (this route takes: {})",
+        known.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,5 +49,17 @@ mod tests {
         assert_eq!(closest("zone", ["id", "name", "farm"]), None);
         assert_eq!(closest("x", ["limit", "after", "at"]), None);
         assert_eq!(closest("x", []), None);
+    }
+
+    #[test]
+    fn unknown_parameters_are_named_with_the_known_ones() {
+        assert_eq!(
+            unknown_parameter("sinc", &["since", "limit"]),
+            "unknown query parameter `sinc`: did you mean `since`? (this route takes: since, limit)"
+        );
+        assert_eq!(
+            unknown_parameter("x", &[]),
+            "unknown query parameter `x` (this route takes no query parameters)"
+        );
     }
 }

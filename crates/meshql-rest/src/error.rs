@@ -16,10 +16,7 @@ pub enum RestError {
     #[error("invalid `{0}` parameter: {1}")]
     BadParameter(&'static str, String),
     /// A query parameter the route does not take: its name, and the ones it takes.
-    #[error(
-        "unknown query parameter `{name}`{}",
-        unknown_parameter_help(name, known)
-    )]
+    #[error("{}", meshql_core::suggest::unknown_parameter(name, known))]
     UnknownParameter {
         name: String,
         known: &'static [&'static str],
@@ -40,16 +37,6 @@ pub enum RestError {
     ReadRole(String),
     #[error(transparent)]
     Engine(#[from] EngineError),
-}
-
-/// `: did you mean `limit`? (this route takes: limit, after, at)`
-fn unknown_parameter_help(name: &str, known: &[&str]) -> String {
-    if known.is_empty() {
-        return " (this route takes no query parameters)".to_owned();
-    }
-    let suggestion = meshql_core::suggest::closest(name, known.iter().copied())
-        .map_or(String::new(), |k| format!(": did you mean `{k}`?"));
-    format!("{suggestion} (this route takes: {})", known.join(", "))
 }
 
 /// What a read-role process allows on every REST route.

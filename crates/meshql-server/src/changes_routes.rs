@@ -169,10 +169,7 @@ fn parse(
 ) -> Result<Request, Refusal> {
     const KNOWN: [&str; 5] = ["since", "limit", "entity", "wait_ms", "feed"];
     if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(format!(
-            "unknown parameter `{unknown}` (known: since, limit, entity, wait_ms, feed)"
-        )
-        .into());
+        return Err(meshql_core::suggest::unknown_parameter(unknown, &KNOWN).into());
     }
     let number = |name: &str| -> Result<Option<u64>, String> {
         params

@@ -391,8 +391,8 @@ async fn documents(
 ) -> Result<Response, ApiError> {
     const KNOWN: [&str; 3] = ["at", "limit", "after"];
     if let Some(unknown) = params.keys().find(|k| !KNOWN.contains(&k.as_str())) {
-        return Err(ApiError::bad(format!(
-            "unknown parameter `{unknown}` (known: at, limit, after)"
+        return Err(ApiError::bad(meshql_core::suggest::unknown_parameter(
+            unknown, &KNOWN,
         )));
     }
     let entity = console.entity(&name)?;

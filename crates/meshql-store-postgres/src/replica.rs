@@ -67,7 +67,9 @@ pub struct PostgresReplicaProbe {
 /// header).
 fn replayed_through(replayed: u64, position: u64, wal_block: u64) -> bool {
     replayed >= position
-        || (replayed > 0 && replayed % wal_block == 0 && position - replayed <= LONG_PAGE_HEADER)
+        || (replayed > 0
+            && replayed.is_multiple_of(wal_block)
+            && position - replayed <= LONG_PAGE_HEADER)
 }
 
 /// A primary position and when it was read.
