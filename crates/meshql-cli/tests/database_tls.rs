@@ -10,6 +10,16 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// The line of the farm example's storage block's first field (`type = "sqlite"`): `field`
+/// lines below are counted from it.
+fn storage_line() -> usize {
+    let text = std::fs::read_to_string(examples_dir().join("farm/meshql.toml")).unwrap();
+    text.lines()
+        .position(|l| l == "type = \"sqlite\"")
+        .expect("the farm example's storage block")
+        + 1
+}
+
 /// `meshql check` on the farm example with its storage block replaced by `block`.
 fn check_with_storage(block: &str) -> String {
     let dir = example_copy("farm", |text| {
@@ -31,44 +41,45 @@ fn check_names_bad_tls_parameters_with_file_line_and_field() {
     for (block, field, expected) in [
         (
             "type = \"postgres\"\nurl = \"postgres://h/db?sslmode=sometimes\"\n",
-            "16: storage.farm.url",
+            (1, "storage.farm.url"),
             "sslmode=\"sometimes\" is not one of",
         ),
         (
             "type = \"postgres\"\nurl = \"postgres://h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem\"\n",
-            "16: storage.farm.url",
+            (1, "storage.farm.url"),
             "sslrootcert /nonexistent/ca.pem cannot be read",
         ),
         (
             "type = \"postgres\"\nurl = \"postgres://h/db\"\nread_url = \"postgres://r/db?sslmode=verify-all\"\n",
-            "17: storage.farm.read_url",
+            (2, "storage.farm.read_url"),
             "sslmode=\"verify-all\"",
         ),
         (
             "type = \"mysql\"\nurl = \"mysql://u:p@h/db?ssl-mode=SOMETIMES\"\n",
-            "16: storage.farm.url",
+            (1, "storage.farm.url"),
             "ssl-mode=\"SOMETIMES\" is not one of",
         ),
         (
             "type = \"mysql\"\nurl = \"mysql://u:p@h/db?ssl-mode=VERIFY_CA&ssl-ca=/nonexistent/ca.pem\"\n",
-            "16: storage.farm.url",
+            (1, "storage.farm.url"),
             "ssl-ca /nonexistent/ca.pem cannot be read",
         ),
         (
             "type = \"mongo\"\ndb = \"farm\"\nuri = \"mongodb://h/?tls=true&tlsCAFile=/nonexistent/ca.pem\"\n",
-            "17: storage.farm.uri",
+            (2, "storage.farm.uri"),
             "tlsCAFile /nonexistent/ca.pem cannot be read",
         ),
         (
             "type = \"mongo\"\ndb = \"farm\"\nuri = \"mongodb://h/?tls=perhaps\"\n",
-            "17: storage.farm.uri",
+            (2, "storage.farm.uri"),
             "tls",
         ),
     ] {
         let stderr = check_with_storage(block);
-        // file:line: field
+        // file:line: field (lines below the storage block's first)
+        let (below, field) = field;
         assert!(
-            stderr.contains(&format!("meshql.toml:{field}")),
+            stderr.contains(&format!("meshql.toml:{}: {field}", storage_line() + below)),
             "{block}\n{stderr}"
         );
         assert!(stderr.contains(expected), "{block}\n{stderr}");

@@ -280,7 +280,11 @@ query = '{"id": "{{id}}"}'
         let query = |q: &str| graphql(serde_json::json!({ "query": q }).to_string());
         let cases = [
             get(&format!("/farm/api/{id}")).map(|_| String::new()),
+            // as of a moment (the year 2100), of 1970 (a 404 with a hint), a parameter the
+            // read does not take (400)
+            get(&format!("/farm/api/{id}?at=4102444800000")).map(|_| String::new()),
             get(&format!("/farm/api/{id}?at=1")).map(|_| String::new()),
+            get(&format!("/farm/api/{id}?lmit=1")).map(|_| String::new()),
             get("/farm/api/no-such-id").map(|_| String::new()),
             with_token(&format!("/farm/api/{id}"), "not a token").map(|_| String::new()),
             query(&format!(r#"{{ getById(id: "{id}") {{ id name }} }}"#)),
