@@ -1,4 +1,4 @@
--- The egg economy as an SAP-style system keeps it (CONTRACT §14.3): ten Z-tables with German
+-- The egg economy as an SAP-style system keeps it (MeshQL's SAP variant): ten Z-tables with German
 -- column names, one-letter codes, YYYYMMDD dates and HHMMSS times as text, the client (MANDT)
 -- leading every key, admin columns on every row and no foreign key constraints. meshql never
 -- writes here; the example's processors read these tables by logical replication.

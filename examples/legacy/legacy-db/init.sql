@@ -1,4 +1,4 @@
--- Springfield Electric's legacy billing schema and seed (CONTRACT §14.2.2 and §14.2.5):
+-- Springfield Electric's legacy billing schema and seed data, as in MeshQL's examples/legacy:
 -- upper-case codes, YYYYMMDD dates as text, amounts in cents, Y/N flags. meshql never writes
 -- here; the example's processors read these tables by logical replication.
 --
@@ -112,7 +112,7 @@ INSERT INTO BILL_HDR (ACCT_ID, BILL_DT, DUE_DT, BILL_PRD_FROM, BILL_PRD_TO, TOT_
   (4, '20250615', '20250715', '20250601', '20250630', 98000, 14000, 'P', 'N'),
   (4, '20250815', '20250915', '20250801', '20250831', 106200, 15300, 'O', 'N');
 
--- payments (the last one is for bill 10 with bill 9's amount and date, as in the original seed)
+-- payments (the last one is for bill 10 with bill 9's amount and date, as in MeshQL's original seed data)
 INSERT INTO PYMT_HIST (ACCT_ID, BILL_ID, PYMT_DT, PYMT_AMT, PYMT_MTHD, CONF_NUM, STAT_CD) VALUES
   (1, 1, '20250702', 9840, 'W', 'WEB-20250702-001', 'S'),
   (1, 2, '20250810', 11720, 'W', 'WEB-20250810-002', 'S'),
