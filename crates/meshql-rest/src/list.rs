@@ -66,15 +66,7 @@ impl ListQuery {
     /// From the decoded query pairs: `limit`, `after` and `at` checked, any other name
     /// refused.
     pub fn parse(pairs: &[(String, String)]) -> Result<Self, RestError> {
-        if let Some((name, _)) = pairs
-            .iter()
-            .find(|(name, _)| !crate::params::LIST.contains(&name.as_str()))
-        {
-            return Err(RestError::UnknownParameter {
-                name: name.clone(),
-                known: crate::params::LIST,
-            });
-        }
+        crate::params::check_names(pairs, crate::params::LIST)?;
         let limit = crate::params::single(pairs, "limit")?
             .map(|value| {
                 value

@@ -35,21 +35,30 @@ pub fn pairs(raw: Option<&str>) -> Vec<(String, String)> {
     }
 }
 
+/// Fails on the first name in `pairs` that is not one of `known`.
+pub fn check_names(
+    pairs: &[(String, String)],
+    known: &'static [&'static str],
+) -> Result<(), RestError> {
+    match pairs
+        .iter()
+        .find(|(name, _)| !known.contains(&name.as_str()))
+    {
+        Some((name, _)) => Err(RestError::UnknownParameter {
+            name: name.clone(),
+            known,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `pairs`, after checking that every name is one of `known`.
 pub fn checked(
     raw: Option<&str>,
     known: &'static [&'static str],
 ) -> Result<Vec<(String, String)>, RestError> {
     let pairs = pairs(raw);
-    if let Some((name, _)) = pairs
-        .iter()
-        .find(|(name, _)| !known.contains(&name.as_str()))
-    {
-        return Err(RestError::UnknownParameter {
-            name: name.clone(),
-            known,
-        });
-    }
+    check_names(&pairs, known)?;
     Ok(pairs)
 }
 
