@@ -541,4 +541,16 @@ fn projections_rebuild_without_a_server_says_where_it_looked() {
         )) && stderr.contains("--url http://HOST:PORT"),
         "{stderr}"
     );
+    // a URL given: named as given
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let out = run_meshql(
+        &["projections", "rebuild", "farm_output", "--url", &url],
+        TIMEOUT,
+    );
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("no meshql server answers at {url} (--url)")),
+        "{stderr}"
+    );
 }
