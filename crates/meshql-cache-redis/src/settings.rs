@@ -2,8 +2,9 @@
 
 use crate::client::{Link, RedisCache};
 use async_trait::async_trait;
+use meshql_core::Component;
 use meshql_core::{parse_settings, SettingError};
-use meshql_engine::{SharedCache, SharedCacheBackend, SharedCacheTarget};
+use meshql_engine::{SharedCache, SharedCacheTarget, SharedCaches};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -56,15 +57,20 @@ fn default_connect_timeout_ms() -> u64 {
 impl RedisSettings {
     /// Reads and checks a `[cache] redis` block.
     pub fn from_value(settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
+        let settings = Self::read(settings)?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    /// The fields as written, not yet checked.
+    fn read(settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
         if settings.get("url").is_none() {
             return Err(SettingError::new(
                 "url",
                 "a redis cache needs `url = \"redis://host:port\"`",
             ));
         }
-        let settings: RedisSettings = parse_settings(settings)?;
-        settings.check()?;
-        Ok(settings)
+        parse_settings(settings)
     }
 
     fn check(&self) -> Result<(), SettingError> {
@@ -191,20 +197,21 @@ pub(crate) fn redacted(url: &str) -> String {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RedisBackend;
 
-impl SharedCacheBackend for RedisBackend {
-    fn kind(&self) -> &'static str {
-        "redis"
+impl Component<SharedCaches> for RedisBackend {
+    const KIND: &'static str = "redis";
+    type Settings = RedisSettings;
+
+    fn parse(&self, settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
+        RedisSettings::read(settings)
     }
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(RedisSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        settings: RedisSettings,
+        _: &(),
     ) -> Result<Box<dyn SharedCacheTarget>, SettingError> {
-        Ok(Box::new(RedisTarget(RedisSettings::from_value(settings)?)))
+        settings.check()?;
+        Ok(Box::new(RedisTarget(settings)))
     }
 }
 
@@ -238,6 +245,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn configure(v: &serde_json::Value) -> Result<Box<dyn SharedCacheTarget>, SettingError> {
+        meshql_core::registry::Part::<SharedCaches>::configure(&RedisBackend, v, &())
+    }
+
     #[test]
     fn settings_resolve_with_their_defaults() {
         let s = RedisSettings::from_value(&json!({ "url": "redis://127.0.0.1:6379" })).unwrap();
@@ -262,9 +273,7 @@ mod tests {
         assert_eq!(redacted("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
         assert_eq!(redacted("redis://:secret@h:1"), "redis://:***@h:1");
         assert_eq!(redacted("redis://h:1/0"), "redis://h:1/0");
-        let target = RedisBackend
-            .configure(&json!({ "url": "redis://:secret@h:1" }))
-            .unwrap();
+        let target = configure(&json!({ "url": "redis://:secret@h:1" })).unwrap();
         let debug = format!("{target:?}");
         assert!(
             !debug.contains("secret") && debug.contains("***"),
@@ -274,10 +283,10 @@ mod tests {
 
     #[test]
     fn the_schema_describes_the_fields() {
-        let s = RedisBackend.schema();
+        let s = Component::<SharedCaches>::schema(&RedisBackend);
         assert_eq!(s["required"], json!(["url"]));
         assert!(s["properties"]["timeout_ms"].is_object(), "{s}");
         assert!(s["description"].as_str().unwrap().contains("Redis"), "{s}");
-        assert_eq!(RedisBackend.kind(), "redis");
+        assert_eq!(<RedisBackend as Component<SharedCaches>>::KIND, "redis");
     }
 }

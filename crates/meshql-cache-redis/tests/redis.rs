@@ -2,8 +2,9 @@
 //! (a test that needs the server fails when it cannot be started).
 
 use meshql_cache_redis::RedisBackend;
+use meshql_core::registry::Part;
 use meshql_engine::cache::TagState;
-use meshql_engine::{SharedCache, SharedCacheBackend, SharedCacheError};
+use meshql_engine::{SharedCache, SharedCacheError, SharedCaches};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::process::Command;
@@ -84,7 +85,8 @@ async fn connect(url: &str, prefix: &str, extra: Value) -> Arc<dyn SharedCache> 
     if let (Some(s), Value::Object(extra)) = (settings.as_object_mut(), extra) {
         s.extend(extra);
     }
-    let target = RedisBackend.configure(&settings).expect("valid settings");
+    let target =
+        Part::<SharedCaches>::configure(&RedisBackend, &settings, &()).expect("valid settings");
     target.connect().await.expect("connect is not an error")
 }
 
@@ -237,22 +239,29 @@ fn settings_errors_name_the_field() {
             "unknown field `db`",
         ),
     ] {
-        let e = RedisBackend.configure(&settings).expect_err("rejected");
+        let e =
+            Part::<SharedCaches>::configure(&RedisBackend, &settings, &()).expect_err("rejected");
         assert_eq!(e.field.as_deref(), Some(field), "{settings}: {e}");
         assert!(e.message.contains(words), "{settings}: {e}");
     }
     // A password is never repeated in a message.
-    let e = RedisBackend
-        .configure(&json!({ "url": "redis://:hunter2@h:port" }))
-        .expect_err("rejected");
+    let e = Part::<SharedCaches>::configure(
+        &RedisBackend,
+        &json!({ "url": "redis://:hunter2@h:port" }),
+        &(),
+    )
+    .expect_err("rejected");
     assert!(!e.to_string().contains("hunter2"), "{e}");
 
     let fine = json!({ "url": "redis://127.0.0.1:1", "prefix": "a.b:c-d_e", "timeout_ms": 60000 });
-    RedisBackend.configure(&fine).expect("accepted");
+    Part::<SharedCaches>::configure(&RedisBackend, &fine, &()).expect("accepted");
     // TLS: with the system's roots, or an authority's file
-    RedisBackend
-        .configure(&json!({ "url": "rediss://127.0.0.1:1" }))
-        .expect("accepted");
+    Part::<SharedCaches>::configure(
+        &RedisBackend,
+        &json!({ "url": "rediss://127.0.0.1:1" }),
+        &(),
+    )
+    .expect("accepted");
 }
 
 #[tokio::test]

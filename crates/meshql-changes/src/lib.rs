@@ -42,7 +42,7 @@ pub use consumer::{
 pub use feed::{FeedFilter, FeedSource, Page};
 pub use hub::{CopyListener, EntityFeedStats, Hub, HubError, HubOptions, Listeners};
 pub use record::{change_id, encode};
-pub use registry::{RelayBackend, RelayContext, RelayEntity, RelayRegistry, RelayTarget};
+pub use registry::{RelayContext, RelayEntity, RelayRegistry, RelayTarget, Relays};
 pub use relay::{
     relay_group, Relay, RelayChange, RelayError, RelayOptions, RelayStats, Sink, SinkError,
 };

@@ -34,24 +34,21 @@ pub trait Database: Send + Sync + 'static {
 /// A shared, dynamically dispatched database.
 pub type DynDatabase = Arc<dyn Database>;
 
-/// A kind of storage, as a `[storage.<name>]` block's `type` names it. Each backend crate
-/// implements this once and the server registers it once (`meshql-server`'s `backends.rs`);
-/// the config crate keeps a block's other fields opaque and hands them here, so a backend
-/// owns its settings: their parsing, defaults, checks and JSON Schema.
-pub trait StorageBackend: Send + Sync + 'static {
-    /// The `type` value that selects this backend (`sqlite`, `postgres`…).
-    fn kind(&self) -> &'static str;
+/// Storage backends, as a `[storage.<name>]` block's `type` names them: each backend crate
+/// implements [`crate::registry::Component`]`<Storage>` once and the server registers it once
+/// (`meshql-server`'s `backends.rs`); the config crate keeps a block's other fields opaque and
+/// hands them here, so a backend owns its settings: their parsing, defaults, checks and JSON
+/// Schema. Building a block checks it; nothing is opened or connected.
+pub struct Storage;
 
-    /// The JSON Schema of a block's fields other than `type` (for `meshql config-schema`).
-    fn schema(&self) -> serde_json::Value;
-
-    /// Checks a block's fields and returns what opens it. Nothing is opened or connected.
-    fn configure(
-        &self,
-        settings: &serde_json::Value,
-        context: &BackendContext<'_>,
-    ) -> Result<Box<dyn StorageTarget>, SettingError>;
+impl crate::registry::Family for Storage {
+    const WHAT: &'static str = "storage";
+    type Context<'a> = BackendContext<'a>;
+    type Built = Box<dyn StorageTarget>;
 }
+
+/// The storage backends a binary knows, by `type`.
+pub type BackendRegistry = crate::registry::Registry<Storage>;
 
 /// What a backend may need besides a block's own fields.
 #[derive(Debug, Clone, Copy)]
@@ -116,60 +113,6 @@ pub fn parse_settings<C: serde::de::DeserializeOwned>(
             message: e.into_inner().to_string(),
         }
     })
-}
-
-impl crate::registry::Kind for dyn StorageBackend {
-    fn kind(&self) -> &'static str {
-        StorageBackend::kind(self)
-    }
-    fn schema(&self) -> serde_json::Value {
-        StorageBackend::schema(self)
-    }
-}
-
-/// The storage backends a binary knows, by `type`.
-#[derive(Default, Clone, Debug)]
-pub struct BackendRegistry {
-    backends: crate::registry::Registry<dyn StorageBackend>,
-}
-
-impl BackendRegistry {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds a backend; a later registration of the same kind replaces the earlier one.
-    pub fn register(mut self, backend: impl StorageBackend) -> Self {
-        self.backends.insert(Arc::new(backend));
-        self
-    }
-
-    pub fn get(&self, kind: &str) -> Option<&dyn StorageBackend> {
-        self.backends.get(kind)
-    }
-
-    /// The registered kinds, in registration order.
-    pub fn kinds(&self) -> Vec<&'static str> {
-        self.backends.kinds()
-    }
-
-    /// Checks a block of the given kind; an unknown kind is an error on `type`.
-    pub fn configure(
-        &self,
-        kind: &str,
-        settings: &serde_json::Value,
-        context: &BackendContext<'_>,
-    ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        match self.get(kind) {
-            Some(backend) => backend.configure(settings, context),
-            None => Err(self.backends.unknown("storage", kind)),
-        }
-    }
-
-    /// Each kind with the JSON Schema of its fields.
-    pub fn schemas(&self) -> Vec<(&'static str, serde_json::Value)> {
-        self.backends.schemas()
-    }
 }
 
 /// A connection-URL parameter name or value, percent-decoded (backends read their TLS

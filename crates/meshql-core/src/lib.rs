@@ -27,14 +27,15 @@ pub mod time;
 pub use access::{Action, Actions, AllowAll, Forbidden, Grant, Grants, Mask, Policy, Principal};
 pub use auth::{is_visible, AuthError, Authorizer, Caller, Credentials, NoAuth};
 pub use backend::{
-    parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, SettingError,
-    StorageBackend, StorageTarget,
+    parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, SettingError, Storage,
+    StorageTarget,
 };
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};
 pub use field_set::{parse_payload, FieldSet};
 pub use output::{DeadLetter, OutputBatch, OutputStore, OutputWrite, StateWrite};
+pub use registry::{Component, Family, Registry};
 pub use store::{
     in_request_order, page_as_of, BatchRows, BatchSearch, ChangeFeed, Document, DynReader,
     DynStore, DynWriter, KeyedRows, LogLag, Nested, NestedRow, Placement, ReadContext, Relation,

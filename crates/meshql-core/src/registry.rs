@@ -1,24 +1,101 @@
-//! What every registry of config-selected parts shares (storage backends, relays): entries
-//! by the `type` a config block names, later registrations replacing earlier ones, the list
-//! of known types for error messages and the JSON Schema of each.
+//! The one way a config-selected part plugs in: storage backends, relays, shared caches,
+//! processor sources and processor types are each a [`Family`], and every part of a family is
+//! a [`Component`] registered with one line in that family's [`Registry`].
+//!
+//! A component owns its settings: a `serde` + `schemars` struct whose JSON Schema is
+//! `meshql config-schema`'s, read from the block with the failing field named
+//! ([`parse_settings`]), then checked and turned into what the family builds
+//! ([`Component::build`]). The registry finds a component by the `type` a block names, lists
+//! the known kinds in errors, and says which other kind a misplaced field belongs to.
+//!
+//! ```text
+//! [storage.main] type = "postgres", url = …     ──Registry<Storage>::configure──▶ Box<dyn StorageTarget>
+//! [[changes.relay]] type = "nats", url = …      ──Registry<Relay>::configure────▶ Box<dyn RelayTarget>
+//! [[processor]] source = { type = "kafka", … }  ──Registry<SourceFamily>::configure──▶ …
+//! ```
 
-use crate::SettingError;
+use crate::backend::{parse_settings, SettingError};
 use std::sync::Arc;
 
-/// A part a config block selects by its `type`.
-pub trait Kind: Send + Sync {
+/// A family of parts a config block selects by its `type`.
+pub trait Family: 'static {
+    /// What the parts are called in messages: "unknown {WHAT} type `x`".
+    const WHAT: &'static str;
+    /// What a part may need besides the block's own fields.
+    type Context<'a>;
+    /// What a checked block becomes (nothing is opened or connected yet).
+    type Built;
+}
+
+/// One part of a family: its settings and what a block of them builds. Registering it is
+/// one line: `registry.register(MyPart)`.
+pub trait Component<F: Family>: Send + Sync + 'static {
     /// The `type` value that selects it.
+    const KIND: &'static str;
+    /// The block's own fields (`deny_unknown_fields`, defaults, docs for the schema).
+    type Settings: serde::de::DeserializeOwned + schemars::JsonSchema;
+
+    /// Checks the settings and builds the part.
+    fn build(
+        &self,
+        settings: Self::Settings,
+        context: &F::Context<'_>,
+    ) -> Result<F::Built, SettingError>;
+
+    /// Reads the block into [`Component::Settings`]; override for checks that must come
+    /// before `serde`'s (a missing field with a friendlier message).
+    fn parse(&self, settings: &serde_json::Value) -> Result<Self::Settings, SettingError> {
+        parse_settings(settings)
+    }
+
+    /// The JSON Schema of the block's fields; override only for a schema `schemars` cannot
+    /// derive.
+    fn schema(&self) -> serde_json::Value {
+        schema_of::<Self::Settings>()
+    }
+}
+
+/// The JSON Schema of a settings struct.
+pub fn schema_of<S: schemars::JsonSchema>() -> serde_json::Value {
+    serde_json::to_value(schemars::schema_for!(S)).expect("schemas serialise")
+}
+
+/// What a registry keeps of a component (object safe; implemented for every [`Component`]).
+pub trait Part<F: Family>: Send + Sync {
     fn kind(&self) -> &'static str;
-    /// The JSON Schema of the block's own fields.
     fn schema(&self) -> serde_json::Value;
+    fn configure(
+        &self,
+        settings: &serde_json::Value,
+        context: &F::Context<'_>,
+    ) -> Result<F::Built, SettingError>;
 }
 
-/// Parts by kind, in registration order.
-pub struct Registry<B: ?Sized> {
-    entries: Vec<Arc<B>>,
+impl<F: Family, C: Component<F>> Part<F> for C {
+    fn kind(&self) -> &'static str {
+        C::KIND
+    }
+
+    fn schema(&self) -> serde_json::Value {
+        Component::schema(self)
+    }
+
+    fn configure(
+        &self,
+        settings: &serde_json::Value,
+        context: &F::Context<'_>,
+    ) -> Result<F::Built, SettingError> {
+        let parsed = self.parse(settings)?;
+        self.build(parsed, context)
+    }
 }
 
-impl<B: ?Sized> Default for Registry<B> {
+/// A family's parts by kind, in registration order.
+pub struct Registry<F: Family> {
+    entries: Vec<Arc<dyn Part<F>>>,
+}
+
+impl<F: Family> Default for Registry<F> {
     fn default() -> Self {
         Self {
             entries: Vec::new(),
@@ -26,7 +103,7 @@ impl<B: ?Sized> Default for Registry<B> {
     }
 }
 
-impl<B: ?Sized> Clone for Registry<B> {
+impl<F: Family> Clone for Registry<F> {
     fn clone(&self) -> Self {
         Self {
             entries: self.entries.clone(),
@@ -34,14 +111,24 @@ impl<B: ?Sized> Clone for Registry<B> {
     }
 }
 
-impl<B: ?Sized + Kind> Registry<B> {
+impl<F: Family> Registry<F> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// Adds a part; one registered earlier with the same kind is replaced.
-    pub fn insert(&mut self, part: Arc<B>) {
+    pub fn register(mut self, part: impl Component<F>) -> Self {
+        self.insert(Arc::new(part));
+        self
+    }
+
+    /// [`Registry::register`] for a part already shared.
+    pub fn insert(&mut self, part: Arc<dyn Part<F>>) {
         self.entries.retain(|b| b.kind() != part.kind());
         self.entries.push(part);
     }
 
-    pub fn get(&self, kind: &str) -> Option<&B> {
+    pub fn get(&self, kind: &str) -> Option<&dyn Part<F>> {
         self.entries
             .iter()
             .find(|b| b.kind() == kind)
@@ -49,7 +136,7 @@ impl<B: ?Sized + Kind> Registry<B> {
     }
 
     /// Every part, in registration order.
-    pub fn iter(&self) -> impl Iterator<Item = &B> {
+    pub fn iter(&self) -> impl Iterator<Item = &dyn Part<F>> {
         self.entries.iter().map(|b| b.as_ref())
     }
 
@@ -63,19 +150,71 @@ impl<B: ?Sized + Kind> Registry<B> {
         self.iter().map(|b| (b.kind(), b.schema())).collect()
     }
 
-    /// The error on `type` for a kind nobody registered; `what` names the part (`storage`).
-    pub fn unknown(&self, what: &str, kind: &str) -> SettingError {
+    /// The error on `type` for a kind nobody registered.
+    pub fn unknown(&self, kind: &str) -> SettingError {
         SettingError::new(
             "type",
             format!(
-                "unknown {what} type `{kind}` (this build has: {})",
+                "unknown {} type `{kind}` (this build has: {})",
+                F::WHAT,
                 self.kinds().join(", ")
+            ),
+        )
+    }
+
+    /// Checks a block of the given kind: an unknown kind is an error on `type`, and a field
+    /// the kind does not have but another registered kind does says which kind it is for.
+    pub fn configure(
+        &self,
+        kind: &str,
+        settings: &serde_json::Value,
+        context: &F::Context<'_>,
+    ) -> Result<F::Built, SettingError> {
+        let Some(part) = self.get(kind) else {
+            return Err(self.unknown(kind));
+        };
+        part.configure(settings, context)
+            .map_err(|e| self.other_kinds_field(kind, e))
+    }
+
+    /// `unknown field` errors about a field of other kinds name those kinds instead.
+    fn other_kinds_field(&self, kind: &str, e: SettingError) -> SettingError {
+        let Some(field) = e.field.as_deref() else {
+            return e;
+        };
+        if !e.message.starts_with("unknown field") {
+            return e;
+        }
+        let owners: Vec<String> = self
+            .iter()
+            .filter(|b| b.kind() != kind)
+            .filter(|b| b.schema()["properties"].get(field).is_some())
+            .map(|b| format!("`type = \"{}\"`", b.kind()))
+            .collect();
+        if owners.is_empty() {
+            return e;
+        }
+        SettingError::new(
+            field,
+            format!(
+                "applies to {} {} only",
+                owners.join(" and "),
+                plural(F::WHAT)
             ),
         )
     }
 }
 
-impl<B: ?Sized + Kind> std::fmt::Debug for Registry<B> {
+/// `relay` → `relays`, `storage` → `storage blocks`.
+fn plural(what: &str) -> String {
+    match what {
+        "storage" => "storage blocks".into(),
+        "cache" => "caches".into(),
+        other => format!("{other}s"),
+    }
+}
+
+impl<F: Family> std::fmt::Debug for Registry<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.kinds()).finish()
     }
@@ -84,31 +223,94 @@ impl<B: ?Sized + Kind> std::fmt::Debug for Registry<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
-    struct Part(&'static str, u8);
+    struct Things;
 
-    impl Kind for Part {
-        fn kind(&self) -> &'static str {
-            self.0
+    impl Family for Things {
+        const WHAT: &'static str = "relay";
+        type Context<'a> = &'a str;
+        type Built = String;
+    }
+
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct UrlSettings {
+        url: String,
+    }
+
+    #[derive(Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct BrokerSettings {
+        brokers: String,
+    }
+
+    struct A(u8);
+    struct B;
+
+    impl Component<Things> for A {
+        const KIND: &'static str = "a";
+        type Settings = UrlSettings;
+        fn build(&self, s: UrlSettings, context: &&str) -> Result<String, SettingError> {
+            if s.url.is_empty() {
+                return Err(SettingError::new("url", "name a URL"));
+            }
+            Ok(format!("{context}:{}:{}", self.0, s.url))
         }
-        fn schema(&self) -> serde_json::Value {
-            serde_json::json!({ "version": self.1 })
+    }
+
+    impl Component<Things> for B {
+        const KIND: &'static str = "b";
+        type Settings = BrokerSettings;
+        fn build(&self, s: BrokerSettings, _: &&str) -> Result<String, SettingError> {
+            Ok(s.brokers)
         }
     }
 
     #[test]
     fn later_registrations_replace_earlier_ones_of_the_same_kind() {
-        let mut r: Registry<Part> = Registry::default();
-        r.insert(Arc::new(Part("a", 1)));
-        r.insert(Arc::new(Part("b", 1)));
-        r.insert(Arc::new(Part("a", 2)));
+        let r = Registry::<Things>::new()
+            .register(A(1))
+            .register(B)
+            .register(A(2));
         assert_eq!(r.kinds(), ["b", "a"]);
-        assert_eq!(r.get("a").unwrap().1, 2);
-        assert!(r.get("c").is_none());
-        assert_eq!(r.schemas()[1], ("a", serde_json::json!({ "version": 2 })));
-        let e = r.unknown("relay", "c");
-        assert_eq!(e.field.as_deref(), Some("type"));
-        assert_eq!(e.message, "unknown relay type `c` (this build has: b, a)");
         assert_eq!(format!("{r:?}"), r#"["b", "a"]"#);
+        let built = r
+            .configure("a", &serde_json::json!({"url": "u"}), &"ctx")
+            .unwrap();
+        assert_eq!(built, "ctx:2:u");
+        assert!(r.get("c").is_none());
+        assert_eq!(
+            r.schemas()[1].1["properties"]["url"]["type"],
+            serde_json::json!("string")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field_the_kinds_and_the_owner_of_a_misplaced_field() {
+        let r = Registry::<Things>::new().register(A(1)).register(B);
+        let e = r.configure("c", &serde_json::json!({}), &"x").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("type"));
+        assert_eq!(e.message, "unknown relay type `c` (this build has: a, b)");
+        let e = r
+            .configure("a", &serde_json::json!({"url": 3}), &"x")
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("url"));
+        let e = r
+            .configure("a", &serde_json::json!({"url": ""}), &"x")
+            .unwrap_err();
+        assert_eq!(
+            (e.field.as_deref(), e.message.as_str()),
+            (Some("url"), "name a URL")
+        );
+        let e = r
+            .configure("a", &serde_json::json!({"url": "u", "brokers": "h"}), &"x")
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("brokers"));
+        assert_eq!(e.message, "applies to `type = \"b\"` relays only");
+        let e = r
+            .configure("a", &serde_json::json!({"url": "u", "nope": 1}), &"x")
+            .unwrap_err();
+        assert!(e.message.starts_with("unknown field `nope`"), "{e:?}");
     }
 }

@@ -28,8 +28,8 @@ mod service;
 mod validate;
 
 pub use cache::{
-    Cache, CacheCounts, CacheSettings, CachedReader, SharedCache, SharedCacheBackend,
-    SharedCacheError, SharedCacheTarget,
+    Cache, CacheCounts, CacheSettings, CachedReader, SharedCache, SharedCacheError,
+    SharedCacheRegistry, SharedCacheTarget, SharedCaches,
 };
 pub use consistency::{ReadAfter, Token};
 pub use error::EngineError;

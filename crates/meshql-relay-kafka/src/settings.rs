@@ -2,7 +2,8 @@
 
 use crate::{KafkaSink, KafkaSinkConfig};
 use async_trait::async_trait;
-use meshql_changes::{RelayBackend, RelayContext, RelayTarget, Sink};
+use meshql_changes::{RelayContext, RelayTarget, Relays, Sink};
+use meshql_core::Component;
 use meshql_core::{parse_settings, SettingError};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -131,18 +132,23 @@ fn kafka_name_chars(s: &str) -> bool {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KafkaBackend;
 
-impl RelayBackend for KafkaBackend {
-    fn kind(&self) -> &'static str {
-        "kafka"
+impl Component<Relays> for KafkaBackend {
+    const KIND: &'static str = "kafka";
+    type Settings = KafkaSettings;
+
+    fn parse(&self, settings: &serde_json::Value) -> Result<KafkaSettings, SettingError> {
+        if settings.get("brokers").is_none() {
+            return Err(SettingError::new(
+                "brokers",
+                "a kafka relay needs `brokers = \"host:port\"`",
+            ));
+        }
+        parse_settings(settings)
     }
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(KafkaSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        settings: KafkaSettings,
         context: &RelayContext<'_>,
     ) -> Result<Box<dyn RelayTarget>, SettingError> {
         Ok(Box::new(KafkaTarget(sink_config(settings, context)?)))
@@ -151,16 +157,9 @@ impl RelayBackend for KafkaBackend {
 
 /// Checks an entry's fields into what the sink needs.
 fn sink_config(
-    settings: &serde_json::Value,
+    settings: KafkaSettings,
     context: &RelayContext<'_>,
 ) -> Result<KafkaSinkConfig, SettingError> {
-    if settings.get("brokers").is_none() {
-        return Err(SettingError::new(
-            "brokers",
-            "a kafka relay needs `brokers = \"host:port\"`",
-        ));
-    }
-    let settings: KafkaSettings = parse_settings(settings)?;
     if settings.brokers.trim().is_empty() {
         return Err(SettingError::new(
             "brokers",
@@ -254,7 +253,7 @@ mod tests {
 
     fn check(settings: serde_json::Value) -> Result<KafkaSinkConfig, SettingError> {
         sink_config(
-            &settings,
+            KafkaBackend.parse(&settings)?,
             &RelayContext {
                 name: "k1",
                 entities: ENTITIES,
@@ -375,7 +374,9 @@ mod tests {
     fn topics_must_be_valid_kafka_names() {
         let long = "c".repeat(250);
         let e = sink_config(
-            &json!({ "brokers": "h:1", "topic_naming": "debezium" }),
+            KafkaBackend
+                .parse(&json!({ "brokers": "h:1", "topic_naming": "debezium" }))
+                .unwrap(),
             &RelayContext {
                 name: "k1",
                 entities: &[RelayEntity {
@@ -392,7 +393,7 @@ mod tests {
 
     #[test]
     fn the_schema_describes_the_fields() {
-        let s = KafkaBackend.schema();
+        let s = Component::<Relays>::schema(&KafkaBackend);
         assert_eq!(s["required"], json!(["brokers"]));
         assert!(s["properties"]["topic_naming"].is_object(), "{s}");
         assert!(s["description"].as_str().unwrap().contains("librdkafka"));

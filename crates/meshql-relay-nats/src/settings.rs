@@ -2,7 +2,8 @@
 
 use crate::{NatsSink, NatsSinkConfig};
 use async_trait::async_trait;
-use meshql_changes::{RelayBackend, RelayContext, RelayTarget, Sink};
+use meshql_changes::{RelayContext, RelayTarget, Relays, Sink};
+use meshql_core::Component;
 use meshql_core::{parse_settings, SettingError};
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -60,18 +61,23 @@ fn stream_name_ok(s: &str) -> bool {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NatsBackend;
 
-impl RelayBackend for NatsBackend {
-    fn kind(&self) -> &'static str {
-        "nats"
+impl Component<Relays> for NatsBackend {
+    const KIND: &'static str = "nats";
+    type Settings = NatsSettings;
+
+    fn parse(&self, settings: &serde_json::Value) -> Result<NatsSettings, SettingError> {
+        if settings.get("url").is_none() {
+            return Err(SettingError::new(
+                "url",
+                "a nats relay needs `url = \"nats://host:port\"`",
+            ));
+        }
+        parse_settings(settings)
     }
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(NatsSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        settings: NatsSettings,
         context: &RelayContext<'_>,
     ) -> Result<Box<dyn RelayTarget>, SettingError> {
         Ok(Box::new(NatsTarget(sink_config(settings, context)?)))
@@ -80,16 +86,9 @@ impl RelayBackend for NatsBackend {
 
 /// Checks an entry's fields into what the sink needs.
 fn sink_config(
-    settings: &serde_json::Value,
+    settings: NatsSettings,
     context: &RelayContext<'_>,
 ) -> Result<NatsSinkConfig, SettingError> {
-    if settings.get("url").is_none() {
-        return Err(SettingError::new(
-            "url",
-            "a nats relay needs `url = \"nats://host:port\"`",
-        ));
-    }
-    let settings: NatsSettings = parse_settings(settings)?;
     if settings.url.trim().is_empty() {
         return Err(SettingError::new(
             "url",
@@ -144,7 +143,7 @@ mod tests {
 
     fn check(settings: serde_json::Value) -> Result<NatsSinkConfig, SettingError> {
         sink_config(
-            &settings,
+            NatsBackend.parse(&settings)?,
             &RelayContext {
                 name: "n1",
                 entities: &[],
@@ -213,7 +212,7 @@ mod tests {
 
     #[test]
     fn the_schema_describes_the_fields() {
-        let s = NatsBackend.schema();
+        let s = Component::<Relays>::schema(&NatsBackend);
         assert_eq!(s["required"], json!(["url"]));
         assert!(s["properties"]["stream"].is_object(), "{s}");
         assert!(s["description"].as_str().unwrap().contains("JetStream"));

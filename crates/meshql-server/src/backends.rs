@@ -1,6 +1,6 @@
 //! The backend registry: the storage backends this binary serves, each registered once. A
 //! backend crate owns its storage block (fields, defaults, checks, JSON Schema) and its
-//! database ([`meshql_core::StorageBackend`]); everything else in the server — one database
+//! database ([`meshql_core::Component`]`<Storage>`); everything else in the server — one database
 //! per storage target, one store per entity, readiness, shutdown — works on databases
 //! without knowing their backend. A new backend is its crate, proven by the conformance
 //! suite, and one line in [`registry`].

@@ -1,5 +1,5 @@
 //! The read cache of a server (`[cache]`): the one place that maps a shared cache's key
-//! (`redis = { … }`) to the crate that implements it ([`shared_backends`], one line per kind),
+//! (`redis = { … }`) to the crate that implements it ([`registry`], one line per kind),
 //! builds the [`Cache`] every entity's service reads through, keeps it told of the change
 //! feed (writes by other processes), and, for a shared cache that missed an update, retries
 //! until it can be trusted again.
@@ -12,13 +12,14 @@ use crate::app::BuildError;
 use meshql_changes::{CopyListener, Listeners};
 use meshql_config::{ConfigError, ResolvedConfig};
 use meshql_core::StoreChange;
-use meshql_engine::{Cache, CacheSettings, SharedCacheBackend, SharedCacheTarget};
-use std::sync::Arc;
+use meshql_engine::{Cache, CacheSettings, SharedCacheRegistry, SharedCacheTarget};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Every shared cache this binary can use, by its key in `[cache]`.
-pub fn shared_backends() -> &'static [&'static dyn SharedCacheBackend] {
-    &[&meshql_cache_redis::RedisBackend]
+pub fn registry() -> &'static SharedCacheRegistry {
+    static REGISTRY: OnceLock<SharedCacheRegistry> = OnceLock::new();
+    REGISTRY.get_or_init(|| SharedCacheRegistry::new().register(meshql_cache_redis::RedisBackend))
 }
 
 /// Checks the shared cache's settings with its crate; `Ok(None)` without one.
@@ -34,21 +35,24 @@ pub fn configure(
         field,
         message,
     };
-    let Some(backend) = shared_backends().iter().find(|b| b.kind() == shared.kind) else {
+    let Some(backend) = registry().get(&shared.kind) else {
         return Err(vec![problem(
             format!("cache.{}", shared.kind),
             "this binary has no such shared cache".into(),
         )]);
     };
-    backend.configure(&shared.settings).map(Some).map_err(|e| {
-        vec![problem(
-            match e.field {
-                Some(f) => format!("cache.{}.{f}", shared.kind),
-                None => format!("cache.{}", shared.kind),
-            },
-            e.message,
-        )]
-    })
+    backend
+        .configure(&shared.settings, &())
+        .map(Some)
+        .map_err(|e| {
+            vec![problem(
+                match e.field {
+                    Some(f) => format!("cache.{}.{f}", shared.kind),
+                    None => format!("cache.{}", shared.kind),
+                },
+                e.message,
+            )]
+        })
 }
 
 /// The cache of `config`'s entities, or `None` without `[cache]`.

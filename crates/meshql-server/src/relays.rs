@@ -2,7 +2,7 @@
 //! that implements it ([`registry`], one line per relay), checks each entry's fields, builds
 //! the sinks and starts a [`Relay`] per entry on the hub's log. A relay crate owns its
 //! entry's fields (parsing, defaults, checks, JSON Schema) and its sink
-//! ([`meshql_changes::RelayBackend`]); the config crate checks only the fields every relay
+//! ([`meshql_core::Component`]`<Relays>`); the config crate checks only the fields every relay
 //! has. A new relay is its crate and one line in [`registry`].
 //!
 //! A relay never fails a write and never makes the service unready: a broker that is down

@@ -12,8 +12,8 @@ use crate::store::KafkaStore;
 use crate::topics;
 use async_trait::async_trait;
 use meshql_core::{
-    BackendContext, Database, DynDatabase, DynStore, OutputStore, SettingError, StateWrite,
-    StorageBackend, StorageTarget, StoreError,
+    BackendContext, Component, Database, DynDatabase, DynStore, OutputStore, SettingError,
+    StateWrite, Storage, StorageTarget, StoreError,
 };
 use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
 use parking_lot::Mutex;
@@ -27,23 +27,17 @@ use tokio::sync::watch;
 #[derive(Debug, Default, Clone, Copy)]
 pub struct KafkaBackend;
 
-impl StorageBackend for KafkaBackend {
-    fn kind(&self) -> &'static str {
-        "kafka"
-    }
+impl Component<Storage> for KafkaBackend {
+    const KIND: &'static str = "kafka";
+    type Settings = settings::KafkaSettings;
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(settings::KafkaSettings))
-            .expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        settings: settings::KafkaSettings,
         context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
         Ok(Box::new(KafkaTarget {
-            storage: settings::configure(settings, context)?,
+            storage: settings::checked(settings, context)?,
         }))
     }
 }

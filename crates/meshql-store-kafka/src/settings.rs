@@ -145,12 +145,19 @@ fn topic_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
-/// Checks a block.
+/// Reads and checks a block.
 pub fn configure(
     settings: &Value,
     context: &BackendContext<'_>,
 ) -> Result<KafkaStorage, SettingError> {
-    let s: KafkaSettings = parse_settings(settings)?;
+    checked(parse_settings(settings)?, context)
+}
+
+/// Checks a block's fields.
+pub(crate) fn checked(
+    s: KafkaSettings,
+    context: &BackendContext<'_>,
+) -> Result<KafkaStorage, SettingError> {
     let brokers: Vec<&str> = s
         .brokers
         .split(',')

@@ -5,7 +5,7 @@
 //! partition only; with several, each document's versions keep their order and documents on
 //! different partitions interleave (tests/processes.rs and the binary's tests run on 2–3).
 
-use meshql_core::{BackendContext, DynStore, StorageBackend};
+use meshql_core::{BackendContext, DynStore, Storage};
 use meshql_store_kafka::KafkaBackend;
 use serde_json::json;
 
@@ -13,16 +13,16 @@ async fn fresh_store() -> DynStore {
     let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
     let dir = tempfile::tempdir().expect("temp dir");
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let target = KafkaBackend
-        .configure(
-            &json!({"brokers": brokers, "topic": format!("meshql-c{}-{{entity}}", &run[..12]),
+    let target = meshql_core::registry::Part::<Storage>::configure(
+        &KafkaBackend,
+        &json!({"brokers": brokers, "topic": format!("meshql-c{}-{{entity}}", &run[..12]),
                     "partitions": 1}),
-            &BackendContext {
-                block: "conformance",
-                data_dir: dir.path(),
-            },
-        )
-        .expect("settings");
+        &BackendContext {
+            block: "conformance",
+            data_dir: dir.path(),
+        },
+    )
+    .expect("settings");
     // keep the directory for the life of the test process
     std::mem::forget(dir);
     let store = target.open().await.expect("open").store("thing");

@@ -3,24 +3,22 @@
 //! once; both end with every acknowledged write, the same versions in the same order, and
 //! one latest version per document.
 
-use meshql_core::{
-    BackendContext, DynStore, NewDocument, ReadContext, StorageBackend, WriteContext,
-};
+use meshql_core::{BackendContext, DynStore, NewDocument, ReadContext, Storage, WriteContext};
 use meshql_store_kafka::KafkaBackend;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 async fn open(topic: &str, dir: &std::path::Path) -> DynStore {
     let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
-    let target = KafkaBackend
-        .configure(
-            &json!({"brokers": brokers, "topic": topic, "partitions": 3}),
-            &BackendContext {
-                block: "processes",
-                data_dir: dir,
-            },
-        )
-        .unwrap();
+    let target = meshql_core::registry::Part::<Storage>::configure(
+        &KafkaBackend,
+        &json!({"brokers": brokers, "topic": topic, "partitions": 3}),
+        &BackendContext {
+            block: "processes",
+            data_dir: dir,
+        },
+    )
+    .unwrap();
     let store = target.open().await.unwrap().store("thing");
     store
         .prepare(&meshql_conformance::templates())

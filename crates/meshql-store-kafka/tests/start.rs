@@ -1,24 +1,22 @@
 //! A process starting on topics that others wrote: it reads them to their end before it
 //! serves, past the markers Kafka transactions leave (offsets no record is delivered for).
 
-use meshql_core::{
-    BackendContext, DynStore, NewDocument, ReadContext, StorageBackend, WriteContext,
-};
+use meshql_core::{BackendContext, DynStore, NewDocument, ReadContext, Storage, WriteContext};
 use meshql_store_kafka::KafkaBackend;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
 async fn open(topic: &str, dir: &std::path::Path) -> DynStore {
     let brokers = meshql_conformance::test_server_url("kafka", "MESHQL_TEST_KAFKA_BROKERS");
-    let target = KafkaBackend
-        .configure(
-            &json!({"brokers": brokers, "topic": topic, "partitions": 2}),
-            &BackendContext {
-                block: "start",
-                data_dir: dir,
-            },
-        )
-        .unwrap();
+    let target = meshql_core::registry::Part::<Storage>::configure(
+        &KafkaBackend,
+        &json!({"brokers": brokers, "topic": topic, "partitions": 2}),
+        &BackendContext {
+            block: "start",
+            data_dir: dir,
+        },
+    )
+    .unwrap();
     let store = target.open().await.unwrap().store("hen");
     store.prepare(&[]).await.unwrap();
     store

@@ -3,8 +3,7 @@
 use crate::MemoryDatabase;
 use async_trait::async_trait;
 use meshql_core::{
-    parse_settings, BackendContext, DynDatabase, SettingError, StorageBackend, StorageTarget,
-    StoreError,
+    BackendContext, Component, DynDatabase, SettingError, Storage, StorageTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -20,21 +19,15 @@ pub struct MemorySettings {}
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MemoryBackend;
 
-impl StorageBackend for MemoryBackend {
-    fn kind(&self) -> &'static str {
-        "memory"
-    }
+impl Component<Storage> for MemoryBackend {
+    const KIND: &'static str = "memory";
+    type Settings = MemorySettings;
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(MemorySettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        _: MemorySettings,
         context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        let MemorySettings {} = parse_settings(settings)?;
         Ok(Box::new(MemoryTarget {
             block: context.block.to_owned(),
         }))

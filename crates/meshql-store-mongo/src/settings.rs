@@ -3,8 +3,7 @@
 use crate::{MongoDatabase, MongoOptions};
 use async_trait::async_trait;
 use meshql_core::{
-    parse_settings, BackendContext, DynDatabase, SettingError, StorageBackend, StorageTarget,
-    StoreError,
+    BackendContext, Component, DynDatabase, SettingError, Storage, StorageTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -54,27 +53,21 @@ fn default_pool_wait_ms() -> u64 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MongoBackend;
 
-impl StorageBackend for MongoBackend {
-    fn kind(&self) -> &'static str {
-        "mongo"
-    }
+impl Component<Storage> for MongoBackend {
+    const KIND: &'static str = "mongo";
+    type Settings = MongoSettings;
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(MongoSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        s: MongoSettings,
         _context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        Ok(Box::new(MongoTarget(options(settings)?)))
+        Ok(Box::new(MongoTarget(options(s)?)))
     }
 }
 
 /// The options a block's settings give, once checked.
-fn options(settings: &serde_json::Value) -> Result<MongoOptions, SettingError> {
-    let s: MongoSettings = parse_settings(settings)?;
+fn options(s: MongoSettings) -> Result<MongoOptions, SettingError> {
     if s.pool_size == Some(0) {
         return Err(SettingError::new(
             "pool_size",
@@ -152,16 +145,20 @@ impl StorageTarget for MongoTarget {
 
 #[cfg(test)]
 mod tests {
-    use meshql_core::{BackendContext, StorageBackend};
+    use meshql_core::registry::Part;
+    use meshql_core::{BackendContext, Storage};
     use serde_json::json;
+
+    fn options(v: &serde_json::Value) -> Result<super::MongoOptions, meshql_core::SettingError> {
+        super::options(meshql_core::parse_settings(v)?)
+    }
 
     fn configure(settings: serde_json::Value) -> Result<String, meshql_core::SettingError> {
         let context = BackendContext {
             block: "default",
             data_dir: std::path::Path::new("/tmp"),
         };
-        super::MongoBackend
-            .configure(&settings, &context)
+        Part::<Storage>::configure(&super::MongoBackend, &settings, &context)
             .map(|target| target.target())
     }
 
@@ -203,7 +200,7 @@ mod tests {
         // the bound on a secondary's lag the docs point to instead
         super::check_uri("mongodb://r:2/?readPreference=secondaryPreferred&maxStalenessSeconds=90")
             .expect("maxStalenessSeconds");
-        let o = super::options(&base).unwrap();
+        let o = options(&base).unwrap();
         assert_eq!(o.replica, ReplicaSettings::default());
         assert_eq!(o.replica.max_lag, Duration::from_millis(1000));
         assert_eq!(o.replica.probe_every, Duration::from_millis(250));
@@ -211,7 +208,7 @@ mod tests {
         custom["read_max_lag_ms"] = json!(5000);
         custom["read_probe_ms"] = json!(10);
         assert_eq!(
-            super::options(&custom).unwrap().replica,
+            options(&custom).unwrap().replica,
             ReplicaSettings {
                 max_lag: Duration::from_secs(5),
                 probe_every: Duration::from_millis(10),
@@ -220,7 +217,7 @@ mod tests {
         for bad in [0, 9] {
             let mut settings = base.clone();
             settings["read_probe_ms"] = json!(bad);
-            let e = super::options(&settings).unwrap_err();
+            let e = options(&settings).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("read_probe_ms"), "{e}");
             assert!(e.message.contains("at least 10"), "{e}");
         }
@@ -230,14 +227,14 @@ mod tests {
         ] {
             let mut settings = base.clone();
             settings[field] = value;
-            let e = super::options(&settings).unwrap_err();
+            let e = options(&settings).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{e}");
         }
     }
 
     #[test]
     fn the_schema_lists_read_url() {
-        let schema = super::MongoBackend.schema();
+        let schema = Part::<Storage>::schema(&super::MongoBackend);
         let text = schema.to_string();
         assert!(text.contains("\"read_url\""), "{text}");
         assert!(text.contains("secondaryPreferred"), "{text}");

@@ -3,8 +3,7 @@
 use crate::{MysqlDatabase, MysqlOptions};
 use async_trait::async_trait;
 use meshql_core::{
-    parse_settings, BackendContext, DynDatabase, SettingError, StorageBackend, StorageTarget,
-    StoreError,
+    BackendContext, Component, DynDatabase, SettingError, Storage, StorageTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -55,27 +54,21 @@ fn default_pool_wait_ms() -> u64 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MysqlBackend;
 
-impl StorageBackend for MysqlBackend {
-    fn kind(&self) -> &'static str {
-        "mysql"
-    }
+impl Component<Storage> for MysqlBackend {
+    const KIND: &'static str = "mysql";
+    type Settings = MysqlSettings;
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(MysqlSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        s: MysqlSettings,
         _context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        Ok(Box::new(MysqlTarget(options(settings)?)))
+        Ok(Box::new(MysqlTarget(options(s)?)))
     }
 }
 
 /// The options a block's settings give, once checked.
-fn options(settings: &serde_json::Value) -> Result<MysqlOptions, SettingError> {
-    let s: MysqlSettings = parse_settings(settings)?;
+fn options(s: MysqlSettings) -> Result<MysqlOptions, SettingError> {
     if s.pool_size == 0 {
         return Err(SettingError::new(
             "pool_size",
@@ -113,20 +106,25 @@ impl StorageTarget for MysqlTarget {
 
 #[cfg(test)]
 mod tests {
+    use meshql_core::registry::Part;
     use meshql_core::replica::ReplicaSettings;
-    use meshql_core::StorageBackend;
+    use meshql_core::Storage;
     use serde_json::json;
+
+    fn options(v: &serde_json::Value) -> Result<super::MysqlOptions, meshql_core::SettingError> {
+        super::options(meshql_core::parse_settings(v)?)
+    }
     use std::time::Duration;
 
     const URL: &str = "mysql://u:p@h:1/d";
 
     #[test]
     fn the_replica_bounds_default_to_the_engine_s_and_are_read() {
-        let o = super::options(&json!({"url": URL, "read_url": URL})).unwrap();
+        let o = options(&json!({"url": URL, "read_url": URL})).unwrap();
         assert_eq!(o.replica, ReplicaSettings::default());
         assert_eq!(o.replica.max_lag, Duration::from_millis(1000));
         assert_eq!(o.replica.probe_every, Duration::from_millis(250));
-        let o = super::options(&json!({
+        let o = options(&json!({
             "url": URL, "read_url": URL, "read_max_lag_ms": 5000, "read_probe_ms": 10
         }))
         .unwrap();
@@ -142,7 +140,7 @@ mod tests {
     #[test]
     fn a_probe_period_under_10_ms_is_refused() {
         for bad in [json!(0), json!(9)] {
-            let e = super::options(&json!({"url": URL, "read_probe_ms": bad})).unwrap_err();
+            let e = options(&json!({"url": URL, "read_probe_ms": bad})).unwrap_err();
             assert_eq!(e.field.as_deref(), Some("read_probe_ms"), "{e}");
             assert!(e.message.contains("at least 10"), "{e}");
         }
@@ -150,14 +148,14 @@ mod tests {
             ("read_probe_ms", json!(-1)),
             ("read_max_lag_ms", json!("1s")),
         ] {
-            let e = super::options(&json!({"url": URL, field: value})).unwrap_err();
+            let e = options(&json!({"url": URL, field: value})).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{e}");
         }
     }
 
     #[test]
     fn the_schema_documents_the_replica_bounds() {
-        let schema = super::MysqlBackend.schema();
+        let schema = Part::<Storage>::schema(&super::MysqlBackend);
         let properties = &schema["properties"];
         for field in ["read_max_lag_ms", "read_probe_ms"] {
             let description = properties[field]["description"]

@@ -3,8 +3,7 @@
 use crate::{PostgresDatabase, PostgresOptions};
 use async_trait::async_trait;
 use meshql_core::{
-    parse_settings, BackendContext, DynDatabase, SettingError, StorageBackend, StorageTarget,
-    StoreError,
+    BackendContext, Component, DynDatabase, SettingError, Storage, StorageTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -61,21 +60,15 @@ fn default_true() -> bool {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PostgresBackend;
 
-impl StorageBackend for PostgresBackend {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
+impl Component<Storage> for PostgresBackend {
+    const KIND: &'static str = "postgres";
+    type Settings = PostgresSettings;
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(PostgresSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        s: PostgresSettings,
         _context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        let s: PostgresSettings = parse_settings(settings)?;
         if s.pool_size == 0 {
             return Err(SettingError::new(
                 "pool_size",

@@ -3,8 +3,7 @@
 use crate::{SqliteDatabase, SqliteOptions};
 use async_trait::async_trait;
 use meshql_core::{
-    parse_settings, BackendContext, DynDatabase, SettingError, StorageBackend, StorageTarget,
-    StoreError,
+    BackendContext, Component, DynDatabase, SettingError, Storage, StorageTarget, StoreError,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -67,21 +66,15 @@ fn default_checkpoint_pages() -> u32 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SqliteBackend;
 
-impl StorageBackend for SqliteBackend {
-    fn kind(&self) -> &'static str {
-        "sqlite"
-    }
+impl Component<Storage> for SqliteBackend {
+    const KIND: &'static str = "sqlite";
+    type Settings = SqliteSettings;
 
-    fn schema(&self) -> serde_json::Value {
-        serde_json::to_value(schemars::schema_for!(SqliteSettings)).expect("schemas serialise")
-    }
-
-    fn configure(
+    fn build(
         &self,
-        settings: &serde_json::Value,
+        settings: SqliteSettings,
         context: &BackendContext<'_>,
     ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        let settings: SqliteSettings = parse_settings(settings)?;
         if settings.file.is_empty() {
             return Err(SettingError::new("file", "must name a file"));
         }
@@ -158,7 +151,8 @@ mod tests {
     use super::*;
 
     fn configure(settings: serde_json::Value) -> Result<Box<dyn StorageTarget>, SettingError> {
-        SqliteBackend.configure(
+        meshql_core::registry::Part::<Storage>::configure(
+            &SqliteBackend,
             &settings,
             &BackendContext {
                 block: "farm",

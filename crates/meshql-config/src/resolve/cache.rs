@@ -1,5 +1,5 @@
 //! `[cache]`: bounds checked and defaulted; a shared cache's own settings are kept opaque for
-//! its crate to check (see `meshql_engine::SharedCacheBackend`).
+//! its crate to check (see `meshql_engine::SharedCaches`).
 
 use super::Resolver;
 use crate::model::CacheConfig;

@@ -99,23 +99,21 @@ pub trait SharedCache: Send + Sync + 'static {
     async fn advance(&self, tags: &[String], stamp: Millis) -> Result<(), SharedCacheError>;
 }
 
-/// A kind of shared cache, as `[cache]` names it (`redis = { … }`). Each shared-cache crate
-/// implements this once and the server registers it once; the config crate keeps the block's
-/// fields opaque and hands them here, so the crate owns its settings: parsing, defaults,
-/// checks and JSON Schema.
-pub trait SharedCacheBackend: Send + Sync + 'static {
-    /// The key of `[cache]` that selects this kind (`"redis"`).
-    fn kind(&self) -> &'static str;
+/// Kinds of shared cache, as `[cache]` names them (`redis = { … }`, the key is the kind).
+/// Each shared-cache crate implements [`meshql_core::Component`]`<SharedCaches>` once and the
+/// server registers it once; the config crate keeps the block's fields opaque and hands them
+/// here, so the crate owns its settings: parsing, defaults, checks and JSON Schema. Building
+/// the block connects nothing.
+pub struct SharedCaches;
 
-    /// The JSON Schema of its settings (for `meshql config-schema`).
-    fn schema(&self) -> serde_json::Value;
-
-    /// Checks the settings and returns what connects. Nothing is connected.
-    fn configure(
-        &self,
-        settings: &serde_json::Value,
-    ) -> Result<Box<dyn SharedCacheTarget>, meshql_core::SettingError>;
+impl meshql_core::Family for SharedCaches {
+    const WHAT: &'static str = "cache";
+    type Context<'a> = ();
+    type Built = Box<dyn SharedCacheTarget>;
 }
+
+/// The shared caches a binary knows, by their key in `[cache]`.
+pub type SharedCacheRegistry = meshql_core::Registry<SharedCaches>;
 
 /// Checked settings of a shared cache, ready to connect.
 #[async_trait]
