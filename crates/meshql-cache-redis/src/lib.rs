@@ -46,7 +46,9 @@
 //! [`RedisBackend`] registers the cache as `[cache] redis = { … }`: it owns the block's fields
 //! ([`RedisSettings`]: defaults, checks, JSON Schema).
 
+mod backend;
 mod client;
 mod settings;
 
-pub use settings::{RedisBackend, RedisSettings};
+pub use backend::RedisBackend;
+pub use settings::RedisSettings;

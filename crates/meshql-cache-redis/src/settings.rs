@@ -1,13 +1,8 @@
 //! `[cache] redis = { … }`: the block's fields, their checks and their registration.
 
-use crate::client::{Link, RedisCache};
-use async_trait::async_trait;
-use meshql_core::Component;
 use meshql_core::{parse_settings, SettingError};
-use meshql_engine::{SharedCache, SharedCacheTarget, SharedCaches};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The longest `timeout_ms` or `connect_timeout_ms` accepted (a minute).
@@ -63,7 +58,7 @@ impl RedisSettings {
     }
 
     /// The fields as written, not yet checked.
-    fn read(settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
+    pub(crate) fn read(settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
         if settings.get("url").is_none() {
             return Err(SettingError::new(
                 "url",
@@ -73,7 +68,7 @@ impl RedisSettings {
         parse_settings(settings)
     }
 
-    fn check(&self) -> Result<(), SettingError> {
+    pub(crate) fn check(&self) -> Result<(), SettingError> {
         let url = self.url.trim();
         if url.is_empty() {
             return Err(SettingError::new(
@@ -193,61 +188,10 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
-/// Registers the Redis shared cache (`[cache] redis = { … }`) with the server.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RedisBackend;
-
-impl Component<SharedCaches> for RedisBackend {
-    const KIND: &'static str = "redis";
-    type Settings = RedisSettings;
-
-    fn parse(&self, settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
-        RedisSettings::read(settings)
-    }
-
-    fn build(
-        &self,
-        settings: RedisSettings,
-        _: &(),
-    ) -> Result<Box<dyn SharedCacheTarget>, SettingError> {
-        settings.check()?;
-        Ok(Box::new(RedisTarget(settings)))
-    }
-}
-
-/// Checked settings, ready to connect.
-struct RedisTarget(RedisSettings);
-
-impl std::fmt::Debug for RedisTarget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisTarget")
-            .field("url", &redacted(&self.0.url))
-            .field("prefix", &self.0.prefix)
-            .field("timeout_ms", &self.0.timeout_ms)
-            .field("connect_timeout_ms", &self.0.connect_timeout_ms)
-            .field("ca_file", &self.0.ca_file)
-            .finish()
-    }
-}
-
-#[async_trait]
-impl SharedCacheTarget for RedisTarget {
-    async fn connect(
-        &self,
-    ) -> Result<Arc<dyn SharedCache>, Box<dyn std::error::Error + Send + Sync>> {
-        let link = Link::new(&self.0).map_err(|e| e.to_string())?;
-        Ok(Arc::new(RedisCache::new(&self.0, link)))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn configure(v: &serde_json::Value) -> Result<Box<dyn SharedCacheTarget>, SettingError> {
-        meshql_core::registry::Part::<SharedCaches>::configure(&RedisBackend, v, &())
-    }
 
     #[test]
     fn settings_resolve_with_their_defaults() {
@@ -266,27 +210,5 @@ mod tests {
         assert_eq!(s.prefix, "eggs:cache");
         assert_eq!(s.timeout_ms, 60000);
         assert_eq!(s.connect_timeout_ms, 5);
-    }
-
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(redacted("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redacted("redis://:secret@h:1"), "redis://:***@h:1");
-        assert_eq!(redacted("redis://h:1/0"), "redis://h:1/0");
-        let target = configure(&json!({ "url": "redis://:secret@h:1" })).unwrap();
-        let debug = format!("{target:?}");
-        assert!(
-            !debug.contains("secret") && debug.contains("***"),
-            "{debug}"
-        );
-    }
-
-    #[test]
-    fn the_schema_describes_the_fields() {
-        let s = Component::<SharedCaches>::schema(&RedisBackend);
-        assert_eq!(s["required"], json!(["url"]));
-        assert!(s["properties"]["timeout_ms"].is_object(), "{s}");
-        assert!(s["description"].as_str().unwrap().contains("Redis"), "{s}");
-        assert_eq!(<RedisBackend as Component<SharedCaches>>::KIND, "redis");
     }
 }

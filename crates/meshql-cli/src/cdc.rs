@@ -6,7 +6,6 @@
 
 use clap::{Args, Subcommand};
 use meshql_process::pgcdc::{self, PostgresCdcSource, SlotInfo};
-use meshql_process::source::Source;
 use meshql_process::ProcessorPlan;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,7 +54,7 @@ fn sources(config: &Path) -> Result<BTreeMap<String, Vec<(String, PostgresCdcSou
     })?;
     let mut by_url: BTreeMap<String, Vec<(String, PostgresCdcSource)>> = BTreeMap::new();
     for plan in &plans {
-        if let Some(Source::PostgresCdc(s)) = plan.source() {
+        if let Some(s) = plan.source().and_then(|s| pgcdc::of(s.as_ref())) {
             by_url
                 .entry(s.url.clone())
                 .or_default()
@@ -172,7 +171,7 @@ pub fn orphan_slot_warnings(config: &meshql_config::ResolvedConfig) -> Vec<Strin
     };
     let mut by_url: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for plan in &plans {
-        if let Some(Source::PostgresCdc(s)) = plan.source() {
+        if let Some(s) = plan.source().and_then(|s| pgcdc::of(s.as_ref())) {
             by_url
                 .entry(s.url.clone())
                 .or_default()
@@ -223,8 +222,8 @@ pub fn legacy_column_errors(config: &meshql_config::ResolvedConfig) -> Vec<Strin
     };
     let mut asks = Vec::new();
     for plan in &plans {
-        let (Some(Source::PostgresCdc(source)), ProcessorPlan::Transform(t)) =
-            (plan.source(), plan)
+        let (Some(source), ProcessorPlan::Transform(t)) =
+            (plan.source().and_then(|s| pgcdc::of(s.as_ref())), plan)
         else {
             continue;
         };

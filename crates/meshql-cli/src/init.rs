@@ -73,6 +73,7 @@
 //! fields.
 
 mod acl;
+mod fields;
 mod introspect;
 mod model;
 mod names;
@@ -285,13 +286,11 @@ fn dir_name(database: &str) -> String {
 }
 
 async fn connect(url: &str) -> Result<(tokio_postgres::Client, tokio_postgres::Config), InitError> {
-    let meshql_store_postgres::client_tls::Connection {
+    let meshql_pg::Connection {
         mut config, tls, ..
-    } = meshql_store_postgres::client_tls::read_url(url.trim()).map_err(|reason| {
-        InitError::BadUrl {
-            url: shown(url),
-            reason,
-        }
+    } = meshql_pg::read_url(url.trim()).map_err(|reason| InitError::BadUrl {
+        url: shown(url),
+        reason,
     })?;
     config
         .application_name("meshql init")

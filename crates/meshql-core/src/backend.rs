@@ -2,6 +2,7 @@
 //! client. The server opens one per distinct storage target (see `meshql-server`'s backend
 //! registry) and asks it for one store per entity table; at shutdown it closes each once.
 
+pub use crate::registry::{parse_settings, SettingError};
 use crate::DynStore;
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -73,46 +74,6 @@ pub trait StorageTarget: std::fmt::Debug + Send + Sync {
 
     /// Opens the database (connection pools may connect lazily).
     async fn open(&self) -> Result<DynDatabase, crate::StoreError>;
-}
-
-/// A storage block that does not check out: the field (relative to the block; `None` for
-/// the block as a whole) and what is wrong.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SettingError {
-    pub field: Option<String>,
-    pub message: String,
-}
-
-impl SettingError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: Some(field.into()),
-            message: message.into(),
-        }
-    }
-}
-
-impl std::fmt::Display for SettingError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.field {
-            Some(field) => write!(f, "{field}: {}", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
-
-/// Reads a block's fields into a backend's settings struct, naming the field a type error
-/// is about (serde's own message does not).
-pub fn parse_settings<C: serde::de::DeserializeOwned>(
-    settings: &serde_json::Value,
-) -> Result<C, SettingError> {
-    serde_path_to_error::deserialize(settings).map_err(|e| {
-        let path = e.path().to_string();
-        SettingError {
-            field: (path != ".").then_some(path),
-            message: e.into_inner().to_string(),
-        }
-    })
 }
 
 /// A connection-URL parameter name or value, percent-decoded (backends read their TLS

@@ -14,8 +14,47 @@
 //! [[processor]] source = { type = "kafka", … }  ──Registry<SourceFamily>::configure──▶ …
 //! ```
 
-use crate::backend::{parse_settings, SettingError};
 use std::sync::Arc;
+
+/// A config block that does not check out: the field (relative to the block; `None` for the
+/// block as a whole) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingError {
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl SettingError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: Some(field.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for SettingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "{field}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// Reads a block's fields into a component's settings struct, naming the field a type error
+/// is about (serde's own message does not).
+pub fn parse_settings<C: serde::de::DeserializeOwned>(
+    settings: &serde_json::Value,
+) -> Result<C, SettingError> {
+    serde_path_to_error::deserialize(settings).map_err(|e| {
+        let path = e.path().to_string();
+        SettingError {
+            field: (path != ".").then_some(path),
+            message: e.into_inner().to_string(),
+        }
+    })
+}
 
 /// A family of parts a config block selects by its `type`.
 pub trait Family: 'static {

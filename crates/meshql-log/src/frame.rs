@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io;
 
-use crate::segment::read_at;
+use crate::pio::read_at;
 
 /// Size of a frame header: length u32, crc u32, offset u64, timestamp_ms i64.
 pub const HEADER_LEN: usize = 24;

@@ -98,6 +98,7 @@ mod identity;
 mod index;
 mod lock;
 mod log;
+mod pio;
 mod reader;
 mod retention;
 mod segment;

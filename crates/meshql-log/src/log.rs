@@ -14,8 +14,9 @@ use crate::flusher::Flusher;
 use crate::frame::{encode, frame_len, MAX_RECORD_BYTES};
 use crate::index::SparseIndex;
 use crate::lock::{self, DirLock};
+use crate::pio::write_all_at;
 use crate::retention::{self, SegmentFacts};
-use crate::segment::{list_segments, scan_tail, segment_path, sync_dir, write_all_at, Stop};
+use crate::segment::{list_segments, scan_tail, segment_path, sync_dir, Stop};
 use crate::view::{self, SegmentState, View};
 use crate::{groups, now_ms, FsyncPolicy, LogOptions, Record};
 

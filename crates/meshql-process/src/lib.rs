@@ -31,13 +31,10 @@
 //! broker's acknowledgements and group offsets play no part.
 
 pub mod acc;
-pub mod envelope;
 pub mod expr;
-pub mod kafka;
+pub mod kinds;
 pub mod mapping;
-pub mod nats;
 pub mod pgcdc;
-mod pgtls;
 pub mod plan;
 pub mod projection;
 mod runtime;
@@ -46,11 +43,11 @@ pub mod source;
 pub mod time;
 pub mod transform;
 
+pub use kinds::{check_plans, configure, KINDS};
 pub use runtime::{
     start, ProcessError, ProcessorStats, Processors, RebuildError, RebuildState, StartOptions,
 };
 
-use meshql_core::SettingError;
 use serde_json::{Map, Value};
 
 /// A field of a document: a top-level name, or a dotted path into nested objects.
@@ -175,7 +172,7 @@ impl ProcessorPlan {
     }
 
     /// Where it reads (`None`: the service's change log).
-    pub fn source(&self) -> Option<&source::Source> {
+    pub fn source(&self) -> Option<&std::sync::Arc<dyn source::Source>> {
         match self {
             ProcessorPlan::Projection(p) => p.source.as_ref(),
             ProcessorPlan::Transform(t) => t.source.as_ref(),
@@ -193,152 +190,9 @@ impl ProcessorPlan {
                     spec: t.clone(),
                     // a postgres_cdc source delivers a snapshot's rows again when the copy
                     // is taken again: the same rows must change nothing
-                    skip_unchanged: matches!(t.source, Some(source::Source::PostgresCdc(_))),
+                    skip_unchanged: t.source.as_ref().is_some_and(|s| s.redelivers()),
                 })
             }
         }
     }
-}
-
-/// The kinds of processor this build knows.
-pub const KINDS: &[&str] = &["projection", "rust", "script", "mapping"];
-
-/// Checks one `[[processor]]` entry: its `type` and its fields against the entities; `base`
-/// is the config file's directory (script files are relative to it).
-pub fn configure(
-    name: &str,
-    kind: &str,
-    settings: &Value,
-    entities: &[EntityInfo],
-    base: &std::path::Path,
-) -> Result<ProcessorPlan, SettingError> {
-    // `source` is every kind's: checked here, the rest by the kind
-    let mut settings = settings.clone();
-    let source = match settings.as_object_mut().and_then(|m| m.remove("source")) {
-        Some(s) => Some(source::compile(&s)?),
-        None => None,
-    };
-    let settings = &settings;
-    // a legacy database's tables are a processor's inputs, not entities of this config
-    let tables: Vec<String> = match &source {
-        Some(source::Source::PostgresCdc(s)) => s.tables.iter().map(|t| s.entity_of(t)).collect(),
-        _ => Vec::new(),
-    };
-    let with_tables: Vec<EntityInfo>;
-    let readable = if tables.is_empty() {
-        entities
-    } else {
-        with_tables = entities
-            .iter()
-            .cloned()
-            .chain(tables.iter().map(|t| EntityInfo {
-                name: t.clone(),
-                fields: None,
-                properties: None,
-            }))
-            .collect();
-        &with_tables
-    };
-    let mut plan = match kind {
-        "projection" => {
-            projection::spec::compile(name, settings, entities).map(ProcessorPlan::Projection)
-        }
-        "rust" => {
-            transform::compile(name, "rust", settings, readable, base).map(ProcessorPlan::Transform)
-        }
-        "script" => transform::compile(name, "script", settings, readable, base)
-            .map(ProcessorPlan::Transform),
-        "mapping" => mapping::compile(name, settings, entities, source.is_some())
-            .map(ProcessorPlan::Transform),
-        other => Err(SettingError::new(
-            "type",
-            format!(
-                "unknown processor type `{other}` (this build has: {})",
-                KINDS.join(", ")
-            ),
-        )),
-    }?;
-    if !tables.is_empty() {
-        if !entities.iter().any(|e| e.name == plan.output()) {
-            return Err(SettingError::new(
-                "output",
-                format!(
-                    "`{}` is a table of the source, not an entity of this config",
-                    plan.output()
-                ),
-            ));
-        }
-        if let Some((i, input)) = plan
-            .inputs()
-            .iter()
-            .enumerate()
-            .find(|(_, i)| !tables.contains(i))
-        {
-            return Err(SettingError::new(
-                format!("inputs[{i}]"),
-                format!(
-                    "`{input}` is not one of the source's tables ({})",
-                    tables.join(", ")
-                ),
-            ));
-        }
-    }
-    match &mut plan {
-        ProcessorPlan::Projection(p) => p.source = source,
-        ProcessorPlan::Transform(t) => t.source = source,
-    }
-    Ok(plan)
-}
-
-/// Checks that no two processors write one entity (their documents would collide): the
-/// index of the second and the error.
-pub fn check_plans(plans: &[ProcessorPlan]) -> Result<(), (usize, SettingError)> {
-    let projections: Vec<&projection::spec::ProjectionSpec> = plans
-        .iter()
-        .filter_map(|p| match p {
-            ProcessorPlan::Projection(s) => Some(s),
-            ProcessorPlan::Transform(_) => None,
-        })
-        .collect();
-    projection::spec::check_outputs(&projections)?;
-    check_references(plans)
-}
-
-/// A mapping's `reference` to a table another mapping of the config reads must name as many
-/// key values as that mapping's `key` has: the ids are computed from them, and a different
-/// count would never match a parent's id.
-fn check_references(plans: &[ProcessorPlan]) -> Result<(), (usize, SettingError)> {
-    let mappings: Vec<(usize, &mapping::Mapping)> = plans
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| match p {
-            ProcessorPlan::Transform(t) => t.transform.mapping().map(|m| (i, m)),
-            ProcessorPlan::Projection(_) => None,
-        })
-        .collect();
-    for (i, m) in &mappings {
-        for (field, table, n) in m.references() {
-            let Some((_, parent)) = mappings
-                .iter()
-                .find(|(_, p)| p.table().eq_ignore_ascii_case(&table))
-            else {
-                continue;
-            };
-            if parent.key().len() != n {
-                return Err((
-                    *i,
-                    SettingError::new(
-                        format!("{field}.key"),
-                        format!(
-                            "{n} key value(s), but the mapping of `{table}` derives its ids from \
-                             {} ({}): the ids would never match",
-                            parent.key().len(),
-                            parent.key().join(", ")
-                        ),
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
 }

@@ -69,3 +69,12 @@ pub trait Planner: Send + Sync {
     /// The writes for `inputs` (every one after the committed position, in log order).
     async fn plan(&self, io: &dyn PlanIo, inputs: &[Input]) -> Result<Outcome, StoreError>;
 }
+
+/// An input as the runtime carries it: what the planner reads, and what a dead letter keeps.
+pub struct Item<'a> {
+    pub input: Input,
+    /// The input as read (JSON text), for its dead letter (borrowed from the log's change:
+    /// copied only for an input that becomes one); empty for an input read without text of
+    /// its own (a database row), whose dead letter keeps its payload.
+    pub raw: std::borrow::Cow<'a, str>,
+}

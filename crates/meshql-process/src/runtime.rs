@@ -1,7 +1,7 @@
 //! Running processors: one consumer of the log per processor, its batches applied through
 //! the output entity's [`EntityService`].
 
-use crate::plan::{Input, PlanIo, Planner};
+use crate::plan::{Input, Item, PlanIo, Planner};
 use crate::ProcessorPlan;
 use async_trait::async_trait;
 use meshql_changes::{
@@ -127,6 +127,35 @@ pub(crate) struct ProcessorHandler {
     counters: Counters,
 }
 
+#[async_trait]
+impl crate::source::Intake for ProcessorHandler {
+    fn processor(&self) -> &str {
+        &self.name
+    }
+
+    fn position(&self) -> u64 {
+        self.position.load(Ordering::Acquire)
+    }
+
+    async fn ensure_loaded(&self) -> Result<(), HandlerError> {
+        ProcessorHandler::ensure_loaded(self).await
+    }
+
+    async fn state(&self, keys: &[String]) -> Result<HashMap<String, String>, StoreError> {
+        self.output.writer().output_state(&self.name, keys).await
+    }
+
+    async fn apply(
+        &self,
+        items: Vec<Item<'_>>,
+        letters: Vec<DeadLetter>,
+        last: u64,
+        extra: Vec<meshql_core::StateWrite>,
+    ) -> Result<(), HandlerError> {
+        ProcessorHandler::apply(self, items, letters, last, extra).await
+    }
+}
+
 /// How long a processor woken by a change waits for more before reading its batch.
 const PROCESSOR_LINGER: Duration = Duration::from_millis(3);
 
@@ -174,15 +203,6 @@ impl PlanIo for Io<'_> {
         let found = service.writer().read(id, &ReadContext::LATEST).await?;
         Ok(found.and_then(|e| e.payload_map().ok()))
     }
-}
-
-/// An input as the runtime carries it: what the planner reads, and what a dead letter keeps.
-pub(crate) struct Item<'a> {
-    pub input: Input,
-    /// The input as read (JSON text), for its dead letter (borrowed from the log's change:
-    /// copied only for an input that becomes one); empty for an input read without text of
-    /// its own (a database row), whose dead letter keeps its payload.
-    pub raw: std::borrow::Cow<'a, str>,
 }
 
 /// The dead letter of an input read as `raw`.
@@ -897,15 +917,14 @@ pub async fn start(
             Some(source) => {
                 let (stop, stop_rx) = tokio::sync::watch::channel(false);
                 let counters = Arc::new(crate::source::SourceCounters::default());
-                let task = tokio::spawn(crate::source::run(
-                    name.clone(),
-                    source.clone(),
-                    plan.inputs(),
-                    plan.batch(),
-                    handler.clone(),
-                    counters.clone(),
-                    stop_rx,
-                ));
+                let task = tokio::spawn(source.clone().run(crate::source::SourceRun {
+                    name: name.clone(),
+                    inputs: plan.inputs(),
+                    batch: plan.batch(),
+                    intake: handler.clone(),
+                    counters: counters.clone(),
+                    stop: stop_rx,
+                }));
                 Feed::Source {
                     stop,
                     task: parking_lot::Mutex::new(Some(task)),

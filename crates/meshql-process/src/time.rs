@@ -1,6 +1,5 @@
 //! Times in inputs: what a windowed aggregate or a `last` ordered by time reads.
 
-use crate::acc::days_from_civil;
 use serde_json::Value;
 
 /// Milliseconds since the epoch of a JSON time: an integer (milliseconds), or a string
@@ -81,6 +80,31 @@ fn parse_text(s: &str) -> Option<i64> {
             Some(ms - sign * (zh * 3600 + zm * 60) * 1000)
         }
     }
+}
+
+/// (year, month 1..=12, day 1..=31) of a day count since 1970-01-01 (proleptic Gregorian).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Days since 1970-01-01 of a civil date.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = m as i64;
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

@@ -29,10 +29,8 @@
 //! inline.
 
 use crate::plan::{Input, Outcome, PlanIo, Planner};
-use crate::EntityInfo;
-use meshql_core::{parse_settings, ChangeOp, OutputWrite, SettingError, StoreError};
+use meshql_core::{ChangeOp, OutputWrite, StoreError};
 use parking_lot::RwLock;
-use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -77,8 +75,10 @@ pub trait Transform: Send + Sync + 'static {
         None
     }
 
-    /// The declared mapping it is, if it is one (for checks across processors).
-    fn mapping(&self) -> Option<&crate::mapping::Mapping> {
+    /// How it derives its documents' ids from a legacy table's keys, if it does (for checks
+    /// across processors: a reference to another table must name as many key values as that
+    /// table's ids are derived from).
+    fn derived_ids(&self) -> Option<DerivedIds> {
         None
     }
 
@@ -99,6 +99,17 @@ pub trait Transform: Send + Sync + 'static {
         let _ = found;
         self.transform(input)
     }
+}
+
+/// How a transform derives document ids from a legacy table's keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DerivedIds {
+    /// The table whose rows become its documents.
+    pub table: String,
+    /// The key columns an id is derived from.
+    pub key: Vec<String>,
+    /// The ids it derives of other tables' rows: (setting, table, key values named).
+    pub references: Vec<(String, String, usize)>,
 }
 
 /// A document a transform reads: the current version of `entity`'s `id`.
@@ -205,39 +216,12 @@ pub fn transform_names() -> Vec<String> {
     names
 }
 
-fn lookup(name: &str) -> Option<Arc<dyn Transform>> {
+pub(crate) fn lookup(name: &str) -> Option<Arc<dyn Transform>> {
     registry().read().get(name).cloned()
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Settings {
-    #[serde(default)]
-    function: Option<String>,
-    #[serde(default)]
-    script: Option<String>,
-    #[serde(default)]
-    timeout_ms: Option<u64>,
-    #[serde(default)]
-    memory_bytes: Option<usize>,
-    inputs: Vec<String>,
-    output: String,
-    #[serde(default)]
-    batch: Option<usize>,
-    #[serde(default)]
-    parallel: Option<usize>,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default = "yes")]
-    enabled: bool,
 }
 
 /// The most lanes a transform processor may run at once.
 pub const MAX_PARALLEL: usize = 64;
-
-fn yes() -> bool {
-    true
-}
 
 /// A checked transform processor.
 #[derive(Clone)]
@@ -254,7 +238,7 @@ pub struct TransformSpec {
     pub enabled: bool,
     pub transform: Arc<dyn Transform>,
     /// Kafka topics or a NATS stream to read instead of the service's change log.
-    pub source: Option<crate::source::Source>,
+    pub source: Option<Arc<dyn crate::source::Source>>,
 }
 
 impl std::fmt::Debug for TransformSpec {
@@ -266,125 +250,6 @@ impl std::fmt::Debug for TransformSpec {
             .field("output", &self.output)
             .finish()
     }
-}
-
-/// Checks a `rust` or `script` processor; `base` is the directory script paths are relative
-/// to (the config file's).
-pub fn compile(
-    name: &str,
-    kind: &'static str,
-    settings: &Value,
-    entities: &[EntityInfo],
-    base: &std::path::Path,
-) -> Result<TransformSpec, SettingError> {
-    let s: Settings = parse_settings(settings)?;
-    let known = |e: &str, field: &str| -> Result<(), SettingError> {
-        if entities.iter().any(|x| x.name == e) {
-            Ok(())
-        } else {
-            let names: Vec<&str> = entities.iter().map(|x| x.name.as_str()).collect();
-            Err(SettingError::new(
-                field,
-                format!(
-                    "unknown entity `{e}` (this config has: {})",
-                    names.join(", ")
-                ),
-            ))
-        }
-    };
-    known(&s.output, "output")?;
-    if s.inputs.is_empty() {
-        return Err(SettingError::new(
-            "inputs",
-            "name at least one entity to read",
-        ));
-    }
-    for (i, e) in s.inputs.iter().enumerate() {
-        known(e, &format!("inputs[{i}]"))?;
-    }
-    if let Some(b) = s.batch {
-        if !(1..=10_000).contains(&b) {
-            return Err(SettingError::new("batch", "must be between 1 and 10000"));
-        }
-    }
-    let parallel = s.parallel.unwrap_or(1);
-    if !(1..=MAX_PARALLEL).contains(&parallel) {
-        return Err(SettingError::new(
-            "parallel",
-            format!("must be between 1 and {MAX_PARALLEL}"),
-        ));
-    }
-    if let Some(k) = &s.key {
-        if k.trim().is_empty() {
-            return Err(SettingError::new(
-                "key",
-                "name the payload field whose value orders the inputs",
-            ));
-        }
-    }
-    let transform: Arc<dyn Transform> = match kind {
-        "rust" => {
-            if s.script.is_some() || s.timeout_ms.is_some() || s.memory_bytes.is_some() {
-                return Err(SettingError::new(
-                    "script",
-                    "`script`, `timeout_ms` and `memory_bytes` are for `type = \"script\"`",
-                ));
-            }
-            let Some(function) = s.function else {
-                return Err(SettingError::new(
-                    "function",
-                    "name the registered function to run",
-                ));
-            };
-            lookup(&function).ok_or_else(|| {
-                SettingError::new(
-                    "function",
-                    format!(
-                        "no function `{function}` is registered in this build (it has: {})",
-                        transform_names().join(", ")
-                    ),
-                )
-            })?
-        }
-        _ => {
-            if s.function.is_some() {
-                return Err(SettingError::new(
-                    "function",
-                    "`function` is for `type = \"rust\"`; a script processor takes `script`",
-                ));
-            }
-            let Some(script) = s.script else {
-                return Err(SettingError::new(
-                    "script",
-                    "the script's file, relative to the config file",
-                ));
-            };
-            let path = base.join(&script);
-            let source = std::fs::read_to_string(&path).map_err(|e| {
-                SettingError::new("script", format!("cannot read {}: {e}", path.display()))
-            })?;
-            let limits = crate::script::Limits {
-                timeout: std::time::Duration::from_millis(s.timeout_ms.unwrap_or(100).max(1)),
-                memory_bytes: s.memory_bytes.unwrap_or(16 << 20).max(1 << 20),
-            };
-            Arc::new(
-                crate::script::Script::new(&path.display().to_string(), &source, limits, parallel)
-                    .map_err(|e| SettingError::new("script", e))?,
-            )
-        }
-    };
-    Ok(TransformSpec {
-        name: name.to_owned(),
-        kind,
-        inputs: s.inputs,
-        output: s.output,
-        batch: s.batch.unwrap_or(100),
-        parallel,
-        key: s.key,
-        enabled: s.enabled,
-        transform,
-        source: None,
-    })
 }
 
 /// A transform processor's batches.
@@ -547,7 +412,7 @@ async fn unchanged(
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of milliseconds since the epoch.
 pub fn iso_time(ms: i64) -> String {
-    let (y, mo, d) = crate::acc::civil_from_days(ms.div_euclid(86_400_000));
+    let (y, mo, d) = crate::time::civil_from_days(ms.div_euclid(86_400_000));
     let day_ms = ms.rem_euclid(86_400_000);
     format!(
         "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
@@ -808,35 +673,5 @@ mod tests {
         let p = planner(slow.clone(), 1, None);
         p.plan(&NoIo, &keyed_inputs()[..8]).await.unwrap();
         assert_eq!(slow.most.load(std::sync::atomic::Ordering::SeqCst), 1);
-    }
-
-    #[test]
-    fn parallel_and_key_are_checked() {
-        let entities: Vec<EntityInfo> = ["event", "processedevent"]
-            .into_iter()
-            .map(|name| EntityInfo {
-                name: name.into(),
-                fields: None,
-                properties: None,
-            })
-            .collect();
-        let base = std::path::Path::new(".");
-        let ok = json!({"function": "events.enrich", "inputs": ["event"], "output": "processedevent", "parallel": 8, "key": "name"});
-        let spec = compile("p", "rust", &ok, &entities, base).unwrap();
-        assert_eq!((spec.parallel, spec.key.as_deref()), (8, Some("name")));
-        for (bad, field) in [
-            (json!({"parallel": 0}), "parallel"),
-            (json!({"parallel": 65}), "parallel"),
-            (json!({"key": " "}), "key"),
-        ] {
-            let mut s = ok.clone();
-            s.as_object_mut().unwrap().remove("parallel");
-            s.as_object_mut().unwrap().remove("key");
-            for (k, v) in bad.as_object().unwrap() {
-                s[k] = v.clone();
-            }
-            let e = compile("p", "rust", &s, &entities, base).unwrap_err();
-            assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
-        }
     }
 }

@@ -21,6 +21,7 @@ mod error;
 pub mod list;
 mod openapi;
 pub mod params;
+mod response;
 mod routes;
 
 pub use error::RestError;

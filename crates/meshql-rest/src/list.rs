@@ -27,7 +27,8 @@
 //!   documents created concurrently in the same millisecond.
 
 use crate::error::RestError;
-use crate::routes::{array_of, json_response};
+pub use crate::params::{MAX_AFTER, MAX_LIMIT, PAGE_ROWS};
+use crate::response::{array_of, json_response};
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::Response;
@@ -36,9 +37,6 @@ use meshql_core::{now_millis, Action, Envelope, Millis};
 use meshql_engine::{EntityService, Session};
 use std::sync::Arc;
 
-/// Documents in the first page of a list (a list shorter than this is one response body),
-/// and in a requested page without `limit`.
-pub const PAGE_ROWS: usize = 1_000;
 /// Payload bytes a streamed page holds at most after the first, from the sizes seen so far:
 /// pages of large documents hold fewer of them (at least [`MIN_PAGE_ROWS`]), pages of small
 /// ones at most [`MAX_PAGE_ROWS`]. (Larger pages of small documents saved little on
@@ -48,10 +46,6 @@ pub const PAGE_ROWS: usize = 1_000;
 pub const PAGE_BYTES: usize = 1 << 20;
 const MIN_PAGE_ROWS: usize = 16;
 const MAX_PAGE_ROWS: usize = PAGE_ROWS;
-/// The largest `limit` a client may ask for.
-pub const MAX_LIMIT: usize = 10_000;
-/// The longest `after` accepted (longer than any stored id).
-pub const MAX_AFTER: usize = 1_024;
 
 /// The list's query parameters.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

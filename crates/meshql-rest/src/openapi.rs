@@ -1,6 +1,6 @@
 //! The OpenAPI 3 document of a restlette.
 
-use crate::list;
+use crate::params;
 use serde_json::{json, Value};
 
 /// OpenAPI 3.0 schemas do not accept `$schema`/`$id`; everything else of draft-07 that
@@ -54,15 +54,15 @@ pub fn openapi_document(
         path.to_owned(),
         json!({
             "get": {"operationId": "list", "summary": format!("List current {entity} documents"),
-                    "description": format!("Without parameters: every current document, in id order, streamed as it is read (one snapshot, as of the request). With `limit` and/or `after`: one page of them; when more follow, a `Link` header (rel=\"next\") gives the next page's URL. A page holds at most {} documents. With `at`: the documents as they were at that moment. Any other query parameter is a 400.", list::MAX_LIMIT),
+                    "description": format!("Without parameters: every current document, in id order, streamed as it is read (one snapshot, as of the request). With `limit` and/or `after`: one page of them; when more follow, a `Link` header (rel=\"next\") gives the next page's URL. A page holds at most {} documents. With `at`: the documents as they were at that moment. Any other query parameter is a 400.", params::MAX_LIMIT),
                     "security": security,
                     "parameters": [
                         {"name": "limit", "in": "query", "required": false,
-                         "description": format!("documents in the page (default {} when `after` is given)", list::PAGE_ROWS),
-                         "schema": {"type": "integer", "minimum": 1, "maximum": list::MAX_LIMIT}},
+                         "description": format!("documents in the page (default {} when `after` is given)", params::PAGE_ROWS),
+                         "schema": {"type": "integer", "minimum": 1, "maximum": params::MAX_LIMIT}},
                         {"name": "after", "in": "query", "required": false,
                          "description": "the page starts after this id (the last id of the previous page)",
-                         "schema": {"type": "string", "minLength": 1, "maxLength": list::MAX_AFTER}},
+                         "schema": {"type": "string", "minLength": 1, "maxLength": params::MAX_AFTER}},
                         at_param
                     ],
                     "responses": {"200": page, "400": error}},

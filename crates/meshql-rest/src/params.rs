@@ -14,6 +14,14 @@
 use crate::error::RestError;
 use meshql_core::Millis;
 
+/// Documents in the first page of a list (a list shorter than this is one response body),
+/// and in a requested page without `limit`.
+pub const PAGE_ROWS: usize = 1_000;
+/// The largest `limit` a client may ask for.
+pub const MAX_LIMIT: usize = 10_000;
+/// The longest `after` accepted (longer than any stored id).
+pub const MAX_AFTER: usize = 1_024;
+
 /// `GET P`.
 pub const LIST: &[&str] = &["limit", "after", "at"];
 /// `GET P/{id}`.

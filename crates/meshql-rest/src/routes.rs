@@ -1,6 +1,7 @@
 //! The restlette's routes and handlers: HTTP in, [`EntityService`] calls, HTTP out.
 
 use crate::error::RestError;
+use crate::response::{array_of, json_response};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
@@ -35,31 +36,6 @@ pub struct Restlette {
 }
 
 type Shared = State<Arc<Restlette>>;
-
-pub(crate) fn json_response(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
-    let mut r = Response::new(body.into());
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-/// `[p1,p2,...]` from stored payload texts, without re-serialising them.
-pub(crate) fn array_of(envelopes: &[Envelope]) -> Vec<u8> {
-    let len = envelopes.iter().map(|e| e.payload.len() + 1).sum::<usize>() + 2;
-    let mut out = Vec::with_capacity(len);
-    out.push(b'[');
-    for (i, e) in envelopes.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(e.payload.as_bytes());
-    }
-    out.push(b']');
-    out
-}
 
 fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())

@@ -79,12 +79,12 @@ fn redact(url: &str) -> String {
 }
 
 fn pools(url: &str, o: &PostgresOptions) -> Result<Arc<Pools>, StoreError> {
-    let crate::tls::Connection {
+    let meshql_pg::tls::Connection {
         mut config,
         mode,
         tls,
         ..
-    } = crate::tls::read_url(url)
+    } = meshql_pg::tls::read_url(url)
         .map_err(|e| StoreError::Invalid(format!("bad PostgreSQL URL {}: {e}", redact(url))))?;
     config.connect_timeout(o.connect_timeout);
     config.options(format!(
@@ -95,9 +95,9 @@ fn pools(url: &str, o: &PostgresOptions) -> Result<Arc<Pools>, StoreError> {
     let build = |max_size: usize| {
         let manager = Manager::from_connect(
             config.clone(),
-            crate::tls::Connector {
+            crate::connector::Connector {
                 tls: tls.clone(),
-                fall_back_to_plain: mode == crate::tls::SslMode::Prefer,
+                fall_back_to_plain: mode == meshql_pg::tls::SslMode::Prefer,
             },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -193,7 +193,7 @@ pub(crate) fn pool_error(e: PoolError) -> StoreError {
 }
 
 pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
-    if let Some(reason) = crate::tls::tls_failure(&e) {
+    if let Some(reason) = meshql_pg::tls::tls_failure(&e) {
         return StoreError::Unavailable(format!(
             "PostgreSQL unavailable: the TLS handshake failed: {reason}"
         ));

@@ -38,6 +38,7 @@
 //! entity tables in `_meshql_outputs`, `_meshql_output_state` and `_meshql_dead_letters`
 //! (`store/outputs.rs`).
 
+mod connector;
 mod db;
 mod pipeline;
 mod pools;
@@ -45,15 +46,8 @@ mod replica;
 mod settings;
 mod sql;
 mod store;
-mod tls;
 
 pub use db::{PostgresDatabase, PostgresOptions};
+pub use meshql_pg::SslMode;
 pub use settings::{PostgresBackend, PostgresSettings};
 pub use store::PostgresStore;
-pub use tls::SslMode;
-
-/// TLS for other clients of a PostgreSQL URL (the `postgres_cdc` processor source): the same
-/// `sslmode` / `sslrootcert` reading and rustls settings as the store's connections.
-pub mod client_tls {
-    pub use crate::tls::{read_url, tls_failure, Connection, SslMode};
-}

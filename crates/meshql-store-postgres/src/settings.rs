@@ -76,9 +76,9 @@ impl Component<Storage> for PostgresBackend {
             ));
         }
         // the URL, its TLS parameters and CA file are checked now, not at the first query
-        crate::tls::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
+        meshql_pg::read_url(&s.url).map_err(|e| SettingError::new("url", e))?;
         if let Some(read_url) = &s.read_url {
-            crate::tls::read_url(read_url).map_err(|e| SettingError::new("read_url", e))?;
+            meshql_pg::read_url(read_url).map_err(|e| SettingError::new("read_url", e))?;
         }
         let mut options = PostgresOptions::new(s.url);
         options.read_url = s.read_url;

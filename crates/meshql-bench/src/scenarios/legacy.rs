@@ -50,7 +50,7 @@ use crate::server::{LocalServer, ServerSpec};
 use crate::stats::Outcome;
 use async_trait::async_trait;
 use http::Method;
-use meshql_process::mapping::legacy_id;
+use meshql_core::legacy_id::legacy_id;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};

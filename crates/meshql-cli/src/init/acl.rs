@@ -1,8 +1,8 @@
 //! `--acl`: what a mapping makes of each column — the guessed transformations, their review
 //! comments and the clean field's JSON Schema and SDL type.
 
+use super::fields::{enum_values, link_names, Field, Link};
 use super::introspect::{Column, Kind, Table, SAMPLE_LIMIT};
-use super::model::{enum_values, link_names, Field, Link};
 use super::names::{self, clean, expand, toml_key, toml_str, unique, words};
 use serde_json::{json, Value};
 

@@ -2,26 +2,11 @@
 //! resolvers and, with `--acl`, the mapping of each field from the table's columns.
 
 use super::acl::acl_fields;
-use super::introspect::{Allowed, Catalog, Column, Kind, Table};
-use super::names::{self, camel, clean, expand, ident, pascal, plural, type_name, unique, words};
+pub use super::fields::Field;
+use super::fields::{enum_values, link_names, Link};
+use super::introspect::{Catalog, Column, Kind, Table};
+use super::names::{camel, clean, ident, pascal, plural, type_name, unique};
 use serde_json::{json, Map, Value};
-
-/// One field of an entity.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Field {
-    pub name: String,
-    /// The property's JSON Schema.
-    pub schema: Value,
-    /// Its SDL type, without `!`.
-    pub gql: String,
-    pub required: bool,
-    /// The column it comes from, when it is one column's value as it is (for `getBy…`).
-    pub column: Option<String>,
-    /// `--acl`: the mapping's declaration of the field (a TOML value).
-    pub mapping: Option<String>,
-    /// `--acl`: what was guessed, for a `# review:` comment.
-    pub review: Option<String>,
-}
 
 /// A root query binding `{"payload.<field>": "{{<arg>}}"}`.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,22 +70,6 @@ pub struct Model {
     pub entities: Vec<Entity>,
     /// Tables not generated, and why.
     pub skipped: Vec<(String, String)>,
-}
-
-/// A foreign key between two generated tables.
-#[derive(Debug, Clone)]
-pub(super) struct Link {
-    pub child: usize,
-    pub fk: usize,
-    pub parent: usize,
-    /// The child's columns in the order of the parent's primary key (`--acl`), else as the
-    /// constraint lists them.
-    pub key: Vec<String>,
-    /// Several foreign keys of the child refer to this parent, or the child is the parent.
-    pub ambiguous: bool,
-    /// Set while the child's fields are made.
-    pub field: String,
-    pub role: String,
 }
 
 /// Whether `postgres_cdc` can name the table (an unquoted identifier in lower case, its
@@ -256,43 +225,6 @@ fn find_links(tables: &[Table], acl: bool) -> Vec<Link> {
     links
 }
 
-/// The link's field name (before de-duplication) and role (what the parent is to the
-/// child: `customer_account`, `manager`).
-pub(super) fn link_names(
-    t: &Table,
-    link: &Link,
-    parent_entity: &str,
-    acl: bool,
-) -> (String, String) {
-    let fk = &t.foreign_keys[link.fk];
-    if !link.ambiguous {
-        let field = if !acl && fk.columns.len() == 1 {
-            ident(&fk.columns[0])
-        } else {
-            format!("{parent_entity}_id")
-        };
-        return (field, parent_entity.to_owned());
-    }
-    let base = if acl {
-        names::snake(&expand(
-            &fk.columns.iter().flat_map(|c| words(c)).collect::<Vec<_>>(),
-        ))
-    } else {
-        ident(&fk.columns.join("_"))
-    };
-    let role = base
-        .strip_suffix("_id")
-        .filter(|r| !r.is_empty())
-        .unwrap_or(&base)
-        .to_owned();
-    let field = if !acl && fk.columns.len() == 1 {
-        base
-    } else {
-        format!("{role}_id")
-    };
-    (field, role)
-}
-
 /// The fields of a plain entity: one per column (foreign keys to generated tables hold the
 /// parent document's id).
 fn plain_fields(
@@ -419,23 +351,6 @@ fn plain_schema(c: &Column) -> (Value, String) {
     } else {
         (item, gql.to_owned())
     }
-}
-
-/// The values a CHECK constraint allows, as JSON.
-pub(super) fn enum_values(allowed: &Allowed, c: &Column) -> Value {
-    Value::Array(
-        allowed
-            .values
-            .iter()
-            .map(|v| match (&c.kind, allowed.numeric) {
-                (Kind::Int(_), true) => v.parse::<i64>().map_or(json!(v), |n| json!(n)),
-                (Kind::Numeric | Kind::Float, true) => {
-                    v.parse::<f64>().map_or(json!(v), |n| json!(n))
-                }
-                _ => json!(v),
-            })
-            .collect(),
-    )
 }
 
 /// `getBy<Field>` singletons for single-column unique constraints (and a primary key that
@@ -569,7 +484,7 @@ pub fn json_schema(e: &Entity, acl: bool) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::super::introspect::ForeignKey;
+    use super::super::introspect::{Allowed, ForeignKey};
     use super::*;
 
     fn col(name: &str, sql_type: &str, kind: Kind, not_null: bool) -> Column {

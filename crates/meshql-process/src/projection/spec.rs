@@ -159,7 +159,7 @@ pub struct ProjectionSpec {
     pub lookups: Vec<Lookup>,
     pub derive: Vec<(String, Expr)>,
     /// Kafka topics or a NATS stream to read instead of the service's change log.
-    pub source: Option<crate::source::Source>,
+    pub source: Option<std::sync::Arc<dyn crate::source::Source>>,
 }
 
 impl ProjectionSpec {

@@ -1,6 +1,6 @@
 //! TLS for the `postgres_cdc` source's connections to the legacy database, with the same
 //! `sslmode` / `sslrootcert` reading and rustls settings as meshql's PostgreSQL store
-//! (`meshql_store_postgres::client_tls`).
+//! ([`crate::tls`]).
 //!
 //! The SQL connection (catalog, snapshot copy) is tokio-postgres with the store's connector.
 //! The replication connection is pgwire-replication's, whose own TLS would bring a second
@@ -11,7 +11,7 @@
 //! client settings, then the bytes both ways. With `sslmode=prefer` a server that does not
 //! offer TLS (or whose handshake fails) is reached in clear, as libpq and the store do.
 
-use meshql_store_postgres::client_tls::{self, SslMode};
+use crate::tls::{self as client_tls, SslMode};
 use parking_lot::Mutex;
 use rustls::pki_types::ServerName;
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a URL asks of TLS: `None` when it is `sslmode=disable` or names a Unix socket.
-pub(crate) struct TlsTarget {
+pub struct TlsTarget {
     host: String,
     port: u16,
     mode: SslMode,
@@ -36,7 +36,7 @@ pub(crate) struct TlsTarget {
 
 impl TlsTarget {
     /// Reads `url`'s TLS settings (an error is a sentence for `meshql check`).
-    pub(crate) fn of(url: &str) -> Result<Option<TlsTarget>, String> {
+    pub fn of(url: &str) -> Result<Option<TlsTarget>, String> {
         let c = client_tls::read_url(url)?;
         if c.mode == SslMode::Disable {
             return Ok(None);
@@ -56,7 +56,7 @@ impl TlsTarget {
 
 /// A private Unix socket whose connections are carried to the server over TLS; closed (its
 /// directory removed, its connections cut) when dropped.
-pub(crate) struct Tunnel {
+pub struct Tunnel {
     dir: PathBuf,
     task: tokio::task::JoinHandle<()>,
     /// Why the last connection could not be carried (for the error the client then sees).
@@ -66,7 +66,7 @@ pub(crate) struct Tunnel {
 impl Tunnel {
     /// Opens the socket `<dir>/.s.PGSQL.<port>` (the name libpq and pgwire-replication give a
     /// socket directory and port) for `target`.
-    pub(crate) fn open(target: TlsTarget) -> Result<Tunnel, String> {
+    pub fn open(target: TlsTarget) -> Result<Tunnel, String> {
         let dir = std::env::temp_dir().join(format!("meshql-pgtls-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         #[cfg(unix)]
@@ -100,12 +100,12 @@ impl Tunnel {
     }
 
     /// The directory to give pgwire-replication as its host.
-    pub(crate) fn socket_dir(&self) -> String {
+    pub fn socket_dir(&self) -> String {
         self.dir.to_string_lossy().into_owned()
     }
 
     /// Why the last connection could not be carried, if it could not.
-    pub(crate) fn failure(&self) -> Option<String> {
+    pub fn failure(&self) -> Option<String> {
         self.failure.lock().take()
     }
 }

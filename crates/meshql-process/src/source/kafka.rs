@@ -23,15 +23,17 @@
 //! stopped, whatever Kafka's own group offsets say. A broker that is down is retried with
 //! backoff; the processor's `errors` count meanwhile.
 
-pub use crate::envelope::Format;
-use crate::envelope::{self, Origin};
 use crate::plan::Input;
-use crate::runtime::{Item, ProcessorHandler};
-use crate::source::{scoped, SourceCounters};
-use meshql_core::{parse_settings, SettingError, StateWrite};
+use crate::plan::Item;
+use crate::source::contract::{scoped, Intake, Source, SourceCounters, SourceRun, Sources};
+pub use crate::source::envelope::Format;
+use crate::source::envelope::{self, Origin};
+use async_trait::async_trait;
+use meshql_core::{parse_settings, Component, SettingError, StateWrite};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -44,9 +46,9 @@ fn debezium() -> Format {
     Format::Debezium
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Settings {
+pub struct Settings {
     #[serde(rename = "type")]
     kind: String,
     brokers: String,
@@ -70,9 +72,51 @@ pub struct KafkaSource {
     pub options: BTreeMap<String, String>,
 }
 
+/// Registers the Kafka source (`type = "kafka"`).
+pub struct KafkaSourceType;
+
+impl Component<Sources> for KafkaSourceType {
+    const KIND: &'static str = "kafka";
+    type Settings = Settings;
+
+    fn parse(&self, settings: &Value) -> Result<Settings, SettingError> {
+        parse_settings(settings).map_err(scoped)
+    }
+
+    fn build(&self, s: Settings, _: &()) -> Result<Arc<dyn Source>, SettingError> {
+        Ok(Arc::new(checked(s)?))
+    }
+}
+
 /// Checks a processor's `source = { type = "kafka", … }` block.
 pub fn compile(settings: &Value) -> Result<KafkaSource, SettingError> {
-    let s: Settings = parse_settings(settings).map_err(scoped)?;
+    checked(parse_settings(settings).map_err(scoped)?)
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    fn kind(&self) -> &'static str {
+        "kafka"
+    }
+
+    async fn run(self: Arc<Self>, run: SourceRun) {
+        let SourceRun {
+            name,
+            inputs,
+            batch,
+            intake,
+            counters,
+            stop,
+        } = run;
+        read(name, (*self).clone(), inputs, batch, intake, counters, stop).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+fn checked(s: Settings) -> Result<KafkaSource, SettingError> {
     if s.kind != "kafka" {
         return Err(SettingError::new(
             "source.type",
@@ -139,12 +183,12 @@ pub(crate) fn input_of(
 }
 
 /// Reads the topics into `handler` until `stop`.
-pub(crate) async fn run(
+async fn read(
     name: String,
     source: KafkaSource,
     inputs: Vec<String>,
     batch: usize,
-    handler: Arc<ProcessorHandler>,
+    handler: Arc<dyn Intake>,
     counters: Arc<SourceCounters>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -162,7 +206,7 @@ pub(crate) async fn run(
                 _ = stop.changed() => return,
             }
         }
-        let consumer = match connect(&name, &source, &handler).await {
+        let consumer = match connect(&name, &source, handler.as_ref()).await {
             Ok(c) => c,
             Err(e) => {
                 failures += 1;
@@ -171,7 +215,7 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        let mut position = handler.position.load(Ordering::Acquire);
+        let mut position = handler.position();
         let mut lag_checked = std::time::Instant::now();
         loop {
             let first = tokio::select! {
@@ -332,7 +376,7 @@ fn needs_reconnect(e: &rdkafka::error::KafkaError) -> bool {
 async fn connect(
     name: &str,
     source: &KafkaSource,
-    handler: &ProcessorHandler,
+    handler: &dyn Intake,
 ) -> Result<Arc<StreamConsumer>, String> {
     handler.ensure_loaded().await.map_err(|e| e.0)?;
     let mut config = ClientConfig::new();
@@ -375,12 +419,7 @@ async fn connect(
         ));
     }
     let keys: Vec<String> = partitions.iter().map(|(t, p)| offset_key(t, *p)).collect();
-    let stored = handler
-        .output
-        .writer()
-        .output_state(&handler.name, &keys)
-        .await
-        .map_err(|e| e.to_string())?;
+    let stored = handler.state(&keys).await.map_err(|e| e.to_string())?;
     let mut list = TopicPartitionList::new();
     for ((t, p), key) in partitions.iter().zip(&keys) {
         let offset = stored

@@ -32,12 +32,14 @@
 //! warns and reads the new stream from its start. A stream whose first message is past the
 //! committed sequence lost messages to its limits: the processor warns and goes on.
 
-use crate::envelope::{self, Format, Origin};
-use crate::runtime::{Item, ProcessorHandler};
-use crate::source::{scoped, SourceCounters};
+use crate::plan::Item;
+use crate::source::contract::{scoped, Intake, Source, SourceCounters, SourceRun, Sources};
+use crate::source::envelope::{self, Format, Origin};
 use async_nats::jetstream::{self, consumer};
+use async_trait::async_trait;
 use futures::StreamExt as _;
-use meshql_core::{parse_settings, SettingError, StateWrite};
+use meshql_core::{parse_settings, Component, SettingError, StateWrite};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -50,9 +52,9 @@ fn meshql() -> Format {
     Format::Meshql
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct Settings {
+pub struct Settings {
     #[serde(rename = "type")]
     kind: String,
     url: String,
@@ -127,9 +129,51 @@ fn servers(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
         .collect()
 }
 
+/// Registers the NATS JetStream source (`type = "nats"`).
+pub struct NatsSourceType;
+
+impl Component<Sources> for NatsSourceType {
+    const KIND: &'static str = "nats";
+    type Settings = Settings;
+
+    fn parse(&self, settings: &Value) -> Result<Settings, SettingError> {
+        parse_settings(settings).map_err(scoped)
+    }
+
+    fn build(&self, s: Settings, _: &()) -> Result<Arc<dyn Source>, SettingError> {
+        Ok(Arc::new(checked(s)?))
+    }
+}
+
 /// Checks a processor's `source = { type = "nats", … }` block.
 pub fn compile(settings: &Value) -> Result<NatsSource, SettingError> {
-    let s: Settings = parse_settings(settings).map_err(scoped)?;
+    checked(parse_settings(settings).map_err(scoped)?)
+}
+
+#[async_trait]
+impl Source for NatsSource {
+    fn kind(&self) -> &'static str {
+        "nats"
+    }
+
+    async fn run(self: Arc<Self>, run: SourceRun) {
+        let SourceRun {
+            name,
+            inputs,
+            batch,
+            intake,
+            counters,
+            stop,
+        } = run;
+        read(name, (*self).clone(), inputs, batch, intake, counters, stop).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+fn checked(s: Settings) -> Result<NatsSource, SettingError> {
     if s.kind != "nats" {
         return Err(SettingError::new(
             "source.type",
@@ -221,12 +265,12 @@ fn input_of(
 }
 
 /// Reads the stream into `handler` until `stop`.
-pub(crate) async fn run(
+async fn read(
     name: String,
     source: NatsSource,
     inputs: Vec<String>,
     batch: usize,
-    handler: Arc<ProcessorHandler>,
+    handler: Arc<dyn Intake>,
     counters: Arc<SourceCounters>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -237,7 +281,7 @@ pub(crate) async fn run(
         if *stop.borrow() {
             return;
         }
-        if !crate::source::back_off(failures, &mut stop).await {
+        if !crate::source::contract::back_off(failures, &mut stop).await {
             return;
         }
         let attempt = async {
@@ -247,7 +291,7 @@ pub(crate) async fn run(
             let js = jetstream::ContextBuilder::new()
                 .timeout(Duration::from_secs(5))
                 .build(client.clone().expect("connected above"));
-            open(&name, &source, &handler, &js, batch).await
+            open(&name, &source, handler.as_ref(), &js, batch).await
         };
         let opened = tokio::select! {
             o = attempt => o,
@@ -262,7 +306,7 @@ pub(crate) async fn run(
                 continue;
             }
         };
-        let mut position = handler.position.load(Ordering::Acquire);
+        let mut position = handler.position();
         // the consumer's deliveries are numbered from 1: a gap is a message lost on the way
         let mut delivered: u64 = 0;
         loop {
@@ -395,16 +439,14 @@ async fn connect_client(name: &str, source: &NatsSource) -> Result<async_nats::C
 async fn open(
     name: &str,
     source: &NatsSource,
-    handler: &ProcessorHandler,
+    handler: &dyn Intake,
     js: &jetstream::Context,
     batch: usize,
 ) -> Result<consumer::pull::Stream, String> {
     handler.ensure_loaded().await.map_err(|e| e.0)?;
     let key = sequence_key(&source.stream);
     let stored = handler
-        .output
-        .writer()
-        .output_state(&handler.name, std::slice::from_ref(&key))
+        .state(std::slice::from_ref(&key))
         .await
         .map_err(|e| e.to_string())?
         .get(&key)

@@ -15,7 +15,6 @@
 //! `~/.postgresql/root.crt` as libpq does, and are a configuration error when that does not
 //! exist. Both parameters are taken out of the URL before tokio-postgres reads the rest.
 
-use futures::future::BoxFuture;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
@@ -386,13 +385,6 @@ impl ServerCertVerifier for ChainOnly {
     }
 }
 
-/// Opens pool connections; under `prefer`, a server whose TLS handshake fails is connected to
-/// again without TLS, as libpq does.
-pub(crate) struct Connector {
-    pub tls: MakeRustlsConnect,
-    pub fall_back_to_plain: bool,
-}
-
 /// Whether a connection error came from the TLS layer (a handshake failure, a certificate
 /// refused) rather than from the network or the server.
 pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
@@ -411,42 +403,6 @@ pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         cur = err.source();
     }
     None
-}
-
-impl deadpool_postgres::Connect for Connector {
-    fn connect(
-        &self,
-        pg_config: &tokio_postgres::Config,
-    ) -> BoxFuture<
-        '_,
-        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
-    > {
-        let config = pg_config.clone();
-        Box::pin(async move {
-            let (client, connection) = match config.connect(self.tls.clone()).await {
-                Ok(pair) => pair,
-                Err(e) if self.fall_back_to_plain => match tls_failure(&e) {
-                    Some(reason) => {
-                        tracing::warn!(
-                            "PostgreSQL: the TLS handshake failed ({reason}); sslmode=prefer: \
-                             connecting without TLS"
-                        );
-                        let mut plain = config.clone();
-                        plain.ssl_mode(PgSslMode::Disable);
-                        plain.connect(self.tls.clone()).await?
-                    }
-                    None => return Err(e),
-                },
-                Err(e) => return Err(e),
-            };
-            let task = tokio::spawn(async move {
-                if let Err(e) = connection.await {
-                    tracing::warn!("PostgreSQL connection error: {e}");
-                }
-            });
-            Ok((client, task))
-        })
-    }
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
 /// How a source's messages are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     Debezium,
