@@ -14,7 +14,7 @@
 //!   was last true: how old the answers of the local state may be. Reads go on meanwhile;
 //!   both are in `/metrics` and `behind_ms` in a response header.
 
-use crate::materialise::Applied;
+use crate::applied::Applied;
 use parking_lot::Mutex;
 use rdkafka::consumer::ConsumerContext;
 use rdkafka::ClientContext;

@@ -78,6 +78,7 @@
 //! by something else) is skipped with a logged reason and counted; it never stops the
 //! materialiser.
 
+pub mod applied;
 pub mod database;
 pub mod health;
 pub mod materialise;

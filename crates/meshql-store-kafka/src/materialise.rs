@@ -25,6 +25,7 @@
 //! acknowledge once its own record is applied (read-your-writes by offset), and what `/metrics`
 //! and the lag header read ([`crate::health`]).
 
+pub use crate::applied::Applied;
 use crate::health::{Brokers, ConsumerWatch, Health, STATS_INTERVAL_MS};
 use crate::record;
 use crate::settings::KafkaStorage;
@@ -57,31 +58,6 @@ const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 /// [`past_markers`]), and the longest wait between two readings of a quiet topic.
 const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
 const IDLE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// What this process has applied of a topic.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// Partition → the next offset to apply (every record before it is applied).
-    pub next: BTreeMap<i32, i64>,
-    /// Records that were not envelopes, skipped since start.
-    pub skipped: u64,
-    /// Why the last batch could not be applied, while it is being tried again.
-    pub stalled: Option<String>,
-}
-
-impl Applied {
-    /// Whether the record at `offset` of `partition` is applied.
-    pub fn covers(&self, partition: i32, offset: i64) -> bool {
-        self.next.get(&partition).is_some_and(|n| *n > offset)
-    }
-
-    /// Records still to apply before `ends` (partition → its end offset), summed.
-    pub fn behind(&self, ends: impl IntoIterator<Item = (i32, i64)>) -> i64 {
-        ends.into_iter()
-            .map(|(p, end)| (end - self.next.get(&p).copied().unwrap_or(0)).max(0))
-            .sum()
-    }
-}
 
 /// Why the materialiser stopped.
 #[derive(Debug, thiserror::Error)]

@@ -11,8 +11,8 @@
 //! the write fails as unavailable — a record the broker did take is still applied when it is
 //! read, as any record of another writer would be.
 
+use crate::applied::Applied;
 use crate::health::Brokers;
-use crate::materialise::Applied;
 use crate::record;
 use crate::settings::KafkaStorage;
 use meshql_core::StoreError;

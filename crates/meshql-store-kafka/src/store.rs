@@ -10,9 +10,9 @@
 //! succeed: the later offset is the current version (what one process does with concurrent
 //! writes of one id too). A bulk write is one Kafka transaction: all or nothing.
 
+use crate::applied::Applied;
 use crate::database::KafkaDatabase;
 use crate::health::Health;
-use crate::materialise::Applied;
 use crate::produce::Writer;
 use async_trait::async_trait;
 use meshql_core::{

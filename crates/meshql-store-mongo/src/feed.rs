@@ -79,7 +79,7 @@
 //!   reads the feed while the numbering still runs skips the numbers not yet written once
 //!   its grace period is over.
 
-use crate::store::{error, is_duplicate_key};
+use crate::error::{error, is_duplicate_key};
 use futures::TryStreamExt;
 use meshql_core::StoreError;
 use mongodb::bson::{doc, oid::ObjectId, Bson, Document};

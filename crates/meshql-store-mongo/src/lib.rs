@@ -95,6 +95,7 @@
 //! each batch a leftover journal is applied again first. Readers of the entity would still see
 //! a batch's versions appear one by one, unlike on the SQL backends.
 
+mod error;
 pub mod feed;
 mod replica;
 mod settings;

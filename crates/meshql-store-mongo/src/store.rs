@@ -1,5 +1,6 @@
 //! [`MongoStore`]: one entity collection.
 
+use crate::error::{error, is_duplicate_key};
 use crate::feed::{Feed, Hold, CLOCK_COLLECTION, DEFAULT_FEED_GRACE};
 use async_trait::async_trait;
 use futures::TryStreamExt;
@@ -85,31 +86,6 @@ pub struct MongoDatabase {
 impl std::fmt::Debug for MongoDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MongoDatabase")
-    }
-}
-
-pub(crate) fn error(e: mongodb::error::Error) -> StoreError {
-    use mongodb::error::ErrorKind;
-    match *e.kind {
-        ErrorKind::Io(_)
-        | ErrorKind::ServerSelection { .. }
-        | ErrorKind::ConnectionPoolCleared { .. }
-        | ErrorKind::Shutdown => StoreError::Unavailable(format!("MongoDB unavailable: {e}")),
-        _ => StoreError::Query(format!("MongoDB: {e}")),
-    }
-}
-
-/// E11000: an insert hit a unique index.
-pub(crate) fn is_duplicate_key(e: &mongodb::error::Error) -> bool {
-    use mongodb::error::{ErrorKind, WriteFailure};
-    match &*e.kind {
-        ErrorKind::Write(WriteFailure::WriteError(w)) => w.code == 11000,
-        ErrorKind::Command(c) => c.code == 11000,
-        ErrorKind::InsertMany(m) => m
-            .write_errors
-            .as_ref()
-            .is_some_and(|w| w.iter().any(|w| w.code == 11000)),
-        _ => false,
     }
 }
 

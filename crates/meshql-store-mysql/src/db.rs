@@ -52,9 +52,9 @@ pub struct MysqlDatabase {
     wait: Duration,
     pub(crate) nested_sql: bool,
     /// The replica's database (`read_url`): the tables' readers for the API.
-    replica: Option<Arc<MysqlDatabase>>,
+    pub(crate) replica: Option<Arc<MysqlDatabase>>,
     /// Bounds on `replica`.
-    replica_settings: meshql_core::replica::ReplicaSettings,
+    pub(crate) replica_settings: meshql_core::replica::ReplicaSettings,
 }
 
 impl std::fmt::Debug for MysqlDatabase {
@@ -256,29 +256,5 @@ pub(crate) fn my_error(e: mysql_async::Error) -> StoreError {
         mysql_async::Error::Server(s) => StoreError::Query(format!("{}: {}", s.code, s.message)),
         mysql_async::Error::Url(u) => StoreError::Invalid(format!("bad MySQL URL: {u}")),
         other => StoreError::Unavailable(format!("MySQL unavailable: {other}")),
-    }
-}
-
-#[async_trait::async_trait]
-impl meshql_core::Database for MysqlDatabase {
-    fn backend(&self) -> &'static str {
-        "mysql"
-    }
-    fn store(self: Arc<Self>, table: &str) -> meshql_core::DynStore {
-        Arc::new(crate::MysqlStore::new(self, table))
-    }
-    fn replica(self: Arc<Self>, table: &str) -> Option<meshql_core::DynReader> {
-        let replica = self.replica.clone()?;
-        Some(Arc::new(crate::MysqlStore::new(replica, table)))
-    }
-    fn replica_probe(self: Arc<Self>) -> Option<Arc<dyn meshql_core::replica::ReplicaProbe>> {
-        let replica = self.replica.clone()?;
-        Some(Arc::new(crate::replica::MysqlReplicaProbe::new(
-            replica,
-            self.replica_settings,
-        )))
-    }
-    async fn close(&self) {
-        MysqlDatabase::close(self).await;
     }
 }

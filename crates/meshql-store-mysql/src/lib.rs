@@ -25,6 +25,7 @@
 //! entity tables in `_meshql_outputs`, `_meshql_output_state` and `_meshql_dead_letters`
 //! (`store/outputs.rs`).
 
+mod database;
 mod db;
 mod replica;
 mod settings;
