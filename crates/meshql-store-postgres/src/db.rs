@@ -52,7 +52,7 @@ pub struct PostgresDatabase {
     /// `read` is a pool of its own (`read_url`), not a clone of `write`.
     read_pool_of_its_own: bool,
     pub(crate) nested_sql: bool,
-    replica: meshql_core::replica::ReplicaSettings,
+    pub(crate) replica: meshql_core::replica::ReplicaSettings,
     url_for_logs: String,
 }
 
@@ -220,29 +220,6 @@ pub(crate) fn pg_error(e: tokio_postgres::Error) -> StoreError {
             StoreError::Conflict(format!("{}: {}", db.code().code(), db.message()))
         }
         _ => StoreError::Query(format!("{}: {}", db.code().code(), db.message())),
-    }
-}
-
-#[async_trait::async_trait]
-impl meshql_core::Database for PostgresDatabase {
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-    fn store(self: Arc<Self>, table: &str) -> meshql_core::DynStore {
-        Arc::new(crate::PostgresStore::new(self, table))
-    }
-    fn replica(self: Arc<Self>, table: &str) -> Option<meshql_core::DynReader> {
-        crate::PostgresStore::replica(self, table).map(|s| Arc::new(s) as meshql_core::DynReader)
-    }
-    fn replica_probe(self: Arc<Self>) -> Option<Arc<dyn meshql_core::replica::ReplicaProbe>> {
-        let settings = self.replica;
-        self.has_replica().then(|| {
-            Arc::new(crate::replica::PostgresReplicaProbe::new(self, settings))
-                as Arc<dyn meshql_core::replica::ReplicaProbe>
-        })
-    }
-    async fn close(&self) {
-        PostgresDatabase::close(self);
     }
 }
 

@@ -39,6 +39,7 @@
 //! (`store/outputs.rs`).
 
 mod connector;
+mod database;
 mod db;
 mod pipeline;
 mod pools;
