@@ -95,12 +95,17 @@
 //! each batch a leftover journal is applied again first. Readers of the entity would still see
 //! a batch's versions appear one by one, unlike on the SQL backends.
 
+mod database;
+mod db;
+mod document;
 mod error;
 pub mod feed;
+mod filter;
 mod replica;
 mod settings;
 mod store;
 
+pub use db::{MongoDatabase, MongoOptions};
 pub use feed::DEFAULT_FEED_GRACE;
 pub use settings::{MongoBackend, MongoSettings};
-pub use store::{MongoDatabase, MongoOptions, MongoStore};
+pub use store::MongoStore;
