@@ -45,7 +45,7 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The config's `postgres_cdc` sources by database URL: (processor, source) pairs.
 fn sources(config: &Path) -> Result<BTreeMap<String, Vec<(String, PostgresCdcSource)>>, String> {
     let resolved = meshql_config::load(config).map_err(|e| e.to_string())?;
-    let plans = meshql_server::processor_plans(&resolved).map_err(|errors| {
+    let plans = meshql_runtime::processor_plans(&resolved).map_err(|errors| {
         errors
             .iter()
             .map(|e| e.to_string())
@@ -166,7 +166,7 @@ async fn drop_slot(config: &Path, slot: &str, force: bool) -> Result<(), String>
 /// Warnings for `meshql check`: slots of meshql's (`meshql_…`) in the config's legacy
 /// databases that no processor of the config reads, and databases that cannot be asked.
 pub fn orphan_slot_warnings(config: &meshql_config::ResolvedConfig) -> Vec<String> {
-    let Ok(plans) = meshql_server::processor_plans(config) else {
+    let Ok(plans) = meshql_runtime::processor_plans(config) else {
         return Vec::new(); // preflight reports the errors
     };
     let mut by_url: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -217,7 +217,7 @@ pub fn orphan_slot_warnings(config: &meshql_config::ResolvedConfig) -> Vec<Strin
 /// (or a table that does not exist), asked of each legacy database that can be reached (one
 /// that cannot is already a warning of [`orphan_slot_warnings`]).
 pub fn legacy_column_errors(config: &meshql_config::ResolvedConfig) -> Vec<String> {
-    let Ok(plans) = meshql_server::processor_plans(config) else {
+    let Ok(plans) = meshql_runtime::processor_plans(config) else {
         return Vec::new(); // preflight reports the errors
     };
     let mut asks = Vec::new();

@@ -6,6 +6,7 @@ mod changes;
 mod init;
 mod process;
 mod projections;
+mod registries;
 #[cfg(target_os = "linux")]
 mod startup_pages;
 
@@ -160,7 +161,7 @@ fn main() -> ExitCode {
         Command::ConfigSchema => {
             println!(
                 "{}",
-                serde_json::to_string_pretty(&meshql_server::backends::config_json_schema())
+                serde_json::to_string_pretty(&registries::registries().config_json_schema())
                     .expect("JSON serialises")
             );
             ExitCode::SUCCESS
@@ -173,7 +174,7 @@ fn main() -> ExitCode {
                 for w in cdc::orphan_slot_warnings(&c) {
                     eprintln!("warning: {w}");
                 }
-                let mut problems = meshql_server::preflight(&c);
+                let mut problems = meshql_server::preflight(&c, registries::registries());
                 if problems.is_empty() {
                     problems.extend(cdc::legacy_column_errors(&c));
                 }
@@ -314,7 +315,7 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    let app = meshql_server::build(&config).await?;
+    let app = meshql_server::build(&config, registries::registries()).await?;
     let address = format!("{}:{}", config.host, config.port);
     let listener = meshql_server::bind(&address, config.server.listen_backlog)
         .await
@@ -343,7 +344,7 @@ async fn serve(config: meshql_config::ResolvedConfig, started: Instant) -> anyho
         app,
         listener,
         &config.server,
-        meshql_server::shutdown_signal(),
+        meshql_runtime::shutdown_signal(),
     )
     .await?;
     Ok(())

@@ -51,12 +51,12 @@ async fn process(args: ProcessArgs) -> Result<(), String> {
     if let Some(d) = args.data_dir {
         config.set_data_dir(d);
     }
-    let host = meshql_server::host_processors(&config, args.only)
+    let host = meshql_runtime::host_processors(&config, crate::registries::registries(), args.only)
         .await
         .map_err(|e| e.to_string())?;
     let names: Vec<String> = host.stats().into_iter().map(|s| s.name).collect();
     tracing::info!(processors = ?names, "processing; SIGINT or SIGTERM stops");
-    let shutdown = meshql_server::shutdown_signal();
+    let shutdown = meshql_runtime::shutdown_signal();
     tokio::pin!(shutdown);
     let every = Duration::from_secs(args.status_every.max(1));
     loop {

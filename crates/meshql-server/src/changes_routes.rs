@@ -292,7 +292,7 @@ pub async fn changes(
         Ok(a) => a,
         Err(e) => {
             let body = serde_json::json!({"error": e.to_string(), "code": e.kind().code()});
-            return crate::graphql_routes::refused(&e, body.to_string());
+            return crate::graph_endpoint::refused(&e, body.to_string());
         }
     };
     let request = match parse(&endpoint, &params, &headers, &access) {

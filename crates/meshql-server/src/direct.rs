@@ -205,7 +205,12 @@ query = '{"id": "{{id}}"}'
         .unwrap();
         let mut config = meshql_config::load(dir.path()).expect("valid config");
         config.set_data_dir(dir.path().join("data"));
-        let app = crate::build(&config).await.expect("builds");
+        let registries = meshql_runtime::Registries {
+            storage: meshql_core::BackendRegistry::new()
+                .register(meshql_store_memory::MemoryBackend),
+            ..Default::default()
+        };
+        let app = crate::build(&config, &registries).await.expect("builds");
         (dir, app)
     }
 

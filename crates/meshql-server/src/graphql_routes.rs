@@ -4,7 +4,6 @@
 //! it is a 401 with `WWW-Authenticate` (as on REST) and a GraphQL error body whose
 //! `extensions.code` is `UNAUTHENTICATED`, before anything is parsed or executed.
 
-use crate::subscriptions::Subscriptions;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::{rejection::WebSocketUpgradeRejection, WebSocketUpgrade};
@@ -13,31 +12,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
 use axum::Router;
-use meshql_core::AuthError;
-use meshql_engine::EntityService;
-use meshql_graphql::{Budget, GraphqlRequest, Registry, RequestContext};
+use meshql_graphql::{GraphqlRequest, RequestContext};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub struct GraphEndpoint {
-    pub registry: Arc<Registry>,
-    pub index: usize,
-    /// The entity's service: who may read is decided there, as for REST.
-    pub service: Arc<EntityService>,
-    pub page: Bytes,
-    pub body_limit: usize,
-    /// The server's subscriptions (set once the change log is open; absent when the change
-    /// feed is disabled).
-    pub subscriptions: Arc<std::sync::OnceLock<Arc<Subscriptions>>>,
-    /// Read-your-writes: a request carrying a consistency token reads the primary until the
-    /// replica has the token's version.
-    pub read_after: Option<Arc<meshql_engine::ReadAfter>>,
-}
-
-/// A 200 JSON response with `body`.
-pub(crate) fn json_ok(body: Vec<u8>) -> Response {
-    json(StatusCode::OK, body)
-}
+use crate::graph_endpoint::request_error;
+pub use crate::graph_endpoint::GraphEndpoint;
 
 /// Whether the client asks for an event stream (graphql-sse).
 fn wants_event_stream(headers: &HeaderMap) -> bool {
@@ -47,108 +27,7 @@ fn wants_event_stream(headers: &HeaderMap) -> bool {
         .is_some_and(|a| a.contains("text/event-stream"))
 }
 
-fn json(status: StatusCode, body: impl Into<axum::body::Body>) -> Response {
-    let mut r = Response::new(body.into());
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-fn request_error(status: StatusCode, message: String) -> Response {
-    json(
-        status,
-        serde_json::json!({"errors": [{"message": message}]}).to_string(),
-    )
-}
-
-/// The answer to refused credentials: 401 (503 while signing keys are unavailable) with the
-/// `WWW-Authenticate` challenge and `body` as JSON. Shared by GraphQL and `/_changes`.
-pub(crate) fn refused(e: &AuthError, body: String) -> Response {
-    let status = StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
-    let mut r = json(status, body);
-    if let Some(challenge) = e
-        .www_authenticate()
-        .and_then(|c| HeaderValue::from_str(&c).ok())
-    {
-        r.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
-    }
-    r
-}
-
-/// Refused credentials as a GraphQL error body.
-fn refused_request(e: &AuthError) -> Response {
-    let body = serde_json::json!({"errors": [{
-        "message": e.to_string(),
-        "extensions": {"code": e.kind().code()},
-    }]});
-    refused(e, body.to_string())
-}
-
 impl GraphEndpoint {
-    fn context(&self, headers: &HeaderMap) -> Result<RequestContext, AuthError> {
-        let authorization = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        self.context_for(authorization)
-    }
-
-    /// The context of a caller presenting `authorization`.
-    pub(crate) fn context_for(
-        &self,
-        authorization: Option<String>,
-    ) -> Result<RequestContext, AuthError> {
-        let access = self.service.access(authorization.as_deref())?;
-        Ok(RequestContext::new(
-            access,
-            authorization,
-            self.service.read_snapshot(),
-        ))
-    }
-
-    /// The request's context within the budget a calling meshql sent (a federated hop), or
-    /// the response refusing it.
-    async fn context_within(&self, headers: &HeaderMap) -> Result<RequestContext, Box<Response>> {
-        let mut context = self
-            .context(headers)
-            .map_err(|e| Box::new(refused_request(&e)))?;
-        if let Some(token) = headers
-            .get(meshql_engine::consistency::HEADER)
-            .and_then(|v| v.to_str().ok())
-        {
-            if let Some(read_after) = &self.read_after {
-                context.access.from_primary = read_after
-                    .needs_primary(token)
-                    .await
-                    .map_err(|e| Box::new(request_error(StatusCode::BAD_REQUEST, e.to_string())))?;
-            }
-            // relationships resolved over HTTP wait for the same version
-            context.consistency = Some(token.to_owned());
-        }
-        let Some(value) = headers.get(Budget::HEADER) else {
-            return Ok(context);
-        };
-        let budget = value
-            .to_str()
-            .map_err(|_| "not text".to_owned())
-            .and_then(Budget::parse)
-            .map_err(|e| {
-                Box::new(request_error(
-                    StatusCode::BAD_REQUEST,
-                    format!("malformed {} header: {e}", Budget::HEADER),
-                ))
-            })?;
-        Ok(context.within(budget))
-    }
-
-    async fn run(&self, request: GraphqlRequest, context: &RequestContext) -> Response {
-        let body = self.registry.execute(self.index, &request, context).await;
-        json(StatusCode::OK, body)
-    }
-
     /// A request over graphql-sse: a subscription's events, or a query's answer, as an event
     /// stream.
     async fn stream(

@@ -22,13 +22,13 @@ pub struct Ops {
     pub hub: Option<Arc<meshql_changes::Hub>>,
     /// Relays of the change feed (their state is in `/metrics`, never in `/ready`: a broker
     /// that is down does not make the service unready).
-    pub relays: Arc<crate::relays::Relays>,
+    pub relays: Arc<meshql_runtime::Relays>,
     /// Processors of the change feed (their state is in `/metrics` and the console).
     pub processors: Arc<meshql_process::Processors>,
     /// Latency per route, method and status.
     pub requests: Arc<crate::request_metrics::RequestMetrics>,
     /// GraphQL subscriptions, when the change feed is on.
-    pub subscriptions: Arc<std::sync::OnceLock<Arc<crate::subscriptions::Subscriptions>>>,
+    pub subscriptions: Arc<std::sync::OnceLock<Arc<meshql_runtime::Subscriptions>>>,
     /// The read cache (`[cache]`).
     pub cache: Option<Arc<meshql_engine::Cache>>,
 }
@@ -178,7 +178,7 @@ pub async fn metrics(State(ops): State<Arc<Ops>>) -> Response {
         write_feed_metrics(&mut out, hub);
     }
     write_relay_metrics(&mut out, &ops.relays.stats());
-    crate::processors::write_metrics(&mut out, &ops.processors.stats());
+    meshql_runtime::write_processor_metrics(&mut out, &ops.processors.stats());
     if let Some(subscriptions) = ops.subscriptions.get() {
         subscriptions.write_metrics(&mut out);
     }

@@ -17,14 +17,14 @@
 //! error event (`SLOW_SUBSCRIBER`). Every event is computed by [`Subscriptions`] once per
 //! cohort.
 
-use crate::graphql_routes::GraphEndpoint;
-use crate::subscriptions::{Event, Membership, Subscriptions};
+use crate::graph_endpoint::{json_ok, GraphEndpoint};
 use axum::body::{Body, Bytes};
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use axum::http::{header, HeaderValue};
 use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 use meshql_graphql::{GraphqlRequest, RequestContext, Subscribed};
+use meshql_runtime::subscriptions::{Event, Membership, Subscriptions};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -121,8 +121,8 @@ impl Events {
                 .recv()
                 .await
                 .ok_or(match self.hub.ended() {
-                    crate::subscriptions::Ended::Slow => SLOW,
-                    crate::subscriptions::Ended::Closing => CLOSING,
+                    meshql_runtime::subscriptions::Ended::Slow => SLOW,
+                    meshql_runtime::subscriptions::Ended::Closing => CLOSING,
                 });
         }
     }
@@ -174,7 +174,7 @@ pub async fn sse(
         .await;
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     match subscribed {
-        Err(body) => return crate::graphql_routes::json_ok(body),
+        Err(body) => return json_ok(body),
         Ok(Subscribed::Once(body)) => {
             let mut out = Vec::new();
             sse_frame(&mut out, None, "next", &body);
@@ -183,7 +183,7 @@ pub async fn sse(
         }
         Ok(Subscribed::Live(subscription)) => {
             let Some(membership) = hub.join(*subscription, since) else {
-                let mut r = crate::graphql_routes::json_ok(full(hub.max()));
+                let mut r = json_ok(full(hub.max()));
                 *r.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
                 return r;
             };

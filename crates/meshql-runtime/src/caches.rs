@@ -1,6 +1,5 @@
-//! The read cache of a server (`[cache]`): the one place that maps a shared cache's key
-//! (`redis = { … }`) to the crate that implements it ([`registry`], one line per kind),
-//! builds the [`Cache`] every entity's service reads through, keeps it told of the change
+//! The read cache of a server (`[cache]`): a shared cache's key (`redis = { … }`) checked by
+//! the crate registered for it (in [`crate::Registries`]); builds the [`Cache`] every entity's service reads through, keeps it told of the change
 //! feed (writes by other processes), and, for a shared cache that missed an update, retries
 //! until it can be trusted again.
 //!
@@ -8,23 +7,18 @@
 //! to storage (`meshql_cache_bypassed_total` in `/metrics`, one warning in the log) until it
 //! answers again.
 
-use crate::app::BuildError;
+use crate::error::BuildError;
 use meshql_changes::{CopyListener, Listeners};
 use meshql_config::{ConfigError, ResolvedConfig};
 use meshql_core::StoreChange;
 use meshql_engine::{Cache, CacheSettings, SharedCacheRegistry, SharedCacheTarget};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Every shared cache this binary can use, by its key in `[cache]`.
-pub fn registry() -> &'static SharedCacheRegistry {
-    static REGISTRY: OnceLock<SharedCacheRegistry> = OnceLock::new();
-    REGISTRY.get_or_init(|| SharedCacheRegistry::new().register(meshql_cache_redis::RedisBackend))
-}
 
 /// Checks the shared cache's settings with its crate; `Ok(None)` without one.
 pub fn configure(
     config: &ResolvedConfig,
+    registry: &SharedCacheRegistry,
 ) -> Result<Option<Box<dyn SharedCacheTarget>>, Vec<ConfigError>> {
     let Some(shared) = config.cache.as_ref().and_then(|c| c.shared.as_ref()) else {
         return Ok(None);
@@ -35,7 +29,7 @@ pub fn configure(
         field,
         message,
     };
-    let Some(backend) = registry().get(&shared.kind) else {
+    let Some(backend) = registry.get(shared.kind) else {
         return Err(vec![problem(
             format!("cache.{}", shared.kind),
             "this binary has no such shared cache".into(),
@@ -56,7 +50,10 @@ pub fn configure(
 }
 
 /// The cache of `config`'s entities, or `None` without `[cache]`.
-pub async fn build(config: &ResolvedConfig) -> Result<Option<Arc<Cache>>, BuildError> {
+pub async fn build(
+    config: &ResolvedConfig,
+    registry: &SharedCacheRegistry,
+) -> Result<Option<Arc<Cache>>, BuildError> {
     let Some(spec) = &config.cache else {
         return Ok(None);
     };
@@ -67,7 +64,7 @@ pub async fn build(config: &ResolvedConfig) -> Result<Option<Arc<Cache>>, BuildE
         min_hit_rate: spec.min_hit_rate,
     };
     let entities = config.entities.iter().map(|e| e.name.clone());
-    let target = configure(config)
+    let target = configure(config, registry)
         .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
     let cache = match target {
         None => Cache::local(settings, entities),

@@ -1,39 +1,32 @@
-//! The relay registry: the one place that maps a `[[changes.relay]]` `type` to the crate
-//! that implements it ([`registry`], one line per relay), checks each entry's fields, builds
-//! the sinks and starts a [`Relay`] per entry on the hub's log. A relay crate owns its
+//! The relays of a config: each `[[changes.relay]]` entry checked by the relay its `type`
+//! names (registered in [`crate::Registries`]), its sink built, and a [`Relay`] started per
+//! entry on the hub's log. A relay crate owns its
 //! entry's fields (parsing, defaults, checks, JSON Schema) and its sink
 //! ([`meshql_core::Component`]`<Relays>`); the config crate checks only the fields every relay
-//! has. A new relay is its crate and one line in [`registry`].
+//! has. A new relay is its crate and one registration.
 //!
 //! A relay never fails a write and never makes the service unready: a broker that is down
 //! only makes its relay fall behind (`meshql_relay_lag` in `/metrics`, a warning in the log)
 //! until it is back. Only settings the client library rejects stop the service from
 //! starting.
 
-use crate::app::BuildError;
+use crate::error::BuildError;
 use meshql_changes::{
     Hub, Relay, RelayContext, RelayEntity, RelayOptions, RelayRegistry, RelayStats, RelayTarget,
 };
 use meshql_config::{ConfigError, RelaySpec, ResolvedConfig};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// Every relay this binary runs, by `type`.
-pub fn registry() -> &'static RelayRegistry {
-    static REGISTRY: OnceLock<RelayRegistry> = OnceLock::new();
-    REGISTRY.get_or_init(|| {
-        RelayRegistry::new()
-            .register(meshql_relay_kafka::KafkaBackend)
-            .register(meshql_relay_nats::NatsBackend)
-    })
-}
 
 /// Each relay of a config with what builds its sink, in config order.
 pub type RelayTargets<'a> = Vec<(&'a RelaySpec, Box<dyn RelayTarget>)>;
 
 /// Checks every relay's fields with its type and returns what builds each sink; or every
 /// problem, naming the file, the field's line and the field.
-pub fn configure(config: &ResolvedConfig) -> Result<RelayTargets<'_>, Vec<ConfigError>> {
+pub fn configure<'a>(
+    config: &'a ResolvedConfig,
+    registry: &RelayRegistry,
+) -> Result<RelayTargets<'a>, Vec<ConfigError>> {
     let entities: Vec<RelayEntity<'_>> = config
         .entities
         .iter()
@@ -49,7 +42,7 @@ pub fn configure(config: &ResolvedConfig) -> Result<RelayTargets<'_>, Vec<Config
             name: &spec.name,
             entities: &entities,
         };
-        match registry().configure(&spec.kind, &spec.settings, &context) {
+        match registry.configure(&spec.kind, &spec.settings, &context) {
             Ok(target) => targets.push((spec, target)),
             Err(e) => problems.push(ConfigError {
                 file: config.file.clone(),
@@ -96,11 +89,15 @@ fn failed(config: &ResolvedConfig, relay: &str, message: impl std::fmt::Display)
 
 /// Builds and starts every configured relay on the hub's log (none without a hub: the
 /// config requires the change feed for relays).
-pub async fn start(config: &ResolvedConfig, hub: Option<&Hub>) -> Result<Arc<Relays>, BuildError> {
+pub async fn start(
+    config: &ResolvedConfig,
+    registry: &RelayRegistry,
+    hub: Option<&Hub>,
+) -> Result<Arc<Relays>, BuildError> {
     let Some(hub) = hub else {
         return Ok(Arc::default());
     };
-    let targets = configure(config)
+    let targets = configure(config, registry)
         .map_err(|errors| BuildError::Preflight(errors.iter().map(|e| e.to_string()).collect()))?;
     let mut relays = Vec::new();
     for (spec, target) in targets {

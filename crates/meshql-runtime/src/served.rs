@@ -22,6 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+/// The target of the storage spans: the one operators filter the serving path's timings by
+/// (`--log-level info,meshql_server=debug`, docs/OPERATIONS.md), where this code served from.
+const SPANS: &str = "meshql_server::storage";
+
 pub struct Served {
     inner: DynStore,
     entity: Arc<str>,
@@ -106,7 +110,7 @@ impl Served {
     }
 
     fn span(&self, op: &'static str) -> tracing::Span {
-        tracing::debug_span!("storage", entity = &*self.entity, op)
+        tracing::debug_span!(target: SPANS, "storage", entity = &*self.entity, op)
     }
 }
 
@@ -265,6 +269,7 @@ impl ChangeFeed for Served {
             .changes(after, limit)
             // the feed's tailers poll between requests: trace level, not debug
             .instrument(tracing::trace_span!(
+                target: SPANS,
                 "storage",
                 entity = &*self.entity,
                 op = "changes"
