@@ -16,6 +16,8 @@ use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[cfg(test)]
+mod golden;
 mod outputs;
 
 use meshql_core::lru::{Lru, Slot};

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 
+#[cfg(test)]
+mod golden;
 mod outputs;
 
 use meshql_core::lru::{Lru, Slot};

@@ -16,6 +16,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+#[cfg(test)]
+mod golden;
 mod nested;
 mod outputs;
 pub use outputs::LogVersion;

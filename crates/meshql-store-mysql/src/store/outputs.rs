@@ -195,6 +195,87 @@ const RESET: [&str; 3] = [
     "DELETE FROM _meshql_dead_letters WHERE consumer = ?",
 ];
 
+/// A consumer's dead letters, newest first (the consumer, how many).
+fn letters_of() -> String {
+    format!(
+        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters WHERE consumer = ? \
+         ORDER BY seq DESC LIMIT ?"
+    )
+}
+
+/// Every consumer's dead letters, newest first (how many).
+fn letters() -> String {
+    format!(
+        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters \
+         ORDER BY seq DESC LIMIT ?"
+    )
+}
+
+/// A consumer's rows of `table` deleted (the consumer).
+fn delete_consumer(table: &str) -> String {
+    format!("DELETE FROM {table} WHERE consumer = ?")
+}
+
+/// A consumer's rows of `table` made another's (to, from).
+fn move_consumer(table: &str) -> String {
+    format!("UPDATE {table} SET consumer = ? WHERE consumer = ?")
+}
+
+/// The statements of this module, by name, for the golden test.
+#[cfg(test)]
+pub(super) fn golden_statements() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = [
+        ("ddl_lock", DDL_LOCK),
+        ("ddl_unlock", DDL_UNLOCK),
+        ("position", POSITION),
+        ("state", STATE),
+        ("group", GROUP),
+        ("upsert_state", UPSERT_STATE),
+        ("delete_state", DELETE_STATE),
+        ("insert_letters", INSERT_LETTERS),
+        ("upsert_position", UPSERT_POSITION),
+        ("count_letters", COUNT_LETTERS),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_owned(), s.to_owned()))
+    .collect();
+    out.push(("letters_of".into(), letters_of()));
+    out.push(("letters".into(), letters()));
+    for (i, r) in RESET.iter().enumerate() {
+        out.push((format!("reset {i}"), r.to_string()));
+    }
+    for t in CONSUMER_TABLES {
+        out.push((format!("move delete {t}"), delete_consumer(t)));
+        out.push((format!("move update {t}"), move_consumer(t)));
+    }
+    let state = [
+        ("a", Some("g"), Some("1")),
+        ("b", None, Some("2")),
+        ("a", None, None),
+        ("c", None, None),
+        ("d", Some("h"), Some("4")),
+    ]
+    .map(|(k, g, v)| StateWrite {
+        key: k.into(),
+        group: g.map(Into::into),
+        value: v.map(Into::into),
+    });
+    out.push(("state_rows".into(), format!("{:?}", state_rows(&state))));
+    let letter = DeadLetter {
+        position: 3,
+        change_id: "hen:1:5".into(),
+        entity: "hen".into(),
+        reason: "bad".into(),
+        input: "{}".into(),
+        at: 9,
+    };
+    out.push((
+        "letters_json".into(),
+        format!("{:?}", letters_json(&[letter])),
+    ));
+    out
+}
+
 /// A log position as a BIGINT.
 fn bigint(position: u64, what: &str) -> Result<i64, StoreError> {
     i64::try_from(position)
@@ -326,13 +407,8 @@ impl MysqlStore {
                 return Ok(false);
             };
             for t in CONSUMER_TABLES {
-                tx.exec_drop(format!("DELETE FROM {t} WHERE consumer = ?"), (&to,))
-                    .await?;
-                tx.exec_drop(
-                    format!("UPDATE {t} SET consumer = ? WHERE consumer = ?"),
-                    (&to, &from),
-                )
-                .await?;
+                tx.exec_drop(delete_consumer(t), (&to,)).await?;
+                tx.exec_drop(move_consumer(t), (&to, &from)).await?;
             }
             tx.exec_drop(
                 "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
@@ -660,26 +736,8 @@ impl OutputStore for MysqlStore {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
         let mut conn = self.db.conn().await?;
         let rows: Vec<mysql_async::Row> = match consumer {
-            Some(c) => {
-                conn.exec(
-                    format!(
-                        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters WHERE consumer = ? \
-                         ORDER BY seq DESC LIMIT ?"
-                    ),
-                    (c, limit),
-                )
-                .await
-            }
-            None => {
-                conn.exec(
-                    format!(
-                        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters \
-                         ORDER BY seq DESC LIMIT ?"
-                    ),
-                    (limit,),
-                )
-                .await
-            }
+            Some(c) => conn.exec(letters_of(), (c, limit)).await,
+            None => conn.exec(letters(), (limit,)).await,
         }
         .map_err(my_error)?;
         Ok(rows.into_iter().map(letter).collect())

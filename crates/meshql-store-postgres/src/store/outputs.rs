@@ -120,6 +120,64 @@ const RESET: [&str; 3] = [
     "DELETE FROM _meshql_dead_letters WHERE consumer = $1",
 ];
 
+/// The consumers' tables, whose rows a swap moves from one consumer to another.
+const CONSUMER_TABLES: [&str; 3] = [
+    "_meshql_outputs",
+    "_meshql_output_state",
+    "_meshql_dead_letters",
+];
+
+/// A consumer's dead letters, newest first (`$1`: the consumer, `$2`: how many).
+fn letters_of() -> String {
+    format!(
+        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters WHERE consumer = $1 \
+         ORDER BY seq DESC LIMIT $2"
+    )
+}
+
+/// Every consumer's dead letters, newest first (`$1`: how many).
+fn letters() -> String {
+    format!("SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters ORDER BY seq DESC LIMIT $1")
+}
+
+/// A consumer's rows of `table` deleted (`$1`: the consumer).
+fn delete_consumer(table: &str) -> String {
+    format!("DELETE FROM {table} WHERE consumer = $1")
+}
+
+/// A consumer's rows of `table` made another's (`$1`: from, `$2`: to).
+fn move_consumer(table: &str) -> String {
+    format!("UPDATE {table} SET consumer = $2 WHERE consumer = $1")
+}
+
+/// The statements of this module, by name, for the golden test.
+#[cfg(test)]
+pub(super) fn golden_statements() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = [
+        ("position", POSITION),
+        ("state", STATE),
+        ("group", GROUP),
+        ("upsert_state", UPSERT_STATE),
+        ("delete_state", DELETE_STATE),
+        ("insert_letter", INSERT_LETTER),
+        ("upsert_position", UPSERT_POSITION),
+        ("count_letters", COUNT_LETTERS),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_owned(), s.to_owned()))
+    .collect();
+    out.push(("letters_of".into(), letters_of()));
+    out.push(("letters".into(), letters()));
+    for (i, r) in RESET.iter().enumerate() {
+        out.push((format!("reset {i}"), r.to_string()));
+    }
+    for t in CONSUMER_TABLES {
+        out.push((format!("move delete {t}"), delete_consumer(t)));
+        out.push((format!("move update {t}"), move_consumer(t)));
+    }
+    out
+}
+
 /// A log position as a BIGINT.
 fn bigint(position: u64, what: &str) -> Result<i64, StoreError> {
     i64::try_from(position)
@@ -363,18 +421,11 @@ impl OutputStore for PostgresStore {
         let client = self.db.write.get().await.map_err(pool_error)?;
         let rows = match consumer {
             Some(c) => {
-                let sql = format!(
-                    "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters WHERE consumer = $1 \
-                     ORDER BY seq DESC LIMIT $2"
-                );
-                let stmt = prepared(&client, &sql).await?;
+                let stmt = prepared(&client, &letters_of()).await?;
                 client.query(&stmt, &[&c, &limit]).await
             }
             None => {
-                let sql = format!(
-                    "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters ORDER BY seq DESC LIMIT $1"
-                );
-                let stmt = prepared(&client, &sql).await?;
+                let stmt = prepared(&client, &letters()).await?;
                 client.query(&stmt, &[&limit]).await
             }
         }
@@ -475,23 +526,13 @@ impl OutputStore for PostgresStore {
         }
         tx.batch_execute(&ddl).await.map_err(pg_error)?;
         let params: [&(dyn ToSql + Sync); 2] = [&from, &to];
-        for t in [
-            "_meshql_outputs",
-            "_meshql_output_state",
-            "_meshql_dead_letters",
-        ] {
-            tx.execute(
-                &format!("DELETE FROM {t} WHERE consumer = $1"),
-                &params[1..],
-            )
-            .await
-            .map_err(pg_error)?;
-            tx.execute(
-                &format!("UPDATE {t} SET consumer = $2 WHERE consumer = $1"),
-                &params,
-            )
-            .await
-            .map_err(pg_error)?;
+        for t in CONSUMER_TABLES {
+            tx.execute(&delete_consumer(t), &params[1..])
+                .await
+                .map_err(pg_error)?;
+            tx.execute(&move_consumer(t), &params)
+                .await
+                .map_err(pg_error)?;
         }
         tx.commit().await.map_err(pg_error)?;
         self.commits.fetch_add(1, Ordering::Relaxed);

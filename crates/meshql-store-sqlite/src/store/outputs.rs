@@ -75,18 +75,73 @@ impl From<Envelope> for LogVersion {
     }
 }
 
+const POSITION: &str = "SELECT position FROM _meshql_outputs WHERE consumer = ?1";
+const STATE: &str = "SELECT value FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2";
+const GROUP: &str = "SELECT key, value FROM _meshql_output_state \
+                     WHERE consumer = ?1 AND grp = ?2 ORDER BY key";
+const UPSERT_STATE: &str = "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
+                            VALUES (?1, ?2, ?3, ?4) ON CONFLICT (consumer, key) \
+                            DO UPDATE SET grp = excluded.grp, value = excluded.value";
+const DELETE_STATE: &str = "DELETE FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2";
+const INSERT_LETTER: &str = "INSERT INTO _meshql_dead_letters \
+                             (consumer, position, change_id, entity, reason, input, at) \
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+const UPSERT_POSITION: &str = "INSERT INTO _meshql_outputs (consumer, position) VALUES (?1, ?2) \
+                               ON CONFLICT (consumer) DO UPDATE SET position = excluded.position";
+const LETTERS_OF: &str = "SELECT consumer, position, change_id, entity, reason, input, at \
+                          FROM _meshql_dead_letters WHERE consumer = ?1 ORDER BY seq DESC LIMIT ?2";
+const LETTERS: &str = "SELECT consumer, position, change_id, entity, reason, input, at \
+                       FROM _meshql_dead_letters ORDER BY seq DESC LIMIT ?1";
+const COUNT_LETTERS: &str = "SELECT COUNT(*) FROM _meshql_dead_letters WHERE consumer = ?1";
+/// The consumers' tables: what a reset deletes, and a swap moves from one consumer to another.
+const CONSUMER_TABLES: [&str; 3] = [
+    "_meshql_outputs",
+    "_meshql_output_state",
+    "_meshql_dead_letters",
+];
+
+/// A consumer's rows of `table` deleted (`?1`: the consumer).
+fn delete_consumer(table: &str) -> String {
+    format!("DELETE FROM {} WHERE consumer = ?1", quote_ident(table))
+}
+
+/// A consumer's rows of `table` made another's (`?1`: from, `?2`: to).
+fn move_consumer(table: &str) -> String {
+    format!(
+        "UPDATE {} SET consumer = ?2 WHERE consumer = ?1",
+        quote_ident(table)
+    )
+}
+
+/// The statements above, by name, for the golden test.
+#[cfg(test)]
+pub(super) fn golden_statements() -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = [
+        ("position", POSITION),
+        ("state", STATE),
+        ("group", GROUP),
+        ("upsert_state", UPSERT_STATE),
+        ("delete_state", DELETE_STATE),
+        ("insert_letter", INSERT_LETTER),
+        ("upsert_position", UPSERT_POSITION),
+        ("letters_of", LETTERS_OF),
+        ("letters", LETTERS),
+        ("count_letters", COUNT_LETTERS),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_owned(), s.to_owned()))
+    .collect();
+    for t in CONSUMER_TABLES {
+        out.push((format!("reset {t}"), delete_consumer(t)));
+        out.push((format!("move {t}"), move_consumer(t)));
+    }
+    out
+}
+
 /// Writes (or, with no value, deletes) `consumer`'s state rows.
 fn write_state(conn: &Connection, consumer: &str, state: &[StateWrite]) -> Result<(), StoreError> {
-    let mut upsert = conn
-        .prepare_cached(
-            "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
-             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (consumer, key) \
-             DO UPDATE SET grp = excluded.grp, value = excluded.value",
-        )
-        .map_err(query_error)?;
-    let mut delete = conn
-        .prepare_cached("DELETE FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2")
-        .map_err(query_error)?;
+    let mut upsert = conn.prepare_cached(UPSERT_STATE).map_err(query_error)?;
+    let mut delete = conn.prepare_cached(DELETE_STATE).map_err(query_error)?;
     for s in state {
         match &s.value {
             Some(v) => upsert.execute(params![consumer, s.key, s.group, v]),
@@ -98,7 +153,7 @@ fn write_state(conn: &Connection, consumer: &str, state: &[StateWrite]) -> Resul
 }
 
 /// The table a rebuild of `table` writes.
-fn rebuild_table(table: &str) -> String {
+pub(super) fn rebuild_table(table: &str) -> String {
     format!("{table}__rebuild")
 }
 
@@ -225,7 +280,7 @@ impl OutputStore for SqliteStore {
 
     async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
         self.db.read(|conn| {
-            conn.prepare_cached("SELECT position FROM _meshql_outputs WHERE consumer = ?1")
+            conn.prepare_cached(POSITION)
                 .map_err(query_error)?
                 .query_row(params![consumer], |r| r.get::<_, i64>(0))
                 .optional()
@@ -240,11 +295,7 @@ impl OutputStore for SqliteStore {
         keys: &[String],
     ) -> Result<HashMap<String, String>, StoreError> {
         self.db.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT value FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2",
-                )
-                .map_err(query_error)?;
+            let mut stmt = conn.prepare_cached(STATE).map_err(query_error)?;
             let mut found = HashMap::with_capacity(keys.len());
             for key in keys {
                 if let Some(v) = stmt
@@ -265,12 +316,7 @@ impl OutputStore for SqliteStore {
         group: &str,
     ) -> Result<Vec<(String, String)>, StoreError> {
         self.db.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT key, value FROM _meshql_output_state \
-                     WHERE consumer = ?1 AND grp = ?2 ORDER BY key",
-                )
-                .map_err(query_error)?;
+            let mut stmt = conn.prepare_cached(GROUP).map_err(query_error)?;
             let rows = stmt
                 .query_map(params![consumer, group], |r| Ok((r.get(0)?, r.get(1)?)))
                 .map_err(query_error)?;
@@ -315,13 +361,7 @@ impl OutputStore for SqliteStore {
                     }
                 }
                 write_state(conn, &batch.consumer, &batch.state)?;
-                let mut letter = conn
-                    .prepare_cached(
-                        "INSERT INTO _meshql_dead_letters \
-                         (consumer, position, change_id, entity, reason, input, at) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )
-                    .map_err(query_error)?;
+                let mut letter = conn.prepare_cached(INSERT_LETTER).map_err(query_error)?;
                 for d in &batch.dead_letters {
                     letter
                         .execute(params![
@@ -335,13 +375,10 @@ impl OutputStore for SqliteStore {
                         ])
                         .map_err(query_error)?;
                 }
-                conn.prepare_cached(
-                    "INSERT INTO _meshql_outputs (consumer, position) VALUES (?1, ?2) \
-                     ON CONFLICT (consumer) DO UPDATE SET position = excluded.position",
-                )
-                .map_err(query_error)?
-                .execute(params![batch.consumer, batch.position as i64])
-                .map_err(query_error)?;
+                conn.prepare_cached(UPSERT_POSITION)
+                    .map_err(query_error)?
+                    .execute(params![batch.consumer, batch.position as i64])
+                    .map_err(query_error)?;
                 Ok(written)
             })
             .await?;
@@ -358,23 +395,17 @@ impl OutputStore for SqliteStore {
         consumer: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, DeadLetter)>, StoreError> {
-        const COLUMNS: &str = "consumer, position, change_id, entity, reason, input, at";
         let limit = limit.min(i64::MAX as usize) as i64;
         self.db.read(|conn| {
             let rows: Vec<_> = match consumer {
                 Some(c) => conn
-                    .prepare_cached(&format!(
-                        "SELECT {COLUMNS} FROM _meshql_dead_letters WHERE consumer = ?1 \
-                         ORDER BY seq DESC LIMIT ?2"
-                    ))
+                    .prepare_cached(LETTERS_OF)
                     .map_err(query_error)?
                     .query_map(params![c, limit], letter_from_row)
                     .map_err(query_error)?
                     .collect(),
                 None => conn
-                    .prepare_cached(&format!(
-                        "SELECT {COLUMNS} FROM _meshql_dead_letters ORDER BY seq DESC LIMIT ?1"
-                    ))
+                    .prepare_cached(LETTERS)
                     .map_err(query_error)?
                     .query_map(params![limit], letter_from_row)
                     .map_err(query_error)?
@@ -386,7 +417,7 @@ impl OutputStore for SqliteStore {
 
     async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
         self.db.read(|conn| {
-            conn.prepare_cached("SELECT COUNT(*) FROM _meshql_dead_letters WHERE consumer = ?1")
+            conn.prepare_cached(COUNT_LETTERS)
                 .map_err(query_error)?
                 .query_row(params![consumer], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
@@ -464,15 +495,11 @@ impl OutputStore for SqliteStore {
                     params![table, seq],
                 )
                 .map_err(query_error)?;
-                for t in ["_meshql_outputs", "_meshql_output_state", "_meshql_dead_letters"] {
-                    let t = quote_ident(t);
-                    conn.execute(&format!("DELETE FROM {t} WHERE consumer = ?1"), params![to])
+                for t in CONSUMER_TABLES {
+                    conn.execute(&delete_consumer(t), params![to])
                         .map_err(query_error)?;
-                    conn.execute(
-                        &format!("UPDATE {t} SET consumer = ?2 WHERE consumer = ?1"),
-                        params![from, to],
-                    )
-                    .map_err(query_error)?;
+                    conn.execute(&move_consumer(t), params![from, to])
+                        .map_err(query_error)?;
                 }
                 Ok(())
             })
@@ -483,16 +510,9 @@ impl OutputStore for SqliteStore {
         let consumer = consumer.to_owned();
         self.db
             .write(move |conn| {
-                for table in [
-                    "_meshql_outputs",
-                    "_meshql_output_state",
-                    "_meshql_dead_letters",
-                ] {
-                    conn.execute(
-                        &format!("DELETE FROM {} WHERE consumer = ?1", quote_ident(table)),
-                        params![consumer],
-                    )
-                    .map_err(query_error)?;
+                for table in CONSUMER_TABLES {
+                    conn.execute(&delete_consumer(table), params![consumer])
+                        .map_err(query_error)?;
                 }
                 Ok(())
             })
