@@ -7,15 +7,10 @@
 use crate::health::{Brokers, Health};
 use crate::materialise::{self, Applied, Reader};
 use crate::produce::{self, Writer};
-use crate::settings::{self, KafkaStorage};
-use crate::store::KafkaStore;
+use crate::settings::KafkaStorage;
 use crate::topics;
-use async_trait::async_trait;
-use meshql_core::{
-    BackendContext, Component, Database, DynDatabase, DynStore, OutputStore, SettingError,
-    StateWrite, Storage, StorageTarget, StoreError,
-};
-use meshql_store_sqlite::{SqliteDatabase, SqliteOptions, SqliteStore};
+use meshql_core::{Database, OutputStore, StateWrite, StoreError};
+use meshql_store_sqlite::{SqliteDatabase, SqliteStore};
 use parking_lot::Mutex;
 use rdkafka::producer::FutureProducer;
 use std::collections::BTreeMap;
@@ -23,51 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Registers Kafka with a backend registry.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct KafkaBackend;
-
-impl Component<Storage> for KafkaBackend {
-    const KIND: &'static str = "kafka";
-    type Settings = settings::KafkaSettings;
-
-    fn build(
-        &self,
-        settings: settings::KafkaSettings,
-        context: &BackendContext<'_>,
-    ) -> Result<Box<dyn StorageTarget>, SettingError> {
-        Ok(Box::new(KafkaTarget {
-            storage: settings::checked(settings, context)?,
-        }))
-    }
-}
-
-#[derive(Debug)]
-struct KafkaTarget {
-    storage: KafkaStorage,
-}
-
-#[async_trait]
-impl StorageTarget for KafkaTarget {
-    fn target(&self) -> String {
-        // one materialisation file is one database, whatever the topics' names
-        format!("kafka:{}", self.storage.file.display())
-    }
-
-    async fn open(&self) -> Result<DynDatabase, StoreError> {
-        // read before opening writes to it
-        let written = last_written(&self.storage.file);
-        let local = SqliteDatabase::open(&self.storage.file, SqliteOptions::default())?;
-        Ok(Arc::new(KafkaDatabase::new(
-            self.storage.clone(),
-            local,
-            written,
-        )))
-    }
-}
-
 /// When a SQLite file was last written, its write-ahead log included (now, for a new file).
-fn last_written(file: &std::path::Path) -> std::time::SystemTime {
+pub(crate) fn last_written(file: &std::path::Path) -> std::time::SystemTime {
     let mut wal = file.as_os_str().to_owned();
     wal.push("-wal");
     [file.to_path_buf(), std::path::PathBuf::from(wal)]
@@ -114,7 +66,7 @@ pub struct KafkaDatabase {
 }
 
 impl KafkaDatabase {
-    fn new(
+    pub(crate) fn new(
         storage: KafkaStorage,
         local: Arc<SqliteDatabase>,
         written: std::time::SystemTime,
@@ -297,19 +249,9 @@ impl KafkaDatabase {
     pub(crate) fn last_written(&self) -> std::time::SystemTime {
         self.written
     }
-}
 
-#[async_trait]
-impl Database for KafkaDatabase {
-    fn backend(&self) -> &'static str {
-        "kafka"
-    }
-
-    fn store(self: Arc<Self>, table: &str) -> DynStore {
-        Arc::new(KafkaStore::new(self, table))
-    }
-
-    async fn close(&self) {
+    /// Stops the materialisers and writers, waits for them, and closes the local file.
+    pub(crate) async fn close(&self) {
         self.stop();
         let tasks = std::mem::take(&mut *self.tasks.lock());
         for task in tasks {

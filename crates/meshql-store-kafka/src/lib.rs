@@ -79,6 +79,7 @@
 //! materialiser.
 
 pub mod applied;
+mod backend;
 pub mod database;
 pub mod health;
 pub mod materialise;
@@ -88,7 +89,8 @@ pub mod settings;
 pub mod store;
 pub mod topics;
 
-pub use database::{KafkaBackend, KafkaDatabase};
+pub use backend::KafkaBackend;
+pub use database::KafkaDatabase;
 pub use record::{decode, encode, RecordError};
 pub use settings::{KafkaSettings, KafkaStorage};
 pub use store::KafkaStore;
