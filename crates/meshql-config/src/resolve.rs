@@ -145,29 +145,9 @@ pub struct ResolvedGraph {
     pub resolvers: Vec<ResolvedResolver>,
 }
 
-#[derive(Debug, Clone)]
-pub struct ResolvedQuery {
-    pub name: String,
-    pub vector: bool,
-    pub template: QueryTemplate,
-}
-
-#[derive(Debug, Clone)]
-pub struct ResolvedResolver {
-    pub field: String,
-    pub key: String,
-    pub query: String,
-    pub vector: bool,
-    pub target: ResolverTarget,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum ResolverTarget {
-    /// A graphlette of this service, by path.
-    InProcess { graph_path: String },
-    /// A remote graphlette.
-    Http { url: String },
-}
+pub use meshql_core::graph::{
+    GraphQuery as ResolvedQuery, Resolver as ResolvedResolver, ResolverTarget,
+};
 
 /// Loads a config file, or the `meshql.toml` inside a directory.
 pub fn load(path: &Path) -> Result<ResolvedConfig, ConfigErrors> {

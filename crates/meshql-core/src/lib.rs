@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod error;
 pub mod fault;
 pub mod field_set;
+pub mod graph;
 pub mod legacy_id;
 pub mod lru;
 pub mod memo;

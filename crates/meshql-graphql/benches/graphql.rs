@@ -57,7 +57,14 @@ async fn service() -> Service {
                 vec![],
                 Arc::new(meshql_core::NoAuth),
             );
-            graphlettes.push(Graphlette::new(&e.name, g, Arc::new(service)));
+            let spec = meshql_graphql::GraphletteSpec {
+                path: g.path.clone(),
+                schema: g.schema.clone(),
+                entity_type: g.entity_type.clone(),
+                queries: g.queries.clone(),
+                resolvers: g.resolvers.clone(),
+            };
+            graphlettes.push(Graphlette::new(&e.name, spec, Arc::new(service)));
         }
         stores.push((e.name.clone(), store));
     }

@@ -7,17 +7,24 @@ use apollo_compiler::collections::HashMap as ApolloHashMap;
 use apollo_compiler::schema::Implementers;
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Schema};
-use meshql_config::{ResolvedGraph, ResolvedResolver};
+use meshql_core::graph::{GraphQuery, Resolver};
 use meshql_core::QueryTemplate;
 use meshql_engine::EntityService;
 use std::sync::Arc;
 
 /// A root query bound to a template.
-#[derive(Debug)]
-pub struct GraphletteQuery {
-    pub name: String,
-    pub vector: bool,
-    pub template: QueryTemplate,
+pub type GraphletteQuery = GraphQuery;
+
+/// What a graphlette is declared as: its path, its schema, the type its root queries return,
+/// the queries and the relationship fields.
+#[derive(Debug, Clone)]
+pub struct GraphletteSpec {
+    pub path: String,
+    pub schema: Arc<Valid<Schema>>,
+    /// The object type the root queries return (where resolver fields live).
+    pub entity_type: String,
+    pub queries: Vec<GraphQuery>,
+    pub resolvers: Vec<Resolver>,
 }
 
 /// One GraphQL endpoint.
@@ -28,7 +35,7 @@ pub struct Graphlette {
     pub(crate) implementers: ApolloHashMap<Name, Implementers>,
     pub entity_type: String,
     pub queries: Vec<GraphletteQuery>,
-    pub resolvers: Vec<ResolvedResolver>,
+    pub resolvers: Vec<Resolver>,
     /// Every read of the entity goes through its service: permissions, masks and the
     /// reader (primary, replica, cache) are the engine's business.
     pub service: Arc<EntityService>,
@@ -43,23 +50,15 @@ impl std::fmt::Debug for Graphlette {
 }
 
 impl Graphlette {
-    pub fn new(entity: &str, graph: &ResolvedGraph, service: Arc<EntityService>) -> Self {
+    pub fn new(entity: &str, spec: GraphletteSpec, service: Arc<EntityService>) -> Self {
         Self {
-            path: graph.path.clone(),
+            path: spec.path,
             entity: entity.to_owned(),
-            implementers: graph.schema.implementers_map(),
-            schema: graph.schema.clone(),
-            entity_type: graph.entity_type.clone(),
-            queries: graph
-                .queries
-                .iter()
-                .map(|q| GraphletteQuery {
-                    name: q.name.clone(),
-                    vector: q.vector,
-                    template: q.template.clone(),
-                })
-                .collect(),
-            resolvers: graph.resolvers.clone(),
+            implementers: spec.schema.implementers_map(),
+            schema: spec.schema,
+            entity_type: spec.entity_type,
+            queries: spec.queries,
+            resolvers: spec.resolvers,
             service,
         }
     }

@@ -11,7 +11,7 @@ use crate::plan::{self, at_of, OperationPlan, ResolverPlan, RootKind, SelectionP
 use crate::request::{Budget, RequestContext};
 use crate::tree::{FieldError, Link, Node, RootResult};
 use futures::future::{join_all, BoxFuture};
-use meshql_config::GraphqlLimits;
+use meshql_core::graph::GraphqlLimits;
 use meshql_core::{ErrorKind, KeyedRows, Mask, Millis, NestedRow};
 use meshql_engine::Granted;
 use serde_json::{Map, Value};

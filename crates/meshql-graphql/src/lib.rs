@@ -42,7 +42,7 @@ mod request;
 mod subscribe;
 mod tree;
 
-pub use catalog::{Catalog, Graphlette, GraphletteQuery};
+pub use catalog::{Catalog, Graphlette, GraphletteQuery, GraphletteSpec};
 pub use registry::{Registry, RegistryError};
 pub use request::{Budget, GraphqlRequest, RequestContext};
 pub use subscribe::{version_before, Before, ChangeEvent, Subscribed, Subscription};

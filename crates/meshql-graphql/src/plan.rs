@@ -10,7 +10,7 @@ use apollo_compiler::executable::{
 };
 use apollo_compiler::validation::Valid;
 use apollo_compiler::{Name, Node, Schema};
-use meshql_config::GraphqlLimits;
+use meshql_core::graph::GraphqlLimits;
 use meshql_core::{FieldSet, Nested};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
@@ -706,7 +706,7 @@ impl<'a> Planner<'a> {
                 self.deepest_relationship
                     .set(self.deepest_relationship.get().max(relationship_depth + 1));
                 let target = match &r.target {
-                    meshql_config::ResolverTarget::InProcess { graph_path } => {
+                    meshql_core::graph::ResolverTarget::InProcess { graph_path } => {
                         let (t_index, target) = self
                             .catalog
                             .by_path(graph_path)
@@ -731,7 +731,7 @@ impl<'a> Planner<'a> {
                             selection,
                         }
                     }
-                    meshql_config::ResolverTarget::Http { url } => {
+                    meshql_core::graph::ResolverTarget::Http { url } => {
                         self.http_target(url, &r.query, &occ, depth + 1, relationship_depth + 1)
                     }
                 };

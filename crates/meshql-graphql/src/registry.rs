@@ -10,7 +10,7 @@ use crate::output::{request_errors, RequestError, TIMEOUT};
 use crate::plan::TOO_COMPLEX;
 use crate::plan::{self, OperationPlan, PlanError};
 use crate::request::{GraphqlRequest, RequestContext};
-use meshql_config::GraphqlLimits;
+use meshql_core::graph::GraphqlLimits;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;

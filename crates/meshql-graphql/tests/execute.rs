@@ -123,7 +123,7 @@ impl World {
             store.prepare(&templates).await.unwrap();
             graphlettes.push(Graphlette::new(
                 &e.name,
-                g,
+                common::spec(g),
                 common::service(&e.name, store.clone(), reader(&e.name, store.clone())),
             ));
             stores.push((e.name.clone(), store));

@@ -134,7 +134,7 @@ impl World {
                         .await
                         .unwrap();
                 }
-                graphlettes.push(Graphlette::new(&e.name, g, common::service(&e.name, store.clone(), store)));
+                graphlettes.push(Graphlette::new(&e.name, common::spec(g), common::service(&e.name, store.clone(), store)));
             }
             Registry::new(graphlettes, Duration::from_secs(1), Duration::from_secs(5)).unwrap()
         });

@@ -21,7 +21,7 @@ use meshql_core::{DynDatabase, DynReader, DynStore, StoreError};
 use meshql_engine::{
     Cache, EntityService, FallbackReader, PayloadValidator, ReadAfter, ReplicaHealth,
 };
-use meshql_graphql::{Graphlette, Registry};
+use meshql_graphql::{Graphlette, GraphletteSpec, Registry};
 use meshql_process::Processors;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -156,7 +156,7 @@ impl Runtime {
             if let Some(g) = &entity.graph {
                 graphlettes.push(Graphlette::new(
                     &entity.name,
-                    g,
+                    graphlette_spec(g),
                     services[&entity.name].clone(),
                 ));
             }
@@ -425,4 +425,15 @@ async fn open_storage(
         replicas,
         replica_healths,
     })
+}
+
+/// A graphlette's declaration as the GraphQL engine takes it.
+fn graphlette_spec(g: &meshql_config::ResolvedGraph) -> GraphletteSpec {
+    GraphletteSpec {
+        path: g.path.clone(),
+        schema: g.schema.clone(),
+        entity_type: g.entity_type.clone(),
+        queries: g.queries.clone(),
+        resolvers: g.resolvers.clone(),
+    }
 }

@@ -54,3 +54,14 @@ pub fn service(
         .with_reader(reader),
     )
 }
+
+/// A graphlette's declaration as the config loader resolved it.
+pub fn spec(g: &meshql_config::ResolvedGraph) -> meshql_graphql::GraphletteSpec {
+    meshql_graphql::GraphletteSpec {
+        path: g.path.clone(),
+        schema: g.schema.clone(),
+        entity_type: g.entity_type.clone(),
+        queries: g.queries.clone(),
+        resolvers: g.resolvers.clone(),
+    }
+}
