@@ -3,33 +3,24 @@
 use meshql_core::nested::Level;
 use meshql_core::template::{CmpOp, Cond, ListValue, Piece, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
+use meshql_store_sql::names::{self, IdentLimit};
 use serde_json::Value;
 
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
-/// `table` with `tail`, within MySQL's 64-character names (a longer one is an error there):
-/// a long table's first characters and a hash of its name, then `tail`.
-fn with_tail(table: &str, tail: &str) -> String {
-    if table.chars().count() + tail.len() <= 64 {
-        return format!("{table}{tail}");
-    }
-    let hash = table.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    });
-    let head: String = table.chars().take(64 - 17 - tail.len()).collect();
-    format!("{head}_{hash:016x}{tail}")
-}
+/// MySQL's names: 64 characters (a longer one is an error there).
+pub(crate) const IDENT_LIMIT: IdentLimit = IdentLimit::Chars(64);
 
 /// The table a rebuild of `table` writes (`OutputStore::rebuild_store`), always the same.
 pub(crate) fn rebuild_table(table: &str) -> String {
-    with_tail(table, "__rebuild")
+    names::rebuild_table(table, Some(IDENT_LIMIT))
 }
 
 /// The name the live table has for a moment during a swap, until it is dropped.
 pub(crate) fn swapped_out_table(table: &str) -> String {
-    with_tail(table, "__old")
+    names::shorten(table, "__old", IDENT_LIMIT)
 }
 
 /// The generated column holding a payload field's text.

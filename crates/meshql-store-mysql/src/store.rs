@@ -8,9 +8,11 @@ use meshql_core::nested::Level;
 use meshql_core::{
     in_request_order, now_millis, page_as_of, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows,
     Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
-    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
+    Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::rules::{sort_by_template, tokens_json, visible, Current, Version};
+use meshql_store_sql::table::page_index;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,11 +164,6 @@ impl TableSql {
     }
 }
 
-/// Index into [`TableSql::page`] of a page read at a time, for some tokens, after an id.
-fn page_index(at: bool, tokens: bool, after: bool) -> usize {
-    (at as usize) << 2 | (tokens as usize) << 1 | after as usize
-}
-
 /// A keyset page in id order on the `(latest, id)` key. With a time, it also returns the
 /// latest versions written after it, which the reader replaces by their version at that time
 /// ([`page_as_of`]) instead of finding each row's version with a correlated
@@ -201,46 +198,18 @@ fn envelope(row: mysql_async::Row) -> Result<Envelope, StoreError> {
     })
 }
 
-struct Current {
-    rowid: i64,
-    payload: String,
-    created_at: Millis,
-    deleted: bool,
-    tokens: Vec<String>,
-    seq: i64,
-}
-
-impl Current {
-    /// The columns of [`TableSql::current`] from column `k` on.
-    fn of_row_at(r: &mysql_async::Row, k: usize) -> Result<Self, StoreError> {
-        let tokens: String = r.get(k + 4).unwrap_or_default();
-        Ok(Current {
-            rowid: r.get(k).unwrap_or_default(),
-            payload: r.get(k + 1).unwrap_or_default(),
-            created_at: r.get(k + 2).unwrap_or_default(),
-            deleted: r.get::<i64, _>(k + 3).unwrap_or_default() != 0,
-            tokens: serde_json::from_str(&tokens)
-                .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
-            seq: r.get(k + 5).unwrap_or_default(),
-        })
-    }
-}
-
-struct Version<'a> {
-    id: &'a str,
-    payload: String,
-    created_at: Option<Millis>,
-    deleted: bool,
-    tokens: &'a [String],
-    fresh_id: bool,
-    correlation_id: Option<&'a str>,
-}
-
-fn tokens_json(filter: &TokenFilter) -> Option<String> {
-    match filter {
-        TokenFilter::All => None,
-        TokenFilter::AnyOf(t) => Some(serde_json::to_string(t).expect("strings serialise")),
-    }
+/// The columns of [`TableSql::current`] from column `k` on.
+fn current_of_row_at(r: &mysql_async::Row, k: usize) -> Result<Current, StoreError> {
+    let tokens: String = r.get(k + 4).unwrap_or_default();
+    Ok(Current {
+        rowid: r.get(k).unwrap_or_default(),
+        payload: r.get(k + 1).unwrap_or_default(),
+        created_at: r.get(k + 2).unwrap_or_default(),
+        deleted: r.get::<i64, _>(k + 3).unwrap_or_default() != 0,
+        tokens: serde_json::from_str(&tokens)
+            .map_err(|e| StoreError::Corrupt(format!("authorized_tokens: {e}")))?,
+        seq: r.get(k + 5).unwrap_or_default(),
+    })
 }
 
 fn text(v: Option<String>) -> Value {
@@ -386,7 +355,7 @@ impl MysqlStore {
             .exec_first(&self.sql.current, (id,))
             .await
             .map_err(my_error)?;
-        row.map(|r| Current::of_row_at(&r, 0)).transpose()
+        row.map(|r| current_of_row_at(&r, 0)).transpose()
     }
 
     async fn append(&self, w: &mut WriteTx<'_>, v: Version<'_>) -> Result<Envelope, StoreError> {
@@ -516,10 +485,6 @@ impl MysqlStore {
         rows.into_iter().map(envelope).collect()
     }
 
-    fn visible(filter: &TokenFilter, e: &Envelope) -> bool {
-        !e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)
-    }
-
     /// Runs `writes` in one transaction. Documents with a caller-chosen id are serialised by
     /// the row lock `current` takes (`FOR UPDATE`); the unique `(id, created_at)` key stops
     /// the one race left (two first versions of a new caller-chosen id) with an error.
@@ -638,7 +603,7 @@ impl StoreReader for MysqlStore {
                 .await?
             }
         };
-        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
+        Ok(rows.into_iter().next().filter(|e| visible(filter, e)))
     }
 
     async fn read_many(
@@ -1071,29 +1036,6 @@ impl ChangeFeed for MysqlStore {
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
         Some(self.signal.subscribe())
     }
-}
-
-/// Orders rows (already in creation order) by a template's sort keys, with the comparison
-/// every backend shares (`meshql_core::template::sort_compare`); rows are sorted here, like
-/// the creation order, rather than by MariaDB (see `sql::search`).
-fn sort_by_template<T>(
-    template: &QueryTemplate,
-    rows: &mut Vec<T>,
-    parts: impl Fn(&T) -> (&String, &String),
-) {
-    if template.sort().is_empty() {
-        return;
-    }
-    let empty = serde_json::Map::new();
-    let mut parsed: Vec<(T, serde_json::Map<String, serde_json::Value>)> = rows
-        .drain(..)
-        .map(|r| {
-            let payload = serde_json::from_str(parts(&r).1).unwrap_or_else(|_| empty.clone());
-            (r, payload)
-        })
-        .collect();
-    template.sort_rows(&mut parsed, |(r, p)| (parts(r).0.as_str(), p));
-    rows.extend(parsed.into_iter().map(|(r, _)| r));
 }
 
 #[async_trait]

@@ -5,38 +5,28 @@
 use meshql_core::nested::Level;
 use meshql_core::template::{CmpOp, Cond, ListValue, Piece, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
+use meshql_store_sql::names::{self, IdentLimit};
 use serde_json::Value;
 
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// PostgreSQL's identifiers: 63 bytes (longer ones are truncated, silently).
+pub(crate) const IDENT_LIMIT: IdentLimit = IdentLimit::Bytes(63);
+
 /// An index name within PostgreSQL's 63-byte limit.
 pub(crate) fn index_name(table: &str, suffix: &str) -> String {
-    quote_ident(&within_limit(format!("{table}_{suffix}"), ""))
+    quote_ident(&names::shorten(
+        &format!("{table}_{suffix}"),
+        "",
+        IDENT_LIMIT,
+    ))
 }
 
-/// `name` if it fits PostgreSQL's 63-byte identifiers (longer ones are truncated, silently),
-/// else its first bytes and a hash of all of it, then `tail`.
-fn within_limit(name: String, tail: &str) -> String {
-    if name.len() + tail.len() <= 63 {
-        return name + tail;
-    }
-    let hash = name.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ b as u64).wrapping_mul(0x100000001b3)
-    });
-    let mut cut = 46 - tail.len();
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}_{hash:016x}{tail}", &name[..cut])
-}
-
-/// The table a rebuild of `table` writes (`OutputStore::rebuild_store`): always the same
-/// name for one table, so a rebuild that died half-way leaves a table the next one drops,
-/// and a long name is shortened, never truncated into the entity's own.
+/// The table a rebuild of `table` writes (`OutputStore::rebuild_store`).
 pub(crate) fn rebuild_table(table: &str) -> String {
-    within_limit(table.to_owned(), "__rebuild")
+    names::rebuild_table(table, Some(IDENT_LIMIT))
 }
 
 /// The suffixes ([`index_name`]) of every index [`create_table`] and `templates`' field and

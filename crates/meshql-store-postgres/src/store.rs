@@ -10,9 +10,11 @@ use meshql_core::nested::Level;
 use meshql_core::{
     in_request_order, now_millis, page_as_of, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows,
     Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
-    Store, StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
+    Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::rules::{token_list as filter_tokens, visible, Current, Version};
+use meshql_store_sql::table::page_index;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
@@ -139,11 +141,6 @@ impl TableSql {
     }
 }
 
-/// Index into [`TableSql::page`] of a page read at a time, for some tokens, after an id.
-fn page_index(at: bool, tokens: bool, after: bool) -> usize {
-    (at as usize) << 2 | (tokens as usize) << 1 | after as usize
-}
-
 /// A keyset page in id order on the latest versions' partial index on `id`. With a time
 /// (`$at`), it also returns the latest versions written after it, which the reader replaces by
 /// their version at that time ([`page_as_of`]): a correlated `MAX(created_at)` per row made the
@@ -194,46 +191,19 @@ async fn prepared<C: GenericClient>(
     client.prepare_cached(sql).await.map_err(pg_error)
 }
 
-struct Current {
-    rowid: i64,
-    payload: String,
-    created_at: Millis,
-    deleted: bool,
-    tokens: Vec<String>,
-    seq: i64,
+fn current_of_row(r: &tokio_postgres::Row) -> Current {
+    current_of_row_at(r, 0)
 }
 
-impl Current {
-    fn of_row(r: &tokio_postgres::Row) -> Self {
-        Self::of_row_at(r, 0)
-    }
-
-    /// The columns of [`TableSql::current`] from column `k` on.
-    fn of_row_at(r: &tokio_postgres::Row, k: usize) -> Self {
-        Current {
-            rowid: r.get(k),
-            payload: r.get(k + 1),
-            created_at: r.get(k + 2),
-            deleted: r.get(k + 3),
-            tokens: r.get(k + 4),
-            seq: r.get(k + 5),
-        }
-    }
-}
-
-struct Version<'a> {
-    id: &'a str,
-    payload: String,
-    created_at: Option<Millis>,
-    deleted: bool,
-    tokens: &'a [String],
-    correlation_id: Option<&'a str>,
-}
-
-fn filter_tokens(filter: &TokenFilter) -> Option<Vec<String>> {
-    match filter {
-        TokenFilter::All => None,
-        TokenFilter::AnyOf(t) => Some(t.clone()),
+/// The columns of [`TableSql::current`] from column `k` on.
+fn current_of_row_at(r: &tokio_postgres::Row, k: usize) -> Current {
+    Current {
+        rowid: r.get(k),
+        payload: r.get(k + 1),
+        created_at: r.get(k + 2),
+        deleted: r.get(k + 3),
+        tokens: r.get(k + 4),
+        seq: r.get(k + 5),
     }
 }
 
@@ -379,7 +349,7 @@ impl PostgresStore {
     ) -> Result<Option<Current>, StoreError> {
         let stmt = prepared(client, &self.sql.current).await?;
         let row = client.query_opt(&stmt, &[&id]).await.map_err(pg_error)?;
-        Ok(row.as_ref().map(Current::of_row))
+        Ok(row.as_ref().map(current_of_row))
     }
 
     /// The id's lock, then its newest version, in one round trip: the two statements are
@@ -400,7 +370,7 @@ impl PostgresStore {
         )
         .await
         .map_err(pg_error)?;
-        Ok(row.as_ref().map(Current::of_row))
+        Ok(row.as_ref().map(current_of_row))
     }
 
     /// Appends a version after `current` (the id's newest version, read under its lock;
@@ -527,6 +497,7 @@ impl PostgresStore {
                 created_at: None,
                 deleted: true,
                 tokens: &cur.tokens,
+                fresh_id: false,
                 correlation_id,
             },
             Some(&cur),
@@ -545,10 +516,6 @@ impl PostgresStore {
         let rows = client.query(&stmt, params).await.map_err(pg_error)?;
         Ok(rows.iter().map(envelope).collect())
     }
-
-    fn visible(filter: &TokenFilter, e: &Envelope) -> bool {
-        !e.deleted && meshql_core::auth::is_visible(filter, &e.authorized_tokens)
-    }
 }
 
 #[async_trait]
@@ -559,7 +526,7 @@ impl StoreReader for PostgresStore {
             None => self.query_envelopes(&self.sql.read_latest, &[&id]).await?,
             Some(at) => self.query_envelopes(&self.sql.read_at, &[&id, &at]).await?,
         };
-        Ok(rows.into_iter().next().filter(|e| Self::visible(filter, e)))
+        Ok(rows.into_iter().next().filter(|e| visible(filter, e)))
     }
 
     async fn read_many(
@@ -812,6 +779,7 @@ impl StoreWriter for PostgresStore {
             created_at,
             deleted: false,
             tokens: ctx.create_tokens(),
+            fresh_id,
             correlation_id: ctx.correlation_id.as_deref(),
         };
         let mut client = self.db.write.get().await.map_err(pool_error)?;
@@ -860,6 +828,7 @@ impl StoreWriter for PostgresStore {
                         created_at,
                         deleted: false,
                         tokens: ctx.create_tokens(),
+                        fresh_id,
                         correlation_id: ctx.correlation_id.as_deref(),
                     },
                     current.as_ref(),
@@ -898,6 +867,7 @@ impl StoreWriter for PostgresStore {
                             created_at,
                             deleted: false,
                             tokens,
+                            fresh_id: false,
                             correlation_id: ctx.correlation_id.as_deref(),
                         },
                         Some(&cur),

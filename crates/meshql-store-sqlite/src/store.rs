@@ -11,6 +11,8 @@ use meshql_core::{
     StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::rules::{tokens_json, Current, Version};
+use meshql_store_sql::table::page_index;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -132,11 +134,6 @@ impl TableSql {
     }
 }
 
-/// Index into [`TableSql::page`] of a page read at a time, for some tokens, after an id.
-fn page_index(at: bool, tokens: bool, after: bool) -> usize {
-    (at as usize) << 2 | (tokens as usize) << 1 | after as usize
-}
-
 /// A keyset page in id order, walking the latest versions' partial index on `id`.
 ///
 /// With a time (`?at`), a document's visible version is its newest at or before it. Rather
@@ -214,42 +211,12 @@ fn decode_tokens(mut env: (Envelope, String)) -> Result<Envelope, StoreError> {
     Ok(env.0)
 }
 
-fn tokens_json(filter: &TokenFilter) -> Option<String> {
-    match filter {
-        TokenFilter::All => None,
-        TokenFilter::AnyOf(t) => Some(serde_json::to_string(t).expect("strings serialise")),
-    }
-}
-
 /// Whether a search reads the whole table with room for many rows (GraphQL caps a vector
 /// query at its object budget, 100,001 by default): such a read goes to the blocking pool,
 /// bounded by the scan permits; any other runs inline.
 fn is_scan(template: &QueryTemplate, limit: Option<usize>) -> bool {
     matches!(&template.kind, TemplateKind::Filter(p) if p.is_empty())
         && limit.is_none_or(|l| l > SCAN_ROWS)
-}
-
-/// A version to append.
-struct Version<'a> {
-    id: &'a str,
-    payload: String,
-    created_at: Option<Millis>,
-    deleted: bool,
-    tokens: &'a [String],
-    /// The id was generated for this write, so no earlier version can exist.
-    fresh_id: bool,
-    correlation_id: Option<&'a str>,
-}
-
-/// The current version of `id` as the writer sees it.
-struct Current {
-    rowid: i64,
-    /// Row id of the document's first version.
-    seq: i64,
-    payload: String,
-    created_at: Millis,
-    deleted: bool,
-    tokens: Vec<String>,
 }
 
 impl SqliteStore {

@@ -60,7 +60,7 @@
 //! 3 runs it goes on from the rebuild's position, and the inputs after it recompute every
 //! key they touch from the rebuilt state.
 
-use super::{Current, MysqlStore, Version, WriteTx};
+use super::{current_of_row_at, MysqlStore, WriteTx};
 use crate::db::my_error;
 use crate::sql::{self, quote_ident};
 use async_trait::async_trait;
@@ -68,6 +68,8 @@ use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, StateWrite, StoreError,
     WriteContext,
 };
+use meshql_store_sql::outputs::{bigint, with_id};
+use meshql_store_sql::rules::{Current, Version};
 use mysql_async::prelude::Queryable;
 use mysql_async::TxOpts;
 use serde_json::json;
@@ -276,12 +278,6 @@ pub(super) fn golden_statements() -> Vec<(String, String)> {
     out
 }
 
-/// A log position as a BIGINT.
-fn bigint(position: u64, what: &str) -> Result<i64, StoreError> {
-    i64::try_from(position)
-        .map_err(|_| StoreError::Invalid(format!("{what} {position} exceeds a BIGINT")))
-}
-
 fn too_long(text: &str, max: usize) -> bool {
     text.len() > max && text.chars().count() > max
 }
@@ -293,13 +289,6 @@ fn check_consumer(consumer: &str) -> Result<(), StoreError> {
         )));
     }
     Ok(())
-}
-
-/// The stored text of an output payload with `"id"` set to `id`.
-fn with_id(id: &str, payload: &str) -> Result<String, StoreError> {
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
-        .map_err(|e| StoreError::Invalid(format!("output payload of `{id}`: {e}")))?;
-    Ok(meshql_core::NewDocument::with_id(id, map).into_payload_text(id))
 }
 
 /// The state writes as the JSON arrays of [`UPSERT_STATE`] and [`DELETE_STATE`]: the last
@@ -574,7 +563,7 @@ impl MysqlStore {
                 .await
                 .map_err(my_error)?;
         rows.iter()
-            .map(|r| Ok((r.get(0).unwrap_or_default(), Current::of_row_at(r, 1)?)))
+            .map(|r| Ok((r.get(0).unwrap_or_default(), current_of_row_at(r, 1)?)))
             .collect()
     }
 

@@ -57,7 +57,7 @@
 //! prepared on the pool's connections name it, and the next rebuild uses them again instead
 //! of adding a set per rebuild to caches that are never emptied.
 
-use super::{prepared, Current, PostgresStore, Version};
+use super::{current_of_row_at, prepared, PostgresStore};
 use crate::db::{pg_error, pool_error};
 use crate::pipeline::pipelined_all;
 use crate::sql::{self, quote_ident};
@@ -65,6 +65,8 @@ use async_trait::async_trait;
 use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, StoreError, WriteContext,
 };
+use meshql_store_sql::outputs::{bigint, with_id};
+use meshql_store_sql::rules::{Current, Version};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use tokio_postgres::types::ToSql;
@@ -178,12 +180,6 @@ pub(super) fn golden_statements() -> Vec<(String, String)> {
     out
 }
 
-/// A log position as a BIGINT.
-fn bigint(position: u64, what: &str) -> Result<i64, StoreError> {
-    i64::try_from(position)
-        .map_err(|_| StoreError::Invalid(format!("{what} {position} exceeds a BIGINT")))
-}
-
 fn letter(r: &tokio_postgres::Row) -> (String, DeadLetter) {
     (
         r.get(0),
@@ -196,13 +192,6 @@ fn letter(r: &tokio_postgres::Row) -> (String, DeadLetter) {
             at: r.get(6),
         },
     )
-}
-
-/// The stored text of an output payload with `"id"` set to `id`.
-fn with_id(id: &str, payload: &str) -> Result<String, StoreError> {
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
-        .map_err(|e| StoreError::Invalid(format!("output payload of `{id}`: {e}")))?;
-    Ok(meshql_core::NewDocument::with_id(id, map).into_payload_text(id))
 }
 
 /// The names of a table's primary key (`'p'`), its unique key (`'u'`) and its `_id` sequence
@@ -244,7 +233,7 @@ impl PostgresStore {
         let rows = client.query(&stmt, &[&ids]).await.map_err(pg_error)?;
         Ok(rows
             .iter()
-            .map(|r| (r.get(0), Current::of_row_at(r, 1)))
+            .map(|r| (r.get(0), current_of_row_at(r, 1)))
             .collect())
     }
 
@@ -282,6 +271,7 @@ impl PostgresStore {
                         created_at: None,
                         deleted: false,
                         tokens: &tokens,
+                        fresh_id: false,
                         correlation_id: ctx.correlation_id.as_deref(),
                     };
                     written.push(self.append(client, version, cur.as_ref()).await?);

@@ -21,6 +21,7 @@ use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, RemoveOutcome, StateWrite,
     StoreError, WriteContext,
 };
+use meshql_store_sql::outputs::with_id;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -152,9 +153,9 @@ fn write_state(conn: &Connection, consumer: &str, state: &[StateWrite]) -> Resul
     Ok(())
 }
 
-/// The table a rebuild of `table` writes.
+/// The table a rebuild of `table` writes (SQLite's names have no length limit).
 pub(super) fn rebuild_table(table: &str) -> String {
-    format!("{table}__rebuild")
+    meshql_store_sql::names::rebuild_table(table, None)
 }
 
 impl SqliteStore {
@@ -187,7 +188,7 @@ impl SqliteStore {
                     correlation_id,
                 } in versions
                 {
-                    let payload = Self::with_id(&v.id, &v.payload)?;
+                    let payload = with_id(&v.id, &v.payload)?;
                     // read once: it places the version and is what appending it replaces
                     let current = Self::current(conn, &sql, &v.id)?;
                     let stamp = match &current {
@@ -248,13 +249,6 @@ impl SqliteStore {
                 correlation_id: ctx.correlation_id.as_deref(),
             },
         )
-    }
-
-    /// The stored text of an output payload with `"id"` set to `id`.
-    fn with_id(id: &str, payload: &str) -> Result<String, StoreError> {
-        let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
-            .map_err(|e| StoreError::Invalid(format!("output payload of `{id}`: {e}")))?;
-        Ok(meshql_core::NewDocument::with_id(id, map).into_payload_text(id))
     }
 }
 
@@ -338,7 +332,7 @@ impl OutputStore for SqliteStore {
                 for write in batch.writes {
                     match write {
                         OutputWrite::Put { id, payload } => {
-                            let payload = Self::with_id(&id, &payload)?;
+                            let payload = with_id(&id, &payload)?;
                             written.push(Self::put(conn, &sql, &id, payload, &ctx)?);
                         }
                         OutputWrite::Delete { id } => {
