@@ -11,9 +11,9 @@ use crate::error::EngineError;
 use crate::validate::PayloadValidator;
 use meshql_core::time::Acknowledged;
 use meshql_core::{
-    Action, AllowAll, Authorizer, Credentials, DynReader, DynStore, Envelope, Forbidden, Grants,
-    Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, StoreReader, TokenFilter,
-    WriteContext,
+    Action, AllowAll, Authorizer, Credentials, DeadLetter, DynReader, DynStore, Envelope,
+    Forbidden, Grants, Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, StoreReader,
+    TokenFilter, WriteContext,
 };
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -589,6 +589,54 @@ impl EntityService {
             .map(|e| apply_mask(mask.as_deref(), e)))
     }
 
+    /// Every stored version of `id` that `session` may see, oldest first, tombstones
+    /// included, masked as its reads are: each version kept when its own tokens admit the
+    /// caller (what a read at that version's moment returns), none when the caller may not
+    /// read the entity ([`EngineError::Forbidden`]). Read where the API's reads go (the cache
+    /// never holds versions).
+    pub async fn versions(
+        &self,
+        session: &Session,
+        id: &str,
+    ) -> Result<Vec<Envelope>, EngineError> {
+        let mask = self.read_grant(&session.grants)?;
+        let filter = session.filter();
+        let stored = self.reader.versions(id).await?;
+        Ok(stored
+            .into_iter()
+            .filter(|v| meshql_core::is_visible(&filter, &v.authorized_tokens))
+            .map(|v| apply_mask(mask.as_deref(), v))
+            .collect())
+    }
+
+    /// The newest dead letters (at most `limit`) of `processor`, whose output this entity
+    /// is, as `session` may see them: [`EngineError::Forbidden`] unless it may read this
+    /// entity, and only the letters of inputs it may read (a letter names its input's
+    /// entity, id and the reason it was set aside).
+    pub async fn dead_letters(
+        &self,
+        session: &Session,
+        processor: &str,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, EngineError> {
+        self.read_grant(&session.grants)?;
+        // trusted read of the output store's own rows; the caller's grants decide below
+        let letters = self.writer.dead_letters(Some(processor), limit).await?;
+        Ok(letters
+            .into_iter()
+            .map(|(_, letter)| letter)
+            .filter(|l| {
+                session.grants.is_unrestricted() || session.grants.allows(&l.entity, Action::Read)
+            })
+            .collect())
+    }
+
+    /// [`EngineError::Forbidden`] unless `grants` let their caller read this entity (no I/O):
+    /// for endpoints that show something about the entity other than its documents.
+    pub fn may_read(&self, grants: &Grants) -> Result<(), EngineError> {
+        self.read_grant(grants).map(|_| ())
+    }
+
     /// The version of `id` current just before `at`, whoever may read it, from the primary:
     /// for the change feed's own consumers (subscriptions tell a document that left a query's
     /// match by it), which decide who may see what themselves.
@@ -891,6 +939,82 @@ mod tests {
         // the grants travel with reads (GraphQL, the change feed)
         let access = s.access(Some("reader")).unwrap();
         assert!(!access.grants.mask("hen").allows("secret"));
+    }
+
+    /// History and dead letters go through the same read decision as documents: the
+    /// console's versions are masked and refused like reads, and a processor's dead letters
+    /// are shown only to callers who may read its output, and only those of readable inputs.
+    #[tokio::test]
+    async fn versions_and_dead_letters_are_read_with_the_caller_s_grants() {
+        let store: DynStore = Arc::new(MemoryStore::new());
+        let s = EntityService::new("hen", store.clone(), None, vec![], Arc::new(ByRole))
+            .with_policy(Arc::new(ByRole));
+        let as_role = |r: &str| s.session(Some(r), None).unwrap();
+        let (admin, reader, nobody) = (as_role("admin"), as_role("reader"), as_role("nobody"));
+        let hen = s
+            .create(&admin, json!({"name": "a", "secret": "s"}))
+            .await
+            .unwrap();
+        s.update(&admin, &hen.id, json!({"name": "b", "secret": "t"}))
+            .await
+            .unwrap();
+        let all = s.versions(&admin, &hen.id).await.unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[1].payload_map().unwrap()["secret"], "t");
+        let masked = s.versions(&reader, &hen.id).await.unwrap();
+        assert_eq!(masked.len(), 2);
+        assert!(masked
+            .iter()
+            .all(|v| v.payload_map().unwrap().get("secret").is_none()));
+        assert!(matches!(
+            s.versions(&nobody, &hen.id).await,
+            Err(EngineError::Forbidden(_))
+        ));
+        assert!(s.may_read(&reader.grants).is_ok());
+        assert!(s.may_read(&nobody.grants).is_err());
+
+        let letter = |entity: &str, position: u64| meshql_core::DeadLetter {
+            position,
+            change_id: format!("{entity}:x:1"),
+            entity: entity.to_owned(),
+            reason: "bad".into(),
+            input: "{}".into(),
+            at: 1,
+        };
+        let mut batch = meshql_core::OutputBatch::new("p", 2);
+        batch.dead_letters = vec![letter("hen", 1), letter("coop", 2)];
+        store
+            .apply_output(batch, &WriteContext::default())
+            .await
+            .unwrap();
+        let seen = |session: &Session| {
+            let s = &s;
+            let session = session.clone();
+            async move {
+                s.dead_letters(&session, "p", 5)
+                    .await
+                    .map(|l| l.into_iter().map(|l| l.entity).collect::<Vec<_>>())
+            }
+        };
+        // without permissions every letter shows
+        let open = EntityService::new("hen", store.clone(), None, vec![], Arc::new(NoAuth));
+        let anyone = open.session(None, None).unwrap();
+        let mut everything: Vec<String> = open
+            .dead_letters(&anyone, "p", 5)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|l| l.entity)
+            .collect();
+        everything.sort();
+        assert_eq!(everything, ["coop", "hen"]);
+        // the admin and the reader may read hen, not coop: coop's letter stays hidden
+        assert_eq!(seen(&admin).await.unwrap(), ["hen"]);
+        assert_eq!(seen(&reader).await.unwrap(), ["hen"]);
+        assert!(matches!(
+            seen(&nobody).await,
+            Err(EngineError::Forbidden(_))
+        ));
     }
 
     /// A replica that lags (here: one that never received anything) serves the API's reads,

@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use meshql_config::{ResolvedConfig, ResolvedEntity, ResolverTarget};
-use meshql_core::{Envelope, Millis, TokenFilter};
+use meshql_core::{Envelope, Millis};
 use meshql_engine::{EngineError, EntityService, Session};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -159,18 +159,21 @@ impl Console {
         }
     }
 
-    /// Each processor with its lag, position and newest dead letters.
-    async fn processors(&self) -> Vec<Value> {
+    /// Each processor whose output the caller may read, with its lag, position and newest
+    /// dead letters (those of inputs it may read).
+    async fn processors(&self, headers: &HeaderMap) -> Vec<Value> {
         let mut out = Vec::new();
         for p in self.processors.stats() {
-            let letters = match self.entities.iter().find(|e| e.name == p.output) {
-                Some(e) => e
-                    .service
-                    .writer()
-                    .dead_letters(Some(&p.name), 5)
-                    .await
-                    .unwrap_or_default(),
-                None => Vec::new(),
+            let Some(e) = self.entities.iter().find(|e| e.name == p.output) else {
+                continue;
+            };
+            let Ok(session) = session(e, headers) else {
+                continue;
+            };
+            let letters = match e.service.dead_letters(&session, &p.name, 5).await {
+                Ok(letters) => letters,
+                Err(EngineError::Forbidden(_)) => continue,
+                Err(_) => Vec::new(),
             };
             out.push(json!({
                 "name": p.name,
@@ -183,7 +186,7 @@ impl Console {
                 "processed": p.processed,
                 "dead_letters": p.dead_letters,
                 "errors": p.errors,
-                "recent_dead_letters": letters.into_iter().map(|(_, l)| json!({
+                "recent_dead_letters": letters.into_iter().map(|l| json!({
                     "position": l.position,
                     "change_id": l.change_id,
                     "entity": l.entity,
@@ -357,7 +360,7 @@ async fn service(State(console): State<Arc<Console>>, headers: HeaderMap) -> Res
             "health": "/health",
             "ready": "/ready",
             "entities": entities,
-            "processors": console.processors().await,
+            "processors": console.processors(&headers).await,
         }))
         .into_response(),
     )
@@ -427,15 +430,6 @@ async fn documents(
     ))
 }
 
-/// Whether a reader with `filter` may see a version stamped with `tokens` (as the stores
-/// decide for reads: no tokens, or one in common).
-fn visible(filter: &TokenFilter, tokens: &[String]) -> bool {
-    match filter {
-        TokenFilter::All => true,
-        TokenFilter::AnyOf(mine) => tokens.is_empty() || tokens.iter().any(|t| mine.contains(t)),
-    }
-}
-
 async fn versions(
     State(console): State<Arc<Console>>,
     Path((name, id)): Path<(String, String)>,
@@ -443,24 +437,12 @@ async fn versions(
 ) -> Result<Response, ApiError> {
     let entity = console.entity(&name)?;
     let session = session(entity, &headers)?;
-    entity.service.check(&session, meshql_core::Action::Read)?;
-    let filter = session.filter();
-    let mask = entity.service.read_mask(&session);
-    let stored = entity
+    let versions: Vec<Value> = entity
         .service
-        .reader()
-        .versions(&id)
-        .await
-        .map_err(EngineError::from)?;
-    let versions: Vec<Value> = stored
+        .versions(&session, &id)
+        .await?
         .into_iter()
-        .filter(|v| visible(&filter, &v.authorized_tokens))
-        .map(|mut v| {
-            if !mask.is_all() {
-                v.payload = mask.apply_text(std::mem::take(&mut v.payload));
-            }
-            document(v)
-        })
+        .map(document)
         .collect();
     if versions.is_empty() {
         return Err(ApiError::not_found(format!(
@@ -539,15 +521,6 @@ pub(crate) fn example_query(entity: &ResolvedEntity) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_version_is_visible_without_tokens_or_with_one_in_common() {
-        let mine = TokenFilter::AnyOf(vec!["a".into()]);
-        assert!(visible(&mine, &[]));
-        assert!(visible(&mine, &["b".into(), "a".into()]));
-        assert!(!visible(&mine, &["b".into()]));
-        assert!(visible(&TokenFilter::All, &["b".into()]));
-    }
 
     #[test]
     fn the_page_names_the_prefix_and_every_asset_it_loads() {

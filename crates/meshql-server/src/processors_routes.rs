@@ -42,27 +42,63 @@ fn json_reply(status: axum::http::StatusCode, body: serde_json::Value) -> axum::
     (status, axum::Json(body)).into_response()
 }
 
+/// The engine's refusal as this endpoint's answer: its status and `{error, code}`.
+fn refusal(e: &meshql_engine::EngineError) -> axum::response::Response {
+    let kind = e.kind();
+    json_reply(
+        axum::http::StatusCode::from_u16(kind.http_status())
+            .unwrap_or(axum::http::StatusCode::FORBIDDEN),
+        serde_json::json!({"error": e.to_string(), "code": kind.code()}),
+    )
+}
+
+/// Whether the caller of `headers` may read `s`'s output entity (what its state describes).
+fn may_see(
+    endpoint: &ProcessorsEndpoint,
+    headers: &axum::http::HeaderMap,
+    s: &ProcessorStats,
+) -> Result<(), meshql_engine::EngineError> {
+    let Some(service) = endpoint.services.get(&s.output) else {
+        return Ok(());
+    };
+    let authorization = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let session = service.session(authorization, None)?;
+    service.may_read(&session.grants)
+}
+
+/// The processors whose output the caller may read.
 async fn list_processors(
     axum::extract::State(endpoint): axum::extract::State<Arc<ProcessorsEndpoint>>,
+    headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
-    let all: Vec<serde_json::Value> = endpoint
-        .processors
-        .stats()
-        .iter()
-        .map(|s| describe(&endpoint, s))
-        .collect();
+    let mut all = Vec::new();
+    for s in endpoint.processors.stats() {
+        match may_see(&endpoint, &headers, &s) {
+            Ok(()) => all.push(describe(&endpoint, &s)),
+            // refused credentials are refused, whichever processor
+            Err(e @ meshql_engine::EngineError::Auth(_)) => return refusal(&e),
+            Err(_) => {}
+        }
+    }
     json_reply(
         axum::http::StatusCode::OK,
         serde_json::json!({ "processors": all }),
     )
 }
 
+/// One processor's state, when the caller may read its output.
 async fn one_processor(
     axum::extract::State(endpoint): axum::extract::State<Arc<ProcessorsEndpoint>>,
     axum::extract::Path(name): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
     match endpoint.processors.stats().iter().find(|s| s.name == name) {
-        Some(s) => json_reply(axum::http::StatusCode::OK, describe(&endpoint, s)),
+        Some(s) => match may_see(&endpoint, &headers, s) {
+            Ok(()) => json_reply(axum::http::StatusCode::OK, describe(&endpoint, s)),
+            Err(e) => refusal(&e),
+        },
         None => json_reply(
             axum::http::StatusCode::NOT_FOUND,
             serde_json::json!({"error": format!("no processor named \"{name}\" runs here")}),
@@ -104,11 +140,7 @@ async fn start_rebuild(
         Ok(())
     });
     if let Err(e) = allowed {
-        let kind = e.kind();
-        return json_reply(
-            StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::FORBIDDEN),
-            serde_json::json!({"error": e.to_string(), "code": kind.code()}),
-        );
+        return refusal(&e);
     }
     if matches!(
         endpoint.processors.rebuild_state(&name),
