@@ -1,7 +1,7 @@
 //! SQL text for MySQL / MariaDB.
 
 use meshql_core::nested::Level;
-use meshql_core::template::{CmpOp, Cond, ListValue, Piece, SqlPiece, TemplateKind};
+use meshql_core::template::{CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use meshql_store_sql::names::{self, IdentLimit};
 use serde_json::Value;
@@ -152,36 +152,27 @@ pub(crate) fn range_column_ddl(table: &str, path: &FieldPath) -> Vec<String> {
     ]
 }
 
-#[derive(Debug, Clone)]
-pub(crate) enum Param {
-    Arg(String),
-    Literal(Value),
-    Render(Vec<Piece>),
-    At,
-    Tokens,
-    Keys,
-    Limit,
-    /// An operand as text when it is a number, else NULL.
-    Num(ArgValue),
-    /// An operand when it is a string, else NULL.
-    Str(ArgValue),
-    /// An operand as the text `JSON_UNQUOTE` gives (equality), NULL for null.
-    Text(ArgValue),
-    /// A list operand as a JSON array of texts (`$in`, `$nin`).
-    List(ListValue),
-}
+use meshql_store_sql::param::{BindStyle, Bound, Lists, OperandKind, Scalars};
+pub(crate) use meshql_store_sql::param::{Compiled, Param, Shape};
 
-#[derive(Debug, Clone)]
-pub(crate) struct Compiled {
-    pub sql: String,
-    pub params: Vec<Param>,
-}
+/// How MySQL binds parameters: values as the text `JSON_UNQUOTE` reads, lists as JSON.
+pub(crate) const BIND: BindStyle = BindStyle {
+    scalars: Scalars::Text,
+    lists: Lists::JsonText,
+};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Shape {
-    pub at: bool,
-    pub tokens: bool,
-    pub batch: bool,
+/// A bound value as mysql_async's.
+pub(crate) fn to_driver(v: Bound) -> mysql_async::Value {
+    match v {
+        Bound::Null => mysql_async::Value::NULL,
+        Bound::Int(i) => i.into(),
+        Bound::UInt(u) => u.into(),
+        Bound::Real(r) => r.into(),
+        Bound::Text(s) => s.into(),
+        Bound::TextList(items) => serde_json::to_string(&items)
+            .expect("strings serialise")
+            .into(),
+    }
 }
 
 pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
@@ -215,7 +206,10 @@ fn predicate(
         match key {
             Some(k) if name == "id" => k.to_owned(),
             _ if bound => {
-                params.push(Param::Arg(name.to_owned()));
+                params.push(Param::Arg {
+                    name: name.to_owned(),
+                    as_text: false,
+                });
                 "?".to_owned()
             }
             _ => {
@@ -280,19 +274,17 @@ fn operand(
     value: &ArgValue,
     key: Option<&str>,
     bound: bool,
-    make: fn(ArgValue) -> Param,
+    kind: OperandKind,
     params: &mut Vec<Param>,
 ) -> String {
     match value {
-        ArgValue::Arg(name) if key.is_some() && name == "id" => {
-            match make(ArgValue::Literal(Value::Null)) {
-                Param::Num(_) => "NULL".to_owned(),
-                _ => key.unwrap_or_default().to_owned(),
-            }
-        }
+        ArgValue::Arg(name) if key.is_some() && name == "id" => match kind {
+            OperandKind::Num => "NULL".to_owned(),
+            _ => key.unwrap_or_default().to_owned(),
+        },
         ArgValue::Arg(_) | ArgValue::Interpolated(_) if !bound => "NULL".to_owned(),
         v => {
-            params.push(make(v.clone()));
+            params.push(Param::Operand(kind, v.clone()));
             "?".to_owned()
         }
     }
@@ -323,26 +315,26 @@ fn cond_sql(cond: &Cond, key: Option<&str>, bound: bool, params: &mut Vec<Param>
             match op {
                 CmpOp::Eq => format!(
                     "{lhs} = {}",
-                    operand(value, key, bound, Param::Text, params)
+                    operand(value, key, bound, OperandKind::Text, params)
                 ),
                 CmpOp::Ne => format!(
                     "({lhs} = {}) IS NOT TRUE",
-                    operand(value, key, bound, Param::Text, params)
+                    operand(value, key, bound, OperandKind::Text, params)
                 ),
                 _ => {
                     let o = op.sql();
                     match path {
                         FieldPath::Id => format!(
                             "({lhs} {o} {})",
-                            operand(value, key, bound, Param::Str, params)
+                            operand(value, key, bound, OperandKind::Str, params)
                         ),
                         FieldPath::Payload(segments) => {
                             // numbers: the numeric generated column (`range_column_ddl`);
                             // strings: the text column (binary collation: code points)
                             let ty = field_type(segments);
                             let num = format!("t.{}", quote_ident(&number_column(segments)));
-                            let n = operand(value, key, bound, Param::Num, params);
-                            let s = operand(value, key, bound, Param::Str, params);
+                            let n = operand(value, key, bound, OperandKind::Num, params);
+                            let s = operand(value, key, bound, OperandKind::Str, params);
                             format!(
                                 "({num} {o} CAST({n} AS DOUBLE) \
                                  OR ({ty} = 'STRING' AND {lhs} {o} {s}))"
@@ -390,7 +382,7 @@ fn cond_sql(cond: &Cond, key: Option<&str>, bound: bool, params: &mut Vec<Param>
             ignore_case,
         } => {
             let lhs = field_text(path);
-            let p = operand(pattern, key, bound, Param::Str, params);
+            let p = operand(pattern, key, bound, OperandKind::Str, params);
             // the table's collation is binary: case-sensitive unless `(?i)`
             let p = if *ignore_case {
                 format!("CONCAT('(?i)', {p})")
@@ -610,13 +602,5 @@ pub(crate) fn nested_search(
     Compiled {
         sql: format!("WITH {} {}", w.ctes.join(", "), rows.join(" UNION ALL ")),
         params: w.params,
-    }
-}
-
-pub(crate) fn as_text(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
     }
 }

@@ -1,7 +1,7 @@
 //! [`MysqlStore`]: one entity table.
 
 use crate::db::{my_error, MysqlDatabase};
-use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER, TOKENS};
+use crate::sql::{self, quote_ident, Compiled, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
@@ -11,6 +11,7 @@ use meshql_core::{
     Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{sort_by_template, tokens_json, visible, Current, Version};
 use meshql_store_sql::table::page_index;
 use mysql_async::prelude::Queryable;
@@ -308,42 +309,19 @@ impl MysqlStore {
         keys: Option<&str>,
         limit: Option<usize>,
     ) -> Params {
-        Params::Positional(
-            compiled
-                .params
-                .iter()
-                .map(|p| match p {
-                    Param::Arg(name) => text(args.get(name).and_then(as_text)),
-                    Param::Literal(v) => text(as_text(v)),
-                    Param::Render(pieces) => {
-                        Value::from(meshql_core::template::render(pieces, args))
-                    }
-                    Param::At => Value::from(at.unwrap_or(Millis::MAX)),
-                    Param::Tokens => Value::from(tokens.clone().unwrap_or_else(|| "[]".into())),
-                    Param::Keys => Value::from(keys.unwrap_or("[]").to_owned()),
-                    Param::Limit => Value::from(limit.unwrap_or(usize::MAX) as u64),
-                    Param::Num(v) => text(match v.bind(args) {
-                        serde_json::Value::Number(n) => Some(n.to_string()),
-                        _ => None,
-                    }),
-                    Param::Str(v) => text(match v.bind(args) {
-                        serde_json::Value::String(s) => Some(s),
-                        _ => None,
-                    }),
-                    Param::Text(v) => text(as_text(&v.bind(args))),
-                    Param::List(l) => Value::from(
-                        serde_json::Value::Array(
-                            l.bind(args)
-                                .iter()
-                                .filter_map(as_text)
-                                .map(serde_json::Value::String)
-                                .collect(),
-                        )
-                        .to_string(),
-                    ),
-                })
-                .collect(),
-        )
+        let binding = Binding {
+            args,
+            at,
+            tokens: tokens.as_deref().map(ListArg::Json),
+            keys: keys.map(ListArg::Json),
+            limit,
+        };
+        Params::Positional(meshql_store_sql::param::bind(
+            sql::BIND,
+            compiled,
+            &binding,
+            sql::to_driver,
+        ))
     }
 
     async fn current<Q: Queryable>(
@@ -726,6 +704,7 @@ impl StoreReader for MysqlStore {
             Shape {
                 at: at.is_some(),
                 tokens: tokens.is_some(),
+                limit: false,
                 batch: false,
             },
         );
@@ -764,6 +743,7 @@ impl StoreReader for MysqlStore {
             Shape {
                 at: at.is_some(),
                 tokens: tokens.is_some(),
+                limit: false,
                 batch: true,
             },
         );
@@ -821,6 +801,7 @@ impl StoreReader for MysqlStore {
         let shape = Shape {
             at: at.is_some(),
             tokens: tokens.is_some(),
+            limit: false,
             batch: false,
         };
         let compiled = self.nested_compiled(template, shape, limit.is_some(), &levels);
@@ -1080,6 +1061,7 @@ impl Store for MysqlStore {
                     Shape {
                         at: false,
                         tokens: false,
+                        limit: false,
                         batch,
                     },
                 );

@@ -3,7 +3,7 @@
 //! connection.
 
 use meshql_core::nested::Level;
-use meshql_core::template::{CmpOp, Cond, ListValue, Piece, SqlPiece, TemplateKind};
+use meshql_core::template::{CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use meshql_store_sql::names::{self, IdentLimit};
 use serde_json::Value;
@@ -189,38 +189,28 @@ pub(crate) fn create_range_indexes(table: &str, path: &FieldPath) -> Vec<String>
     ]
 }
 
-/// Where a statement's parameter comes from.
-#[derive(Debug, Clone)]
-pub(crate) enum Param {
-    Arg(String),
-    Literal(Value),
-    Render(Vec<Piece>),
-    At,
-    Tokens,
-    Limit,
-    Keys,
-    /// An operand bound as a number (as text, cast in SQL), NULL unless it is a number.
-    Num(ArgValue),
-    /// An operand bound as text, NULL unless it is a string.
-    Str(ArgValue),
-    /// A list operand, each item as `->>` text (`$in`, `$nin`).
-    List(ListValue),
-    /// A `$regex` pattern (NULL unless a string).
-    Pattern(ArgValue),
-}
+use meshql_store_sql::param::{BindStyle, Bound, Lists, OperandKind, Scalars};
+pub(crate) use meshql_store_sql::param::{Compiled, Param, Shape};
 
-#[derive(Debug, Clone)]
-pub(crate) struct Compiled {
-    pub sql: String,
-    pub params: Vec<Param>,
-}
+/// How PostgreSQL binds parameters: values as the text `->>` reads, lists as `text[]`.
+pub(crate) const BIND: BindStyle = BindStyle {
+    scalars: Scalars::Text,
+    lists: Lists::TextArray,
+};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Shape {
-    pub at: bool,
-    pub tokens: bool,
-    pub limit: bool,
-    pub batch: bool,
+/// A bound parameter as tokio-postgres takes it.
+pub(crate) type SqlParam = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+
+/// A bound value as tokio-postgres's.
+pub(crate) fn to_driver(v: Bound) -> SqlParam {
+    match v {
+        Bound::Null => Box::new(None::<String>),
+        Bound::Int(i) => Box::new(i),
+        Bound::UInt(u) => Box::new(i64::try_from(u).unwrap_or(i64::MAX)),
+        Bound::Real(r) => Box::new(r),
+        Bound::Text(s) => Box::new(s),
+        Bound::TextList(items) => Box::new(items),
+    }
 }
 
 pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
@@ -249,7 +239,10 @@ impl Builder {
         let arg = |b: &mut Builder, name: &str| -> String {
             match key {
                 Some(k) if name == "id" => k.to_owned(),
-                _ if bound => b.push(Param::Arg(name.to_owned())),
+                _ if bound => b.push(Param::Arg {
+                    name: name.to_owned(),
+                    as_text: false,
+                }),
                 _ => b.push(Param::Literal(Value::Null)),
             }
         };
@@ -308,21 +301,21 @@ impl Builder {
         value: &ArgValue,
         key: Option<&str>,
         bound: bool,
-        make: fn(ArgValue) -> Param,
+        kind: OperandKind,
     ) -> String {
         match value {
             ArgValue::Arg(name) if key.is_some() && name == "id" => {
                 // the key is text: it is a string operand
                 let k = key.unwrap_or_default().to_owned();
-                match make(ArgValue::Literal(Value::Null)) {
-                    Param::Num(_) => "NULL".to_owned(),
+                match kind {
+                    OperandKind::Num => "NULL".to_owned(),
                     _ => k,
                 }
             }
             ArgValue::Arg(_) | ArgValue::Interpolated(_) if !bound => {
-                self.push(make(ArgValue::Literal(Value::Null)))
+                self.push(Param::Operand(kind, ArgValue::Literal(Value::Null)))
             }
-            v => self.push(make(v.clone())),
+            v => self.push(Param::Operand(kind, v.clone())),
         }
     }
 
@@ -333,7 +326,7 @@ impl Builder {
                 let lhs = json_text(path, alias);
                 match op {
                     CmpOp::Eq | CmpOp::Ne => {
-                        let rhs = self.operand(value, key, bound, Param::Pattern);
+                        let rhs = self.operand(value, key, bound, OperandKind::Pattern);
                         if *op == CmpOp::Eq {
                             format!("{lhs} = {rhs}::text")
                         } else {
@@ -342,11 +335,11 @@ impl Builder {
                     }
                     _ => {
                         let o = op.sql();
-                        let s = self.operand(value, key, bound, Param::Str);
+                        let s = self.operand(value, key, bound, OperandKind::Str);
                         match path {
                             FieldPath::Id => format!("({lhs} COLLATE \"C\" {o} {s}::text)"),
                             FieldPath::Payload(_) => {
-                                let n = self.operand(value, key, bound, Param::Num);
+                                let n = self.operand(value, key, bound, OperandKind::Num);
                                 let j = json_value(path, alias);
                                 // each branch can use an index of `prepare` (see
                                 // `create_range_indexes`): JSONB orders numbers numerically,
@@ -392,7 +385,7 @@ impl Builder {
                 ignore_case,
             } => {
                 let lhs = json_text(path, alias);
-                let p = self.operand(pattern, key, bound, Param::Pattern);
+                let p = self.operand(pattern, key, bound, OperandKind::Pattern);
                 let op = if *ignore_case { "~*" } else { "~" };
                 // `(?p)`: `.` does not match a newline, as in Rust and PCRE
                 let guard = match path {
@@ -598,14 +591,5 @@ pub(crate) fn nested_search(
             rows.join(" UNION ALL ")
         ),
         params: b.params,
-    }
-}
-
-/// A JSON scalar as the text `->>` yields for it (`None` for null: matches nothing).
-pub(crate) fn as_text(v: &Value) -> Option<String> {
-    match v {
-        Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
     }
 }

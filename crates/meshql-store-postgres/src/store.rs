@@ -2,7 +2,7 @@
 
 use crate::db::{pg_error, pool_error, PostgresDatabase};
 use crate::pipeline::{pipelined, pipelined_all};
-use crate::sql::{self, as_text, quote_ident, Compiled, Param, Shape, ORDER};
+use crate::sql::{self, quote_ident, Compiled, Shape, SqlParam, ORDER};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use meshql_core::memo::Memo;
@@ -13,6 +13,7 @@ use meshql_core::{
     Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{token_list as filter_tokens, visible, Current, Version};
 use meshql_store_sql::table::page_index;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,8 +25,6 @@ mod golden;
 mod outputs;
 
 use meshql_core::lru::{Lru, Slot};
-
-type SqlParam = Box<dyn ToSql + Sync + Send>;
 
 /// [`Relation::backend`] of PostgreSQL tables.
 const BACKEND: &str = "postgres";
@@ -308,38 +307,14 @@ impl PostgresStore {
         limit: Option<usize>,
         keys: Option<&[String]>,
     ) -> Vec<SqlParam> {
-        compiled
-            .params
-            .iter()
-            .map(|p| -> SqlParam {
-                match p {
-                    Param::Arg(name) => Box::new(args.get(name).and_then(as_text)),
-                    Param::Literal(v) => Box::new(as_text(v)),
-                    Param::Render(pieces) => Box::new(meshql_core::template::render(pieces, args)),
-                    Param::At => Box::new(at.unwrap_or(Millis::MAX)),
-                    Param::Tokens => Box::new(tokens.clone().unwrap_or_default()),
-                    Param::Limit => {
-                        Box::new(limit.unwrap_or(usize::MAX).min(i64::MAX as usize) as i64)
-                    }
-                    Param::Keys => Box::new(keys.unwrap_or_default().to_vec()),
-                    Param::Num(v) => Box::new(match v.bind(args) {
-                        serde_json::Value::Number(n) => Some(n.to_string()),
-                        _ => None,
-                    }),
-                    Param::Str(v) | Param::Pattern(v) => Box::new(match v.bind(args) {
-                        serde_json::Value::String(s) => Some(s),
-                        other if matches!(p, Param::Pattern(_)) => as_text(&other),
-                        _ => None,
-                    }),
-                    Param::List(l) => Box::new(
-                        l.bind(args)
-                            .iter()
-                            .filter_map(as_text)
-                            .collect::<Vec<String>>(),
-                    ),
-                }
-            })
-            .collect()
+        let binding = Binding {
+            args,
+            at,
+            tokens: tokens.as_deref().map(ListArg::Items),
+            keys: keys.map(ListArg::Items),
+            limit,
+        };
+        meshql_store_sql::param::bind(sql::BIND, compiled, &binding, sql::to_driver)
     }
 
     async fn current<C: GenericClient>(

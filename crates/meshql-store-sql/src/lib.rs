@@ -15,6 +15,7 @@
 
 pub mod names;
 pub mod outputs;
+pub mod param;
 pub mod rules;
 pub mod table;
 

@@ -7,7 +7,6 @@
 use meshql_core::template::{CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use rusqlite::types::Value as SqlValue;
-use serde_json::Value;
 
 /// A double-quoted SQL identifier.
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -75,43 +74,14 @@ pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String
     ))
 }
 
-/// Where a statement's parameter comes from, in order of appearance.
-#[derive(Debug, Clone)]
-pub(crate) enum Param {
-    /// A query argument (as text when it stood in quotes in a SQL fragment).
-    Arg { name: String, as_text: bool },
-    /// A literal from a filter template.
-    Literal(Value),
-    /// A string with placeholders, rendered with the arguments.
-    Render(Vec<meshql_core::template::Piece>),
-    /// The time bound of an `at` read.
-    At,
-    /// The caller's tokens as a JSON array.
-    Tokens,
-    /// The JSON array of batch keys.
-    Keys,
-    /// An operator's operand (a template value bound with the arguments).
-    Value(ArgValue),
-    /// The comparable type class of an operand: `'n'` (number), `'s'` (string), else NULL.
-    Class(ArgValue),
-    /// A list operand as a JSON array (`$in`, `$nin`).
-    List(ListValue),
-}
+use meshql_store_sql::param::{BindStyle, Bound, Lists, OperandKind, Scalars};
+pub(crate) use meshql_store_sql::param::{Compiled, Param, Shape};
 
-/// A statement text and its parameter sources.
-#[derive(Debug, Clone)]
-pub(crate) struct Compiled {
-    pub sql: String,
-    pub params: Vec<Param>,
-}
-
-/// Which optional clauses a search statement has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Shape {
-    pub at: bool,
-    pub tokens: bool,
-    pub batch: bool,
-}
+/// How SQLite binds parameters: values typed as `json_extract` returns them, lists as JSON.
+pub(crate) const BIND: BindStyle = BindStyle {
+    scalars: Scalars::Typed,
+    lists: Lists::JsonText,
+};
 
 const COLUMNS: &str = "t.id, t.payload";
 
@@ -244,7 +214,7 @@ fn operand(value: &ArgValue, key_arg: Option<&str>, params: &mut Vec<Param>) -> 
     match value {
         ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "k.key".to_owned(),
         v => {
-            params.push(Param::Value(v.clone()));
+            params.push(Param::Operand(OperandKind::Value, v.clone()));
             "?".to_owned()
         }
     }
@@ -262,7 +232,7 @@ fn cond_sql(cond: &Cond, key_arg: Option<&str>, params: &mut Vec<Param>) -> Stri
                     let class = match value {
                         ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "'s'".to_owned(),
                         v => {
-                            params.push(Param::Class(v.clone()));
+                            params.push(Param::Operand(OperandKind::Class, v.clone()));
                             "?".to_owned()
                         }
                     };
@@ -412,27 +382,16 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     Compiled { sql, params }
 }
 
-/// Converts a JSON value to what `json_extract` returns for it, for comparisons.
-pub(crate) fn to_sql(value: &Value, as_text: bool) -> SqlValue {
-    match value {
-        Value::Null => SqlValue::Null,
-        Value::Bool(b) => {
-            if as_text {
-                SqlValue::Text(b.to_string())
-            } else {
-                SqlValue::Integer(*b as i64)
-            }
+/// A bound value as rusqlite's.
+pub(crate) fn to_driver(v: Bound) -> SqlValue {
+    match v {
+        Bound::Null => SqlValue::Null,
+        Bound::Int(i) => SqlValue::Integer(i),
+        Bound::UInt(u) => SqlValue::Integer(i64::try_from(u).unwrap_or(i64::MAX)),
+        Bound::Real(r) => SqlValue::Real(r),
+        Bound::Text(s) => SqlValue::Text(s),
+        Bound::TextList(items) => {
+            SqlValue::Text(serde_json::to_string(&items).expect("strings serialise"))
         }
-        Value::Number(n) => {
-            if as_text {
-                SqlValue::Text(n.to_string())
-            } else if let Some(i) = n.as_i64() {
-                SqlValue::Integer(i)
-            } else {
-                SqlValue::Real(n.as_f64().unwrap_or(0.0))
-            }
-        }
-        Value::String(s) => SqlValue::Text(s.clone()),
-        other => SqlValue::Text(other.to_string()),
     }
 }

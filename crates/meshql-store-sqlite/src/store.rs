@@ -1,7 +1,7 @@
 //! [`SqliteStore`]: one entity table in a [`SqliteDatabase`].
 
 use crate::db::{query_error, SqliteDatabase};
-use crate::sql::{self, quote_ident, Compiled, Param, Shape, ORDER};
+use crate::sql::{self, quote_ident, Compiled, Shape, ORDER};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
@@ -11,6 +11,7 @@ use meshql_core::{
     StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{tokens_json, Current, Version};
 use meshql_store_sql::table::page_index;
 use rusqlite::types::Value as SqlValue;
@@ -272,31 +273,14 @@ impl SqliteStore {
         tokens: &Option<String>,
         keys: Option<&str>,
     ) -> Vec<SqlValue> {
-        compiled
-            .params
-            .iter()
-            .map(|p| match p {
-                Param::Arg { name, as_text } => {
-                    sql::to_sql(args.get(name).unwrap_or(&serde_json::Value::Null), *as_text)
-                }
-                Param::Literal(v) => sql::to_sql(v, false),
-                Param::Render(pieces) => {
-                    SqlValue::Text(meshql_core::template::render(pieces, args))
-                }
-                Param::At => SqlValue::Integer(at.unwrap_or(Millis::MAX)),
-                Param::Tokens => SqlValue::Text(tokens.clone().unwrap_or_default()),
-                Param::Keys => SqlValue::Text(keys.unwrap_or("[]").to_owned()),
-                Param::Value(v) => sql::to_sql(&v.bind(args), false),
-                Param::Class(v) => match v.bind(args) {
-                    serde_json::Value::Number(_) => SqlValue::Text("n".into()),
-                    serde_json::Value::String(_) => SqlValue::Text("s".into()),
-                    _ => SqlValue::Null,
-                },
-                Param::List(l) => {
-                    SqlValue::Text(serde_json::Value::Array(l.bind(args)).to_string())
-                }
-            })
-            .collect()
+        let binding = Binding {
+            args,
+            at,
+            tokens: tokens.as_deref().map(ListArg::Json),
+            keys: keys.map(ListArg::Json),
+            limit: None,
+        };
+        meshql_store_sql::param::bind(sql::BIND, compiled, &binding, sql::to_driver)
     }
 
     /// The newest version of `id`, a tombstone included, whoever may see it (`None` when
@@ -615,6 +599,7 @@ impl StoreReader for SqliteStore {
         let shape = Shape {
             at: at.is_some(),
             tokens: tokens.is_some(),
+            limit: false,
             batch: false,
         };
         let compiled = self.compiled(template, shape);
@@ -662,6 +647,7 @@ impl StoreReader for SqliteStore {
         let shape = Shape {
             at: at.is_some(),
             tokens: tokens.is_some(),
+            limit: false,
             batch: true,
         };
         let compiled = self.compiled(template, shape);
@@ -969,6 +955,7 @@ impl Store for SqliteStore {
                         Shape {
                             at: false,
                             tokens: false,
+                            limit: false,
                             batch,
                         },
                     )
@@ -1166,6 +1153,7 @@ mod operator_statement_tests {
             Shape {
                 at: false,
                 tokens: false,
+                limit: false,
                 batch: false,
             },
         );
@@ -1206,6 +1194,7 @@ mod operator_statement_tests {
             Shape {
                 at: false,
                 tokens: false,
+                limit: false,
                 batch: false,
             },
         )
@@ -1239,6 +1228,7 @@ mod at_statement_tests {
         Shape {
             at,
             tokens: false,
+            limit: false,
             batch: false,
         }
     }

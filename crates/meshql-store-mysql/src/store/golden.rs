@@ -11,6 +11,7 @@ fn shapes() -> Vec<Shape> {
         .map(|i| Shape {
             at: i & 4 != 0,
             tokens: i & 2 != 0,
+            limit: false,
             batch: i & 1 != 0,
         })
         .collect()
@@ -25,6 +26,14 @@ fn value(v: &Value) -> String {
         Value::UInt(u) => format!("uint:{u}"),
         other => format!("{other:?}"),
     }
+}
+
+/// The label of a shape (as its `Debug` was before `Shape` had `limit`).
+fn label(s: Shape) -> String {
+    format!(
+        "Shape {{ at: {}, tokens: {}, batch: {} }}",
+        s.at, s.tokens, s.batch
+    )
 }
 
 fn values(p: &Params) -> String {
@@ -56,7 +65,11 @@ fn search_section(out: &mut String) {
     for (label, template) in meshql_store_golden::templates() {
         for shape in shapes() {
             let c = sql::search("hen", &template, shape);
-            out.push_str(&format!("== search {label} {shape:?}\n{}\n", c.sql));
+            out.push_str(&format!(
+                "== search {label} {}\n{}\n",
+                self::label(shape),
+                c.sql
+            ));
             bind_all(out, &c, &template, shape, false);
         }
     }
@@ -70,7 +83,8 @@ fn nested_section(out: &mut String) {
             for limit in [false, true] {
                 let c = sql::nested_search("hen", root, shape, limit, &levels);
                 out.push_str(&format!(
-                    "== nested tree {i} {shape:?} limit {limit}\n{}\n",
+                    "== nested tree {i} {} limit {limit}\n{}\n",
+                    label(shape),
                     c.sql
                 ));
                 bind_all(out, &c, root, shape, limit);

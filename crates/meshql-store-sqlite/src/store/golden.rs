@@ -11,10 +11,19 @@ fn shapes() -> Vec<Shape> {
         out.push(Shape {
             at: i & 4 != 0,
             tokens: i & 2 != 0,
+            limit: false,
             batch: i & 1 != 0,
         });
     }
     out
+}
+
+/// The label of a shape (as its `Debug` was before `Shape` had `limit`).
+fn label(s: Shape) -> String {
+    format!(
+        "Shape {{ at: {}, tokens: {}, batch: {} }}",
+        s.at, s.tokens, s.batch
+    )
 }
 
 fn values(v: &[SqlValue]) -> String {
@@ -28,7 +37,11 @@ fn search_section(out: &mut String) {
     for (label, template) in meshql_store_golden::templates() {
         for shape in shapes() {
             let c = sql::search("hen", &template, shape);
-            out.push_str(&format!("== search {label} {shape:?}\n{}\n", c.sql));
+            out.push_str(&format!(
+                "== search {label} {}\n{}\n",
+                self::label(shape),
+                c.sql
+            ));
             let at = shape.at.then_some(1_000);
             let tokens = if shape.tokens { tokens.clone() } else { None };
             if shape.batch {

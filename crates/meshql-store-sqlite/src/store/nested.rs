@@ -141,6 +141,7 @@ impl SqliteStore {
         let shape = Shape {
             at: bounds.at.is_some(),
             tokens: bounds.tokens.is_some(),
+            limit: false,
             batch: false,
         };
         let root = self.compiled(template, shape);
