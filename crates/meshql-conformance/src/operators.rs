@@ -508,7 +508,8 @@ pub async fn nested_operators_match_level_by_level(store: DynStore) {
     }];
     let root = template("in_arg");
     let args = map(json!({"names": ["P1", "P2"]}));
-    let expected = crate::level_by_level(&store, &root, &args, &tree, &ALL, None, None).await;
+    let expected =
+        crate::nested::level_by_level(&store, &root, &args, &tree, &ALL, None, None).await;
     let kids = |i: usize| -> Vec<String> {
         expected[i].children[0]
             .iter()

@@ -6,7 +6,8 @@
 //! The consumers' tables are shared by every entity table of a database (and by the tests
 //! running at once against one server), so each case names its consumers uniquely.
 
-use crate::{settled, ALL, W};
+use crate::feed::settled;
+use crate::harness::{ALL, W};
 use meshql_core::{
     ChangeOp, Cursor, DeadLetter, DynStore, Envelope, NewDocument, OutputBatch, OutputWrite,
     ReadContext, StateWrite, StoreError, WriteContext,
@@ -912,7 +913,7 @@ pub async fn outputs_rebuild_swaps_in_a_new_table(store: DynStore) {
     assert!(store.dead_letters(Some(&c), 10).await.unwrap().is_empty());
     // a restart prepares the table again
     store
-        .prepare(&crate::templates())
+        .prepare(&crate::harness::templates())
         .await
         .expect("prepare after a swap");
     assert_eq!(found(&store, "third-e").await, strings(&["third-e"]));
