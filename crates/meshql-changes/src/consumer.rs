@@ -408,9 +408,9 @@ impl Consumer {
             progress: Mutex::new(Instant::now()),
         });
         let (stop, stop_rx) = watch::channel(false);
-        let filter = FeedFilter {
-            entities: options.entities.clone(),
-            ..FeedFilter::default()
+        let filter = match &options.entities {
+            Some(entities) => FeedFilter::everything().only(entities),
+            None => FeedFilter::everything(),
         };
         let worker = Worker {
             name: name.to_owned(),

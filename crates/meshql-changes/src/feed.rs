@@ -2,10 +2,8 @@
 //! filtered by entity and by the reader's authorized tokens (exactly as reads are filtered).
 
 use crate::record::{publish, Head};
-use meshql_core::auth::is_visible;
-use meshql_core::{Mask, TokenFilter};
+use meshql_core::{Mask, Visibility};
 use meshql_log::{Log, LogError, LogReader, Record};
-use std::sync::Arc;
 
 /// A log to read: the writer's own handle in the serving process, or a [`LogReader`] in
 /// another process.
@@ -47,43 +45,10 @@ impl FeedSource for LogReader {
     }
 }
 
-/// Which changes a consumer receives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FeedFilter {
-    /// Only these entities (all when `None`).
-    pub entities: Option<Vec<String>>,
-    /// The reader's tokens: a change is delivered when its document would be readable.
-    pub tokens: TokenFilter,
-    /// Per entity, the fields the reader may read of a payload (entities not named: all).
-    pub masks: Vec<(String, Arc<Mask>)>,
-}
-
-impl Default for FeedFilter {
-    fn default() -> Self {
-        Self {
-            entities: None,
-            tokens: TokenFilter::All,
-            masks: Vec::new(),
-        }
-    }
-}
-
-impl FeedFilter {
-    fn admits(&self, head: &Head) -> bool {
-        self.entities
-            .as_ref()
-            .is_none_or(|es| es.contains(&head.entity))
-            && is_visible(&self.tokens, &head.authorized_tokens)
-    }
-
-    fn mask(&self, entity: &str) -> Option<&Mask> {
-        self.masks
-            .iter()
-            .find(|(e, _)| e == entity)
-            .map(|(_, m)| &**m)
-            .filter(|m| !m.is_all())
-    }
-}
+/// Which changes a consumer receives, and which fields of them: what its caller may see of
+/// documents that come without a store read ([`Visibility`], decided by the engine; the
+/// service's own consumers see everything, narrowed to their entities).
+pub type FeedFilter = Visibility;
 
 /// A published change (`{"position":…,"payload":{…},…}`) without the fields `mask` hides.
 fn masked(change: Vec<u8>, mask: &Mask) -> Vec<u8> {
@@ -169,10 +134,10 @@ pub(crate) fn scan(
             examined += 1;
             last = r.offset;
             match Head::parse(&r.data) {
-                Ok(head) if filter.admits(&head) => {
+                Ok(head) if filter.admits(&head.entity, &head.authorized_tokens) => {
                     let mut out = Vec::with_capacity(r.data.len() + 24);
                     publish(r.offset, &r.data, &mut out);
-                    if let Some(mask) = filter.mask(&head.entity) {
+                    if let Some(mask) = filter.mask(&head.entity).filter(|m| !m.is_all()) {
                         out = masked(out, mask);
                     }
                     admit(&r, out);

@@ -120,19 +120,17 @@ async fn writes_reach_the_log_once_across_a_restart() {
     assert_eq!(hub.stats().iter().map(|s| s.copied).sum::<u64>(), 2);
 
     // filters: by entity, by tokens; `last` moves past what is filtered out
-    let only_coops = FeedFilter {
-        entities: Some(vec!["coop".into()]),
-        tokens: TokenFilter::All,
-        masks: Vec::new(),
-    };
+    let only_coops = FeedFilter::everything().only(&["coop".into()]);
     let page = read_page(&log, 0, 10, &only_coops).unwrap();
     assert_eq!(page.changes.len(), 2);
     assert_eq!(page.last, 5);
-    let bob = FeedFilter {
-        entities: None,
-        tokens: TokenFilter::AnyOf(vec!["bob".into()]),
-        masks: Vec::new(),
-    };
+    let bob = FeedFilter::decide(
+        TokenFilter::AnyOf(vec!["bob".into()]),
+        &meshql_core::Grants::unrestricted(),
+        &[],
+        None,
+    )
+    .unwrap();
     let page = read_page(&log, 0, 10, &bob).unwrap();
     assert_eq!(page.changes.len(), 4, "alice's hen is hidden from bob");
     let page = read_page(&log, 0, 2, &FeedFilter::default()).unwrap();

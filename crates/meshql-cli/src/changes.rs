@@ -72,9 +72,10 @@ fn print_changes(args: ChangesArgs) -> Result<(), String> {
     {
         return Err(format!("unknown entity `{unknown}`"));
     }
-    let filter = FeedFilter {
-        entities: (!args.entity.is_empty()).then_some(args.entity),
-        ..FeedFilter::default()
+    let filter = if args.entity.is_empty() {
+        FeedFilter::everything()
+    } else {
+        FeedFilter::everything().only(&args.entity)
     };
     let committed = match &args.group {
         Some(g) => log.committed(g).map_err(|e| e.to_string())?,

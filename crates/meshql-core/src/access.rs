@@ -279,6 +279,25 @@ impl Policy for AllowAll {
     }
 }
 
+impl Grants {
+    /// The read decision for one entity, the one every read path takes: `Ok(None)` every
+    /// field; `Ok(Some(mask))` the fields `mask` shows; [`Forbidden`] when the caller may not
+    /// read the entity at all.
+    pub fn read_view(&self, entity: &str) -> Result<Option<Arc<Mask>>, Forbidden> {
+        if self.is_unrestricted() {
+            return Ok(None);
+        }
+        if !self.allows(entity, Action::Read) {
+            return Err(Forbidden {
+                entity: entity.to_owned(),
+                action: Action::Read,
+            });
+        }
+        let mask = self.mask(entity);
+        Ok((!mask.is_all()).then(|| mask.clone()))
+    }
+}
+
 /// Why an action was refused: a 403 (`FORBIDDEN`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not allowed to {action} {entity}", action = .action.name())]

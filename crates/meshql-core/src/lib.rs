@@ -25,6 +25,7 @@ pub mod store;
 pub mod suggest;
 pub mod template;
 pub mod time;
+pub mod visibility;
 
 pub use access::{Action, Actions, AllowAll, Forbidden, Grant, Grants, Mask, Policy, Principal};
 pub use auth::{is_visible, AuthError, Authorizer, Caller, Credentials, NoAuth};
@@ -45,3 +46,4 @@ pub use store::{
 };
 pub use template::{ArgValue, BoundArgs, FieldPath, QueryTemplate, TemplateError};
 pub use time::{now_millis, Millis};
+pub use visibility::Visibility;

@@ -35,5 +35,5 @@ pub use consistency::{ReadAfter, Token};
 pub use error::EngineError;
 pub use reads::Granted;
 pub use replica::{Detour, FallbackReader, ReplicaHealth, ReplicaState, ReplicaStats};
-pub use service::{Access, EntityService, Session};
+pub use service::{visibility, Access, EntityService, Prior, Session};
 pub use validate::{PayloadValidator, ValidatorError};

@@ -13,7 +13,7 @@ use meshql_core::time::Acknowledged;
 use meshql_core::{
     Action, AllowAll, Authorizer, Credentials, DeadLetter, DynReader, DynStore, Envelope,
     Forbidden, Grants, Mask, Millis, NewDocument, Policy, ReadContext, RemoveOutcome, StoreReader,
-    TokenFilter, WriteContext,
+    TokenFilter, Visibility, WriteContext,
 };
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -294,12 +294,18 @@ impl EntityService {
     /// `Ok(None)`: every field; `Ok(Some(mask))`: the fields `mask` shows;
     /// [`EngineError::Forbidden`] when the caller may not read the entity at all.
     pub fn read_grant(&self, grants: &Grants) -> Result<Option<Arc<Mask>>, EngineError> {
-        if grants.is_unrestricted() {
-            return Ok(None);
-        }
-        self.allowed(grants, Action::Read)?;
-        let mask = grants.mask(&self.name);
-        Ok((!mask.is_all()).then(|| mask.clone()))
+        Ok(grants.read_view(&self.name)?)
+    }
+
+    /// What `access` may see of this entity's documents that come without a store read (a
+    /// subscription's events): [`EngineError::Forbidden`] when it may not read the entity.
+    pub fn visibility(&self, access: &Access) -> Result<Visibility, EngineError> {
+        Ok(Visibility::decide(
+            access.filter.clone(),
+            &access.grants,
+            &[self.name.as_str()],
+            None,
+        )?)
     }
 
     /// The fields `session` may read of this entity's documents: its read mask, or only the
@@ -637,21 +643,24 @@ impl EntityService {
         self.read_grant(grants).map(|_| ())
     }
 
-    /// The version of `id` current just before `at`, whoever may read it, from the primary:
-    /// for the change feed's own consumers (subscriptions tell a document that left a query's
-    /// match by it), which decide who may see what themselves.
-    pub async fn version_before(
-        &self,
-        id: &str,
-        at: Millis,
-    ) -> Result<Option<Envelope>, EngineError> {
-        Ok(self
+    /// The version of `id` current just before `at`, from the primary: read once for every
+    /// subscriber of a change (a document that left a query's match is told by it), and
+    /// opaque until a [`Visibility`] admits it ([`Prior::seen_by`]).
+    pub async fn prior_version(&self, id: &str, at: Millis) -> Result<Option<Prior>, EngineError> {
+        let found = self
             .reader_for(true)
             .read(
                 id,
                 &ReadContext::new(&meshql_core::TokenFilter::All, Some(at - 1)),
             )
-            .await?)
+            .await?;
+        Ok(found.and_then(|e| {
+            Some(Prior {
+                entity: self.name.clone(),
+                document: e.payload_map().ok()?,
+                authorized_tokens: e.authorized_tokens,
+            })
+        }))
     }
 
     pub async fn read_many(
@@ -713,6 +722,42 @@ fn apply_mask_all(mask: Option<&Mask>, envelopes: Vec<Envelope>) -> Vec<Envelope
         None => envelopes,
         Some(_) => envelopes.into_iter().map(|e| apply_mask(mask, e)).collect(),
     }
+}
+
+/// A document's version before a change, read without regard to who asks: only a
+/// [`Visibility`] that admits it shows it.
+#[derive(Debug, Clone)]
+pub struct Prior {
+    entity: String,
+    document: Map<String, Value>,
+    authorized_tokens: Vec<String>,
+}
+
+impl Prior {
+    /// The prior document, for matching a query against it (never output), when `visibility`
+    /// admits its entity and its tokens.
+    pub fn seen_by(&self, visibility: &Visibility) -> Option<&Map<String, Value>> {
+        visibility
+            .admits(&self.entity, &self.authorized_tokens)
+            .then_some(&self.document)
+    }
+}
+
+/// What `access` may see of the documents of `services` that come without a store read (the
+/// change log), or of only the `asked` entities among them: [`EngineError::Forbidden`] for an
+/// asked entity it may not read, or when it may read none.
+pub fn visibility(
+    services: &[Arc<EntityService>],
+    access: &Access,
+    asked: Option<&[String]>,
+) -> Result<Visibility, EngineError> {
+    let names: Vec<&str> = services.iter().map(|s| s.name()).collect();
+    Ok(Visibility::decide(
+        access.filter.clone(),
+        &access.grants,
+        &names,
+        asked,
+    )?)
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::plan::{OperationPlan, RootKind};
 use crate::registry::Registry;
 use crate::request::{GraphqlRequest, RequestContext};
 use crate::tree::Node;
-use meshql_core::{BoundArgs, Mask, Millis, Row, Search};
+use meshql_core::{BoundArgs, Millis, Row, Search, Visibility};
 use serde_json::{Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,12 +49,9 @@ pub struct ChangeEvent<'a> {
     pub before: Option<&'a Before>,
 }
 
-/// A document's version before a change.
-#[derive(Debug, Clone)]
-pub struct Before {
-    pub document: Map<String, Value>,
-    pub authorized_tokens: Vec<String>,
-}
+/// A document's version before a change: seen only through a subscription's
+/// [`meshql_core::Visibility`].
+pub type Before = meshql_engine::Prior;
 
 /// The version of `change`'s document before it, for an update of an entity served here
 /// (`None` otherwise, or when it cannot be read: then no departure is told).
@@ -68,14 +65,10 @@ pub async fn version_before(registry: &Registry, change: &ChangeEvent<'_>) -> Op
         .find(|g| g.entity == change.entity)?;
     match graphlette
         .service
-        .version_before(change.id, change.created_at)
+        .prior_version(change.id, change.created_at)
         .await
     {
-        Ok(Some(e)) => Some(Before {
-            document: serde_json::from_str(&e.payload).ok()?,
-            authorized_tokens: e.authorized_tokens,
-        }),
-        Ok(None) => None,
+        Ok(prior) => prior,
         Err(e) => {
             tracing::warn!(error = %e, "subscriptions: the version before an update could not be read; no departure is told");
             None
@@ -94,7 +87,8 @@ pub struct Subscription {
     args: BoundArgs,
     reads: Arc<[String]>,
     ctx: RequestContext,
-    mask: Option<Arc<Mask>>,
+    /// What the subscriber may see of the changes: documents by tokens, fields by mask.
+    visibility: Visibility,
     cohort: String,
 }
 
@@ -147,9 +141,9 @@ impl Registry {
             .iter()
             .map(|(k, v)| (k.clone(), v.eval(&variables)))
             .collect();
-        let mask = graphlette
+        let visibility = graphlette
             .service
-            .read_grant(&ctx.access.grants)
+            .visibility(&ctx.access)
             .map_err(|e| request_errors(&[RequestError::coded(e.to_string(), e.kind().code())]))?;
         let reads = selection.reads.clone();
         let cohort = format!(
@@ -168,7 +162,7 @@ impl Registry {
             args,
             reads,
             ctx,
-            mask,
+            visibility,
             cohort,
         })))
     }
@@ -192,16 +186,15 @@ impl Subscription {
         if change.entity != self.entity {
             return None;
         }
-        let visible = |tokens: &[String]| meshql_core::is_visible(&self.ctx.access.filter, tokens);
-        let now = visible(change.authorized_tokens) && self.matches(registry, change).await;
+        let now = self
+            .visibility
+            .admits(change.entity, change.authorized_tokens)
+            && self.matches(registry, change).await;
         // an update that takes the document out of the match: a departure, if the caller saw
         // the version before it
         let departed = !now
-            && match change.before {
-                Some(before) => {
-                    visible(&before.authorized_tokens)
-                        && self.matched_before(registry, change, before).await
-                }
+            && match change.before.and_then(|b| b.seen_by(&self.visibility)) {
+                Some(before) => self.matched_before(registry, change, before).await,
                 None => false,
             };
         if !now && !departed {
@@ -237,14 +230,14 @@ impl Subscription {
         &self,
         registry: &Registry,
         change: &ChangeEvent<'_>,
-        before: &Before,
+        before: &Map<String, Value>,
     ) -> bool {
         let template = &registry.graphlettes()[self.index].queries[self.query].template;
         if template.is_sql() {
             self.found_by_sql(registry, change.id, change.created_at - 1)
                 .await
         } else {
-            template.matches(&self.args, change.id, &before.document)
+            template.matches(&self.args, change.id, before)
         }
     }
 
@@ -283,7 +276,7 @@ impl Subscription {
                 },
                 &self.reads,
             )
-            .masked(self.mask.as_ref())
+            .masked(self.visibility.mask(&self.entity))
         });
         let limits = registry.limits();
         let deadline = tokio::time::Instant::now() + Duration::from_millis(limits.timeout_ms.get());

@@ -112,45 +112,6 @@ impl From<&str> for Refusal {
     }
 }
 
-/// Per entity, the fields a caller may read of its changes.
-type Masks = Vec<(String, Arc<meshql_core::Mask>)>;
-
-/// The entities the caller may read among `asked` (every entity when `None`), and their
-/// masks, as each entity's service decides; `None` when nothing needs narrowing.
-fn narrow(
-    endpoint: &ChangesEndpoint,
-    access: &Access,
-    asked: Option<Vec<String>>,
-) -> Result<(Option<Vec<String>>, Masks), Refusal> {
-    if access.grants.is_unrestricted() {
-        return Ok((asked, Vec::new()));
-    }
-    let mut readable = Vec::new();
-    let mut masks = Vec::new();
-    for service in &endpoint.services {
-        let name = service.name();
-        if asked.as_ref().is_some_and(|a| !a.iter().any(|n| n == name)) {
-            continue;
-        }
-        match service.read_grant(&access.grants) {
-            Ok(mask) => {
-                readable.push(name.to_owned());
-                if let Some(mask) = mask {
-                    masks.push((name.to_owned(), mask));
-                }
-            }
-            Err(e) if asked.is_some() => return Err(Refusal::Forbidden(e.to_string())),
-            Err(_) => {}
-        }
-    }
-    if readable.is_empty() {
-        return Err(Refusal::Forbidden(
-            "not allowed to read any entity of this service".into(),
-        ));
-    }
-    Ok((Some(readable), masks))
-}
-
 /// A request's parameters, checked.
 #[derive(Debug)]
 struct Request {
@@ -240,7 +201,8 @@ fn parse(
                 .map_err(|_| format!("`Last-Event-ID` must be a position, not `{v}`"))
         })
         .transpose()?;
-    let (entities, masks) = narrow(endpoint, access, entities)?;
+    let filter = meshql_engine::visibility(&endpoint.services, access, entities.as_deref())
+        .map_err(|e| Refusal::Forbidden(e.to_string()))?;
     Ok(Request {
         since: if stream {
             last_event_id.or(since)
@@ -249,11 +211,7 @@ fn parse(
         },
         limit,
         wait: Duration::from_millis(wait_ms),
-        filter: FeedFilter {
-            entities,
-            tokens: access.filter.clone(),
-            masks,
-        },
+        filter,
         stream,
     })
 }
