@@ -27,6 +27,7 @@
 
 mod database;
 mod db;
+mod dialect;
 mod replica;
 mod settings;
 mod sql;

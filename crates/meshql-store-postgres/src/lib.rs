@@ -41,6 +41,7 @@
 mod connector;
 mod database;
 mod db;
+mod dialect;
 mod pipeline;
 mod pools;
 mod replica;

@@ -2,11 +2,11 @@
 //! table, the template and the optional clauses present, so each is prepared once per
 //! connection.
 
+use crate::dialect::DIALECT;
 use meshql_core::nested::Level;
-use meshql_core::template::{CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
-use meshql_core::{ArgValue, FieldPath, QueryTemplate};
+use meshql_core::{FieldPath, QueryTemplate};
+use meshql_store_sql::cond::Builder;
 use meshql_store_sql::names::{self, IdentLimit};
-use serde_json::Value;
 
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -189,7 +189,7 @@ pub(crate) fn create_range_indexes(table: &str, path: &FieldPath) -> Vec<String>
     ]
 }
 
-use meshql_store_sql::param::{BindStyle, Bound, Lists, OperandKind, Scalars};
+use meshql_store_sql::param::{BindStyle, Bound, Lists, Scalars};
 pub(crate) use meshql_store_sql::param::{Compiled, Param, Shape};
 
 /// How PostgreSQL binds parameters: values as the text `->>` reads, lists as `text[]`.
@@ -215,208 +215,14 @@ pub(crate) fn to_driver(v: Bound) -> SqlParam {
 
 pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
 
-struct Builder {
-    params: Vec<Param>,
+/// The clauses of PostgreSQL's searches, on a statement being compiled.
+trait Clauses {
+    fn visibility(&mut self, table: &str, at: bool, alias: &str) -> String;
+    fn tokens(&mut self, alias: &str) -> String;
+    fn current_at(&mut self, table: &str, template: &QueryTemplate, tokens: bool) -> String;
 }
 
-impl Builder {
-    fn push(&mut self, p: Param) -> String {
-        self.params.push(p);
-        format!("${}", self.params.len())
-    }
-
-    /// A template's condition on the table aliased `alias`. `key` replaces its `id`
-    /// argument (a batch's key column, or a parent's key in a nested statement); `bound`
-    /// says whether its other arguments come from the request (a root search) or are
-    /// unbound (a relationship, as in a batched lookup: they match nothing).
-    fn predicate(
-        &mut self,
-        template: &QueryTemplate,
-        alias: &str,
-        key: Option<&str>,
-        bound: bool,
-    ) -> String {
-        let arg = |b: &mut Builder, name: &str| -> String {
-            match key {
-                Some(k) if name == "id" => k.to_owned(),
-                _ if bound => b.push(Param::Arg {
-                    name: name.to_owned(),
-                    as_text: false,
-                }),
-                _ => b.push(Param::Literal(Value::Null)),
-            }
-        };
-        match &template.kind {
-            TemplateKind::Filter(preds) if preds.is_empty() => "true".to_owned(),
-            TemplateKind::Filter(preds) => preds
-                .iter()
-                .map(|(path, value)| {
-                    let lhs = json_text(path, alias);
-                    let rhs = match value {
-                        ArgValue::Arg(name) => arg(self, name),
-                        ArgValue::Literal(v) => self.push(Param::Literal(v.clone())),
-                        ArgValue::Interpolated(pieces) if bound => {
-                            self.push(Param::Render(pieces.clone()))
-                        }
-                        ArgValue::Interpolated(pieces) => {
-                            let text = meshql_core::template::render(pieces, &Default::default());
-                            self.push(Param::Literal(Value::String(text)))
-                        }
-                    };
-                    format!("{lhs} = {rhs}")
-                })
-                .collect::<Vec<_>>()
-                .join(" AND "),
-            TemplateKind::Query(spec) if spec.conds.is_empty() => "true".to_owned(),
-            TemplateKind::Query(spec) => spec
-                .conds
-                .iter()
-                .map(|c| self.cond(c, alias, key, bound))
-                .collect::<Vec<_>>()
-                .join(" AND "),
-            TemplateKind::Sql(pieces) => {
-                let mut out = String::from("(");
-                for p in pieces {
-                    match p {
-                        SqlPiece::Text(t) => out.push_str(t),
-                        SqlPiece::Param { arg: name, as_text } => {
-                            let is_key = key.is_some() && name == "id";
-                            out.push_str(&arg(self, name));
-                            if *as_text && !is_key {
-                                out.push_str("::text");
-                            }
-                        }
-                    }
-                }
-                out.push(')');
-                out
-            }
-        }
-    }
-
-    /// An operand of an operator template as a parameter of the given kind (`make`), the
-    /// key column for a batch/nested `id` argument, or NULL for an unbound argument.
-    fn operand(
-        &mut self,
-        value: &ArgValue,
-        key: Option<&str>,
-        bound: bool,
-        kind: OperandKind,
-    ) -> String {
-        match value {
-            ArgValue::Arg(name) if key.is_some() && name == "id" => {
-                // the key is text: it is a string operand
-                let k = key.unwrap_or_default().to_owned();
-                match kind {
-                    OperandKind::Num => "NULL".to_owned(),
-                    _ => k,
-                }
-            }
-            ArgValue::Arg(_) | ArgValue::Interpolated(_) if !bound => {
-                self.push(Param::Operand(kind, ArgValue::Literal(Value::Null)))
-            }
-            v => self.push(Param::Operand(kind, v.clone())),
-        }
-    }
-
-    /// One condition of an operator template (semantics: `meshql_core::template::Cond`).
-    fn cond(&mut self, cond: &Cond, alias: &str, key: Option<&str>, bound: bool) -> String {
-        match cond {
-            Cond::Cmp { path, op, value } => {
-                let lhs = json_text(path, alias);
-                match op {
-                    CmpOp::Eq | CmpOp::Ne => {
-                        let rhs = self.operand(value, key, bound, OperandKind::Pattern);
-                        if *op == CmpOp::Eq {
-                            format!("{lhs} = {rhs}::text")
-                        } else {
-                            format!("({lhs} = {rhs}::text) IS NOT TRUE")
-                        }
-                    }
-                    _ => {
-                        let o = op.sql();
-                        let s = self.operand(value, key, bound, OperandKind::Str);
-                        match path {
-                            FieldPath::Id => format!("({lhs} COLLATE \"C\" {o} {s}::text)"),
-                            FieldPath::Payload(_) => {
-                                let n = self.operand(value, key, bound, OperandKind::Num);
-                                let j = json_value(path, alias);
-                                // each branch can use an index of `prepare` (see
-                                // `create_range_indexes`): JSONB orders numbers numerically,
-                                // and the type test drops the other types it orders around them
-                                format!(
-                                    "((jsonb_typeof({j}) = 'number' AND {j} {o} to_jsonb({n}::text::numeric)) \
-                                     OR (jsonb_typeof({j}) = 'string' AND {lhs} COLLATE \"C\" {o} {s}::text))"
-                                )
-                            }
-                        }
-                    }
-                }
-            }
-            Cond::In { path, list, negate } => {
-                let lhs = json_text(path, alias);
-                let rhs = match list {
-                    ListValue::Arg(name) if key.is_some() && name == "id" => {
-                        format!("ARRAY[{}]", key.unwrap_or_default())
-                    }
-                    ListValue::Arg(_) if !bound => {
-                        self.push(Param::List(ListValue::Items(Vec::new())))
-                    }
-                    // a relationship's template: only its literal items are bound
-                    ListValue::Items(items) if !bound => self.push(Param::List(ListValue::Items(
-                        items
-                            .iter()
-                            .filter(|i| matches!(i, ArgValue::Literal(_)))
-                            .cloned()
-                            .collect(),
-                    ))),
-                    l => self.push(Param::List(l.clone())),
-                };
-                let test = format!("{lhs} = ANY({rhs}::text[])");
-                if *negate {
-                    format!("({test}) IS NOT TRUE")
-                } else {
-                    test
-                }
-            }
-            Cond::Regex {
-                path,
-                pattern,
-                ignore_case,
-            } => {
-                let lhs = json_text(path, alias);
-                let p = self.operand(pattern, key, bound, OperandKind::Pattern);
-                let op = if *ignore_case { "~*" } else { "~" };
-                // `(?p)`: `.` does not match a newline, as in Rust and PCRE
-                let guard = match path {
-                    FieldPath::Id => String::new(),
-                    FieldPath::Payload(_) => {
-                        format!("jsonb_typeof({}) = 'string' AND ", json_value(path, alias))
-                    }
-                };
-                format!("({guard}{lhs} {op} ('(?p)' || {p}::text))")
-            }
-            Cond::Exists { path, exists } => match path {
-                FieldPath::Id => exists.to_string(),
-                FieldPath::Payload(_) => format!(
-                    "{} IS {}NULL",
-                    json_value(path, alias),
-                    if *exists { "NOT " } else { "" }
-                ),
-            },
-            Cond::And(cs) | Cond::Or(cs) => {
-                let joiner = if matches!(cond, Cond::And(_)) {
-                    " AND "
-                } else {
-                    " OR "
-                };
-                let parts: Vec<String> =
-                    cs.iter().map(|c| self.cond(c, alias, key, bound)).collect();
-                format!("({})", parts.join(joiner))
-            }
-        }
-    }
-
+impl Clauses for Builder<'_> {
     fn visibility(&mut self, table: &str, at: bool, alias: &str) -> String {
         if at {
             let n = self.push(Param::At);
@@ -473,7 +279,7 @@ impl Builder {
 
 /// The statement of a search (or batched search).
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    let mut b = Builder { params: Vec::new() };
+    let mut b = Builder::new(&DIALECT);
     let t = quote_ident(table);
     let mut sql = String::new();
     if shape.batch {
@@ -505,10 +311,7 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
         let n = b.push(Param::Limit);
         sql.push_str(&format!(" LIMIT {n}"));
     }
-    Compiled {
-        sql,
-        params: b.params,
-    }
+    b.finish(sql)
 }
 
 /// One statement for a search and every relationship below it: a CTE per relationship
@@ -523,7 +326,7 @@ pub(crate) fn nested_search(
     shape: Shape,
     levels: &[Level<'_>],
 ) -> Compiled {
-    let mut b = Builder { params: Vec::new() };
+    let mut b = Builder::new(&DIALECT);
     let source = if shape.at && !template.selects_by_id() {
         format!("{} t", b.current_at(table, template, shape.tokens))
     } else {
@@ -548,7 +351,7 @@ pub(crate) fn nested_search(
         "r0 AS (SELECT t.id, t.payload, COALESCE(t.seq, t._id) AS o FROM {source}{limit})"
     )];
     fn walk(
-        b: &mut Builder,
+        b: &mut Builder<'_>,
         ctes: &mut Vec<String>,
         levels: &[Level<'_>],
         parent: usize,
@@ -584,12 +387,9 @@ pub(crate) fn nested_search(
             format!("SELECT {i} AS r, {key} AS key, id, payload::text, o FROM r{i}")
         })
         .collect();
-    Compiled {
-        sql: format!(
-            "WITH {} {} ORDER BY r, o",
-            ctes.join(", "),
-            rows.join(" UNION ALL ")
-        ),
-        params: b.params,
-    }
+    b.finish(format!(
+        "WITH {} {} ORDER BY r, o",
+        ctes.join(", "),
+        rows.join(" UNION ALL ")
+    ))
 }

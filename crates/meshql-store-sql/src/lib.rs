@@ -13,6 +13,8 @@
 //! whose tokens are empty or share one with it; a batch reads the rows of several keys in one
 //! statement; documents are listed in creation order (`COALESCE(seq, _id)`).
 
+pub mod cond;
+pub mod dialect;
 pub mod names;
 pub mod outputs;
 pub mod param;

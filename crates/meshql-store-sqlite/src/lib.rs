@@ -24,6 +24,7 @@
 
 mod checkpoint;
 mod db;
+mod dialect;
 mod settings;
 mod sql;
 mod store;

@@ -4,8 +4,9 @@
 //! present (time, tokens, limit, batch), never on argument values, so every one of them is
 //! prepared once per connection and cached.
 
-use meshql_core::template::{CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
-use meshql_core::{ArgValue, FieldPath, QueryTemplate};
+use crate::dialect::DIALECT;
+use meshql_core::{FieldPath, QueryTemplate};
+use meshql_store_sql::cond::Builder;
 use rusqlite::types::Value as SqlValue;
 
 /// A double-quoted SQL identifier.
@@ -74,7 +75,7 @@ pub(crate) fn create_field_index(table: &str, path: &FieldPath) -> Option<String
     ))
 }
 
-use meshql_store_sql::param::{BindStyle, Bound, Lists, OperandKind, Scalars};
+use meshql_store_sql::param::{BindStyle, Bound, Lists, Scalars};
 pub(crate) use meshql_store_sql::param::{Compiled, Param, Shape};
 
 /// How SQLite binds parameters: values typed as `json_extract` returns them, lists as JSON.
@@ -97,15 +98,15 @@ pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
 /// for a moment just past) are checked against the newest version at the moment, a lookup
 /// per candidate row. GraphQL reads every level at its request's start, so this is the
 /// common case.
-fn visibility(table: &str, at: bool, params: &mut Vec<Param>) -> String {
+fn visibility(table: &str, at: bool, b: &mut Builder<'_>) -> String {
     if at {
-        params.push(Param::At);
-        params.push(Param::At);
+        b.push(Param::At);
+        b.push(Param::At);
         format!(
             "t.deleted = 0 AND ((+t.latest = 1 AND +t.created_at <= ?) OR \
              (t.id IN (SELECT c.id FROM {} c WHERE c.created_at > ?) AND {}))",
             quote_ident(table),
-            version_at(table, params)
+            version_at(table, b)
         )
     } else {
         "t.latest = 1 AND t.deleted = 0".to_owned()
@@ -113,180 +114,23 @@ fn visibility(table: &str, at: bool, params: &mut Vec<Param>) -> String {
 }
 
 /// `t` is the newest version of its id at `?at` (tombstone or not).
-fn version_at(table: &str, params: &mut Vec<Param>) -> String {
-    params.push(Param::At);
+fn version_at(table: &str, b: &mut Builder<'_>) -> String {
+    b.push(Param::At);
     format!(
         "t.created_at = (SELECT MAX(v.created_at) FROM {} v WHERE v.id = t.id AND v.created_at <= ?)",
         quote_ident(table)
     )
 }
 
-fn token_clause(params: &mut Vec<Param>) -> &'static str {
-    params.push(Param::Tokens);
+fn token_clause(b: &mut Builder<'_>) -> &'static str {
+    b.push(Param::Tokens);
     " AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM json_each(t.authorized_tokens) a \
      WHERE a.value IN (SELECT value FROM json_each(?))))"
 }
 
-/// The template's predicate over `t`, with `key_arg` (when batching) bound to `k.key`.
-fn predicate(template: &QueryTemplate, key_arg: Option<&str>, params: &mut Vec<Param>) -> String {
-    match &template.kind {
-        TemplateKind::Filter(preds) => {
-            if preds.is_empty() {
-                return "1".to_owned();
-            }
-            let mut parts = Vec::with_capacity(preds.len());
-            for (path, value) in preds {
-                let lhs = json_extract(path, "t.payload");
-                let rhs = match value {
-                    ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "k.key".to_owned(),
-                    ArgValue::Arg(name) => {
-                        params.push(Param::Arg {
-                            name: name.clone(),
-                            as_text: false,
-                        });
-                        "?".to_owned()
-                    }
-                    ArgValue::Literal(v) => {
-                        params.push(Param::Literal(v.clone()));
-                        "?".to_owned()
-                    }
-                    ArgValue::Interpolated(pieces) => {
-                        params.push(Param::Render(pieces.clone()));
-                        "?".to_owned()
-                    }
-                };
-                parts.push(format!("{lhs} = {rhs}"));
-            }
-            parts.join(" AND ")
-        }
-        TemplateKind::Query(spec) => {
-            if spec.conds.is_empty() {
-                return "1".to_owned();
-            }
-            let parts: Vec<String> = spec
-                .conds
-                .iter()
-                .map(|c| cond_sql(c, key_arg, params))
-                .collect();
-            parts.join(" AND ")
-        }
-        TemplateKind::Sql(pieces) => {
-            let mut out = String::from("(");
-            for p in pieces {
-                match p {
-                    SqlPiece::Text(t) => out.push_str(t),
-                    SqlPiece::Param { arg, .. } if Some(arg.as_str()) == key_arg => {
-                        out.push_str("k.key")
-                    }
-                    SqlPiece::Param { arg, as_text } => {
-                        params.push(Param::Arg {
-                            name: arg.clone(),
-                            as_text: *as_text,
-                        });
-                        out.push('?');
-                    }
-                }
-            }
-            out.push(')');
-            out
-        }
-    }
-}
-
-/// The comparable type class of a field: `'n'` for numbers, `'s'` for strings, else NULL.
-fn class_of(path: &FieldPath) -> String {
-    match path {
-        FieldPath::Id => "'s'".to_owned(),
-        FieldPath::Payload(_) => format!(
-            "(CASE {} WHEN 'integer' THEN 'n' WHEN 'real' THEN 'n' WHEN 'text' THEN 's' END)",
-            json_type(path)
-        ),
-    }
-}
-
 /// `json_type(t.payload, '$.a')`: NULL when the field is missing, `'null'` for JSON null.
-fn json_type(path: &FieldPath) -> String {
-    json_extract(path, "t.payload").replacen("json_extract(", "json_type(", 1)
-}
-
-/// A scalar operand: `k.key` for the batch key, else a parameter.
-fn operand(value: &ArgValue, key_arg: Option<&str>, params: &mut Vec<Param>) -> String {
-    match value {
-        ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "k.key".to_owned(),
-        v => {
-            params.push(Param::Operand(OperandKind::Value, v.clone()));
-            "?".to_owned()
-        }
-    }
-}
-
-/// One condition of an operator template, over `t` (semantics: `meshql_core::template::Cond`).
-fn cond_sql(cond: &Cond, key_arg: Option<&str>, params: &mut Vec<Param>) -> String {
-    match cond {
-        Cond::Cmp { path, op, value } => {
-            let lhs = json_extract(path, "t.payload");
-            match op {
-                CmpOp::Eq => format!("{lhs} = {}", operand(value, key_arg, params)),
-                CmpOp::Ne => format!("({lhs} = {}) IS NOT 1", operand(value, key_arg, params)),
-                _ => {
-                    let class = match value {
-                        ArgValue::Arg(name) if Some(name.as_str()) == key_arg => "'s'".to_owned(),
-                        v => {
-                            params.push(Param::Operand(OperandKind::Class, v.clone()));
-                            "?".to_owned()
-                        }
-                    };
-                    let class_sql = format!("{} = {class}", class_of(path));
-                    let rhs = operand(value, key_arg, params);
-                    format!("({class_sql} AND {lhs} {} {rhs})", op.sql())
-                }
-            }
-        }
-        Cond::In { path, list, negate } => {
-            let lhs = json_extract(path, "t.payload");
-            let source = match list {
-                ListValue::Arg(name) if Some(name.as_str()) == key_arg => {
-                    "json_array(k.key)".to_owned()
-                }
-                l => {
-                    params.push(Param::List(l.clone()));
-                    "?".to_owned()
-                }
-            };
-            let test = format!("{lhs} IN (SELECT value FROM json_each({source}))");
-            if *negate {
-                format!("({test}) IS NOT 1")
-            } else {
-                test
-            }
-        }
-        Cond::Regex {
-            path,
-            pattern,
-            ignore_case,
-        } => {
-            let lhs = json_extract(path, "t.payload");
-            let pattern = operand(pattern, key_arg, params);
-            format!("meshql_regexp({pattern}, {lhs}, {})", *ignore_case as u8)
-        }
-        Cond::Exists { path, exists } => match path {
-            FieldPath::Id => if *exists { "1" } else { "0" }.to_owned(),
-            FieldPath::Payload(_) => format!(
-                "{} IS {}NULL",
-                json_type(path),
-                if *exists { "NOT " } else { "" }
-            ),
-        },
-        Cond::And(cs) | Cond::Or(cs) => {
-            let joiner = if matches!(cond, Cond::And(_)) {
-                " AND "
-            } else {
-                " OR "
-            };
-            let parts: Vec<String> = cs.iter().map(|c| cond_sql(c, key_arg, params)).collect();
-            format!("({})", parts.join(joiner))
-        }
-    }
+pub(crate) fn json_type(path: &FieldPath, alias: &str) -> String {
+    json_extract(path, &format!("{alias}.payload")).replacen("json_extract(", "json_type(", 1)
 }
 
 /// `ORDER BY` for a template: its sort keys (type rank, then value), then creation order.
@@ -304,7 +148,7 @@ fn order_by(template: &QueryTemplate) -> String {
                 "CASE {} WHEN 'integer' THEN 1 WHEN 'real' THEN 1 WHEN 'text' THEN 2 \
                  WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'true' THEN 5 WHEN 'false' THEN 5 \
                  ELSE 0 END{dir}, {}{dir}, ",
-                json_type(path),
+                json_type(path, "t"),
                 json_extract(path, "t.payload")
             )),
         }
@@ -327,59 +171,59 @@ fn order_by(template: &QueryTemplate) -> String {
 /// The two cannot overlap (a document changed since has a latest version after the moment),
 /// and together they are exactly the documents visible at the moment.
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    let mut params = Vec::new();
+    let mut b = Builder::new(&DIALECT);
     let t = quote_ident(table);
     let mut sql = String::new();
     if shape.batch {
-        params.push(Param::Keys);
+        b.push(Param::Keys);
         sql.push_str(&format!(
             "SELECT k.key, {COLUMNS} FROM (SELECT DISTINCT value AS key FROM json_each(?)) k \
              JOIN {t} t ON "
         ));
-        sql.push_str(&predicate(template, Some("id"), &mut params));
+        sql.push_str(&b.predicate(template, "t", Some("k.key"), false));
         sql.push_str(" WHERE ");
-        sql.push_str(&visibility(table, shape.at, &mut params));
+        sql.push_str(&visibility(table, shape.at, &mut b));
         if shape.tokens {
-            sql.push_str(token_clause(&mut params));
+            sql.push_str(token_clause(&mut b));
         }
     } else if shape.at && !template.selects_by_id() {
         sql.push_str(&format!(
             "SELECT {COLUMNS} FROM (SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE "
         ));
-        sql.push_str(&predicate(template, None, &mut params));
-        params.push(Param::At);
+        sql.push_str(&b.predicate(template, "t", None, true));
+        b.push(Param::At);
         // `+`: not through the created_at index, which would visit every version up to
         // the moment; the latest versions have indexes of their own
         sql.push_str(" AND t.latest = 1 AND t.deleted = 0 AND +t.created_at <= ?");
         if shape.tokens {
-            sql.push_str(token_clause(&mut params));
+            sql.push_str(token_clause(&mut b));
         }
         sql.push_str(&format!(
             " UNION ALL SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE "
         ));
-        sql.push_str(&predicate(template, None, &mut params));
-        params.push(Param::At);
+        sql.push_str(&b.predicate(template, "t", None, true));
+        b.push(Param::At);
         sql.push_str(&format!(
             " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > ?) AND t.deleted = 0 AND "
         ));
-        sql.push_str(&version_at(table, &mut params));
+        sql.push_str(&version_at(table, &mut b));
         if shape.tokens {
-            sql.push_str(token_clause(&mut params));
+            sql.push_str(token_clause(&mut b));
         }
         sql.push_str(") t");
     } else {
         sql.push_str(&format!("SELECT {COLUMNS} FROM {t} t WHERE "));
-        sql.push_str(&predicate(template, None, &mut params));
+        sql.push_str(&b.predicate(template, "t", None, true));
         sql.push_str(" AND ");
-        sql.push_str(&visibility(table, shape.at, &mut params));
+        sql.push_str(&visibility(table, shape.at, &mut b));
         if shape.tokens {
-            sql.push_str(token_clause(&mut params));
+            sql.push_str(token_clause(&mut b));
         }
     }
     sql.push_str(&order_by(template));
     // No `LIMIT ?`: a bound LIMIT makes SQLite re-prepare the statement on every run; the
     // caller stops reading after `limit` rows instead.
-    Compiled { sql, params }
+    b.finish(sql)
 }
 
 /// A bound value as rusqlite's.

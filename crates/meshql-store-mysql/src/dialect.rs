@@ -1,0 +1,127 @@
+//! MySQL / MariaDB's [`Dialect`]: fields read from the generated columns `prepare` adds
+//! (`f_<field>`: `JSON_UNQUOTE` text; `n_<field>`: the number, for ranges), compared with
+//! text parameters; lists as JSON arrays read with `JSON_TABLE`; `$regex` with `REGEXP`.
+
+use crate::sql::{field_text, field_type, json_path, number_column, quote_ident};
+use meshql_core::template::CmpOp;
+use meshql_core::{ArgValue, FieldPath};
+use meshql_store_sql::cond::Operands;
+use meshql_store_sql::dialect::{Dialect, Unbound};
+use meshql_store_sql::param::{BindStyle, OperandKind};
+
+pub(crate) struct MysqlDialect;
+
+/// The dialect every statement of this crate is compiled with.
+pub(crate) static DIALECT: MysqlDialect = MysqlDialect;
+
+impl Dialect for MysqlDialect {
+    fn quote_ident(&self, name: &str) -> String {
+        quote_ident(name)
+    }
+
+    fn placeholder(&self, _n: usize) -> String {
+        "?".to_owned()
+    }
+
+    fn truth(&self, value: bool) -> &'static str {
+        if value {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
+    fn is_not_true(&self, cond: &str) -> String {
+        format!("({cond}) IS NOT TRUE")
+    }
+
+    fn bind_style(&self) -> BindStyle {
+        crate::sql::BIND
+    }
+
+    fn unbound(&self) -> Unbound {
+        Unbound::NullLiteral
+    }
+
+    /// The field's generated text column (created by `prepare` for every field a template
+    /// uses), or `t.id`.
+    fn field(&self, path: &FieldPath, _alias: &str) -> String {
+        field_text(path)
+    }
+
+    fn eq_operand(&self) -> (OperandKind, &'static str) {
+        (OperandKind::Text, "")
+    }
+
+    fn range(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        op: CmpOp,
+        value: &ArgValue,
+        _alias: &str,
+    ) -> String {
+        let lhs = field_text(path);
+        let o = op.sql();
+        match path {
+            FieldPath::Id => format!("({lhs} {o} {})", ops.operand(value, OperandKind::Str)),
+            FieldPath::Payload(segments) => {
+                // numbers: the numeric generated column (`range_column_ddl`); strings: the
+                // text column (binary collation: code points)
+                let ty = field_type(segments);
+                let num = format!("t.{}", quote_ident(&number_column(segments)));
+                let n = ops.operand(value, OperandKind::Num);
+                let s = ops.operand(value, OperandKind::Str);
+                format!(
+                    "({num} {o} CAST({n} AS DOUBLE) \
+                     OR ({ty} = 'STRING' AND {lhs} {o} {s}))"
+                )
+            }
+        }
+    }
+
+    fn in_list(&self, field: &str, list: &str) -> String {
+        format!(
+            "{field} IN (SELECT j.v FROM JSON_TABLE({list}, '$[*]' COLUMNS (v VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) j)"
+        )
+    }
+
+    fn list_of_key(&self, key: &str) -> String {
+        format!("JSON_ARRAY({key})")
+    }
+
+    fn regex(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        pattern: &ArgValue,
+        ignore_case: bool,
+        _alias: &str,
+    ) -> String {
+        let lhs = field_text(path);
+        let p = ops.operand(pattern, OperandKind::Str);
+        // the table's collation is binary: case-sensitive unless `(?i)`
+        let p = if ignore_case {
+            format!("CONCAT('(?i)', {p})")
+        } else {
+            p
+        };
+        match path {
+            FieldPath::Id => format!("({lhs} REGEXP {p})"),
+            FieldPath::Payload(segments) => {
+                format!("({} = 'STRING' AND {lhs} REGEXP {p})", field_type(segments))
+            }
+        }
+    }
+
+    fn exists(&self, path: &FieldPath, exists: bool, _alias: &str) -> String {
+        let FieldPath::Payload(segments) = path else {
+            return self.truth(exists).to_owned();
+        };
+        format!(
+            "{}JSON_CONTAINS_PATH(t.payload, 'one', '{}')",
+            if exists { "" } else { "NOT " },
+            json_path(segments)
+        )
+    }
+}

@@ -1,0 +1,125 @@
+//! PostgreSQL's [`Dialect`]: JSONB read as text (`->>`, `#>>`) and compared with text
+//! parameters, numbers through `jsonb` (exact), strings in code-point order (`COLLATE "C"`),
+//! lists as `text[]`, `$regex` with `~` in the PCRE-like `(?p)` mode.
+
+use crate::sql::{json_text, json_value};
+use meshql_core::template::CmpOp;
+use meshql_core::{ArgValue, FieldPath};
+use meshql_store_sql::cond::Operands;
+use meshql_store_sql::dialect::{Dialect, Unbound};
+use meshql_store_sql::param::{BindStyle, OperandKind};
+
+pub(crate) struct PostgresDialect;
+
+/// The dialect every statement of this crate is compiled with.
+pub(crate) static DIALECT: PostgresDialect = PostgresDialect;
+
+impl Dialect for PostgresDialect {
+    fn quote_ident(&self, name: &str) -> String {
+        crate::sql::quote_ident(name)
+    }
+
+    fn placeholder(&self, n: usize) -> String {
+        format!("${n}")
+    }
+
+    fn truth(&self, value: bool) -> &'static str {
+        if value {
+            "true"
+        } else {
+            "false"
+        }
+    }
+
+    fn is_not_true(&self, cond: &str) -> String {
+        format!("({cond}) IS NOT TRUE")
+    }
+
+    fn bind_style(&self) -> BindStyle {
+        crate::sql::BIND
+    }
+
+    fn unbound(&self) -> Unbound {
+        Unbound::NullParam
+    }
+
+    fn field(&self, path: &FieldPath, alias: &str) -> String {
+        json_text(path, alias)
+    }
+
+    fn fragment_param(&self, placeholder: String, as_text: bool) -> String {
+        if as_text {
+            placeholder + "::text"
+        } else {
+            placeholder
+        }
+    }
+
+    fn eq_operand(&self) -> (OperandKind, &'static str) {
+        (OperandKind::Pattern, "::text")
+    }
+
+    fn range(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        op: CmpOp,
+        value: &ArgValue,
+        alias: &str,
+    ) -> String {
+        let lhs = json_text(path, alias);
+        let o = op.sql();
+        let s = ops.operand(value, OperandKind::Str);
+        match path {
+            FieldPath::Id => format!("({lhs} COLLATE \"C\" {o} {s}::text)"),
+            FieldPath::Payload(_) => {
+                let n = ops.operand(value, OperandKind::Num);
+                let j = json_value(path, alias);
+                // each branch can use an index of `prepare` (see `create_range_indexes`):
+                // JSONB orders numbers numerically, and the type test drops the other types
+                // it orders around them
+                format!(
+                    "((jsonb_typeof({j}) = 'number' AND {j} {o} to_jsonb({n}::text::numeric)) \
+                     OR (jsonb_typeof({j}) = 'string' AND {lhs} COLLATE \"C\" {o} {s}::text))"
+                )
+            }
+        }
+    }
+
+    fn in_list(&self, field: &str, list: &str) -> String {
+        format!("{field} = ANY({list}::text[])")
+    }
+
+    fn list_of_key(&self, key: &str) -> String {
+        format!("ARRAY[{key}]")
+    }
+
+    fn regex(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        pattern: &ArgValue,
+        ignore_case: bool,
+        alias: &str,
+    ) -> String {
+        let lhs = json_text(path, alias);
+        let p = ops.operand(pattern, OperandKind::Pattern);
+        let op = if ignore_case { "~*" } else { "~" };
+        // `(?p)`: `.` does not match a newline, as in Rust and PCRE
+        let guard = match path {
+            FieldPath::Id => String::new(),
+            FieldPath::Payload(_) => {
+                format!("jsonb_typeof({}) = 'string' AND ", json_value(path, alias))
+            }
+        };
+        format!("({guard}{lhs} {op} ('(?p)' || {p}::text))")
+    }
+
+    fn exists(&self, path: &FieldPath, exists: bool, alias: &str) -> String {
+        format!(
+            "{} IS {}NULL",
+            json_value(path, alias),
+            if exists { "NOT " } else { "" }
+        )
+    }
+}

@@ -1,0 +1,85 @@
+//! What differs between the SQL databases in meshql's statements: the [`Dialect`] each store
+//! crate implements. Text only: no I/O, no driver types.
+//!
+//! The statements are compiled once per template and shape and then cached by the stores,
+//! so the dialect is used as a trait object (`&dyn Dialect`): dynamic dispatch happens at
+//! compile time, never per request.
+
+use crate::cond::Operands;
+use crate::param::BindStyle;
+use meshql_core::template::CmpOp;
+use meshql_core::{ArgValue, FieldPath};
+
+/// How a relationship's template compiles an operand other than its key (in a batched
+/// lookup or a level of a nested statement its arguments are unbound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unbound {
+    /// A parameter bound from no arguments: an argument binds NULL, an interpolation its
+    /// text without the arguments, a list of items its rendered items (SQLite).
+    BindEmpty,
+    /// A NULL parameter; a list keeps its literal items only (PostgreSQL).
+    NullParam,
+    /// The text `NULL`; a list argument is an empty list, a list of items keeps its literal
+    /// items (MySQL).
+    NullLiteral,
+}
+
+/// What differs between SQL databases in meshql's statements.
+pub trait Dialect: Send + Sync + 'static {
+    // ---- lexical ----
+
+    /// A quoted identifier.
+    fn quote_ident(&self, name: &str) -> String;
+    /// The placeholder of a search's parameter `n` (1-based: its index in
+    /// `Compiled::params`): `?` or `$n`.
+    fn placeholder(&self, n: usize) -> String;
+    /// A constant condition: `1`/`0` or `true`/`false`.
+    fn truth(&self, value: bool) -> &'static str;
+    /// `cond` is not true (false or NULL): `$ne`, `$nin`.
+    fn is_not_true(&self, cond: &str) -> String;
+
+    // ---- binding ----
+
+    /// How parameters are bound.
+    fn bind_style(&self) -> BindStyle;
+    /// How a relationship's unbound operands compile.
+    fn unbound(&self) -> Unbound;
+
+    // ---- predicates: the leaves (the recursion, the key and the unbound rules are
+    // shared, in `cond`) ----
+
+    /// The value of a field of the row aliased `alias`, as equalities and `$in` compare it.
+    fn field(&self, path: &FieldPath, alias: &str) -> String;
+    /// A SQL fragment's parameter (`as_text`: it stood in quotes in the fragment).
+    fn fragment_param(&self, placeholder: String, as_text: bool) -> String {
+        let _ = as_text;
+        placeholder
+    }
+    /// `$eq`: `field = value` (its negation is `$ne`), the value an operand of the kind
+    /// this gives, compared after the cast text this gives.
+    fn eq_operand(&self) -> (crate::param::OperandKind, &'static str);
+    /// `$gt`, `$gte`, `$lt`, `$lte`: only values of the same JSON type compare.
+    fn range(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        op: CmpOp,
+        value: &ArgValue,
+        alias: &str,
+    ) -> String;
+    /// `field IN list` over the list expression `list` (a parameter, or a key's list).
+    fn in_list(&self, field: &str, list: &str) -> String;
+    /// The list of one key: a relationship's key where its template has `{"$in": "{{id}}"}`.
+    fn list_of_key(&self, key: &str) -> String;
+    /// `$regex`.
+    fn regex(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        pattern: &ArgValue,
+        ignore_case: bool,
+        alias: &str,
+    ) -> String;
+    /// `$exists` of a payload field (present, JSON null included, or absent).
+    fn exists(&self, path: &FieldPath, exists: bool, alias: &str) -> String;
+}

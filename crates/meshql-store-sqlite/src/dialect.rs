@@ -1,0 +1,105 @@
+//! SQLite's [`Dialect`]: JSON through `json_extract`, values compared typed, lists as JSON
+//! arrays read with `json_each`, `$regex` through the `meshql_regexp` function this crate
+//! registers on every connection (`db.rs`).
+
+use crate::sql::{json_extract, json_type};
+use meshql_core::template::CmpOp;
+use meshql_core::{ArgValue, FieldPath};
+use meshql_store_sql::cond::Operands;
+use meshql_store_sql::dialect::{Dialect, Unbound};
+use meshql_store_sql::param::{BindStyle, OperandKind};
+
+pub(crate) struct SqliteDialect;
+
+/// The dialect every statement of this crate is compiled with.
+pub(crate) static DIALECT: SqliteDialect = SqliteDialect;
+
+impl Dialect for SqliteDialect {
+    fn quote_ident(&self, name: &str) -> String {
+        crate::sql::quote_ident(name)
+    }
+
+    fn placeholder(&self, _n: usize) -> String {
+        "?".to_owned()
+    }
+
+    fn truth(&self, value: bool) -> &'static str {
+        if value {
+            "1"
+        } else {
+            "0"
+        }
+    }
+
+    fn is_not_true(&self, cond: &str) -> String {
+        format!("({cond}) IS NOT 1")
+    }
+
+    fn bind_style(&self) -> BindStyle {
+        crate::sql::BIND
+    }
+
+    fn unbound(&self) -> Unbound {
+        Unbound::BindEmpty
+    }
+
+    fn field(&self, path: &FieldPath, alias: &str) -> String {
+        json_extract(path, &format!("{alias}.payload"))
+    }
+
+    fn eq_operand(&self) -> (OperandKind, &'static str) {
+        (OperandKind::Value, "")
+    }
+
+    /// The type classes compared, then the values: `json_extract` orders numbers before
+    /// text, and the class test drops the other types.
+    fn range(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        op: CmpOp,
+        value: &ArgValue,
+        alias: &str,
+    ) -> String {
+        let lhs = self.field(path, alias);
+        let class = ops.operand(value, OperandKind::Class);
+        let class_of = match path {
+            FieldPath::Id => "'s'".to_owned(),
+            FieldPath::Payload(_) => format!(
+                "(CASE {} WHEN 'integer' THEN 'n' WHEN 'real' THEN 'n' WHEN 'text' THEN 's' END)",
+                json_type(path, alias)
+            ),
+        };
+        let rhs = ops.operand(value, OperandKind::Value);
+        format!("({class_of} = {class} AND {lhs} {} {rhs})", op.sql())
+    }
+
+    fn in_list(&self, field: &str, list: &str) -> String {
+        format!("{field} IN (SELECT value FROM json_each({list}))")
+    }
+
+    fn list_of_key(&self, key: &str) -> String {
+        format!("json_array({key})")
+    }
+
+    fn regex(
+        &self,
+        ops: &mut Operands<'_, '_>,
+        path: &FieldPath,
+        pattern: &ArgValue,
+        ignore_case: bool,
+        alias: &str,
+    ) -> String {
+        let lhs = self.field(path, alias);
+        let pattern = ops.operand(pattern, OperandKind::Value);
+        format!("meshql_regexp({pattern}, {lhs}, {})", ignore_case as u8)
+    }
+
+    fn exists(&self, path: &FieldPath, exists: bool, alias: &str) -> String {
+        format!(
+            "{} IS {}NULL",
+            json_type(path, alias),
+            if exists { "NOT " } else { "" }
+        )
+    }
+}
