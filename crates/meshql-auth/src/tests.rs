@@ -589,7 +589,7 @@ async fn an_unreachable_jwks_answers_unavailable_until_it_loads() {
     );
     let e = a.credentials(Some(&token)).unwrap_err();
     assert!(matches!(e, AuthError::KeysUnavailable(_)), "{e:?}");
-    assert_eq!(e.kind().http_status(), 503);
+    assert_eq!(e.kind(), meshql_core::ErrorKind::Unavailable);
 }
 
 #[test]

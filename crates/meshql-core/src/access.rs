@@ -298,7 +298,7 @@ impl Grants {
     }
 }
 
-/// Why an action was refused: a 403 (`FORBIDDEN`).
+/// Why an action was refused ([`crate::ErrorKind::Forbidden`], code `FORBIDDEN`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not allowed to {action} {entity}", action = .action.name())]
 pub struct Forbidden {
@@ -373,6 +373,6 @@ mod tests {
             action: Action::Create,
         };
         assert_eq!(e.to_string(), "not allowed to create farm");
-        assert_eq!(e.kind().http_status(), 403);
+        assert_eq!(e.kind(), crate::ErrorKind::Forbidden);
     }
 }

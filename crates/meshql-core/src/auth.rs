@@ -3,8 +3,8 @@
 //!
 //! The [`Authorizer`] trait takes the raw header value and may refuse it: a JWT authorizer
 //! that verifies signatures (crate `meshql-auth`) answers an [`AuthError`] for a forged,
-//! expired or otherwise unacceptable token, and every frontend turns that into a 401 from the
-//! error's [`ErrorKind`](crate::ErrorKind), in one place each.
+//! expired or otherwise unacceptable token; the edge turns the error's
+//! [`ErrorKind`](crate::ErrorKind) into its protocol's answer (HTTP: `meshql_rest::edge`).
 
 use crate::ErrorKind;
 
@@ -79,38 +79,13 @@ pub enum AuthError {
 }
 
 impl AuthError {
-    /// [`ErrorKind::Unauthenticated`] (401), except for a server without keys
-    /// ([`ErrorKind::Unavailable`], 503).
+    /// [`ErrorKind::Unauthenticated`], except for a server without keys
+    /// ([`ErrorKind::Unavailable`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
             AuthError::KeysUnavailable(_) => ErrorKind::Unavailable,
             _ => ErrorKind::Unauthenticated,
         }
-    }
-
-    /// The `WWW-Authenticate` value of a 401 for this error (RFC 6750 §3): `Bearer` alone
-    /// when no credentials came, with `error` and `error_description` otherwise. `None` when
-    /// the answer is not a 401.
-    pub fn www_authenticate(&self) -> Option<String> {
-        let error = match self {
-            AuthError::KeysUnavailable(_) => return None,
-            AuthError::Missing => return Some("Bearer".to_owned()),
-            AuthError::NotBearer => "invalid_request",
-            _ => "invalid_token",
-        };
-        // a quoted-string of RFC 6750's description characters: no `"` or `\`, printable ASCII
-        let description: String = self
-            .to_string()
-            .chars()
-            .map(|c| match c {
-                '"' | '\\' => '\'',
-                ' '..='~' => c,
-                _ => '?',
-            })
-            .collect();
-        Some(format!(
-            "Bearer error=\"{error}\", error_description=\"{description}\""
-        ))
     }
 }
 
@@ -173,30 +148,12 @@ mod tests {
     }
 
     #[test]
-    fn auth_errors_are_401_with_a_bearer_challenge() {
-        assert_eq!(AuthError::Missing.kind().http_status(), 401);
+    fn auth_errors_are_unauthenticated_or_unavailable() {
+        assert_eq!(AuthError::Missing.kind(), crate::ErrorKind::Unauthenticated);
         assert_eq!(AuthError::Missing.kind().code(), "UNAUTHENTICATED");
         assert_eq!(
-            AuthError::Missing.www_authenticate().as_deref(),
-            Some("Bearer")
-        );
-        assert_eq!(
-            AuthError::Expired.www_authenticate().as_deref(),
-            Some("Bearer error=\"invalid_token\", error_description=\"the token has expired\"")
-        );
-        let odd = AuthError::Malformed("bad \"x\" \\ é".into());
-        assert_eq!(
-            odd.www_authenticate().as_deref(),
-            Some("Bearer error=\"invalid_token\", error_description=\"malformed token: bad 'x' ' ?\"")
-        );
-        assert!(AuthError::NotBearer
-            .www_authenticate()
-            .unwrap()
-            .contains("invalid_request"));
-        let down = AuthError::KeysUnavailable("down".into());
-        assert_eq!(
-            (down.kind().http_status(), down.www_authenticate()),
-            (503, None)
+            AuthError::KeysUnavailable("down".into()).kind(),
+            crate::ErrorKind::Unavailable
         );
     }
 

@@ -59,19 +59,6 @@ impl ErrorKind {
             ErrorKind::Forbidden => "FORBIDDEN",
         }
     }
-
-    /// The HTTP status that answers this kind.
-    pub fn http_status(self) -> u16 {
-        match self {
-            ErrorKind::Unavailable => 503,
-            ErrorKind::Conflict => 409,
-            ErrorKind::Invalid => 400,
-            ErrorKind::NotFound => 404,
-            ErrorKind::Internal => 500,
-            ErrorKind::Unauthenticated => 401,
-            ErrorKind::Forbidden => 403,
-        }
-    }
 }
 
 impl StoreError {
@@ -108,7 +95,7 @@ mod tests {
     #[test]
     fn kinds_map_once() {
         let e = StoreError::Unavailable("down".into());
-        assert_eq!((e.kind().http_status(), e.is_retryable()), (503, true));
+        assert_eq!((e.kind(), e.is_retryable()), (ErrorKind::Unavailable, true));
         let e = StoreError::Invalid("bad".into());
         assert_eq!((e.kind().code(), e.is_retryable()), ("BAD_REQUEST", false));
         assert_eq!(StoreError::Corrupt("x".into()).kind(), ErrorKind::Internal);

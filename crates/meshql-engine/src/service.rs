@@ -807,7 +807,7 @@ mod tests {
         let alice = s.session(Some(&jwt("alice")), Some("req-1")).unwrap();
         let bob = s.session(Some(&jwt("bob")), None).unwrap();
         let refused = s.session(Some("Bearer"), None).unwrap_err();
-        assert_eq!(refused.kind().http_status(), 401);
+        assert_eq!(refused.kind(), meshql_core::ErrorKind::Unauthenticated);
         assert!(bob.correlation_id().len() >= 32, "a fresh correlation id");
         assert!(matches!(
             s.create(&alice, json!({"nope": 1})).await,
@@ -842,7 +842,10 @@ mod tests {
         assert!(feed
             .iter()
             .all(|c| c.correlation_id.as_deref() == Some("req-1")));
-        assert_eq!(EngineError::NotFound.kind().http_status(), 404);
+        assert_eq!(
+            EngineError::NotFound.kind(),
+            meshql_core::ErrorKind::NotFound
+        );
     }
 
     #[tokio::test]
@@ -940,8 +943,8 @@ mod tests {
         let forbidden = |r: Result<_, EngineError>| match r {
             Err(e @ EngineError::Forbidden(_)) => {
                 assert_eq!(
-                    (e.kind().http_status(), e.kind().code()),
-                    (403, "FORBIDDEN")
+                    (e.kind(), e.kind().code()),
+                    (meshql_core::ErrorKind::Forbidden, "FORBIDDEN")
                 )
             }
             other => panic!("{other:?}"),

@@ -59,8 +59,7 @@ impl RestError {
             RestError::MethodNotAllowed(..) | RestError::ReadRole(_) => {
                 StatusCode::METHOD_NOT_ALLOWED
             }
-            RestError::Engine(e) => StatusCode::from_u16(e.kind().http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            RestError::Engine(e) => crate::edge::status(e.kind()),
         }
     }
 }
@@ -98,9 +97,8 @@ impl IntoResponse for RestError {
         };
         let mut response = (status, axum::Json(body)).into_response();
         if let RestError::Engine(EngineError::Auth(e)) = &self {
-            if let Some(challenge) = e
-                .www_authenticate()
-                .and_then(|c| HeaderValue::from_str(&c).ok())
+            if let Some(challenge) =
+                crate::edge::www_authenticate(e).and_then(|c| HeaderValue::from_str(&c).ok())
             {
                 response
                     .headers_mut()

@@ -17,6 +17,7 @@
 //!
 //! Errors are JSON `{"error": ...}` with a precise status; a rejected write stores nothing.
 
+pub mod edge;
 mod error;
 pub mod list;
 mod openapi;

@@ -227,6 +227,8 @@ pub fn router(console: Arc<Console>) -> Router {
 struct ApiError {
     status: StatusCode,
     body: Value,
+    /// The `WWW-Authenticate` challenge of refused credentials.
+    challenge: Option<String>,
 }
 
 impl ApiError {
@@ -234,6 +236,7 @@ impl ApiError {
         ApiError {
             status: StatusCode::NOT_FOUND,
             body: json!({"error": message, "code": "NOT_FOUND"}),
+            challenge: None,
         }
     }
 
@@ -241,6 +244,7 @@ impl ApiError {
         ApiError {
             status: StatusCode::BAD_REQUEST,
             body: json!({"error": message, "code": "BAD_REQUEST"}),
+            challenge: None,
         }
     }
 }
@@ -248,10 +252,14 @@ impl ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         let kind = e.kind();
+        let challenge = match &e {
+            EngineError::Auth(refused) => meshql_rest::edge::www_authenticate(refused),
+            _ => None,
+        };
         ApiError {
-            status: StatusCode::from_u16(kind.http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            status: meshql_rest::edge::status(kind),
             body: json!({"error": e.to_string(), "code": kind.code()}),
+            challenge,
         }
     }
 }
@@ -260,8 +268,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut r = (self.status, axum::Json(self.body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
-            r.headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let challenge = self
+                .challenge
+                .and_then(|c| HeaderValue::from_str(&c).ok())
+                .unwrap_or(HeaderValue::from_static("Bearer"));
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
         }
         r
     }

@@ -51,11 +51,10 @@ pub(crate) fn request_error(status: StatusCode, message: String) -> Response {
 /// The answer to refused credentials: 401 (503 while signing keys are unavailable) with the
 /// `WWW-Authenticate` challenge and `body` as JSON. Shared by GraphQL and `/_changes`.
 pub(crate) fn refused(e: &AuthError, body: String) -> Response {
-    let status = StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::UNAUTHORIZED);
+    let status = meshql_rest::edge::status(e.kind());
     let mut r = json(status, body);
-    if let Some(challenge) = e
-        .www_authenticate()
-        .and_then(|c| HeaderValue::from_str(&c).ok())
+    if let Some(challenge) =
+        meshql_rest::edge::www_authenticate(e).and_then(|c| HeaderValue::from_str(&c).ok())
     {
         r.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }

@@ -46,8 +46,7 @@ fn json_reply(status: axum::http::StatusCode, body: serde_json::Value) -> axum::
 fn refusal(e: &meshql_engine::EngineError) -> axum::response::Response {
     let kind = e.kind();
     json_reply(
-        axum::http::StatusCode::from_u16(kind.http_status())
-            .unwrap_or(axum::http::StatusCode::FORBIDDEN),
+        meshql_rest::edge::status(kind),
         serde_json::json!({"error": e.to_string(), "code": kind.code()}),
     )
 }
