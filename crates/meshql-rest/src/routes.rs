@@ -152,6 +152,7 @@ async fn create(
 ) -> Result<Response, RestError> {
     crate::params::none(query.as_deref())?;
     let session = r.session(&headers)?;
+    // early: a 403 before the body's errors (400, 413); the engine checks again
     r.service.check(&session, Action::Create)?;
     let value = r.body(body)?;
     let env = r.service.create(&session, value).await?;
@@ -187,6 +188,7 @@ async fn update(
 ) -> Result<Response, RestError> {
     crate::params::none(query.as_deref())?;
     let session = r.session(&headers)?;
+    // early: a 403 before the body's errors (400, 413); the engine checks again
     r.service.check(&session, Action::Update)?;
     let value = r.body(body)?;
     let env = r.service.update(&session, &id, value).await?;
@@ -223,6 +225,7 @@ async fn bulk_create(
 ) -> Result<Response, RestError> {
     crate::params::none(query.as_deref())?;
     let session = r.session(&headers)?;
+    // early: a 403 before the body's errors (400, 413); the engine checks again
     r.service.check(&session, Action::Create)?;
     let Value::Array(items) = r.body(body)? else {
         return Err(meshql_engine::EngineError::WrongShape("array").into());
