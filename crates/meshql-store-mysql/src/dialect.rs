@@ -6,7 +6,7 @@ use crate::sql::{field_text, field_type, json_path, number_column, quote_ident};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 use meshql_store_sql::cond::Operands;
-use meshql_store_sql::dialect::{Dialect, Unbound};
+use meshql_store_sql::dialect::{AtStyle, Dialect, RowOrder, Unbound};
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct MysqlDialect;
@@ -33,6 +33,14 @@ impl Dialect for MysqlDialect {
 
     fn is_not_true(&self, cond: &str) -> String {
         format!("({cond}) IS NOT TRUE")
+    }
+
+    fn flag(&self, column: &str, set: bool) -> String {
+        format!("{column} = {}", set as u8)
+    }
+
+    fn unindexed(&self, expr: &str) -> String {
+        format!("{expr} + 0")
     }
 
     fn bind_style(&self) -> BindStyle {
@@ -123,5 +131,49 @@ impl Dialect for MysqlDialect {
             if exists { "" } else { "NOT " },
             json_path(segments)
         )
+    }
+
+    /// Creation order first (the rows are sorted by the caller).
+    fn select_columns(&self) -> &'static str {
+        "COALESCE(t.seq, t._id), t.id, t.payload"
+    }
+
+    /// The keys as one JSON array through `JSON_TABLE`, utf8mb4 and bytewise like the
+    /// tables (a JSON_TABLE column otherwise takes the database's default character set,
+    /// latin1 on a default MariaDB, and keys outside it never match); de-duplicated by the
+    /// caller.
+    fn batch_keys(&self, placeholder: &str) -> String {
+        format!(
+            "JSON_TABLE({placeholder}, '$[*]' COLUMNS (kv VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) k"
+        )
+    }
+
+    fn key_column(&self) -> &'static str {
+        "k.kv"
+    }
+
+    fn tokens_visible(&self, placeholder: &str) -> String {
+        format!(
+            " AND (JSON_LENGTH(t.authorized_tokens) = 0 OR JSON_OVERLAPS(t.authorized_tokens, {placeholder}))"
+        )
+    }
+
+    fn at_style(&self) -> AtStyle {
+        AtStyle::Correlated
+    }
+
+    /// Sorting in MariaDB drags every selected `payload` (a LONGTEXT) through a filesort,
+    /// and in a JSON_TABLE join through an on-disk temporary table: the batched lookups of a
+    /// depth-3 query ran ~2.3x slower that way.
+    fn row_order(&self) -> RowOrder {
+        RowOrder::ByCaller
+    }
+
+    fn limit_in_sql(&self) -> bool {
+        false
+    }
+
+    fn sort_terms(&self, _path: &FieldPath, _dir: &str) -> String {
+        unreachable!("MySQL's rows are sorted by the caller (RowOrder::ByCaller)")
     }
 }

@@ -5,6 +5,7 @@ use meshql_core::nested::Level;
 use meshql_core::{FieldPath, QueryTemplate};
 use meshql_store_sql::cond::Builder;
 use meshql_store_sql::names::{self, IdentLimit};
+use meshql_store_sql::search;
 
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
@@ -209,81 +210,8 @@ pub(crate) fn field_type(segments: &[String]) -> String {
     )
 }
 
-/// The rows of `table` (aliased `t`) a search of `shape` sees: current or as of `at`, not
-/// deleted, and readable with the caller's tokens.
-fn visible(table: &str, shape: Shape, b: &mut Builder<'_>) -> String {
-    if shape.at {
-        b.push(Param::At);
-    }
-    let mut out = visibility(table, shape.at).replace("{T}", &quote_ident(table));
-    if shape.tokens {
-        b.push(Param::Tokens);
-        out.push_str(TOKENS);
-    }
-    out
-}
-
-/// The documents a search's template matches `at` a moment: `SELECT ORD, t.id, {payload}
-/// ... UNION ALL ...` (`payload` names the column, or `t._id` to leave the LONGTEXT out).
-/// In two parts, as the SQLite store reads them (see its `sql::search`), so that the cost
-/// follows the current documents and the versions written after the moment, not every
-/// version stored: documents unchanged since, through the latest versions' keys (`+ 0`: not
-/// through the created_at key), and documents changed since (their ids through the
-/// created_at key) at their version of the moment.
-fn current_at(
-    table: &str,
-    template: &QueryTemplate,
-    shape: Shape,
-    payload: &str,
-    b: &mut Builder<'_>,
-) -> String {
-    let t = quote_ident(table);
-    let mut sql = format!("SELECT {ORD} AS o, t.id, {payload} FROM {t} t WHERE ");
-    sql.push_str(&b.predicate(template, "t", None, true));
-    b.push(Param::At);
-    sql.push_str(" AND t.latest = 1 AND t.deleted = 0 AND t.created_at + 0 <= ?");
-    if shape.tokens {
-        b.push(Param::Tokens);
-        sql.push_str(TOKENS);
-    }
-    sql.push_str(&format!(
-        " UNION ALL SELECT {ORD} AS o, t.id, {payload} FROM {t} t WHERE "
-    ));
-    sql.push_str(&b.predicate(template, "t", None, true));
-    b.push(Param::At);
-    sql.push_str(&format!(
-        " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > ?) AND "
-    ));
-    sql.push_str(&visible(table, shape, b));
-    sql
-}
-
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    let mut b = Builder::new(&DIALECT);
-    let t = quote_ident(table);
-    let mut sql = String::new();
-    if shape.batch {
-        b.push(Param::Keys);
-        sql.push_str(&format!(
-            "SELECT k.kv, {ORD}, t.id, t.payload FROM JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) k \
-             JOIN {t} t ON "
-        ));
-        sql.push_str(&b.predicate(template, "t", Some("k.kv"), false));
-        sql.push_str(" WHERE ");
-        sql.push_str(&visible(table, shape, &mut b));
-    } else if shape.at && !template.selects_by_id() {
-        sql.push_str(&current_at(table, template, shape, "t.payload", &mut b));
-    } else {
-        sql.push_str(&format!("SELECT {ORD}, t.id, t.payload FROM {t} t WHERE "));
-        sql.push_str(&b.predicate(template, "t", None, true));
-        sql.push_str(" AND ");
-        sql.push_str(&visible(table, shape, &mut b));
-    }
-    // no ORDER BY: rows come back with their creation order (`ORD`) and are sorted by the
-    // caller. Sorting in MariaDB drags every selected `payload` (a LONGTEXT) through a
-    // filesort, and in a JSON_TABLE join through an on-disk temporary table: the batched
-    // lookups of a depth-3 query ran ~2.3× slower that way.
-    b.finish(sql)
+    meshql_store_sql::search::search(&DIALECT, table, template, shape)
 }
 
 /// One statement for a search and every relationship below it: a CTE per relationship
@@ -309,7 +237,13 @@ pub(crate) fn nested_search(
     let mut root = if shape.at && !template.selects_by_id() {
         format!(
             "r0 AS (SELECT u.t_id AS rid, u.id, u.o FROM ({}) u",
-            current_at(table, template, shape, "t._id AS t_id", &mut b)
+            search::current_at(
+                &mut b,
+                table,
+                template,
+                shape.tokens,
+                &format!("{ORD} AS o, t.id, t._id AS t_id")
+            )
         )
     } else {
         let mut root = format!(
@@ -318,7 +252,7 @@ pub(crate) fn nested_search(
         );
         root.push_str(&b.predicate(template, "t", None, true));
         root.push_str(" AND ");
-        root.push_str(&visible(table, shape, &mut b));
+        root.push_str(&search::visible(&mut b, table, shape));
         root
     };
     if limit {
@@ -355,7 +289,7 @@ pub(crate) fn nested_search(
             );
             cte.push_str(&w.b.predicate(level.template, "t", Some("k.kv"), false));
             cte.push_str(" WHERE ");
-            cte.push_str(&visible(&level.table, w.shape, &mut w.b));
+            cte.push_str(&search::visible(&mut w.b, &level.table, w.shape));
             cte.push(')');
             w.ctes.push(cte);
             w.tables.push(level.table.clone());

@@ -6,7 +6,7 @@ use crate::sql::{json_text, json_value};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 use meshql_store_sql::cond::Operands;
-use meshql_store_sql::dialect::{Dialect, Unbound};
+use meshql_store_sql::dialect::{AtStyle, Dialect, RowOrder, Unbound};
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct PostgresDialect;
@@ -33,6 +33,18 @@ impl Dialect for PostgresDialect {
 
     fn is_not_true(&self, cond: &str) -> String {
         format!("({cond}) IS NOT TRUE")
+    }
+
+    fn flag(&self, column: &str, set: bool) -> String {
+        if set {
+            column.to_owned()
+        } else {
+            format!("NOT {column}")
+        }
+    }
+
+    fn unindexed(&self, expr: &str) -> String {
+        format!("{expr} + 0")
     }
 
     fn bind_style(&self) -> BindStyle {
@@ -121,5 +133,53 @@ impl Dialect for PostgresDialect {
             json_value(path, alias),
             if exists { "NOT " } else { "" }
         )
+    }
+
+    fn select_columns(&self) -> &'static str {
+        "t.id, t.payload::text"
+    }
+
+    fn batch_keys(&self, placeholder: &str) -> String {
+        format!("(SELECT DISTINCT unnest({placeholder}::text[]) AS key) k")
+    }
+
+    fn key_column(&self) -> &'static str {
+        "k.key"
+    }
+
+    fn tokens_visible(&self, placeholder: &str) -> String {
+        format!(
+            " AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && {placeholder}::text[])"
+        )
+    }
+
+    fn at_style(&self) -> AtStyle {
+        AtStyle::Correlated
+    }
+
+    fn row_order(&self) -> RowOrder {
+        RowOrder::InSql
+    }
+
+    fn limit_in_sql(&self) -> bool {
+        true
+    }
+
+    /// The JSON type's rank, then numbers as `numeric`, then other values' text in
+    /// code-point order.
+    fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {
+        match path {
+            FieldPath::Id => format!("t.id COLLATE \"C\"{dir}, "),
+            path => {
+                let j = json_value(path, "t");
+                let l = json_text(path, "t");
+                format!(
+                    "CASE jsonb_typeof({j}) WHEN 'number' THEN 1 WHEN 'string' THEN 2 \
+                     WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'boolean' THEN 5 ELSE 0 END{dir}, \
+                     CASE WHEN jsonb_typeof({j}) = 'number' THEN {l}::numeric END{dir}, \
+                     CASE WHEN jsonb_typeof({j}) <> 'number' THEN {l} END COLLATE \"C\"{dir}, "
+                )
+            }
+        }
     }
 }

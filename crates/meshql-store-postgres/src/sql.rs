@@ -7,6 +7,7 @@ use meshql_core::nested::Level;
 use meshql_core::{FieldPath, QueryTemplate};
 use meshql_store_sql::cond::Builder;
 use meshql_store_sql::names::{self, IdentLimit};
+use meshql_store_sql::search::{self, UNION_COLUMNS};
 
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -104,33 +105,6 @@ pub(crate) fn json_value(path: &FieldPath, alias: &str) -> String {
         .replacen("#>>", "#>", 1)
 }
 
-/// `ORDER BY` of a search: the template's sort keys (type rank, then value), then creation.
-fn order_by(template: &QueryTemplate) -> String {
-    let keys = template.sort();
-    if keys.is_empty() {
-        return ORDER.to_owned();
-    }
-    let mut out = String::from(" ORDER BY ");
-    for k in keys {
-        let dir = if k.descending { " DESC" } else { "" };
-        match &k.path {
-            FieldPath::Id => out.push_str(&format!("t.id COLLATE \"C\"{dir}, ")),
-            path => {
-                let j = json_value(path, "t");
-                let l = json_text(path, "t");
-                out.push_str(&format!(
-                    "CASE jsonb_typeof({j}) WHEN 'number' THEN 1 WHEN 'string' THEN 2 \
-                     WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'boolean' THEN 5 ELSE 0 END{dir}, \
-                     CASE WHEN jsonb_typeof({j}) = 'number' THEN {l}::numeric END{dir}, \
-                     CASE WHEN jsonb_typeof({j}) <> 'number' THEN {l} END COLLATE \"C\"{dir}, "
-                ))
-            }
-        }
-    }
-    out.push_str("COALESCE(t.seq, t._id)");
-    out
-}
-
 pub(crate) fn create_table(table: &str) -> String {
     let t = quote_ident(table);
     format!(
@@ -213,105 +187,11 @@ pub(crate) fn to_driver(v: Bound) -> SqlParam {
     }
 }
 
-pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
-
-/// The clauses of PostgreSQL's searches, on a statement being compiled.
-trait Clauses {
-    fn visibility(&mut self, table: &str, at: bool, alias: &str) -> String;
-    fn tokens(&mut self, alias: &str) -> String;
-    fn current_at(&mut self, table: &str, template: &QueryTemplate, tokens: bool) -> String;
-}
-
-impl Clauses for Builder<'_> {
-    fn visibility(&mut self, table: &str, at: bool, alias: &str) -> String {
-        if at {
-            let n = self.push(Param::At);
-            format!(
-                "NOT {alias}.deleted AND {alias}.created_at = (SELECT MAX(v.created_at) FROM {} v \
-                 WHERE v.id = {alias}.id AND v.created_at <= {n})",
-                quote_ident(table)
-            )
-        } else {
-            format!("{alias}.latest AND NOT {alias}.deleted")
-        }
-    }
-
-    fn tokens(&mut self, alias: &str) -> String {
-        let n = self.push(Param::Tokens);
-        format!(
-            " AND (cardinality({alias}.authorized_tokens) = 0 OR {alias}.authorized_tokens && {n}::text[])"
-        )
-    }
-
-    /// The documents a search's template matches `at` a moment, as a subquery of `id,
-    /// payload, seq, _id` to alias `t`. In two parts, as the SQLite store reads them (see its
-    /// `sql::search`), so that the cost follows the current documents and the versions
-    /// written after the moment, not every version stored: documents unchanged since, through
-    /// the latest versions' indexes (`+ 0`: not through the created_at index), and documents
-    /// changed since (their ids through the created_at index) at their version of the moment.
-    fn current_at(&mut self, table: &str, template: &QueryTemplate, tokens: bool) -> String {
-        let t = quote_ident(table);
-        let mut sql = format!("(SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE ");
-        sql.push_str(&self.predicate(template, "t", None, true));
-        let at = self.push(Param::At);
-        sql.push_str(&format!(
-            " AND t.latest AND NOT t.deleted AND t.created_at + 0 <= {at}"
-        ));
-        if tokens {
-            sql.push_str(&self.tokens("t"));
-        }
-        sql.push_str(&format!(
-            " UNION ALL SELECT t.id, t.payload, t.seq, t._id FROM {t} t WHERE "
-        ));
-        sql.push_str(&self.predicate(template, "t", None, true));
-        let at = self.push(Param::At);
-        sql.push_str(&format!(
-            " AND t.id IN (SELECT c.id FROM {t} c WHERE c.created_at > {at}) AND "
-        ));
-        sql.push_str(&self.visibility(table, true, "t"));
-        if tokens {
-            sql.push_str(&self.tokens("t"));
-        }
-        sql.push(')');
-        sql
-    }
-}
+pub(crate) use meshql_store_sql::search::ORDER;
 
 /// The statement of a search (or batched search).
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    let mut b = Builder::new(&DIALECT);
-    let t = quote_ident(table);
-    let mut sql = String::new();
-    if shape.batch {
-        let keys = b.push(Param::Keys);
-        sql.push_str(&format!(
-            "SELECT k.key, t.id, t.payload::text FROM (SELECT DISTINCT unnest({keys}::text[]) AS key) k \
-             JOIN {t} t ON "
-        ));
-        sql.push_str(&b.predicate(template, "t", Some("k.key"), false));
-        sql.push_str(" WHERE ");
-        sql.push_str(&b.visibility(table, shape.at, "t"));
-        if shape.tokens {
-            sql.push_str(&b.tokens("t"));
-        }
-    } else if shape.at && !template.selects_by_id() {
-        let current = b.current_at(table, template, shape.tokens);
-        sql.push_str(&format!("SELECT t.id, t.payload::text FROM {current} t"));
-    } else {
-        sql.push_str(&format!("SELECT t.id, t.payload::text FROM {t} t WHERE "));
-        sql.push_str(&b.predicate(template, "t", None, true));
-        sql.push_str(" AND ");
-        sql.push_str(&b.visibility(table, shape.at, "t"));
-        if shape.tokens {
-            sql.push_str(&b.tokens("t"));
-        }
-    }
-    sql.push_str(&order_by(template));
-    if shape.limit {
-        let n = b.push(Param::Limit);
-        sql.push_str(&format!(" LIMIT {n}"));
-    }
-    b.finish(sql)
+    meshql_store_sql::search::search(&DIALECT, table, template, shape)
 }
 
 /// One statement for a search and every relationship below it: a CTE per relationship
@@ -328,15 +208,18 @@ pub(crate) fn nested_search(
 ) -> Compiled {
     let mut b = Builder::new(&DIALECT);
     let source = if shape.at && !template.selects_by_id() {
-        format!("{} t", b.current_at(table, template, shape.tokens))
+        format!(
+            "({}) t",
+            search::current_at(&mut b, table, template, shape.tokens, UNION_COLUMNS)
+        )
     } else {
         format!(
             "{} t WHERE {} AND {}{}",
             quote_ident(table),
             b.predicate(template, "t", None, true),
-            b.visibility(table, shape.at, "t"),
+            search::visibility(&mut b, table, shape.at),
             if shape.tokens {
-                b.tokens("t")
+                search::tokens(&mut b)
             } else {
                 String::new()
             },
@@ -374,8 +257,12 @@ pub(crate) fn nested_search(
                  FROM (SELECT DISTINCT {key} AS key FROM r{parent} p) k JOIN {} t ON {} WHERE {}{})",
                 quote_ident(&level.table),
                 b.predicate(level.template, "t", Some("k.key"), false),
-                b.visibility(&level.table, shape.at, "t"),
-                if shape.tokens { b.tokens("t") } else { String::new() },
+                search::visibility(b, &level.table, shape.at),
+                if shape.tokens {
+                    search::tokens(b)
+                } else {
+                    String::new()
+                },
             ));
             walk(b, ctes, &level.children, me, shape);
         }

@@ -24,6 +24,29 @@ pub enum Unbound {
     NullLiteral,
 }
 
+/// How a read `at` a moment finds each document's version then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtStyle {
+    /// Each row's version by a correlated `MAX(created_at)` (PostgreSQL, MySQL).
+    Correlated,
+    /// A latest version written by the moment is the one visible then, found without a
+    /// lookup; only the documents changed since are looked up (SQLite, for its planner;
+    /// needs numeric flags).
+    Hybrid,
+}
+
+/// Who puts a search's rows in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowOrder {
+    /// The statement's `ORDER BY` (SQLite, PostgreSQL).
+    InSql,
+    /// The caller: the statement returns each row's creation order first (its first
+    /// column, `o` in a union) and no `ORDER BY`; the rows are sorted with
+    /// [`crate::rules::sort_by_template`] (MySQL: sorting in MariaDB drags every payload
+    /// through a filesort).
+    ByCaller,
+}
+
 /// What differs between SQL databases in meshql's statements.
 pub trait Dialect: Send + Sync + 'static {
     // ---- lexical ----
@@ -37,6 +60,11 @@ pub trait Dialect: Send + Sync + 'static {
     fn truth(&self, value: bool) -> &'static str;
     /// `cond` is not true (false or NULL): `$ne`, `$nin`.
     fn is_not_true(&self, cond: &str) -> String;
+    /// A test of a boolean column (`set`: true): `t.latest = 1` or `t.latest`, `t.deleted =
+    /// 0` or `NOT t.deleted`.
+    fn flag(&self, column: &str, set: bool) -> String;
+    /// `expr` as the planner does not match it to an index: `+expr` or `expr + 0`.
+    fn unindexed(&self, expr: &str) -> String;
 
     // ---- binding ----
 
@@ -82,4 +110,27 @@ pub trait Dialect: Send + Sync + 'static {
     ) -> String;
     /// `$exists` of a payload field (present, JSON null included, or absent).
     fn exists(&self, path: &FieldPath, exists: bool, alias: &str) -> String;
+
+    // ---- searches ----
+
+    /// The columns a search selects of its rows `t` (after the key, in a batch).
+    fn select_columns(&self) -> &'static str;
+    /// The distinct keys of a batch, from the list parameter `placeholder`, as a row source
+    /// aliased `k`.
+    fn batch_keys(&self, placeholder: &str) -> String;
+    /// The key's column in [`Self::batch_keys`]: `k.key` or `k.kv`.
+    fn key_column(&self) -> &'static str;
+    /// ` AND` the row `t` may be read with the tokens in parameter `placeholder` (none:
+    /// anyone; else one of them).
+    fn tokens_visible(&self, placeholder: &str) -> String;
+    /// How a read `at` a moment finds each document's version then.
+    fn at_style(&self) -> AtStyle;
+    /// Who puts a search's rows in order.
+    fn row_order(&self) -> RowOrder;
+    /// Whether a search with a limit binds it in SQL (`LIMIT`); else the caller stops
+    /// reading after the limit (a bound LIMIT makes SQLite prepare the statement again).
+    fn limit_in_sql(&self) -> bool;
+    /// The `ORDER BY` terms of one sort key (`dir`: `""` or `" DESC"`), each followed by
+    /// `", "`: the JSON type's rank, then the value. Only with [`RowOrder::InSql`].
+    fn sort_terms(&self, path: &FieldPath, dir: &str) -> String;
 }

@@ -19,6 +19,7 @@ pub mod names;
 pub mod outputs;
 pub mod param;
 pub mod rules;
+pub mod search;
 pub mod table;
 
 #[cfg(feature = "golden")]

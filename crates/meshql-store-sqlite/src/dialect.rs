@@ -6,7 +6,7 @@ use crate::sql::{json_extract, json_type};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 use meshql_store_sql::cond::Operands;
-use meshql_store_sql::dialect::{Dialect, Unbound};
+use meshql_store_sql::dialect::{AtStyle, Dialect, RowOrder, Unbound};
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct SqliteDialect;
@@ -33,6 +33,14 @@ impl Dialect for SqliteDialect {
 
     fn is_not_true(&self, cond: &str) -> String {
         format!("({cond}) IS NOT 1")
+    }
+
+    fn flag(&self, column: &str, set: bool) -> String {
+        format!("{column} = {}", set as u8)
+    }
+
+    fn unindexed(&self, expr: &str) -> String {
+        format!("+{expr}")
     }
 
     fn bind_style(&self) -> BindStyle {
@@ -101,5 +109,53 @@ impl Dialect for SqliteDialect {
             json_type(path, alias),
             if exists { "NOT " } else { "" }
         )
+    }
+
+    fn select_columns(&self) -> &'static str {
+        "t.id, t.payload"
+    }
+
+    fn batch_keys(&self, placeholder: &str) -> String {
+        format!("(SELECT DISTINCT value AS key FROM json_each({placeholder})) k")
+    }
+
+    fn key_column(&self) -> &'static str {
+        "k.key"
+    }
+
+    fn tokens_visible(&self, placeholder: &str) -> String {
+        format!(
+            " AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM json_each(t.authorized_tokens) a \
+             WHERE a.value IN (SELECT value FROM json_each({placeholder}))))"
+        )
+    }
+
+    /// Chosen for SQLite's planner: see [`AtStyle::Hybrid`] (GraphQL reads every level at
+    /// its request's start, a moment just past).
+    fn at_style(&self) -> AtStyle {
+        AtStyle::Hybrid
+    }
+
+    fn row_order(&self) -> RowOrder {
+        RowOrder::InSql
+    }
+
+    /// No `LIMIT ?`: a bound LIMIT makes SQLite prepare the statement again on every run;
+    /// the caller stops reading after `limit` rows instead.
+    fn limit_in_sql(&self) -> bool {
+        false
+    }
+
+    fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {
+        match path {
+            FieldPath::Id => format!("t.id{dir}, "),
+            path => format!(
+                "CASE {} WHEN 'integer' THEN 1 WHEN 'real' THEN 1 WHEN 'text' THEN 2 \
+                 WHEN 'object' THEN 3 WHEN 'array' THEN 4 WHEN 'true' THEN 5 WHEN 'false' THEN 5 \
+                 ELSE 0 END{dir}, {}{dir}, ",
+                json_type(path, "t"),
+                json_extract(path, "t.payload")
+            ),
+        }
     }
 }
