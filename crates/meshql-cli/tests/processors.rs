@@ -6,7 +6,8 @@
 mod common;
 
 use common::{
-    check_error_line, example_copy, examples_dir, processed_once, spawn_process, Client, Server,
+    check_error_line, example_copy, examples_dir, one_version_each, processed_once, spawn_process,
+    Client, Server,
 };
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -39,6 +40,40 @@ fn kill_9(server: &Server) {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+/// `series` of processor `name` in `/metrics` at `base` (0 while it is not there).
+async fn processor_metric(base: &str, name: &str, series: &str) -> f64 {
+    let prefix = format!("{series}{{processor=\"{name}\",");
+    let text = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.rsplit(' ').next())
+        .map_or(0.0, |v| v.trim().parse().unwrap())
+}
+
+/// Waits (up to 30 s) until processor `name` of the server at `base` has committed at least
+/// `n` output versions since it started (`meshql_processor_outputs_total`): a kill after this
+/// lands on a processor with committed work behind it and (under load) more in flight.
+async fn until_outputs_committed(server: &Server, name: &str, n: f64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done = processor_metric(&server.url(""), name, "meshql_processor_outputs_total").await;
+        if done >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} committed {done} outputs of {n} within 30 s: {}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// One writer's loop: lay reports created, corrected and deleted, deposits and
@@ -306,7 +341,8 @@ async fn projections_survive_kill_9_mid_stream_exactly_once() {
                 ))
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(600 + 150 * round)).await;
+        // killed once this run's processors have committed work, the load still running
+        until_outputs_committed(&server, "hen_productivity", 20.0 + 20.0 * round as f64).await;
         kill_9(&server);
         stop.store(true, Ordering::Relaxed);
         for w in writers {
@@ -357,6 +393,10 @@ async fn events_processed_once(base: &str) -> usize {
         let done = per_event.len() == ids.len()
             && per_event.iter().all(|(k, n)| *n == 1 && ids.contains(k));
         if done {
+            // a processedevent's id is derived from its event's change, so an event processed
+            // again overwrites it: only its versions show the repeat
+            let raw: BTreeSet<String> = ids.iter().map(|k| (*k).to_owned()).collect();
+            one_version_each(&Client::new(base), "processedevent", &raw).await;
             return ids.len();
         }
         assert!(
@@ -506,7 +546,8 @@ async fn events_once_across_kill_9(
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // killed once this run has committed outputs of its own, the load still running
+        until_outputs_committed(&server, "events-processor", 50.0).await;
         kill_9(&server);
         stop.store(true, Ordering::Relaxed);
         let mut sent = 0;
@@ -517,6 +558,7 @@ async fn events_once_across_kill_9(
         drop(server);
         server = Server::start_with_data_dir(config, data, &[]);
         let n = events_processed_once(&server.url("")).await;
+        eprintln!("round {round}: {sent} events sent, {n} stored, each processed once");
         assert!(n > 20);
     }
 }
@@ -570,11 +612,19 @@ async fn meshql_process_runs_the_projections_beside_the_server_across_kill_9() {
                 ))
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        // the processors die mid-stream; the server and its writers go on
+        // the processors die mid-stream, once this process has committed inputs of its own
+        // (its status lines count them); the server and its writers go on
+        let log = logs.path().join(format!("p{round}.log"));
+        until_process_applied(&log, 20).await;
         process.kill().unwrap();
         process.wait().unwrap();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // the writers write on with no processor running: the next one has a backlog
+        let before = *done.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while *done.lock().unwrap() < before + 20 {
+            assert!(Instant::now() < deadline, "the writers stopped");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         stop.store(true, Ordering::Relaxed);
         for w in writers {
             w.await.unwrap();
@@ -589,6 +639,33 @@ async fn meshql_process_runs_the_projections_beside_the_server_across_kill_9() {
     }
     process.kill().unwrap();
     process.wait().unwrap();
+}
+
+/// Waits (up to 30 s) until a `meshql process` whose output is in `log` reports (in its status
+/// lines, `processed=N` once a second) at least `n` inputs applied by one of its processors.
+async fn until_process_applied(log: &std::path::Path, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let most = text
+            .lines()
+            .filter_map(|l| l.split("processed=").nth(1))
+            .filter_map(|v| {
+                v.split(|c: char| !c.is_ascii_digit())
+                    .next()
+                    .and_then(|d| d.parse::<u64>().ok())
+            })
+            .max()
+            .unwrap_or(0);
+        if most >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`meshql process` applied {most} inputs of {n} within 30 s:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 fn kafka_brokers() -> String {
@@ -634,16 +711,27 @@ async fn a_processor_reads_debezium_events_from_kafka_once_across_kill_9() {
             n
         })
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // killed once the consumer has committed batches of its own, the load still running
+    until_outputs_committed(&b, "events-processor", 20.0).await;
     kill_9(&b);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(b.wait_exit(Duration::from_secs(5)).is_some());
     drop(b);
+    // what the killed consumer committed, read by a server that runs no processor
+    let committed = {
+        let quiet = Server::start_with_data_dir(&b_config, data.path(), &["--no-processors"]);
+        let n = quiet.client().list("/processedevent/api").await.len() as u64;
+        quiet.stop_gracefully();
+        n
+    };
+    assert!(committed >= 20, "{committed} processed before the kill");
     b = Server::start_with_data_dir(&b_config, data.path(), &[]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the restarted consumer commits while the load goes on
+    until_outputs_committed(&b, "events-processor", 1.0).await;
     stop.store(true, Ordering::Relaxed);
     let written = writer.await.unwrap();
-    assert!(written > 50, "the load ran ({written} events)");
-    // every event of the publisher is processed exactly once by the consumer
+    assert!(written > committed, "the load ran on ({written} events)");
+    // every event of the publisher is processed exactly once by the consumer: one
+    // processedevent per event, each with one version (a redelivered event would add one)
     let events: BTreeSet<String> = list(&http, &a.url(""), "event")
         .await
         .iter()
@@ -651,6 +739,19 @@ async fn a_processor_reads_debezium_events_from_kafka_once_across_kill_9() {
         .collect();
     assert_eq!(events.len() as u64, written);
     processed_once(&Client::new(&b.url("")), &events, Duration::from_secs(60)).await;
+    // the restarted consumer read on at the committed offsets: it applied exactly the events
+    // the killed one had not committed
+    let inputs = processor_metric(
+        &b.url(""),
+        "events-processor",
+        "meshql_processor_inputs_total",
+    )
+    .await;
+    assert_eq!(
+        committed + inputs as u64,
+        written,
+        "{committed} committed before the kill, {inputs} applied after it, {written} events"
+    );
     let metrics = http
         .get(b.url("/metrics"))
         .send()

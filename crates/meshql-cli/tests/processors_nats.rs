@@ -123,7 +123,20 @@ async fn a_processor_reads_a_nats_relay_once_across_kill_9() {
     };
     assert!(committed >= 20, "{committed} processed before the kill");
     b = Server::start_with_data_dir(&b_config, data.path(), &[]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // the load runs on until the restarted consumer has applied events of its own
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while processor_metric(&b.client(), "meshql_processor_inputs_total")
+        .await
+        .unwrap_or(0.0)
+        < 1.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted consumer applied nothing: {}",
+            b.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     let written = writer.await.unwrap();
     assert!(written > committed, "the load ran on ({written} events)");
@@ -194,8 +207,18 @@ async fn meshql_process_reads_a_nats_stream_once_across_kill_9() {
     }
     process.kill().unwrap();
     process.wait().unwrap();
+    let at_kill = bc.list("/processedevent/api").await.len();
     let mut process = spawn_process(&b_config, data.path(), &logs.path().join("p1.log"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // the load runs on until the new process has committed events of its own
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while bc.list("/processedevent/api").await.len() <= at_kill {
+        let log = std::fs::read_to_string(logs.path().join("p1.log")).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "the restarted `meshql process` processed nothing: {log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     let written = writer.await.unwrap();
     let events = event_ids(&a.client()).await;

@@ -947,6 +947,9 @@ pub async fn processed_once(
             "a processed event from nowhere"
         );
         if per.len() == events.len() {
+            // an event processed again writes its processedevent again (same derived id, a
+            // second version), which the count of current documents cannot show
+            one_version_each(c, "processedevent", &per.into_keys().collect()).await;
             return;
         }
         assert!(
@@ -957,6 +960,65 @@ pub async fn processed_once(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The stored versions of `entity`'s document `id` at `c`, oldest first, tombstones included
+/// (the console's versions API).
+pub async fn versions(c: &Client, entity: &str, id: &str) -> Vec<Value> {
+    let r = c
+        .get(&format!(
+            "/_meshql/console/api/entities/{entity}/documents/{id}/versions"
+        ))
+        .await;
+    r.expect_status(200);
+    r.json()["versions"].as_array().unwrap().clone()
+}
+
+/// Asserts that every current document of `entity` at `c` has exactly one stored version,
+/// and (when `raw_ids` is not empty) that they are the processed records of exactly those
+/// `raw_event_id`s. A processor's output id is derived from its input, so an input
+/// processed twice overwrites its document (the count of documents stays the same) and shows
+/// only as a second version. Returns the number of documents.
+pub async fn one_version_each(
+    c: &Client,
+    entity: &str,
+    raw_ids: &std::collections::BTreeSet<String>,
+) -> usize {
+    use futures::StreamExt;
+    let docs = c.list(&format!("/{entity}/api")).await;
+    let ids: Vec<String> = docs
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_owned())
+        .collect();
+    let counted: Vec<(String, usize)> = futures::stream::iter(ids.iter().cloned())
+        .map(|id| async move {
+            let n = versions(c, entity, &id).await.len();
+            (id, n)
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let twice: Vec<&(String, usize)> = counted.iter().filter(|(_, n)| *n != 1).collect();
+    assert!(
+        twice.is_empty(),
+        "{} of {} {entity} documents have other than one version (an input processed again): {:?}",
+        twice.len(),
+        counted.len(),
+        &twice[..twice.len().min(10)]
+    );
+    if !raw_ids.is_empty() {
+        let raw: std::collections::BTreeSet<String> = docs
+            .iter()
+            .map(|d| d["raw_event_id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            &raw, raw_ids,
+            "the processed records are those of the events"
+        );
+        assert_eq!(docs.len(), raw_ids.len());
+    }
+    assert!(!counted.is_empty(), "no {entity} document at all");
+    counted.len()
 }
 
 /// Runs `meshql check CONFIG`, which must fail, and returns the line of its errors that
