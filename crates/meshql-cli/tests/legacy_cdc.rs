@@ -265,28 +265,55 @@ fn meshql_core_now_ms() -> u64 {
         .as_millis() as u64
 }
 
-/// How many versions each customer id has in the clean store (SQLite, read with sqlite3).
-fn versions_per_id(data_dir: &Path) -> Vec<(String, u64)> {
-    let out = Command::new("sqlite3")
-        .arg(data_dir.join("clean.db"))
-        .arg("SELECT id, count(*) FROM customer GROUP BY id ORDER BY id")
-        .output()
-        .expect("run sqlite3");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+/// `meshql_processor_outputs_total` of the `customers` processor of `s` (0 while absent).
+async fn outputs_committed(s: &Server) -> u64 {
+    let prefix =
+        "meshql_processor_outputs_total{processor=\"customers\",type=\"script\",output=\"customer\"} ";
+    s.client()
+        .get("/metrics")
+        .await
+        .text
         .lines()
-        .filter_map(|l| l.split_once('|'))
-        .map(|(id, n)| (id.to_owned(), n.parse().unwrap()))
-        .collect()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }
 
+/// Committed changes per legacy row, as the audit trigger of [`audited`] recorded them in the
+/// same transactions: (acct_id, changes).
+fn changes_per_row(url: &str) -> Vec<(u64, usize)> {
+    psql(
+        url,
+        "SELECT acct_id, count(*) FROM cust_audit GROUP BY acct_id ORDER BY acct_id",
+    )
+    .lines()
+    .filter_map(|l| l.split_once('|'))
+    .map(|(id, n)| (id.parse().unwrap(), n.parse().unwrap()))
+    .collect()
+}
+
+/// Adds to the legacy table an audit of every row change (insert, update, delete), written by
+/// a trigger in the change's own transaction: what the capture must turn into one version each.
+fn audited(url: &str) {
+    psql(
+        url,
+        "CREATE TABLE cust_audit (n bigserial PRIMARY KEY, acct_id int NOT NULL, op text NOT NULL); \
+         CREATE FUNCTION cust_audit_f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           INSERT INTO cust_audit (acct_id, op) VALUES (COALESCE(NEW.acct_id, OLD.acct_id), TG_OP); \
+           RETURN NULL; END $$; \
+         CREATE TRIGGER cust_audit_t AFTER INSERT OR UPDATE OR DELETE ON cust_acct \
+           FOR EACH ROW EXECUTE FUNCTION cust_audit_f()",
+    );
+}
+
+/// Inserts, updates and deletes, each update changing the row's document (its total), so
+/// that every change is one version and a change delivered again after the kill is either
+/// equal to the current version (skipped) or shows as a version too many.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_while_rows_are_written_loses_nothing_and_applies_nothing_twice() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
     let legacy = Legacy::new(&run_id());
+    audited(&legacy.url);
     psql(
         &legacy.url,
         "INSERT INTO cust_acct (acct_num, stat_cd) SELECT 'S-' || g, 'A' FROM generate_series(1, 300) g",
@@ -295,81 +322,189 @@ async fn kill_9_while_rows_are_written_loses_nothing_and_applies_nothing_twice()
     service(dir.path(), &legacy);
     let config = dir.path().join("meshql.toml");
     let data = tempfile::tempdir().unwrap();
-    // rows keep coming, one transaction each and some of 50, while the consumer is killed
-    let writing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let writer = {
+    // once the snapshot is in, rows keep changing (one transaction each: inserts of one row
+    // and of 50, updates of one row and of many, deletes of rows updated before) while the
+    // consumer is killed; changes committed before the slot's snapshot would reach it as one
+    // row, so the writer starts only after the snapshot
+    let writing = Arc::new(AtomicBool::new(true));
+    let start_writer = || {
         let url = legacy.url.clone();
         let writing = writing.clone();
         std::thread::spawn(move || {
-            for round in 0..80 {
+            for r in 0..80u64 {
                 psql(
                     &url,
-                    &format!("INSERT INTO cust_acct (acct_num, stat_cd) VALUES ('R-{round}', 'A')"),
+                    &format!(
+                        "UPDATE cust_acct SET tot_amt = COALESCE(tot_amt, 0) + 1, \
+                         stat_cd = CASE stat_cd WHEN 'A' THEN 'S' ELSE 'A' END \
+                         WHERE acct_id % 40 = {}",
+                        r % 40
+                    ),
                 );
                 psql(
                     &url,
-                    &format!("INSERT INTO cust_acct (acct_num, stat_cd) SELECT 'B-{round}-' || g, 'A' FROM generate_series(1, 50) g"),
+                    &format!(
+                        "UPDATE cust_acct SET tot_amt = COALESCE(tot_amt, 0) + 1000 WHERE acct_id = {}",
+                        (r * 37) % 300 + 1
+                    ),
+                );
+                psql(
+                    &url,
+                    &format!(
+                        "DELETE FROM cust_acct WHERE acct_id % 40 = {} AND acct_id % 3 = 0",
+                        (r + 20) % 40
+                    ),
+                );
+                psql(
+                    &url,
+                    &format!("INSERT INTO cust_acct (acct_num, stat_cd) VALUES ('R-{r}', 'A')"),
+                );
+                psql(
+                    &url,
+                    &format!("INSERT INTO cust_acct (acct_num, stat_cd) SELECT 'B-{r}-' || g, 'A' FROM generate_series(1, 50) g"),
                 );
                 std::thread::sleep(Duration::from_millis(40));
             }
-            writing.store(false, std::sync::atomic::Ordering::SeqCst);
+            writing.store(false, Ordering::SeqCst);
         })
     };
+    let mut writer = None;
     let mut killed_while_writing = 0;
-    let mut seen = 0;
-    for round in 0..3 {
+    for round in 0..4 {
         let mut s = Server::start_with_data_dir(&config, data.path(), &[]);
         let deadline = Instant::now() + Duration::from_secs(30);
-        // killed once this run applied rows of its own (the snapshot, then streamed ones)
+        let mut from = 0;
+        if writer.is_none() && round > 0 {
+            // the snapshot (taken again if the first run was killed in its midst) is in
+            while s.client().list("/customer/api").await.len() < 300 {
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: the snapshot did not arrive\n{}",
+                    s.log()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            from = outputs_committed(&s).await;
+            writer = Some(start_writer());
+        }
+        // killed once this run committed versions of its own (the first run: of the
+        // snapshot; the others: streamed changes, the writer still writing)
         loop {
-            let n = s.client().list("/customer/api").await.len();
-            if n >= seen + 100 {
-                seen = n;
+            let n = outputs_committed(&s).await;
+            if n >= from + 100 {
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "round {round}: nothing arrived\n{}",
+                "round {round}: {n} versions committed\n{}",
                 s.log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if writing.load(std::sync::atomic::Ordering::SeqCst) {
+        if writer.is_some() && writing.load(Ordering::SeqCst) {
             killed_while_writing += 1;
         }
         s.signal("KILL");
         assert!(s.wait_exit(Duration::from_secs(5)).is_some());
     }
-    writer.join().unwrap();
+    writer.expect("the writer ran").join().unwrap();
     assert!(
         killed_while_writing >= 2,
         "the writer finished before the kills ({killed_while_writing})"
     );
     let s = Server::start_with_data_dir(&config, data.path(), &[]);
+    let c = s.client();
+    let changes = changes_per_row(&legacy.url);
+    let count = |op: &str| -> usize {
+        psql(
+            &legacy.url,
+            &format!("SELECT count(*) FROM cust_audit WHERE op = '{op}'"),
+        )
+        .parse()
+        .unwrap()
+    };
+    let (inserts, updates, deletes) = (count("INSERT"), count("UPDATE"), count("DELETE"));
+    assert!(
+        updates > 500 && deletes > 50,
+        "the load changed rows: {inserts} inserts, {updates} updates, {deletes} deletes"
+    );
+    // every change is one version of its row's document: the insert (or the snapshot), each
+    // update, the delete's tombstone; none missing, none twice
     let rows: usize = psql(&legacy.url, "SELECT count(*) FROM cust_acct")
         .parse()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut pending: Vec<(u64, usize)> = changes.clone();
     loop {
-        let n = s.client().list("/customer/api").await.len();
-        if n == rows {
+        use futures::StreamExt;
+        let c = &c;
+        let seen: Vec<(u64, usize, usize)> = futures::stream::iter(pending.iter().copied())
+            .map(|(id, want)| async move {
+                let r = c
+                    .get(&format!(
+                        "/_meshql/console/api/entities/customer/documents/cust-{id}/versions"
+                    ))
+                    .await;
+                let got = match r.status {
+                    200 => r.json()["versions"].as_array().unwrap().len(),
+                    404 => 0,
+                    other => panic!("versions of cust-{id}: {other} {}", r.text),
+                };
+                (id, want, got)
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        let twice: Vec<_> = seen.iter().filter(|(_, want, got)| got > want).collect();
+        assert!(
+            twice.is_empty(),
+            "changes applied more than once (id, changes, versions): {:?}",
+            &twice[..twice.len().min(20)]
+        );
+        pending = seen
+            .iter()
+            .filter(|(_, want, got)| got < want)
+            .map(|(id, want, _)| (*id, *want))
+            .collect();
+        if pending.is_empty() {
             break;
         }
-        assert!(n < rows, "more documents ({n}) than rows ({rows})");
         assert!(
             Instant::now() < deadline,
-            "{n} of {rows} rows arrived\n{}",
+            "{} of {} rows lack versions, e.g. {:?}\n{}",
+            pending.len(),
+            changes.len(),
+            &pending[..pending.len().min(20)],
             s.log()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    drop(s);
-    let versions = versions_per_id(data.path());
-    assert_eq!(versions.len(), rows);
-    // every row was inserted once: one version each (a copy cut short and taken again
-    // delivers the same rows, which change nothing)
-    let twice: Vec<_> = versions.iter().filter(|(_, n)| *n != 1).collect();
-    assert!(twice.is_empty(), "rows applied more than once: {twice:?}");
+    // and the current documents are the rows that remain, each as the row is now
+    let live = c.list("/customer/api").await;
+    assert_eq!(live.len(), rows, "a document per remaining row");
+    let totals = psql(
+        &legacy.url,
+        "SELECT acct_id, COALESCE(tot_amt, -1) FROM cust_acct ORDER BY acct_id",
+    );
+    let want: std::collections::BTreeMap<u64, i64> = totals
+        .lines()
+        .filter_map(|l| l.split_once('|'))
+        .map(|(id, t)| (id.parse().unwrap(), t.parse().unwrap()))
+        .collect();
+    let got: std::collections::BTreeMap<u64, i64> = live
+        .iter()
+        .map(|d| {
+            let total = d["total"]
+                .as_f64()
+                .map_or(-1, |t| (t * 100.0).round() as i64);
+            (d["legacy_id"].as_u64().unwrap(), total)
+        })
+        .collect();
+    assert_eq!(got, want, "the documents are the rows as they are now");
+    eprintln!(
+        "kill -9 x4: {inserts} inserts, {updates} updates, {deletes} deletes; {} rows, one version per change",
+        changes.len()
+    );
 }
 
 /// `meshql cdc` and `meshql check` against the real server (their output as text).
