@@ -31,6 +31,7 @@
 pub mod consumer;
 pub mod feed;
 pub mod hub;
+mod metrics;
 pub mod record;
 pub mod registry;
 pub mod relay;

@@ -16,6 +16,7 @@ pub mod graph;
 pub mod legacy_id;
 pub mod lru;
 pub mod memo;
+pub mod metrics;
 pub mod nested;
 pub mod output;
 pub mod registry;

@@ -22,6 +22,7 @@
 pub mod cache;
 pub mod consistency;
 mod error;
+pub mod metrics;
 mod reads;
 pub mod replica;
 mod service;

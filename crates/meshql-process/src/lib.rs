@@ -34,6 +34,7 @@ pub mod acc;
 pub mod expr;
 pub mod kinds;
 pub mod mapping;
+mod metrics;
 pub mod pgcdc;
 pub mod plan;
 pub mod projection;

@@ -20,6 +20,7 @@ mod caches;
 mod check;
 mod error;
 mod feed;
+mod metrics;
 mod processors;
 mod registries;
 mod relays;
@@ -31,10 +32,7 @@ pub mod subscriptions;
 
 pub use check::check;
 pub use error::BuildError;
-pub use processors::{
-    configure as processor_plans, host as host_processors,
-    write_metrics as write_processor_metrics, ProcessorHost,
-};
+pub use processors::{configure as processor_plans, host as host_processors, ProcessorHost};
 pub use registries::Registries;
 pub use relays::{configure as relay_targets, Relays};
 pub use runtime::Runtime;

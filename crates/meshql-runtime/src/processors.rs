@@ -7,7 +7,6 @@ use meshql_config::{ConfigError, ResolvedConfig};
 use meshql_engine::EntityService;
 use meshql_process::{EntityInfo, ProcessorPlan, ProcessorStats, Processors, StartOptions};
 use std::collections::HashMap;
-use std::fmt::Write;
 use std::sync::Arc;
 
 /// The entities as processors see them: names and JSON Schema fields.
@@ -77,42 +76,6 @@ pub async fn start(
             dir: config.changes.dir.display().to_string(),
             message: e.to_string(),
         })
-}
-
-/// The processors' series for `/metrics`.
-pub fn write_metrics(out: &mut String, stats: &[ProcessorStats]) {
-    if stats.is_empty() {
-        return;
-    }
-    type Series = (
-        &'static str,
-        &'static str,
-        &'static str,
-        fn(&ProcessorStats) -> String,
-    );
-    let series: [Series; 8] = [
-        ("meshql_processor_inputs_total", "counter", "Input changes the processor applied.", |s| s.processed.to_string()),
-        ("meshql_processor_outputs_total", "counter", "Output versions the processor wrote.", |s| s.written.to_string()),
-        ("meshql_processor_batches_total", "counter", "Batches the processor committed (outputs with their input position, one transaction each).", |s| s.batches.to_string()),
-        ("meshql_processor_dead_letters", "gauge", "Inputs the processor set aside as dead letters (all time).", |s| s.dead_letters.to_string()),
-        ("meshql_processor_errors_total", "counter", "Failed batches (each retried with backoff).", |s| s.errors.to_string()),
-        ("meshql_processor_position", "gauge", "Log position up to which the processor's effects are committed.", |s| s.position.to_string()),
-        ("meshql_processor_lag", "gauge", "Changes in the log the processor has not read past yet.", |s| s.lag.to_string()),
-        ("meshql_processor_lag_seconds", "gauge", "Age of the oldest change the processor has not applied (0 when caught up).", |s| format!("{:.3}", s.lag_seconds)),
-    ];
-    for (name, kind, help, get) in series {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for s in stats {
-            let _ = writeln!(
-                out,
-                "{name}{{processor=\"{}\",type=\"{}\",output=\"{}\"}} {}",
-                s.name,
-                s.kind,
-                s.output,
-                get(s)
-            );
-        }
-    }
 }
 
 /// Processors running on their own (`meshql process`), beside a server that serves the same

@@ -15,6 +15,7 @@ use meshql_changes::{
     Hub, Relay, RelayContext, RelayEntity, RelayOptions, RelayRegistry, RelayStats, RelayTarget,
 };
 use meshql_config::{ConfigError, RelaySpec, ResolvedConfig};
+use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -115,4 +116,66 @@ pub async fn start(
         relays.push(relay);
     }
     Ok(Arc::new(Relays { relays }))
+}
+
+impl meshql_core::metrics::Collect for Relays {
+    fn collect(&self, out: &mut String) {
+        write_relay_metrics(out, &self.stats());
+    }
+}
+
+fn write_relay_metrics(out: &mut String, stats: &[RelayStats]) {
+    if stats.is_empty() {
+        return;
+    }
+    type Series = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&RelayStats) -> String,
+    );
+    let series: [Series; 5] = [
+        (
+            "meshql_relay_sent_total",
+            "counter",
+            "Changes the relay's broker acknowledged (a batch sent again counts again).",
+            |s| s.delivered.to_string(),
+        ),
+        (
+            "meshql_relay_errors_total",
+            "counter",
+            "Failed sends of the relay (each retried with backoff).",
+            |s| s.errors.to_string(),
+        ),
+        (
+            "meshql_relay_committed_position",
+            "gauge",
+            "Log position up to which every change was acknowledged by the relay's broker.",
+            |s| s.committed.to_string(),
+        ),
+        (
+            "meshql_relay_lag",
+            "gauge",
+            "Changes in the log not yet acknowledged by the relay's broker.",
+            |s| s.lag.to_string(),
+        ),
+        (
+            "meshql_relay_seconds_since_last_success",
+            "gauge",
+            "Seconds since the relay last delivered a batch or was caught up (0 while caught up).",
+            |s| format!("{:.3}", s.since_success.as_secs_f64()),
+        ),
+    ];
+    for (name, kind, help, get) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for s in stats {
+            let _ = writeln!(
+                out,
+                "{name}{{relay=\"{}\",type=\"{}\"}} {}",
+                s.name,
+                s.kind,
+                get(s)
+            );
+        }
+    }
 }

@@ -17,6 +17,7 @@ use crate::subscriptions::Subscriptions;
 use crate::Registries;
 use meshql_changes::{Hub, HubError, HubOptions};
 use meshql_config::{ResolvedConfig, Role};
+use meshql_core::metrics::Metrics;
 use meshql_core::{DynDatabase, DynReader, DynStore, StoreError};
 use meshql_engine::{
     Cache, EntityService, FallbackReader, PayloadValidator, ReadAfter, ReplicaHealth,
@@ -52,6 +53,8 @@ pub struct Runtime {
     processors: Arc<Processors>,
     /// Set when the service starts shutting down (ends change streams).
     closing: watch::Sender<bool>,
+    /// Every part's series of `/metrics`, in the order they are written.
+    metrics: Arc<Metrics>,
 }
 
 /// What the storage step opened.
@@ -218,6 +221,27 @@ impl Runtime {
                 storages.push((entity.storage.clone(), store_of(&entity.name)));
             }
         }
+        // each part writes its own series; the order is the exposition's
+        let metrics = Arc::new(Metrics::new());
+        metrics.register(Arc::new(crate::metrics::StoreMetrics {
+            role,
+            stores: stores.clone(),
+            storages: storages.clone(),
+        }));
+        metrics.register(Arc::new(meshql_engine::metrics::ReplicaMetrics(
+            replica_healths.clone(),
+        )));
+        if let Some(hub) = &hub {
+            metrics.register(hub.clone());
+        }
+        metrics.register(relays.clone());
+        metrics.register(processors.clone());
+        if let Some(subscriptions) = &subscriptions {
+            metrics.register(subscriptions.clone());
+        }
+        if let Some(cache) = &cache {
+            metrics.register(cache.clone());
+        }
         Ok(Runtime {
             role,
             services,
@@ -234,6 +258,7 @@ impl Runtime {
             relays,
             processors,
             closing,
+            metrics,
         })
     }
 
@@ -295,6 +320,11 @@ impl Runtime {
 
     pub fn processors(&self) -> &Arc<Processors> {
         &self.processors
+    }
+
+    /// Every part's series of `/metrics`; frontends register theirs after the runtime's.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Becomes `true` when the service starts shutting down.

@@ -457,3 +457,9 @@ fn event_of<'a>(
 pub fn parse(change: &Change) -> Option<serde_json::Map<String, serde_json::Value>> {
     serde_json::from_str(change.payload.get()).ok()
 }
+
+impl meshql_core::metrics::Collect for Subscriptions {
+    fn collect(&self, out: &mut String) {
+        self.write_metrics(out);
+    }
+}

@@ -188,17 +188,13 @@ impl App {
         let processors = runtime.processors().clone();
         let log_stores = runtime.log_stores().to_vec();
         let requests = Arc::new(crate::request_metrics::RequestMetrics::default());
+        // the server's own series follow the runtime's
+        let metrics = runtime.metrics().clone();
+        metrics.register(Arc::new(crate::connection::ConnectionMetrics));
+        metrics.register(requests.clone());
         let ops = Arc::new(Ops {
-            role,
-            replicas: runtime.replicas().to_vec(),
             stores: runtime.stores().to_vec(),
-            storages: runtime.storages().to_vec(),
-            hub: runtime.hub().cloned(),
-            relays: runtime.relays().clone(),
-            processors: processors.clone(),
-            requests: requests.clone(),
-            subscriptions: subscriptions.clone(),
-            cache: runtime.cache().cloned(),
+            metrics,
         });
         let ops_router = Router::new()
             .route("/health", get(ops::health))

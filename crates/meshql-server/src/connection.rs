@@ -68,7 +68,16 @@ pub(crate) static STATS: Stats = Stats {
 };
 
 /// Appends the connection counters to a Prometheus text exposition.
-pub(crate) fn write_metrics(out: &mut String) {
+/// The connection series of `/metrics` (process-wide counters).
+pub(crate) struct ConnectionMetrics;
+
+impl meshql_core::metrics::Collect for ConnectionMetrics {
+    fn collect(&self, out: &mut String) {
+        write_metrics(out);
+    }
+}
+
+fn write_metrics(out: &mut String) {
     use std::fmt::Write;
     let get = |c: &AtomicU64| c.load(Relaxed);
     let s = &STATS;

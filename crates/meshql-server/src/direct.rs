@@ -250,6 +250,56 @@ query = '{"id": "{{id}}"}'
         router.call(request).await.unwrap()
     }
 
+    /// Every part writes its own series into the runtime's registry; the exposition keeps
+    /// the families and their order of the server that wrote them all itself (the list was
+    /// taken from that server's `/metrics` for this config).
+    #[tokio::test]
+    async fn metrics_keep_their_families_and_order() {
+        let (_dir, app) = app().await;
+        let response = routed(&app, get("/metrics")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let (_, _, body) = parts(response).await;
+        let families: Vec<&str> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert_eq!(
+            families,
+            [
+                "meshql_role",
+                "meshql_storage_reads_total",
+                "meshql_storage_writes_total",
+                "meshql_storage_commits_total",
+                "meshql_storage_read_connections",
+                "meshql_storage_connections_in_use",
+                "meshql_storage_log_behind_milliseconds",
+                "meshql_storage_log_records_behind",
+                "meshql_storage_log_skipped_records_total",
+                "meshql_storage_log_reachable",
+                "meshql_changes_copied_total",
+                "meshql_changes_copy_errors_total",
+                "meshql_changes_log_last_position",
+                "meshql_changes_log_first_position",
+                "meshql_subscriptions",
+                "meshql_subscriptions_max",
+                "meshql_subscriptions_refused_total",
+                "meshql_subscription_cohorts",
+                "meshql_subscription_events_total",
+                "meshql_subscription_dropped_total",
+                "meshql_subscription_position",
+                "meshql_http_connections_open",
+                "meshql_http_connections_max",
+                "meshql_http_connections_accepted_total",
+                "meshql_http_accept_waits_total",
+                "meshql_http_tls_handshake_failures_total",
+                "meshql_http_connections_timed_out_total",
+                "meshql_http_request_duration_seconds",
+            ]
+        );
+        app.shutdown().await;
+    }
+
     #[tokio::test]
     async fn a_direct_answer_is_what_the_router_answers() {
         let (_dir, app) = app().await;

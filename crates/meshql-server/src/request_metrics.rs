@@ -218,3 +218,9 @@ mod tests {
         assert!(out.contains(r#"route="/a\"b""#), "{out}");
     }
 }
+
+impl meshql_core::metrics::Collect for RequestMetrics {
+    fn collect(&self, out: &mut String) {
+        self.write(out);
+    }
+}
