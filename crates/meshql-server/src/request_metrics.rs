@@ -159,6 +159,12 @@ pub(crate) async fn timed(
     response
 }
 
+impl meshql_core::metrics::Collect for RequestMetrics {
+    fn collect(&self, out: &mut String) {
+        self.write(out);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,11 +222,5 @@ mod tests {
         let mut out = String::new();
         m.write(&mut out);
         assert!(out.contains(r#"route="/a\"b""#), "{out}");
-    }
-}
-
-impl meshql_core::metrics::Collect for RequestMetrics {
-    fn collect(&self, out: &mut String) {
-        self.write(out);
     }
 }
