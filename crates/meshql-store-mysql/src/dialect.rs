@@ -6,7 +6,7 @@ use crate::sql::{field_text, field_type, json_path, number_column, quote_ident};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 use meshql_store_sql::cond::Operands;
-use meshql_store_sql::dialect::{AtStyle, Dialect, RowOrder, Unbound};
+use meshql_store_sql::dialect::{AtStyle, Dialect, NestedStyle, RowOrder, Unbound};
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct MysqlDialect;
@@ -15,6 +15,10 @@ pub(crate) struct MysqlDialect;
 pub(crate) static DIALECT: MysqlDialect = MysqlDialect;
 
 impl Dialect for MysqlDialect {
+    fn backend(&self) -> &'static str {
+        "mysql"
+    }
+
     fn quote_ident(&self, name: &str) -> String {
         quote_ident(name)
     }
@@ -171,6 +175,34 @@ impl Dialect for MysqlDialect {
 
     fn limit_in_sql(&self) -> bool {
         false
+    }
+
+    /// The CTEs carry row numbers, ids and keys only; payloads are joined in by primary key
+    /// at the end. MariaDB materialises a CTE read twice (by the relationship below it and
+    /// by the result) and puts a temporary table holding a `payload` (LONGTEXT) on disk:
+    /// three on-disk temporary tables per depth-3 query that way, 1.2 ms instead of 0.75 ms.
+    fn nested(&self) -> Option<NestedStyle> {
+        Some(NestedStyle::PayloadJoinedLast)
+    }
+
+    /// Strings as they are, numbers and booleans as text, anything else no key (as
+    /// `meshql_core::nested::key_text`), read from the parent's payload joined by row id.
+    fn nested_keys(&self, parent: usize, parent_table: &str, key_field: &str) -> String {
+        if key_field == "id" {
+            return format!("(SELECT DISTINCT p.id AS kv FROM r{parent} p)");
+        }
+        let path = format!("'$.\"{}\"'", key_field.replace(['\'', '"', '\\'], ""));
+        format!(
+            "(SELECT DISTINCT CAST(CASE WHEN JSON_TYPE(JSON_EXTRACT(pt.payload, {path})) IN \
+             ('STRING', 'INTEGER', 'DOUBLE', 'BOOLEAN') \
+             THEN JSON_UNQUOTE(JSON_EXTRACT(pt.payload, {path})) END AS CHAR(700)) AS kv \
+             FROM r{parent} p JOIN {} pt ON pt._id = p.rid)",
+            quote_ident(parent_table)
+        )
+    }
+
+    fn null_key(&self) -> &'static str {
+        "CAST(NULL AS CHAR(700))"
     }
 
     fn sort_terms(&self, _path: &FieldPath, _dir: &str) -> String {

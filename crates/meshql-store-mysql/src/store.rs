@@ -1,6 +1,7 @@
 //! [`MysqlStore`]: one entity table.
 
 use crate::db::{my_error, MysqlDatabase};
+use crate::dialect::DIALECT;
 use crate::sql::{self, quote_ident, Compiled, Shape, ORDER, TOKENS};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
@@ -11,6 +12,8 @@ use meshql_core::{
     Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::dialect::Dialect;
+use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{sort_by_template, tokens_json, visible, Current, Version};
 use meshql_store_sql::table::page_index;
@@ -24,9 +27,6 @@ mod golden;
 mod outputs;
 
 use meshql_core::lru::{Lru, Slot};
-
-/// [`Relation::backend`] of MySQL / MariaDB tables.
-const BACKEND: &str = "mysql";
 
 pub struct MysqlStore {
     db: Arc<MysqlDatabase>,
@@ -263,13 +263,12 @@ impl MysqlStore {
         &self,
         template: &QueryTemplate,
         shape: Shape,
-        limit: bool,
         levels: &[Level<'_>],
     ) -> Arc<Slot<Compiled>> {
-        let key = meshql_core::nested::signature((template.id, shape, limit), levels);
+        let key = meshql_core::nested::signature((template.id, shape), levels);
         self.nested.get_or_insert_with(
             key,
-            || sql::nested_search(&self.table, template, shape, limit, levels),
+            || sql::nested_search(&self.table, template, shape, levels),
             // mysql_async's statement cache closes what it evicts on its own
             |_| {},
         )
@@ -788,12 +787,8 @@ impl StoreReader for MysqlStore {
             fields,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
-        // one nested statement returns creation order: sorted trees go level by level
-        if !self.db.nested_sql || nested.is_empty() || meshql_core::nested::sorted(template, nested)
-        {
-            return Ok(None);
-        }
-        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
+        let enabled = self.db.nested_sql;
+        let Some(levels) = nested_levels(&DIALECT, enabled, template, nested, self.database_id())
         else {
             return Ok(None);
         };
@@ -801,10 +796,10 @@ impl StoreReader for MysqlStore {
         let shape = Shape {
             at: at.is_some(),
             tokens: tokens.is_some(),
-            limit: false,
+            limit: limit.is_some(),
             batch: false,
         };
-        let compiled = self.nested_compiled(template, shape, limit.is_some(), &levels);
+        let compiled = self.nested_compiled(template, shape, &levels);
         let params = Self::bind(&compiled, args, at, &tokens, None, limit);
         self.reads.fetch_add(1, Ordering::Relaxed);
         let mut conn = self.db.conn().await?;
@@ -821,7 +816,7 @@ impl StoreReader for MysqlStore {
             return None;
         }
         Some(Relation {
-            backend: BACKEND,
+            backend: DIALECT.backend(),
             database: self.database_id(),
             table: self.table.clone(),
         })

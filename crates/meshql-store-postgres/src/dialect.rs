@@ -6,7 +6,7 @@ use crate::sql::{json_text, json_value};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 use meshql_store_sql::cond::Operands;
-use meshql_store_sql::dialect::{AtStyle, Dialect, RowOrder, Unbound};
+use meshql_store_sql::dialect::{AtStyle, Dialect, NestedStyle, RowOrder, Unbound};
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct PostgresDialect;
@@ -15,6 +15,10 @@ pub(crate) struct PostgresDialect;
 pub(crate) static DIALECT: PostgresDialect = PostgresDialect;
 
 impl Dialect for PostgresDialect {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
     fn quote_ident(&self, name: &str) -> String {
         crate::sql::quote_ident(name)
     }
@@ -163,6 +167,28 @@ impl Dialect for PostgresDialect {
 
     fn limit_in_sql(&self) -> bool {
         true
+    }
+
+    fn nested(&self) -> Option<NestedStyle> {
+        Some(NestedStyle::PayloadInCtes)
+    }
+
+    /// Strings as they are, numbers and booleans as text, anything else no key.
+    fn nested_keys(&self, parent: usize, _parent_table: &str, key_field: &str) -> String {
+        let key = if key_field == "id" {
+            "p.id".to_owned()
+        } else {
+            let f = key_field.replace('\'', "''");
+            format!(
+                "CASE WHEN jsonb_typeof(p.payload->'{f}') IN ('string', 'number', 'boolean') \
+                 THEN p.payload->>'{f}' END"
+            )
+        };
+        format!("(SELECT DISTINCT {key} AS key FROM r{parent} p)")
+    }
+
+    fn null_key(&self) -> &'static str {
+        "NULL::text"
     }
 
     /// The JSON type's rank, then numbers as `numeric`, then other values' text in

@@ -5,9 +5,7 @@
 use crate::dialect::DIALECT;
 use meshql_core::nested::Level;
 use meshql_core::{FieldPath, QueryTemplate};
-use meshql_store_sql::cond::Builder;
 use meshql_store_sql::names::{self, IdentLimit};
-use meshql_store_sql::search::{self, UNION_COLUMNS};
 
 pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -164,7 +162,7 @@ pub(crate) fn create_range_indexes(table: &str, path: &FieldPath) -> Vec<String>
 }
 
 use meshql_store_sql::param::{BindStyle, Bound, Lists, Scalars};
-pub(crate) use meshql_store_sql::param::{Compiled, Param, Shape};
+pub(crate) use meshql_store_sql::param::{Compiled, Shape};
 
 /// How PostgreSQL binds parameters: values as the text `->>` reads, lists as `text[]`.
 pub(crate) const BIND: BindStyle = BindStyle {
@@ -194,89 +192,12 @@ pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Com
     meshql_store_sql::search::search(&DIALECT, table, template, shape)
 }
 
-/// One statement for a search and every relationship below it: a CTE per relationship
-/// joining the distinct keys of its parent's rows (what a batched lookup per level does,
-/// without the round trip per level), then every row as `(relationship, key, id, payload)`,
-/// relationship 0 being the search itself and the others numbered depth first (see
-/// [`meshql_core::nested::relationship_parents`]), in creation order. Building JSON in the
-/// database instead (`json_agg` in correlated subqueries) measured slower on wide trees.
+/// The nested statement of a search and its relationships ([`meshql_store_sql::nested`]).
 pub(crate) fn nested_search(
     table: &str,
     template: &QueryTemplate,
     shape: Shape,
     levels: &[Level<'_>],
 ) -> Compiled {
-    let mut b = Builder::new(&DIALECT);
-    let source = if shape.at && !template.selects_by_id() {
-        format!(
-            "({}) t",
-            search::current_at(&mut b, table, template, shape.tokens, UNION_COLUMNS)
-        )
-    } else {
-        format!(
-            "{} t WHERE {} AND {}{}",
-            quote_ident(table),
-            b.predicate(template, "t", None, true),
-            search::visibility(&mut b, table, shape.at),
-            if shape.tokens {
-                search::tokens(&mut b)
-            } else {
-                String::new()
-            },
-        )
-    };
-    let limit = if shape.limit {
-        format!(" ORDER BY o LIMIT {}", b.push(Param::Limit))
-    } else {
-        String::new()
-    };
-    let mut ctes = vec![format!(
-        "r0 AS (SELECT t.id, t.payload, COALESCE(t.seq, t._id) AS o FROM {source}{limit})"
-    )];
-    fn walk(
-        b: &mut Builder<'_>,
-        ctes: &mut Vec<String>,
-        levels: &[Level<'_>],
-        parent: usize,
-        shape: Shape,
-    ) {
-        for level in levels {
-            let me = ctes.len();
-            let key = if level.key_field == "id" {
-                "p.id".to_owned()
-            } else {
-                // strings as they are, numbers and booleans as text, anything else no key
-                let f = level.key_field.replace('\'', "''");
-                format!(
-                    "CASE WHEN jsonb_typeof(p.payload->'{f}') IN ('string', 'number', 'boolean') \
-                     THEN p.payload->>'{f}' END"
-                )
-            };
-            ctes.push(format!(
-                "r{me} AS (SELECT k.key, t.id, t.payload, COALESCE(t.seq, t._id) AS o \
-                 FROM (SELECT DISTINCT {key} AS key FROM r{parent} p) k JOIN {} t ON {} WHERE {}{})",
-                quote_ident(&level.table),
-                b.predicate(level.template, "t", Some("k.key"), false),
-                search::visibility(b, &level.table, shape.at),
-                if shape.tokens {
-                    search::tokens(b)
-                } else {
-                    String::new()
-                },
-            ));
-            walk(b, ctes, &level.children, me, shape);
-        }
-    }
-    walk(&mut b, &mut ctes, levels, 0, shape);
-    let rows: Vec<String> = (0..ctes.len())
-        .map(|i| {
-            let key = if i == 0 { "NULL::text" } else { "key" };
-            format!("SELECT {i} AS r, {key} AS key, id, payload::text, o FROM r{i}")
-        })
-        .collect();
-    b.finish(format!(
-        "WITH {} {} ORDER BY r, o",
-        ctes.join(", "),
-        rows.join(" UNION ALL ")
-    ))
+    meshql_store_sql::nested::nested_search(&DIALECT, table, template, shape, levels)
 }

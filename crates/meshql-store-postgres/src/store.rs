@@ -1,6 +1,7 @@
 //! [`PostgresStore`]: one entity table.
 
 use crate::db::{pg_error, pool_error, PostgresDatabase};
+use crate::dialect::DIALECT;
 use crate::pipeline::{pipelined, pipelined_all};
 use crate::sql::{self, quote_ident, Compiled, Shape, SqlParam, ORDER};
 use async_trait::async_trait;
@@ -13,6 +14,8 @@ use meshql_core::{
     Store, StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::dialect::Dialect;
+use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{token_list as filter_tokens, visible, Current, Version};
 use meshql_store_sql::table::page_index;
@@ -25,9 +28,6 @@ mod golden;
 mod outputs;
 
 use meshql_core::lru::{Lru, Slot};
-
-/// [`Relation::backend`] of PostgreSQL tables.
-const BACKEND: &str = "postgres";
 
 /// One entity's table.
 pub struct PostgresStore {
@@ -689,12 +689,8 @@ impl StoreReader for PostgresStore {
             fields,
         } = *search;
         let (filter, at) = (ctx.filter, ctx.at);
-        // one nested statement returns creation order: sorted trees go level by level
-        if !self.db.nested_sql || nested.is_empty() || meshql_core::nested::sorted(template, nested)
-        {
-            return Ok(None);
-        }
-        let Some(levels) = meshql_core::nested::join_levels(nested, BACKEND, self.database_id())
+        let enabled = self.db.nested_sql;
+        let Some(levels) = nested_levels(&DIALECT, enabled, template, nested, self.database_id())
         else {
             return Ok(None);
         };
@@ -730,7 +726,7 @@ impl StoreReader for PostgresStore {
             return None;
         }
         Some(Relation {
-            backend: BACKEND,
+            backend: DIALECT.backend(),
             database: self.database_id(),
             table: self.table.clone(),
         })

@@ -47,8 +47,22 @@ pub enum RowOrder {
     ByCaller,
 }
 
+/// How a search and its relationships are one statement ([`crate::nested`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NestedStyle {
+    /// The CTEs carry the payloads; the rows come out in order (PostgreSQL).
+    PayloadInCtes,
+    /// The CTEs carry row ids and keys only; payloads are joined in by primary key at the
+    /// end, unordered (MySQL: MariaDB puts a materialised CTE holding payloads on disk).
+    PayloadJoinedLast,
+}
+
 /// What differs between SQL databases in meshql's statements.
 pub trait Dialect: Send + Sync + 'static {
+    /// `Relation::backend` of this dialect's tables: relationships into tables of the same
+    /// backend and database can be read with the search that leads to them.
+    fn backend(&self) -> &'static str;
+
     // ---- lexical ----
 
     /// A quoted identifier.
@@ -133,4 +147,22 @@ pub trait Dialect: Send + Sync + 'static {
     /// The `ORDER BY` terms of one sort key (`dir`: `""` or `" DESC"`), each followed by
     /// `", "`: the JSON type's rank, then the value. Only with [`RowOrder::InSql`].
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String;
+
+    // ---- nested statements ----
+
+    /// How a search and its relationships are one statement; `None`: they are not (the
+    /// store reads them level by level).
+    fn nested(&self) -> Option<NestedStyle>;
+    /// The distinct keys a level of a nested statement looks up, from the rows of CTE
+    /// `r{parent}` (of table `parent_table`) through their `key_field` (`id`: the envelope
+    /// id): a parenthesised subquery of one column, named as [`Self::key_column`] names it
+    /// (`key` or `kv`).
+    fn nested_keys(&self, parent: usize, parent_table: &str, key_field: &str) -> String {
+        let _ = (parent, parent_table, key_field);
+        unreachable!("a dialect with nested statements gives their keys")
+    }
+    /// A NULL of the keys' type (the search's own rows have no key).
+    fn null_key(&self) -> &'static str {
+        "NULL"
+    }
 }

@@ -16,6 +16,7 @@
 pub mod cond;
 pub mod dialect;
 pub mod names;
+pub mod nested;
 pub mod outputs;
 pub mod param;
 pub mod rules;

@@ -6,7 +6,7 @@ use crate::sql::{json_extract, json_type};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 use meshql_store_sql::cond::Operands;
-use meshql_store_sql::dialect::{AtStyle, Dialect, RowOrder, Unbound};
+use meshql_store_sql::dialect::{AtStyle, Dialect, NestedStyle, RowOrder, Unbound};
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct SqliteDialect;
@@ -15,6 +15,10 @@ pub(crate) struct SqliteDialect;
 pub(crate) static DIALECT: SqliteDialect = SqliteDialect;
 
 impl Dialect for SqliteDialect {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
     fn quote_ident(&self, name: &str) -> String {
         crate::sql::quote_ident(name)
     }
@@ -144,6 +148,12 @@ impl Dialect for SqliteDialect {
     /// the caller stops reading after `limit` rows instead.
     fn limit_in_sql(&self) -> bool {
         false
+    }
+
+    /// None: a search and its relationships run as the searches and batched lookups of
+    /// each level, in one read transaction (`store/nested.rs`).
+    fn nested(&self) -> Option<NestedStyle> {
+        None
     }
 
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {

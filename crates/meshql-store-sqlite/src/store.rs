@@ -1,6 +1,7 @@
 //! [`SqliteStore`]: one entity table in a [`SqliteDatabase`].
 
 use crate::db::{query_error, SqliteDatabase};
+use crate::dialect::DIALECT;
 use crate::sql::{self, quote_ident, Compiled, Shape, ORDER};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
@@ -11,6 +12,7 @@ use meshql_core::{
     StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
+use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{tokens_json, Current, Version};
 use meshql_store_sql::table::page_index;
@@ -683,7 +685,7 @@ impl StoreReader for SqliteStore {
 
     fn relation(&self) -> Option<Relation> {
         self.db.nested_reads().then(|| Relation {
-            backend: nested::BACKEND,
+            backend: DIALECT.backend(),
             database: self.database_id(),
             table: self.table.clone(),
         })

@@ -81,7 +81,8 @@ fn nested_section(out: &mut String) {
         let levels: Vec<Level<'_>> = levels.iter().map(meshql_store_golden::level).collect();
         for shape in shapes().into_iter().filter(|s| !s.batch) {
             for limit in [false, true] {
-                let c = sql::nested_search("hen", root, shape, limit, &levels);
+                let shape = Shape { limit, ..shape };
+                let c = sql::nested_search("hen", root, shape, &levels);
                 out.push_str(&format!(
                     "== nested tree {i} {} limit {limit}\n{}\n",
                     label(shape),

@@ -22,20 +22,19 @@
 //! [`StoreReader::find_batch`]: meshql_core::StoreReader::find_batch
 
 use super::{is_scan, query_error, tokens_json, SqliteStore};
+use crate::dialect::DIALECT;
 use crate::sql::{self, Compiled, Shape};
 use meshql_core::nested::{join_levels, keeping_keys, key_text, Level};
 use meshql_core::{
     parse_payload, BoundArgs, FieldSet, Millis, Nested, NestedRow, ReadContext, Search, StoreError,
 };
+use meshql_store_sql::dialect::Dialect;
 use rusqlite::Connection;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// The backend name in [`meshql_core::Relation`]s.
-pub(super) const BACKEND: &str = "sqlite";
 
 /// A fetched document: id and parsed payload.
 type Doc = (String, Map<String, Value>);
@@ -128,7 +127,7 @@ impl SqliteStore {
         if !self.db.nested_reads() || nested.is_empty() {
             return Ok(None);
         }
-        let Some(levels) = join_levels(nested, BACKEND, self.database_id()) else {
+        let Some(levels) = join_levels(nested, DIALECT.backend(), self.database_id()) else {
             return Ok(None);
         };
         template
