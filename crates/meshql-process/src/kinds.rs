@@ -5,10 +5,10 @@
 
 use crate::transform::{self, Transform, TransformSpec, MAX_PARALLEL};
 use crate::{mapping, projection, script, source, EntityInfo, ProcessorPlan};
-use meshql_core::{parse_settings, SettingError};
+use meshql_core::{parse_settings, Component, Family, Registry, SettingError};
 use serde::Deserialize;
 use serde_json::Value;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,8 +156,89 @@ pub fn compile_transform(
     })
 }
 
-/// The kinds of processor this build knows.
-pub const KINDS: &[&str] = &["projection", "rust", "script", "mapping"];
+/// Processor types, as a `[[processor]]` entry's `type` names them: each is a
+/// [`Component`] registered with one line in [`registry`]. A type's settings are the entry's
+/// fields other than `name`, `type` and `source` (every type's: checked by the source's own
+/// component), kept as JSON and checked by the type against the service's entities.
+pub struct ProcessorTypes;
+
+/// What a processor type checks an entry against.
+pub struct ProcessorContext<'a> {
+    /// The processor's name.
+    pub name: &'a str,
+    /// The service's entities.
+    pub entities: &'a [EntityInfo],
+    /// What its inputs may name: the entities, and a capture source's tables.
+    pub readable: &'a [EntityInfo],
+    /// The config file's directory (script files are relative to it).
+    pub base: &'a std::path::Path,
+    /// Whether the entry reads a `source` instead of the change log.
+    pub has_source: bool,
+}
+
+impl Family for ProcessorTypes {
+    const WHAT: &'static str = "processor";
+    type Context<'a> = ProcessorContext<'a>;
+    type Built = ProcessorPlan;
+}
+
+/// `type = "projection"`: declared aggregates per key ([`crate::projection`]).
+pub struct ProjectionType;
+/// `type = "rust"`: a [`Transform`] compiled into the binary, by name.
+pub struct RustType;
+/// `type = "script"`: a JavaScript transform ([`crate::script`]).
+pub struct ScriptType;
+/// `type = "mapping"`: a legacy table's rows as a clean entity's documents ([`crate::mapping`]).
+pub struct MappingType;
+
+impl Component<ProcessorTypes> for ProjectionType {
+    const KIND: &'static str = "projection";
+    type Settings = Value;
+    fn build(&self, s: Value, c: &ProcessorContext<'_>) -> Result<ProcessorPlan, SettingError> {
+        projection::spec::compile(c.name, &s, c.entities).map(ProcessorPlan::Projection)
+    }
+}
+
+impl Component<ProcessorTypes> for RustType {
+    const KIND: &'static str = "rust";
+    type Settings = Value;
+    fn build(&self, s: Value, c: &ProcessorContext<'_>) -> Result<ProcessorPlan, SettingError> {
+        compile_transform(c.name, "rust", &s, c.readable, c.base).map(ProcessorPlan::Transform)
+    }
+}
+
+impl Component<ProcessorTypes> for ScriptType {
+    const KIND: &'static str = "script";
+    type Settings = Value;
+    fn build(&self, s: Value, c: &ProcessorContext<'_>) -> Result<ProcessorPlan, SettingError> {
+        compile_transform(c.name, "script", &s, c.readable, c.base).map(ProcessorPlan::Transform)
+    }
+}
+
+impl Component<ProcessorTypes> for MappingType {
+    const KIND: &'static str = "mapping";
+    type Settings = Value;
+    fn build(&self, s: Value, c: &ProcessorContext<'_>) -> Result<ProcessorPlan, SettingError> {
+        mapping::compile(c.name, &s, c.entities, c.has_source).map(ProcessorPlan::Transform)
+    }
+}
+
+/// Every processor type this build knows, by `type`.
+pub fn registry() -> &'static Registry<ProcessorTypes> {
+    static REGISTRY: OnceLock<Registry<ProcessorTypes>> = OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        Registry::new()
+            .register(ProjectionType)
+            .register(RustType)
+            .register(ScriptType)
+            .register(MappingType)
+    })
+}
+
+/// The processor types this build knows.
+pub fn kinds() -> Vec<&'static str> {
+    registry().kinds()
+}
 
 /// Checks one `[[processor]]` entry: its `type` and its fields against the entities; `base`
 /// is the config file's directory (script files are relative to it).
@@ -192,25 +273,14 @@ pub fn configure(
             .collect();
         &with_tables
     };
-    let mut plan = match kind {
-        "projection" => {
-            projection::spec::compile(name, settings, entities).map(ProcessorPlan::Projection)
-        }
-        "rust" => {
-            compile_transform(name, "rust", settings, readable, base).map(ProcessorPlan::Transform)
-        }
-        "script" => compile_transform(name, "script", settings, readable, base)
-            .map(ProcessorPlan::Transform),
-        "mapping" => mapping::compile(name, settings, entities, source.is_some())
-            .map(ProcessorPlan::Transform),
-        other => Err(SettingError::new(
-            "type",
-            format!(
-                "unknown processor type `{other}` (this build has: {})",
-                KINDS.join(", ")
-            ),
-        )),
-    }?;
+    let context = ProcessorContext {
+        name,
+        entities,
+        readable,
+        base,
+        has_source: source.is_some(),
+    };
+    let mut plan = registry().configure(kind, settings, &context)?;
     if !tables.is_empty() {
         if !entities.iter().any(|e| e.name == plan.output()) {
             return Err(SettingError::new(

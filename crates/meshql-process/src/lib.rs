@@ -44,7 +44,7 @@ pub mod source;
 pub mod time;
 pub mod transform;
 
-pub use kinds::{check_plans, configure, KINDS};
+pub use kinds::{check_plans, configure, kinds, ProcessorTypes};
 pub use runtime::{
     start, ProcessError, ProcessorStats, Processors, RebuildError, RebuildState, StartOptions,
 };

@@ -20,7 +20,7 @@ fn the_documented_config_compiles() {
         assert_eq!(s.source.as_ref().map(|s| s.kind()), Some("kafka"));
         assert_eq!(plan(name).kind(), "mapping");
     }
-    assert!(crate::KINDS.contains(&"mapping"));
+    assert!(crate::kinds().contains(&"mapping"));
 }
 
 #[test]
