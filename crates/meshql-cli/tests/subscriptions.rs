@@ -3,7 +3,9 @@
 //! graphql-transport-ws over a real WebSocket and graphql-sse over an event stream; events
 //! follow the changes their root query matches, with the selection's relationships; resuming
 //! after a position; disconnects free the subscription; a subscriber that stops reading is
-//! dropped and counted; and the caller's grants decide, as for every read.
+//! dropped and counted; and the caller's grants decide, as for every read — also for callers
+//! with different grants on the same subscription at once, over both transports (each cohort
+//! sees only its own events, fields and departures; refused credentials get no stream).
 
 mod common;
 
@@ -495,19 +497,19 @@ async fn event_streams_resume_after_a_position_and_slow_subscribers_are_dropped(
     assert!(text.contains("shutting down"), "{text}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_callers_grants_and_tokens_decide_what_a_subscription_sees() {
+/// The farm example with JWT roles from `roles`: readers may read hens without `eggs`, and
+/// coops; editors do anything to hens, coops and farms; a caller without a token may create
+/// hens (whose authorized tokens are then none: every reader sees them).
+fn farm_with_roles() -> tempfile::TempDir {
     let auth = format!(
         "\n[auth]\ntype = \"jwt\"\nsecret = \"{}\"\nroles_claim = \"roles\"\n",
         common::JWT_SECRET
     );
-    // readers may read hens without `eggs`; coops are theirs to read too
     let dir = farm(&auth);
     let config = dir.path().join("meshql.toml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let mut text = text;
+    let mut text = std::fs::read_to_string(&config).unwrap();
     for (entity, table) in [
-        ("hen", "[entity.permissions.reader]\nactions = [\"read\"]\nhidden_fields = [\"eggs\"]\n[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]"),
+        ("hen", "[entity.permissions.reader]\nactions = [\"read\"]\nhidden_fields = [\"eggs\"]\n[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]\n[entity.permissions.anonymous]\nactions = [\"create\"]"),
         ("coop", "[entity.permissions.reader]\nactions = [\"read\"]\n[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]"),
         ("farm", "[entity.permissions.editor]\nactions = [\"read\", \"create\", \"update\", \"delete\"]"),
     ] {
@@ -516,6 +518,13 @@ async fn the_callers_grants_and_tokens_decide_what_a_subscription_sees() {
         text = text.replace(&anchor, &format!("{anchor}{table}\n"));
     }
     std::fs::write(&config, text).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_callers_grants_and_tokens_decide_what_a_subscription_sees() {
+    let dir = farm_with_roles();
+    let config = dir.path().join("meshql.toml");
     let server = Server::start(&config, &[]);
     let editor = bearer_with(&json!({"sub": "ed", "roles": ["editor"]}));
     let other_editor = bearer_with(&json!({"sub": "eve", "roles": ["editor"]}));
@@ -746,5 +755,243 @@ async fn max_subscriptions_refuses_one_more_until_one_closes() {
         2
     );
     drop(streams);
+    until_open(&server, 0).await;
+}
+
+/// What one subscription event says, for comparing a cohort's events: the change's op,
+/// whether it is a departure, the field's answer, and the errors' (path, code).
+fn summary(payload: &Value) -> Value {
+    let errors: Vec<Value> = payload["errors"]
+        .as_array()
+        .map(|es| {
+            es.iter()
+                .map(|e| json!([e["path"], e["extensions"]["code"]]))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "op": payload["extensions"]["change"]["op"],
+        "departed": payload["extensions"]["change"]["departed"] == true,
+        "data": payload["data"]["getByCoop"],
+        "errors": errors,
+    })
+}
+
+/// The event a `name eggs` subscription to `getByCoop` expects for a hen (a reader's
+/// `eggs` is null with FORBIDDEN at its path).
+fn arrival(op: &str, name: &str, eggs: Option<u64>) -> Value {
+    let errors = match eggs {
+        Some(_) => json!([]),
+        None => json!([[["getByCoop", 0, "eggs"], "FORBIDDEN"]]),
+    };
+    json!({"op": op, "departed": false, "data": [{"name": name, "eggs": eggs}], "errors": errors})
+}
+
+/// Two callers with different grants on the same subscription at once, over
+/// graphql-transport-ws and graphql-sse: an editor and a reader of one subject (the reader's
+/// mask hides `eggs`) and a reader of another subject (other authorized tokens). Each
+/// receives exactly what its own grants allow — no event, field or departure of another
+/// caller's cohort — which a last write every caller may see proves (events come in the
+/// log's order, so anything leaked would come before it). An event stream whose caller may
+/// not read hens, or whose token is forged, is refused before anything streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_with_different_grants_on_one_subscription_each_see_only_their_own() {
+    let dir = farm_with_roles();
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let ed_editor = bearer_with(&json!({"sub": "ed", "roles": ["editor"]}));
+    let ed_reader = bearer_with(&json!({"sub": "ed", "roles": ["reader"]}));
+    let eve_editor = bearer_with(&json!({"sub": "eve", "roles": ["editor"]}));
+    let eve_reader = bearer_with(&json!({"sub": "eve", "roles": ["reader"]}));
+    let nobody = bearer_with(&json!({"sub": "ed", "roles": []}));
+    let c = server.client();
+    let write = |method: &'static str, path: String, body: Value, auth: Option<String>| {
+        let c = c.clone();
+        async move {
+            let headers: Vec<(&str, &str)> = auth
+                .as_deref()
+                .map(|a| vec![("authorization", a)])
+                .unwrap_or_default();
+            let r = c
+                .request(method, &path, Some(body.to_string().into_bytes()), &headers)
+                .await;
+            assert!(r.status == 200 || r.status == 201, "{method} {path}: {r:?}");
+            r.json()["id"].as_str().map(str::to_owned)
+        }
+    };
+    let post = |path: &str, body: Value, auth: &str| {
+        write("POST", path.to_owned(), body, Some(auth.to_owned()))
+    };
+    let farm = post("/farm/api", json!({"name": "F"}), &ed_editor)
+        .await
+        .unwrap();
+    let red = post(
+        "/coop/api",
+        json!({"name": "red", "farm_id": farm}),
+        &ed_editor,
+    )
+    .await
+    .unwrap();
+    let blue = post(
+        "/coop/api",
+        json!({"name": "blue", "farm_id": farm}),
+        &ed_editor,
+    )
+    .await
+    .unwrap();
+    // the creates are in the log (as their writer reads it) before anyone subscribes
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = c
+            .request(
+                "GET",
+                "/_changes?limit=1000",
+                None,
+                &[("authorization", ed_editor.as_str())],
+            )
+            .await;
+        if page.status == 200 && page.json()["changes"].as_array().unwrap().len() >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "3 changes in the feed: {page:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let query = format!(r#"subscription {{ getByCoop(id: "{red}") {{ name eggs }} }}"#);
+
+    // refused credentials are refused over SSE too, before anything streams: a caller who may
+    // not read hens (a GraphQL FORBIDDEN, no stream), a forged token (401)
+    let refused = reqwest::Client::new()
+        .post(server.url("/hen/graph"))
+        .header("accept", "text/event-stream")
+        .header("authorization", &nobody)
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap();
+    let content_type = refused.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        content_type.starts_with("application/json"),
+        "no event stream for a caller who may not read: {content_type}"
+    );
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(
+        body["errors"][0]["extensions"]["code"], "FORBIDDEN",
+        "{body}"
+    );
+    assert!(
+        body.get("data")
+            .is_none_or(|d| d.is_null() || d["getByCoop"].is_null()),
+        "{body}"
+    );
+    let forged = reqwest::Client::new()
+        .post(server.url("/hen/graph"))
+        .header("accept", "text/event-stream")
+        .header("authorization", "Bearer forged")
+        .json(&json!({ "query": query }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 401);
+    assert_eq!(
+        open_subscriptions(&server).await,
+        0,
+        "nothing was subscribed"
+    );
+
+    // three cohorts on each transport, all open at once
+    let mut sockets = Vec::new();
+    let mut streams = Vec::new();
+    for (who, auth) in [
+        ("ed editor", &ed_editor),
+        ("ed reader", &ed_reader),
+        ("eve reader", &eve_reader),
+    ] {
+        let mut ws = connect(&server, Some(auth)).await;
+        send(
+            &mut ws,
+            json!({"id": "s", "type": "subscribe", "payload": {"query": query}}),
+        )
+        .await;
+        sockets.push((who, ws));
+        let mut stream = open_stream(&server, &query, None, Some(auth)).await;
+        assert_eq!(stream.status(), 200);
+        until_subscribed(&mut stream).await;
+        streams.push((who, stream));
+    }
+    until_open(&server, 6).await;
+
+    // ed's hen, eve's hen, ed's hen moved out of the red coop (a departure for those who saw
+    // it), then a hen without authorized tokens, which every cohort sees
+    let ed_hen = post(
+        "/hen/api",
+        json!({"name": "ed's", "coop_id": red, "eggs": 3}),
+        &ed_editor,
+    )
+    .await
+    .unwrap();
+    post(
+        "/hen/api",
+        json!({"name": "eve's", "coop_id": red, "eggs": 1}),
+        &eve_editor,
+    )
+    .await;
+    write(
+        "PUT",
+        format!("/hen/api/{ed_hen}"),
+        json!({"name": "ed's", "coop_id": blue, "eggs": 3}),
+        Some(ed_editor.clone()),
+    )
+    .await;
+    write(
+        "POST",
+        "/hen/api".to_owned(),
+        json!({"name": "everyone's", "coop_id": red, "eggs": 5}),
+        None,
+    )
+    .await;
+
+    let departure = json!({"op": "update", "departed": true, "data": [], "errors": []});
+    let expected = |who: &str| -> Vec<Value> {
+        match who {
+            "ed editor" => vec![
+                arrival("create", "ed's", Some(3)),
+                departure.clone(),
+                arrival("create", "everyone's", Some(5)),
+            ],
+            "ed reader" => vec![
+                arrival("create", "ed's", None),
+                departure.clone(),
+                arrival("create", "everyone's", None),
+            ],
+            _ => vec![
+                arrival("create", "eve's", None),
+                arrival("create", "everyone's", None),
+            ],
+        }
+    };
+    for (who, ws) in &mut sockets {
+        let want = expected(who);
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            let event = receive(ws).await;
+            assert_eq!(event["type"], "next", "{who}: {event}");
+            got.push(summary(&event["payload"]));
+        }
+        assert_eq!(got, want, "{who} over graphql-transport-ws");
+    }
+    for (who, stream) in &mut streams {
+        let want = expected(who);
+        let mut text = String::new();
+        let events = read_events(stream, &mut text, want.len()).await;
+        let got: Vec<Value> = events.iter().map(|(_, e)| summary(e)).collect();
+        assert_eq!(got, want, "{who} over graphql-sse: {text}");
+        // the departure's position is the move's, after the arrival's
+        if *who != "eve reader" {
+            assert!(events[1].0.unwrap() > events[0].0.unwrap(), "{text}");
+        }
+    }
+    drop((sockets, streams));
     until_open(&server, 0).await;
 }
