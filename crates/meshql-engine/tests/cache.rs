@@ -717,11 +717,34 @@ async fn an_answer_stored_across_a_shared_cache_restart_is_never_served() {
     while behind.reads() == reads {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // ... while the shared cache restarts empty; its answer lands in the fresh one
+    // ... while the shared cache restarts empty; its answer lands in the fresh one (the fill
+    // runs on a task of its own: wait until it has, or the rest proves nothing)
     shared.restart();
     drop(held);
-    reader.await.unwrap().unwrap();
-    tokio::time::sleep(Duration::from_millis(2)).await;
+    let held_answer = reader.await.unwrap().unwrap().unwrap();
+    assert_eq!(name_of(&held_answer), "v1b");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while shared.values.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the held read's answer was never stored in the restarted cache: {:?}",
+            cache.counts()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    {
+        let values = shared.values.lock().unwrap();
+        assert_eq!(
+            values.len(),
+            1,
+            "only the held read filled the restarted cache"
+        );
+        let stored = String::from_utf8_lossy(values.values().next().unwrap()).into_owned();
+        assert!(
+            stored.contains("v1b"),
+            "the stale fill is the held answer: {stored}"
+        );
+    }
     // writes bring the generations back to what that answer was stored under
     service
         .update(&session, &a.id, json!({"name": "v2"}))
