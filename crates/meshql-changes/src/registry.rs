@@ -34,6 +34,8 @@ pub struct RelayContext<'a> {
     /// Every entity of the service: the changes a relay will send (topic or subject names
     /// are derived from them).
     pub entities: &'a [RelayEntity<'a>],
+    /// The service's `data_dir`, already absolute: relative file names resolve under it.
+    pub data_dir: &'a std::path::Path,
 }
 
 /// An entity whose changes a relay sends.
@@ -111,6 +113,7 @@ mod tests {
                 name: "hen",
                 table: "hens",
             }],
+            data_dir: std::path::Path::new("/tmp"),
         };
         let target = registry
             .configure("null", &json!({ "url": "x" }), &context)

@@ -19,7 +19,8 @@ pub fn registries() -> &'static Registries {
             .register(meshql_store_kafka::KafkaBackend),
         relays: meshql_changes::RelayRegistry::new()
             .register(meshql_relay_kafka::KafkaBackend)
-            .register(meshql_relay_nats::NatsBackend),
+            .register(meshql_relay_nats::NatsBackend)
+            .register(meshql_relay_jsonl::JsonlBackend),
         caches: meshql_engine::SharedCacheRegistry::new()
             .register(meshql_cache_redis::RedisBackend),
     })

@@ -20,6 +20,7 @@ pub mod operators;
 pub mod outputs;
 mod pages;
 mod reads;
+mod relays;
 mod versions;
 mod writes;
 
@@ -31,5 +32,6 @@ pub use operators::*;
 pub use outputs::*;
 pub use pages::*;
 pub use reads::*;
+pub use relays::{relay_conformance, RELAY_ENTITIES};
 pub use versions::*;
 pub use writes::*;

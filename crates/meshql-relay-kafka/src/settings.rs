@@ -257,6 +257,7 @@ mod tests {
             &RelayContext {
                 name: "k1",
                 entities: ENTITIES,
+                data_dir: std::path::Path::new("/tmp"),
             },
         )
     }
@@ -383,6 +384,7 @@ mod tests {
                     name: "coop",
                     table: &long,
                 }],
+                data_dir: std::path::Path::new("/tmp"),
             },
         )
         .expect_err("rejected");

@@ -147,6 +147,7 @@ mod tests {
             &RelayContext {
                 name: "n1",
                 entities: &[],
+                data_dir: std::path::Path::new("/tmp"),
             },
         )
     }

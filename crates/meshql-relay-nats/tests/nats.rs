@@ -125,3 +125,28 @@ async fn an_unreachable_server_fails_the_batch_without_blocking() {
         .expect("an invalid URL is an error");
     assert!(e.to_string().contains("not a url"), "{e}");
 }
+
+/// The NATS relay passes the relay conformance suite against the real server, reading back
+/// the stream it published to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nats_relay_passes_the_relay_suite() {
+    let run = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let registry = meshql_changes::RelayRegistry::new().register(meshql_relay_nats::NatsBackend);
+    let stream = format!("C{run}");
+    let settings = serde_json::json!({
+        "url": url(),
+        "subject_prefix": format!("c{run}.changes"),
+        "stream": stream,
+    });
+    meshql_conformance::relay_conformance(&registry, "nats", &format!("c{run}"), settings, || {
+        let stream = stream.clone();
+        async move {
+            stored(&url(), &stream)
+                .await
+                .into_iter()
+                .map(|(_, _, body)| body["change_id"].as_str().expect("a change id").to_owned())
+                .collect()
+        }
+    })
+    .await;
+}

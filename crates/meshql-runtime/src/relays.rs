@@ -42,6 +42,7 @@ pub fn configure<'a>(
         let context = RelayContext {
             name: &spec.name,
             entities: &entities,
+            data_dir: &config.data_dir,
         };
         match registry.configure(&spec.kind, &spec.settings, &context) {
             Ok(target) => targets.push((spec, target)),
