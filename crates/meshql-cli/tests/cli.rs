@@ -176,7 +176,7 @@ fn check_names_an_unknown_relay_type() {
         line,
         &[
             "changes.relay[0] \"eggs\".type",
-            "unknown relay type `redis` (this build has: kafka, nats)",
+            "unknown relay type `redis` (this build has: kafka, nats, jsonl)",
         ],
     );
 }
@@ -356,7 +356,7 @@ fn config_schema_is_json_describing_entities() {
         .iter()
         .map(|r| r["properties"]["type"]["const"].as_str().unwrap())
         .collect();
-    assert_eq!(kinds, ["kafka", "nats"]);
+    assert_eq!(kinds, ["kafka", "nats", "jsonl"]);
     for r in relays {
         assert!(r["properties"]["name"].is_object(), "{r}");
         assert!(r["properties"]["batch"].is_object(), "{r}");

@@ -691,3 +691,36 @@ batch = 50
     );
     server.stop_gracefully();
 }
+
+/// The JSON-lines relay through the binary: every change of the feed becomes one line of the
+/// file under the data directory, in the feed's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_reaches_a_json_lines_file() {
+    let (_dir, config) = farm_with(
+        "[[changes.relay]]\nname = \"audit\"\ntype = \"jsonl\"\npath = \"audit/changes.jsonl\"\n",
+    );
+    let server = Server::start(&config, &[]);
+    let c = server.client();
+    some_writes(&c).await;
+    let changes = feed(&c).await;
+    caught_up(&c, "audit", changes.len(), Duration::from_secs(30)).await;
+    let file = server.data_dir().join("audit/changes.jsonl");
+    let text = std::fs::read_to_string(&file).expect("the relay wrote its file");
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let positions: Vec<u64> = lines
+        .iter()
+        .map(|v| v["position"].as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = changes
+        .iter()
+        .map(|v| v["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        positions, expected,
+        "one line per change, in the feed's order"
+    );
+    assert_eq!(change_ids(&lines), change_ids(&changes));
+}

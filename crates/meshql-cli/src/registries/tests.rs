@@ -220,7 +220,7 @@ fn each_relay_checks_its_own_fields() {
             "type = \"redis\"",
             "changes.relay[1] \"n1\".type",
             21,
-            "unknown relay type `redis` (this build has: kafka, nats)",
+            "unknown relay type `redis` (this build has: kafka, nats, jsonl)",
         ),
         (
             "format = \"debezium\"",
