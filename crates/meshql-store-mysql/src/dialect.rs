@@ -205,6 +205,25 @@ impl Dialect for MysqlDialect {
         "CAST(NULL AS CHAR(700))"
     }
 
+    fn numbered(&self, _n: usize) -> Option<String> {
+        None
+    }
+
+    /// The ids as one JSON array through `JSON_TABLE` (see [`Self::batch_keys`]), joined
+    /// to the table.
+    fn rows_of_ids(&self, table_q: &str, placeholder: &str) -> String {
+        format!(
+            "FROM {} JOIN {table_q} t ON t.id = k.kv WHERE",
+            self.batch_keys(placeholder)
+        )
+    }
+
+    /// By the `(latest, id)` index: the optimiser may take `(latest, deleted, seq, _id)`,
+    /// which locks every latest row it passes, in an order that deadlocks writers.
+    fn current_read(&self) -> (&'static str, &'static str) {
+        (" FORCE INDEX (k_latest_id)", " FOR UPDATE")
+    }
+
     fn sort_terms(&self, _path: &FieldPath, _dir: &str) -> String {
         unreachable!("MySQL's rows are sorted by the caller (RowOrder::ByCaller)")
     }

@@ -174,21 +174,6 @@ pub(crate) fn to_driver(v: Bound) -> mysql_async::Value {
     }
 }
 
-pub(crate) const ORDER: &str = " ORDER BY COALESCE(t.seq, t._id)";
-
-pub(crate) fn visibility(table: &str, at: bool) -> &'static str {
-    let _ = table;
-    if at {
-        "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {T} v \
-         WHERE v.id = t.id AND v.created_at <= ?)"
-    } else {
-        "t.latest = 1 AND t.deleted = 0"
-    }
-}
-
-pub(crate) const TOKENS: &str =
-    " AND (JSON_LENGTH(t.authorized_tokens) = 0 OR JSON_OVERLAPS(t.authorized_tokens, ?))";
-
 /// The text of a field: its generated column (created by `prepare` for every field a
 /// template uses), or `t.id`.
 pub(crate) fn field_text(path: &FieldPath) -> String {

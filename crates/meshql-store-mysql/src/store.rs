@@ -2,21 +2,21 @@
 
 use crate::db::{my_error, MysqlDatabase};
 use crate::dialect::DIALECT;
-use crate::sql::{self, quote_ident, Compiled, Shape, ORDER, TOKENS};
+use crate::sql::{self, quote_ident, Compiled, Shape};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, page_as_of, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows,
-    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
-    Store, StoreChange, StoreError, StoreStats, WriteContext,
+    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
+    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{sort_by_template, tokens_json, visible, Current, Version};
-use meshql_store_sql::table::page_index;
+use meshql_store_sql::table::{list_index, page_index, PageParam, Pager};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,22 +59,13 @@ const NO_CLOCK: &str = "(SELECT 1 UNION ALL SELECT 1)";
 /// MySQL's code for a subquery that returned more than one row ([`NO_CLOCK`]).
 const SUBQUERY_ROWS: u16 = 1242;
 
+/// The table's statements: those every SQL store shares ([`meshql_store_sql::table`]), and
+/// MySQL's batch reads and change feed (its clock and positions).
 struct TableSql {
-    read_latest: String,
-    read_at: String,
-    read_many_latest: String,
-    read_many_at: String,
-    list: [String; 4],
-    /// [`StoreReader::list_page`], by [`page_index`].
-    page: [String; 8],
-    current: String,
+    common: meshql_store_sql::table::TableSql,
     /// [`Self::current`] of several ids (a JSON array, sorted: the rows are locked in its
     /// order), the id first.
     current_many: String,
-    clear_latest: String,
-    insert: String,
-    version_exists: String,
-    versions: String,
     tick: String,
     stamp_one: String,
     /// A text query that takes one position, stamps it on the row whose `_id` ends the text,
@@ -85,43 +76,21 @@ struct TableSql {
     changes: String,
 }
 
+impl std::ops::Deref for TableSql {
+    type Target = meshql_store_sql::table::TableSql;
+
+    fn deref(&self) -> &Self::Target {
+        &self.common
+    }
+}
+
 const COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
-/// The ids of a `read_many`, passed as one JSON array parameter; utf8mb4 and bytewise like the
-/// tables (a JSON_TABLE column otherwise takes the database's default character set, latin1
-/// on a default MariaDB, and ids outside it never match).
-const KEYS: &str = "JSON_TABLE(?, '$[*]' COLUMNS (kv VARCHAR(700) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) k";
 
 impl TableSql {
     fn new(table: &str) -> Self {
         let t = quote_ident(table);
-        let at = sql::visibility(table, true).replace("{T}", &t);
-        let now = sql::visibility(table, false);
         Self {
-            read_latest: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = ? AND t.latest = 1"),
-            read_at: format!(
-                "SELECT {COLUMNS} FROM {t} t WHERE t.id = ? AND t.created_at <= ? \
-                 ORDER BY t.created_at DESC LIMIT 1"
-            ),
-            read_many_latest: format!(
-                "SELECT {COLUMNS} FROM {KEYS} JOIN {t} t ON t.id = k.kv WHERE t.latest = 1"
-            ),
-            read_many_at: format!(
-                "SELECT {COLUMNS} FROM {KEYS} JOIN {t} t ON t.id = k.kv WHERE t.created_at = \
-                 (SELECT MAX(v.created_at) FROM {t} v WHERE v.id = t.id AND v.created_at <= ?)"
-            ),
-            list: [
-                format!("SELECT {COLUMNS} FROM {t} t WHERE {now}{ORDER}"),
-                format!("SELECT {COLUMNS} FROM {t} t WHERE {at}{ORDER}"),
-                format!("SELECT {COLUMNS} FROM {t} t WHERE {now}{TOKENS}{ORDER}"),
-                format!("SELECT {COLUMNS} FROM {t} t WHERE {at}{TOKENS}{ORDER}"),
-            ],
-            page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
-            // by the (latest, id) index: the optimiser may take (latest, deleted, seq, _id),
-            // which locks every latest row it passes, in an order that deadlocks writers
-            current: format!(
-                "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
-                 FROM {t} FORCE INDEX (k_latest_id) WHERE id = ? AND latest = 1 FOR UPDATE"
-            ),
+            common: meshql_store_sql::table::TableSql::new(&DIALECT, table),
             // the ids drive the join (STRAIGHT_JOIN), each looked up by the same index as
             // `current`, so only their rows are locked, in the array's order; the ids' column
             // is utf8mb4 like the table's (a JSON_TABLE column otherwise takes the database's
@@ -133,13 +102,6 @@ impl TableSql {
                  COLLATE utf8mb4_bin PATH '$')) k \
                  JOIN {t} t FORCE INDEX (k_latest_id) ON t.latest = 1 AND t.id = k.kv FOR UPDATE"
             ),
-            clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?"),
-            insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq, \
-                 correlation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            ),
-            version_exists: format!("SELECT 1 FROM {t} WHERE id = ? AND created_at = ?"),
-            versions: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = ? ORDER BY t.created_at"),
             tick: "UPDATE meshql_feed_clock SET pos = LAST_INSERT_ID(pos + ?) WHERE name = ?"
                 .to_owned(),
             stamp_one: format!("UPDATE {t} SET pos = ? WHERE _id = ?"),
@@ -163,28 +125,6 @@ impl TableSql {
             ),
         }
     }
-}
-
-/// A keyset page in id order on the `(latest, id)` key. With a time, it also returns the
-/// latest versions written after it, which the reader replaces by their version at that time
-/// ([`page_as_of`]) instead of finding each row's version with a correlated
-/// `MAX(created_at)`. Parameters in order: `at`, tokens, `after`, limit — those that apply.
-fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
-    let mut sql = format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest = 1");
-    if at {
-        sql.push_str(" AND (t.created_at > ? OR (t.deleted = 0");
-    } else {
-        sql.push_str(" AND (t.deleted = 0");
-    }
-    if tokens {
-        sql.push_str(TOKENS);
-    }
-    sql.push_str(if at { "))" } else { ")" });
-    if after {
-        sql.push_str(" AND t.id > ?");
-    }
-    sql.push_str(" ORDER BY t.id LIMIT ?");
-    sql
 }
 
 fn envelope(row: mysql_async::Row) -> Result<Envelope, StoreError> {
@@ -610,12 +550,11 @@ impl StoreReader for MysqlStore {
 
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
         let (filter, at) = (ctx.filter, ctx.at);
-        let (i, params): (usize, Vec<Value>) = match (at, tokens_json(filter)) {
-            (None, None) => (0, vec![]),
-            (Some(at), None) => (1, vec![at.into()]),
-            (None, Some(t)) => (2, vec![t.into()]),
-            (Some(at), Some(t)) => (3, vec![at.into(), t.into()]),
-        };
+        let tokens = tokens_json(filter);
+        let i = list_index(at.is_some(), tokens.is_some());
+        let mut params: Vec<Value> = Vec::with_capacity(2);
+        params.extend(at.map(Value::from));
+        params.extend(tokens.map(Value::from));
         let params = if params.is_empty() {
             Params::Empty
         } else {
@@ -631,50 +570,39 @@ impl StoreReader for MysqlStore {
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Envelope>, StoreError> {
         let tokens = tokens_json(ctx.filter);
-        let mut after = after.map(str::to_owned);
-        let mut out: Vec<Envelope> = Vec::new();
-        // more than once only when documents written since `at` turned out hidden then
-        while out.len() < limit {
-            let want = limit - out.len();
-            // in the statement's order: at, tokens, after, limit
-            let mut params: Vec<Value> = Vec::with_capacity(4);
-            params.extend(ctx.at.map(Value::from));
-            params.extend(tokens.clone().map(Value::from));
-            params.extend(after.clone().map(Value::from));
-            params.push(Value::from(u64::try_from(want).unwrap_or(u64::MAX)));
-            let text =
+        let mut pager = Pager::new(after, limit, ctx.at, ctx.filter);
+        while let Some((after, want)) = pager.next_page() {
+            let page =
                 &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
-            let rows = self.envelopes(text, Params::Positional(params)).await?;
-            let full = rows.len() == want;
-            let last = rows.last().map(|e| e.id.clone());
-            match ctx.at {
-                None => out.extend(rows),
-                Some(at) => {
-                    let since: Vec<&str> = rows
-                        .iter()
-                        .filter(|e| e.created_at > at)
-                        .map(|e| e.id.as_str())
-                        .collect();
-                    let older = if since.is_empty() {
-                        Vec::new()
-                    } else {
-                        let keys = serde_json::to_string(&since)
-                            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-                        self.envelopes(
-                            &self.sql.read_many_at,
-                            Params::Positional(vec![keys.into(), at.into()]),
-                        )
-                        .await?
-                    };
-                    out.extend(page_as_of(rows, at, older, ctx.filter));
+            let params: Vec<Value> = page
+                .order
+                .iter()
+                .filter_map(|p| match p {
+                    PageParam::At => ctx.at.map(Value::from),
+                    PageParam::After => after.map(Value::from),
+                    PageParam::Tokens => tokens.clone().map(Value::from),
+                    PageParam::Limit => Some(Value::from(u64::try_from(want).unwrap_or(u64::MAX))),
+                })
+                .collect();
+            let rows = self
+                .envelopes(&page.sql, Params::Positional(params))
+                .await?;
+            let since = pager.written_since(&rows);
+            let older = match (since.is_empty(), ctx.at) {
+                (false, Some(at)) => {
+                    let keys = serde_json::to_string(&since)
+                        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                    self.envelopes(
+                        &self.sql.read_many_at,
+                        Params::Positional(vec![keys.into(), at.into()]),
+                    )
+                    .await?
                 }
-            }
-            if !full {
-                break;
-            }
-            after = last;
+                _ => Vec::new(),
+            };
+            pager.add(want, rows, older);
         }
-        Ok(out)
+        Ok(pager.finish())
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {

@@ -191,6 +191,27 @@ impl Dialect for PostgresDialect {
         "NULL::text"
     }
 
+    fn numbered(&self, n: usize) -> Option<String> {
+        Some(format!("${n}"))
+    }
+
+    fn payload_text(&self, column: &str) -> String {
+        format!("{column}::text")
+    }
+
+    fn rows_of_ids(&self, table_q: &str, placeholder: &str) -> String {
+        format!("FROM {table_q} t WHERE t.id = ANY({placeholder}::text[]) AND")
+    }
+
+    fn insert_payload(&self, placeholder: &str) -> String {
+        format!("{placeholder}::text::jsonb")
+    }
+
+    /// The payload as PostgreSQL stores it (jsonb normalises the text, R12).
+    fn insert_returning(&self) -> &'static str {
+        " RETURNING payload::text"
+    }
+
     /// The JSON type's rank, then numbers as `numeric`, then other values' text in
     /// code-point order.
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {

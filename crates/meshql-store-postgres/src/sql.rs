@@ -185,8 +185,6 @@ pub(crate) fn to_driver(v: Bound) -> SqlParam {
     }
 }
 
-pub(crate) use meshql_store_sql::search::ORDER;
-
 /// The statement of a search (or batched search).
 pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
     meshql_store_sql::search::search(&DIALECT, table, template, shape)

@@ -3,22 +3,22 @@
 use crate::db::{pg_error, pool_error, PostgresDatabase};
 use crate::dialect::DIALECT;
 use crate::pipeline::{pipelined, pipelined_all};
-use crate::sql::{self, quote_ident, Compiled, Shape, SqlParam, ORDER};
+use crate::sql::{self, quote_ident, Compiled, Shape, SqlParam};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
 use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, page_as_of, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows,
-    Millis, Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row,
-    Store, StoreChange, StoreError, StoreStats, WriteContext,
+    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
+    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{token_list as filter_tokens, visible, Current, Version};
-use meshql_store_sql::table::page_index;
+use meshql_store_sql::table::{list_index, page_index, PageParam, Pager};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
@@ -51,23 +51,22 @@ pub struct PostgresStore {
     signal: CommitSignal,
 }
 
+/// The table's statements: those every SQL store shares ([`meshql_store_sql::table`]), and
+/// PostgreSQL's locks, batch reads and change feed.
 struct TableSql {
-    read_latest: String,
-    read_at: String,
-    read_many_latest: String,
-    read_many_at: String,
-    list: [String; 4],
-    /// [`StoreReader::list_page`], by [`page_index`].
-    page: [String; 8],
-    current: String,
+    common: meshql_store_sql::table::TableSql,
     /// [`Self::current`] of several ids: the id first, then the same columns.
     current_many: String,
-    clear_latest: String,
-    insert: String,
-    version_exists: String,
-    versions: String,
     lock: String,
     changes: String,
+}
+
+impl std::ops::Deref for TableSql {
+    type Target = meshql_store_sql::table::TableSql;
+
+    fn deref(&self) -> &Self::Target {
+        &self.common
+    }
 }
 
 const COLUMNS: &str = "t.id, t.payload::text, t.created_at, t.deleted, t.authorized_tokens";
@@ -75,54 +74,12 @@ const COLUMNS: &str = "t.id, t.payload::text, t.created_at, t.deleted, t.authori
 impl TableSql {
     fn new(table: &str) -> Self {
         let t = quote_ident(table);
-        let at = |n: usize| {
-            format!(
-                "NOT t.deleted AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
-                 WHERE v.id = t.id AND v.created_at <= ${n})"
-            )
-        };
-        let tokens = |n: usize| {
-            format!(" AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && ${n}::text[])")
-        };
         Self {
-            read_latest: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 AND t.latest"),
-            read_at: format!(
-                "SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 AND t.created_at <= $2 \
-                 ORDER BY t.created_at DESC LIMIT 1"
-            ),
-            read_many_latest: format!(
-                "SELECT {COLUMNS} FROM {t} t WHERE t.id = ANY($1::text[]) AND t.latest"
-            ),
-            read_many_at: format!(
-                "SELECT {COLUMNS} FROM {t} t WHERE t.id = ANY($1::text[]) AND t.created_at = \
-                 (SELECT MAX(v.created_at) FROM {t} v WHERE v.id = t.id AND v.created_at <= $2)"
-            ),
-            list: [
-                format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest AND NOT t.deleted{ORDER}"),
-                format!("SELECT {COLUMNS} FROM {t} t WHERE {}{ORDER}", at(1)),
-                format!(
-                    "SELECT {COLUMNS} FROM {t} t WHERE t.latest AND NOT t.deleted{}{ORDER}",
-                    tokens(1)
-                ),
-                format!("SELECT {COLUMNS} FROM {t} t WHERE {}{}{ORDER}", at(1), tokens(2)),
-            ],
-            page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
-            current: format!(
-                "SELECT _id, payload::text, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
-                 FROM {t} WHERE id = $1 AND latest"
-            ),
+            common: meshql_store_sql::table::TableSql::new(&DIALECT, table),
             current_many: format!(
                 "SELECT id, _id, payload::text, created_at, deleted, authorized_tokens, \
                  COALESCE(seq, _id) FROM {t} WHERE id = ANY($1::text[]) AND latest"
             ),
-            clear_latest: format!("UPDATE {t} SET latest = false WHERE _id = $1"),
-            insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq, \
-                 correlation_id) VALUES ($1, $2::text::jsonb, $3, $4, $5, $6, $7, $8) \
-                 RETURNING payload::text"
-            ),
-            version_exists: format!("SELECT 1 FROM {t} WHERE id = $1 AND created_at = $2"),
-            versions: format!("SELECT {COLUMNS} FROM {t} t WHERE t.id = $1 ORDER BY t.created_at"),
             lock: "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))".to_owned(),
             // The feed's order is (transaction id, row id), and its visibility horizon the
             // oldest transaction still running: every row of a transaction older than that
@@ -138,38 +95,6 @@ impl TableSql {
             ),
         }
     }
-}
-
-/// A keyset page in id order on the latest versions' partial index on `id`. With a time
-/// (`$at`), it also returns the latest versions written after it, which the reader replaces by
-/// their version at that time ([`page_as_of`]): a correlated `MAX(created_at)` per row made the
-/// planner scan and sort the whole table for every page. Parameters in order: `at`, `after`,
-/// tokens, limit — those that apply.
-fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
-    let mut n = 0;
-    let mut next = || {
-        n += 1;
-        format!("${n}")
-    };
-    let at = at.then(&mut next);
-    let after = after.then(&mut next);
-    let tokens = tokens.then(&mut next);
-    let mut sql = format!("SELECT {COLUMNS} FROM {t} t WHERE t.latest");
-    if let Some(after) = after {
-        sql.push_str(&format!(" AND t.id > {after}"));
-    }
-    let mut visible = "NOT t.deleted".to_owned();
-    if let Some(tokens) = tokens {
-        visible.push_str(&format!(
-            " AND (cardinality(t.authorized_tokens) = 0 OR t.authorized_tokens && {tokens}::text[])"
-        ));
-    }
-    match at {
-        Some(at) => sql.push_str(&format!(" AND (t.created_at > {at} OR ({visible}))")),
-        None => sql.push_str(&format!(" AND {visible}")),
-    }
-    sql.push_str(&format!(" ORDER BY t.id LIMIT {}", next()));
-    sql
 }
 
 fn envelope(row: &tokio_postgres::Row) -> Envelope {
@@ -526,11 +451,12 @@ impl StoreReader for PostgresStore {
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
         let (filter, at) = (ctx.filter, ctx.at);
         let tokens = filter_tokens(filter);
+        let text = &self.sql.list[list_index(at.is_some(), tokens.is_some())];
         match (at, tokens) {
-            (None, None) => self.query_envelopes(&self.sql.list[0], &[]).await,
-            (Some(at), None) => self.query_envelopes(&self.sql.list[1], &[&at]).await,
-            (None, Some(t)) => self.query_envelopes(&self.sql.list[2], &[&t]).await,
-            (Some(at), Some(t)) => self.query_envelopes(&self.sql.list[3], &[&at, &t]).await,
+            (None, None) => self.query_envelopes(text, &[]).await,
+            (Some(at), None) => self.query_envelopes(text, &[&at]).await,
+            (None, Some(t)) => self.query_envelopes(text, &[&t]).await,
+            (Some(at), Some(t)) => self.query_envelopes(text, &[&at, &t]).await,
         }
     }
 
@@ -541,50 +467,35 @@ impl StoreReader for PostgresStore {
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Envelope>, StoreError> {
         let tokens = filter_tokens(ctx.filter);
-        let mut after = after.map(str::to_owned);
-        let mut out: Vec<Envelope> = Vec::new();
-        // more than once only when documents written since `at` turned out hidden then
-        while out.len() < limit {
-            let want = i64::try_from(limit - out.len()).unwrap_or(i64::MAX);
-            let mut params: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(4);
-            if let Some(at) = &ctx.at {
-                params.push(at);
-            }
-            if let Some(after) = &after {
-                params.push(after);
-            }
-            if let Some(t) = &tokens {
-                params.push(t);
-            }
-            params.push(&want);
-            let text =
+        let mut pager = Pager::new(after, limit, ctx.at, ctx.filter);
+        while let Some((after, want)) = pager.next_page() {
+            let page =
                 &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
-            let rows = self.query_envelopes(text, &params).await?;
-            let full = rows.len() as i64 == want;
-            let last = rows.last().map(|e| e.id.clone());
-            match ctx.at {
-                None => out.extend(rows),
-                Some(at) => {
-                    let since: Vec<&str> = rows
-                        .iter()
-                        .filter(|e| e.created_at > at)
-                        .map(|e| e.id.as_str())
-                        .collect();
-                    let older = if since.is_empty() {
-                        Vec::new()
-                    } else {
-                        self.query_envelopes(&self.sql.read_many_at, &[&since, &at])
-                            .await?
-                    };
-                    out.extend(page_as_of(rows, at, older, ctx.filter));
+            let limit = i64::try_from(want).unwrap_or(i64::MAX);
+            let params: Vec<&(dyn ToSql + Sync)> = page
+                .order
+                .iter()
+                .filter_map(|p| -> Option<&(dyn ToSql + Sync)> {
+                    match p {
+                        PageParam::At => ctx.at.as_ref().map(|a| a as _),
+                        PageParam::After => after.as_ref().map(|a| a as _),
+                        PageParam::Tokens => tokens.as_ref().map(|t| t as _),
+                        PageParam::Limit => Some(&limit),
+                    }
+                })
+                .collect();
+            let rows = self.query_envelopes(&page.sql, &params).await?;
+            let since = pager.written_since(&rows);
+            let older = match (since.is_empty(), ctx.at) {
+                (false, Some(at)) => {
+                    self.query_envelopes(&self.sql.read_many_at, &[&since, &at])
+                        .await?
                 }
-            }
-            if !full {
-                break;
-            }
-            after = last;
+                _ => Vec::new(),
+            };
+            pager.add(want, rows, older);
         }
-        Ok(out)
+        Ok(pager.finish())
     }
 
     async fn versions(&self, id: &str) -> Result<Vec<Envelope>, StoreError> {

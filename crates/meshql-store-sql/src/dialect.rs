@@ -165,4 +165,37 @@ pub trait Dialect: Send + Sync + 'static {
     fn null_key(&self) -> &'static str {
         "NULL"
     }
+
+    // ---- the table's own statements ([`crate::table::TableSql`]) ----
+
+    /// Parameter `n` (1-based) of a table statement, where the dialect numbers placeholders
+    /// (`?n`, `$n`); `None` where they are positional (`?`), bound in order of appearance.
+    fn numbered(&self, n: usize) -> Option<String>;
+    /// A column of JSON payload as text in a select list: `column` or `column::text`.
+    fn payload_text(&self, column: &str) -> String {
+        column.to_owned()
+    }
+    /// The rows `t` of the quoted table `table_q` whose ids are in the list parameter
+    /// `placeholder`: `FROM ... WHERE ... AND` or `FROM ... JOIN ... WHERE`, followed by a
+    /// condition.
+    fn rows_of_ids(&self, table_q: &str, placeholder: &str) -> String;
+    /// The index hint and the lock of the writer's read of an id's newest version.
+    fn current_read(&self) -> (&'static str, &'static str) {
+        ("", "")
+    }
+    /// The payload's value in an INSERT, from parameter `placeholder`.
+    fn insert_payload(&self, placeholder: &str) -> String {
+        placeholder.to_owned()
+    }
+    /// What an INSERT of a version returns (`""`: nothing).
+    fn insert_returning(&self) -> &'static str {
+        ""
+    }
+    /// Whether pages bind no LIMIT (the reader stops after the page) and write their values
+    /// as expressions (`(p + 0)`, `(p || '')`) rather than bare parameters: a bound LIMIT,
+    /// and bare values a planner reads at prepare time, make SQLite prepare the statement
+    /// again whenever they change.
+    fn page_unbound_limit(&self) -> bool {
+        false
+    }
 }

@@ -132,9 +132,14 @@ fn correlated(b: &mut Builder<'_>, table: &str) -> String {
 /// `t` is the newest version of its id at `at` (tombstone or not).
 fn version_at(b: &mut Builder<'_>, table: &str) -> String {
     let at = b.push(Param::At);
+    version_at_text(&b.dialect().quote_ident(table), &at)
+}
+
+/// `t` is the newest version of its id at the time in parameter `at` (tombstone or not),
+/// in the quoted table `table_q`.
+pub(crate) fn version_at_text(table_q: &str, at: &str) -> String {
     format!(
-        "t.created_at = (SELECT MAX(v.created_at) FROM {} v WHERE v.id = t.id AND v.created_at <= {at})",
-        b.dialect().quote_ident(table)
+        "t.created_at = (SELECT MAX(v.created_at) FROM {table_q} v WHERE v.id = t.id AND v.created_at <= {at})"
     )
 }
 

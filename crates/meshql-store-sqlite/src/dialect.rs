@@ -156,6 +156,23 @@ impl Dialect for SqliteDialect {
         None
     }
 
+    fn numbered(&self, n: usize) -> Option<String> {
+        Some(format!("?{n}"))
+    }
+
+    fn rows_of_ids(&self, table_q: &str, placeholder: &str) -> String {
+        format!("FROM {table_q} t WHERE t.id IN (SELECT value FROM json_each({placeholder})) AND")
+    }
+
+    /// No bound LIMIT (a LIMIT whose value changed makes SQLite prepare the statement
+    /// again): the index walk is in id order, so the reader stops after the page at no cost.
+    /// `(?at + 0)` and `(?after || '')`: the same values, but not bare parameters, which
+    /// SQLite's STAT4 planner reads at prepare time once `PRAGMA optimize` has analysed the
+    /// table — and then prepares the statement again whenever they change (every page).
+    fn page_unbound_limit(&self) -> bool {
+        true
+    }
+
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {
         match path {
             FieldPath::Id => format!("t.id{dir}, "),

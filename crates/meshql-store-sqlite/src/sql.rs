@@ -83,8 +83,6 @@ pub(crate) const BIND: BindStyle = BindStyle {
     lists: Lists::JsonText,
 };
 
-pub(crate) use meshql_store_sql::search::ORDER;
-
 /// `json_type(t.payload, '$.a')`: NULL when the field is missing, `'null'` for JSON null.
 pub(crate) fn json_type(path: &FieldPath, alias: &str) -> String {
     json_extract(path, &format!("{alias}.payload")).replacen("json_extract(", "json_type(", 1)

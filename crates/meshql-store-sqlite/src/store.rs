@@ -2,7 +2,7 @@
 
 use crate::db::{query_error, SqliteDatabase};
 use crate::dialect::DIALECT;
-use crate::sql::{self, quote_ident, Compiled, Shape, ORDER};
+use crate::sql::{self, quote_ident, Compiled, Shape};
 use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
@@ -15,7 +15,7 @@ use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, Sto
 use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{tokens_json, Current, Version};
-use meshql_store_sql::table::page_index;
+use meshql_store_sql::table::{list_index, page_index, PageParam};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,136 +47,37 @@ pub struct SqliteStore {
 /// Whole-table reads allowed more rows than this run on the blocking pool.
 const SCAN_ROWS: usize = 1_000;
 
+/// The table's statements: those every SQL store shares ([`meshql_store_sql::table`]), and
+/// the change feed's.
 struct TableSql {
-    read_latest: String,
-    read_at: String,
-    read_many_latest: String,
-    read_many_at: String,
-    list_latest: String,
-    list_at: String,
-    list_latest_tokens: String,
-    list_at_tokens: String,
-    /// [`StoreReader::list_page`], by [`page_index`].
-    page: [String; 8],
-    current: String,
-    clear_latest: String,
-    insert: String,
-    version_exists: String,
-    versions: String,
+    common: meshql_store_sql::table::TableSql,
     changes: String,
 }
 
-const ENVELOPE_COLUMNS: &str = "t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens";
+impl std::ops::Deref for TableSql {
+    type Target = meshql_store_sql::table::TableSql;
+
+    fn deref(&self) -> &Self::Target {
+        &self.common
+    }
+}
 
 impl TableSql {
     fn new(table: &str) -> Self {
         let t = quote_ident(table);
-        let at_clause = format!(
-            "t.deleted = 0 AND t.created_at = (SELECT MAX(v.created_at) FROM {t} v \
-             WHERE v.id = t.id AND v.created_at <= ?1)"
-        );
-        let tokens = "AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM \
-             json_each(t.authorized_tokens) a WHERE a.value IN (SELECT value FROM json_each(?{n}))))";
         Self {
-            read_latest: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 AND t.latest = 1"
-            ),
-            read_at: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 AND t.created_at <= ?2 \
-                 ORDER BY t.created_at DESC LIMIT 1"
-            ),
-            read_many_latest: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t \
-                 WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.latest = 1"
-            ),
-            read_many_at: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t \
-                 WHERE t.id IN (SELECT value FROM json_each(?1)) AND t.created_at = \
-                 (SELECT MAX(v.created_at) FROM {t} v WHERE v.id = t.id AND v.created_at <= ?2)"
-            ),
-            list_latest: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 \
-                 {ORDER}"
-            ),
-            list_at: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {ORDER}"
-            ),
-            list_latest_tokens: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1 AND t.deleted = 0 {} \
-                 {ORDER}",
-                tokens.replace("{n}", "1")
-            ),
-            list_at_tokens: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE {at_clause} {} {ORDER}",
-                tokens.replace("{n}", "2")
-            ),
-            page: std::array::from_fn(|i| page_sql(&t, i & 4 != 0, i & 2 != 0, i & 1 != 0)),
-            current: format!(
-                "SELECT _id, payload, created_at, deleted, authorized_tokens, COALESCE(seq, _id) \
-                 FROM {t} WHERE id = ?1 AND latest = 1"
-            ),
-            clear_latest: format!("UPDATE {t} SET latest = 0 WHERE _id = ?1"),
-            insert: format!(
-                "INSERT INTO {t} (id, payload, created_at, deleted, authorized_tokens, latest, seq, \
-                 correlation_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
-            ),
-            version_exists: format!("SELECT 1 FROM {t} WHERE id = ?1 AND created_at = ?2"),
-            versions: format!(
-                "SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.id = ?1 ORDER BY t.created_at"
-            ),
+            common: meshql_store_sql::table::TableSql::new(&DIALECT, table),
             // the single writer assigns row ids in commit order, and a reader's snapshot holds
             // whole transactions: the row id is the feed cursor, with no horizon to wait for.
             // No bound LIMIT: SQLite re-prepares a statement whose LIMIT value changed the plan
             // (it showed as sqlite3Reprepare in profiles); the caller stops reading instead,
             // which a scan in row-id order allows at no cost
             changes: format!(
-                "SELECT {ENVELOPE_COLUMNS}, t._id, t.seq IS NULL, t.correlation_id FROM {t} t \
-                 WHERE t._id > ?1 ORDER BY t._id"
+                "SELECT t.id, t.payload, t.created_at, t.deleted, t.authorized_tokens, t._id, \
+                 t.seq IS NULL, t.correlation_id FROM {t} t WHERE t._id > ?1 ORDER BY t._id"
             ),
         }
     }
-}
-
-/// A keyset page in id order, walking the latest versions' partial index on `id`.
-///
-/// With a time (`?at`), a document's visible version is its newest at or before it. Rather
-/// than finding that per row (a correlated `MAX(created_at)` per version, 4-6x the cost of
-/// the walk), the statement returns each latest version that is visible — older than `?at`,
-/// not deleted, allowed by the tokens — and every latest version written *after* `?at`, which
-/// the reader replaces by the version before (`read_at`): what was written since the time
-/// asked, usually nothing. Parameters in order: `at`, `after`, tokens — those that apply.
-///
-/// No bound LIMIT (a LIMIT whose value changed makes SQLite prepare the statement again, see
-/// `changes`): the index walk is in id order, so the reader stops after the page at no cost.
-/// `(?at + 0)` and `(?after || '')`: the same values, but not bare parameters, which SQLite's
-/// STAT4 planner reads at prepare time once `PRAGMA optimize` has analysed the table — and
-/// then prepares the statement again whenever they change (every page).
-fn page_sql(t: &str, at: bool, tokens: bool, after: bool) -> String {
-    let mut n = 0;
-    let mut next = || {
-        n += 1;
-        format!("?{n}")
-    };
-    let at = at.then(&mut next);
-    let after = after.then(&mut next);
-    let tokens = tokens.then(&mut next);
-    let mut sql = format!("SELECT {ENVELOPE_COLUMNS} FROM {t} t WHERE t.latest = 1");
-    if let Some(after) = after {
-        sql.push_str(&format!(" AND t.id > ({after} || '')"));
-    }
-    let mut visible = "t.deleted = 0".to_owned();
-    if let Some(tokens) = tokens {
-        visible.push_str(&format!(
-            " AND (t.authorized_tokens = '[]' OR EXISTS (SELECT 1 FROM \
-             json_each(t.authorized_tokens) a WHERE a.value IN (SELECT value FROM json_each({tokens}))))"
-        ));
-    }
-    match at {
-        Some(at) => sql.push_str(&format!(" AND (t.created_at > ({at} + 0) OR ({visible}))")),
-        None => sql.push_str(&format!(" AND {visible}")),
-    }
-    sql.push_str(" ORDER BY t.id");
-    sql
 }
 
 fn envelope_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<(Envelope, String)> {
@@ -497,15 +398,11 @@ impl StoreReader for SqliteStore {
 
     async fn list(&self, ctx: &ReadContext<'_>) -> Result<Vec<Envelope>, StoreError> {
         let (filter, at) = (ctx.filter, ctx.at);
-        let (text, params) = match (at, tokens_json(filter)) {
-            (None, None) => (self.sql.list_latest.clone(), vec![]),
-            (Some(at), None) => (self.sql.list_at.clone(), vec![SqlValue::Integer(at)]),
-            (None, Some(t)) => (self.sql.list_latest_tokens.clone(), vec![SqlValue::Text(t)]),
-            (Some(at), Some(t)) => (
-                self.sql.list_at_tokens.clone(),
-                vec![SqlValue::Integer(at), SqlValue::Text(t)],
-            ),
-        };
+        let tokens = tokens_json(filter);
+        let text = self.sql.list[list_index(at.is_some(), tokens.is_some())].clone();
+        let mut params = Vec::with_capacity(2);
+        params.extend(at.map(SqlValue::Integer));
+        params.extend(tokens.map(SqlValue::Text));
         self.scan(move |conn| query_envelopes(conn, &text, &params))
             .await
     }
@@ -520,12 +417,19 @@ impl StoreReader for SqliteStore {
             return Ok(Vec::new());
         }
         let tokens = tokens_json(ctx.filter);
-        let text =
-            self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())].clone();
-        let mut params = Vec::with_capacity(3);
-        params.extend(ctx.at.map(SqlValue::Integer));
-        params.extend(after.map(|a| SqlValue::Text(a.to_owned())));
-        params.extend(tokens.map(SqlValue::Text));
+        let page = &self.sql.page[page_index(ctx.at.is_some(), tokens.is_some(), after.is_some())];
+        let text = page.sql.clone();
+        let mut tokens = tokens;
+        let params: Vec<SqlValue> = page
+            .order
+            .iter()
+            .filter_map(|p| match p {
+                PageParam::At => ctx.at.map(SqlValue::Integer),
+                PageParam::After => after.map(|a| SqlValue::Text(a.to_owned())),
+                PageParam::Tokens => tokens.take().map(SqlValue::Text),
+                PageParam::Limit => None,
+            })
+            .collect();
         let (at, filter, sql) = (ctx.at, ctx.filter.clone(), self.sql.clone());
         let run = move |conn: &Connection| -> Result<Vec<Envelope>, StoreError> {
             let mut stmt = conn.prepare_cached(&text).map_err(query_error)?;
@@ -1096,8 +1000,8 @@ mod page_statement_tests {
             .map_err(query_error)
         })
         .unwrap();
-        for (i, text) in store.sql.page.iter().enumerate() {
-            let plan = query_plan(&db, text);
+        for (i, page) in store.sql.page.iter().enumerate() {
+            let plan = query_plan(&db, &page.sql);
             assert!(
                 plan.iter().all(|step| !step.contains("TEMP B-TREE")),
                 "variant {i} sorts: {plan:?}"
@@ -1123,7 +1027,7 @@ mod page_statement_tests {
                 }
             }
         }
-        let texts = store.sql.page.clone();
+        let texts: Vec<String> = store.sql.page.iter().map(|p| p.sql.clone()).collect();
         let reprepared: Vec<i32> = db
             .read(move |conn| {
                 texts

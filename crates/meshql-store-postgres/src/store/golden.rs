@@ -101,8 +101,8 @@ fn table_section(out: &mut String) {
         for (i, text) in s.list.iter().enumerate() {
             fields.push((format!("list {i}"), text));
         }
-        for (i, text) in s.page.iter().enumerate() {
-            fields.push((format!("page {i}"), text));
+        for (i, page) in s.page.iter().enumerate() {
+            fields.push((format!("page {i}"), &page.sql));
         }
         for (name, text) in fields {
             out.push_str(&format!("== table {table} {name}\n{text}\n"));

@@ -65,10 +65,10 @@ fn table_section(out: &mut String) {
             ("read_at", &s.read_at),
             ("read_many_latest", &s.read_many_latest),
             ("read_many_at", &s.read_many_at),
-            ("list_latest", &s.list_latest),
-            ("list_at", &s.list_at),
-            ("list_latest_tokens", &s.list_latest_tokens),
-            ("list_at_tokens", &s.list_at_tokens),
+            ("list_latest", &s.list[0]),
+            ("list_at", &s.list[1]),
+            ("list_latest_tokens", &s.list[2]),
+            ("list_at_tokens", &s.list[3]),
             ("current", &s.current),
             ("clear_latest", &s.clear_latest),
             ("insert", &s.insert),
@@ -79,8 +79,8 @@ fn table_section(out: &mut String) {
         for (name, text) in fields {
             out.push_str(&format!("== table {table} {name}\n{text}\n"));
         }
-        for (i, text) in s.page.iter().enumerate() {
-            out.push_str(&format!("== table {table} page {i}\n{text}\n"));
+        for (i, page) in s.page.iter().enumerate() {
+            out.push_str(&format!("== table {table} page {i}\n{}\n", page.sql));
         }
         out.push_str(&format!(
             "== ddl {table} create_table\n{}\n",
