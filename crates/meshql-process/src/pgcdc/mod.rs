@@ -81,14 +81,27 @@ mod sql;
 pub use settings::{compile, PostgresCdcSource, PostgresCdcSourceType, Table};
 pub use slots::{columns, drop_slot, redacted_url, slots, SlotInfo};
 
-use crate::source::contract::{Source, SourceRun};
-use async_trait::async_trait;
-use std::sync::Arc;
+use crate::source::contract::{Source, SourceKind, SourceRun};
 
-#[async_trait]
-impl Source for PostgresCdcSource {
-    fn kind(&self) -> &'static str {
-        "postgres_cdc"
+impl SourceKind for PostgresCdcSource {
+    const KIND: &'static str = "postgres_cdc";
+    type Settings = settings::Settings;
+
+    fn check(s: settings::Settings) -> Result<Self, meshql_core::SettingError> {
+        settings::checked(s)
+    }
+
+    async fn read(self, run: SourceRun) {
+        capture::run(
+            run.name,
+            self,
+            run.inputs,
+            run.batch,
+            run.intake,
+            run.counters,
+            run.stop,
+        )
+        .await
     }
 
     /// A legacy database's tables are a processor's inputs, not entities of this config.
@@ -99,23 +112,6 @@ impl Source for PostgresCdcSource {
     /// A snapshot taken again delivers its rows again: the same rows must change nothing.
     fn redelivers(&self) -> bool {
         true
-    }
-
-    async fn run(self: Arc<Self>, run: SourceRun) {
-        capture::run(
-            run.name,
-            (*self).clone(),
-            run.inputs,
-            run.batch,
-            run.intake,
-            run.counters,
-            run.stop,
-        )
-        .await
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 

@@ -1,12 +1,11 @@
 //! The `postgres_cdc` block: its fields, their checks, and the source they make.
 
-use crate::source::contract::{scoped, Source, Sources};
-use meshql_core::{parse_settings, Component, SettingError};
+use crate::source::contract::{self, SourceType};
+use meshql_core::SettingError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 fn yes() -> bool {
     true
@@ -15,8 +14,6 @@ fn yes() -> bool {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
-    #[serde(rename = "type")]
-    kind: String,
     url: String,
     publication: String,
     #[serde(default)]
@@ -104,16 +101,10 @@ impl PostgresCdcSource {
 
 /// Checks a processor's `source = { type = "postgres_cdc", … }` block.
 pub fn compile(settings: &Value) -> Result<PostgresCdcSource, SettingError> {
-    checked(parse_settings(settings).map_err(scoped)?)
+    contract::compile(settings)
 }
 
-fn checked(s: Settings) -> Result<PostgresCdcSource, SettingError> {
-    if s.kind != "postgres_cdc" {
-        return Err(SettingError::new(
-            "source.type",
-            format!("`{}` is not a postgres_cdc source", s.kind),
-        ));
-    }
+pub(super) fn checked(s: Settings) -> Result<PostgresCdcSource, SettingError> {
     let config = meshql_pg::read_url(s.url.trim())
         .map_err(|e| {
             SettingError::new(
@@ -194,20 +185,7 @@ fn checked(s: Settings) -> Result<PostgresCdcSource, SettingError> {
 }
 
 /// Registers the PostgreSQL capture source (`type = "postgres_cdc"`).
-pub struct PostgresCdcSourceType;
-
-impl Component<Sources> for PostgresCdcSourceType {
-    const KIND: &'static str = "postgres_cdc";
-    type Settings = Settings;
-
-    fn parse(&self, settings: &Value) -> Result<Settings, SettingError> {
-        parse_settings(settings).map_err(scoped)
-    }
-
-    fn build(&self, s: Settings, _: &()) -> Result<Arc<dyn Source>, SettingError> {
-        Ok(Arc::new(checked(s)?))
-    }
-}
+pub type PostgresCdcSourceType = SourceType<PostgresCdcSource>;
 
 #[cfg(test)]
 mod tests {

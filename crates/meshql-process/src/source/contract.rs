@@ -21,6 +21,109 @@ impl meshql_core::Family for Sources {
     type Built = Arc<dyn Source>;
 }
 
+/// What a source crate or file implements: its `type`, its settings and their checks, and
+/// how it reads. Registering it is one line (`SourceType::<MySource>::new()`), and the
+/// object-safe [`Source`] the runtime runs comes with it.
+pub trait SourceKind: std::fmt::Debug + Clone + Send + Sync + 'static {
+    /// The `type` value that selects it.
+    const KIND: &'static str;
+    /// The block's fields but `type` (checked once for every kind).
+    type Settings: serde::de::DeserializeOwned + schemars::JsonSchema;
+
+    /// Checks the block's fields (errors name `source.<field>`).
+    fn check(settings: Self::Settings) -> Result<Self, SettingError>;
+
+    /// Reads into `run.intake` until `run.stop`.
+    fn read(self, run: SourceRun) -> impl std::future::Future<Output = ()> + Send;
+
+    /// See [`Source::tables`].
+    fn tables(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// See [`Source::redelivers`].
+    fn redelivers(&self) -> bool {
+        false
+    }
+}
+
+/// Registers the source kind `S` with the sources registry.
+pub struct SourceType<S>(std::marker::PhantomData<fn() -> S>);
+
+impl<S> SourceType<S> {
+    pub fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<S> Default for SourceType<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: SourceKind> meshql_core::Component<Sources> for SourceType<S> {
+    const KIND: &'static str = S::KIND;
+    type Settings = S::Settings;
+
+    fn parse(&self, settings: &serde_json::Value) -> Result<S::Settings, SettingError> {
+        fields::<S>(settings)
+    }
+
+    fn build(&self, settings: S::Settings, _: &()) -> Result<Arc<dyn Source>, SettingError> {
+        Ok(Arc::new(S::check(settings)?))
+    }
+}
+
+/// Reads and checks a `source` block of kind `S` (tests, tools).
+pub fn compile<S: SourceKind>(settings: &serde_json::Value) -> Result<S, SettingError> {
+    S::check(fields::<S>(settings)?)
+}
+
+/// A block's fields but `type`, which must name `S` (errors name `source.<field>`).
+fn fields<S: SourceKind>(settings: &serde_json::Value) -> Result<S::Settings, SettingError> {
+    let mut block = settings.clone();
+    if let Some(fields) = block.as_object_mut() {
+        match fields.remove("type") {
+            Some(serde_json::Value::String(kind)) if kind == S::KIND => {}
+            Some(other) => {
+                let kind = other
+                    .as_str()
+                    .map_or_else(|| other.to_string(), str::to_owned);
+                return Err(SettingError::new(
+                    "source.type",
+                    format!("`{kind}` is not a {} source", S::KIND),
+                ));
+            }
+            None => {}
+        }
+    }
+    meshql_core::parse_settings(&block).map_err(scoped)
+}
+
+#[async_trait]
+impl<S: SourceKind> Source for S {
+    fn kind(&self) -> &'static str {
+        S::KIND
+    }
+
+    fn tables(&self) -> Vec<String> {
+        SourceKind::tables(self)
+    }
+
+    fn redelivers(&self) -> bool {
+        SourceKind::redelivers(self)
+    }
+
+    async fn run(self: Arc<Self>, run: SourceRun) {
+        (*self).clone().read(run).await
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
 /// A checked `source` block, ready to run.
 #[async_trait]
 pub trait Source: std::fmt::Debug + Send + Sync + 'static {

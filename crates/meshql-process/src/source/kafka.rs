@@ -25,11 +25,10 @@
 
 use crate::plan::Input;
 use crate::plan::Item;
-use crate::source::contract::{scoped, Intake, Source, SourceCounters, SourceRun, Sources};
+use crate::source::contract::{Intake, SourceKind, SourceRun, SourceType};
 pub use crate::source::envelope::Format;
 use crate::source::envelope::{self, Origin};
-use async_trait::async_trait;
-use meshql_core::{parse_settings, Component, SettingError, StateWrite};
+use meshql_core::{SettingError, StateWrite};
 use rdkafka::consumer::{Consumer as _, StreamConsumer};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -40,7 +39,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 fn debezium() -> Format {
     Format::Debezium
@@ -49,8 +47,6 @@ fn debezium() -> Format {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
-    #[serde(rename = "type")]
-    kind: String,
     brokers: String,
     topics: Vec<String>,
     #[serde(default = "debezium")]
@@ -72,88 +68,50 @@ pub struct KafkaSource {
     pub options: BTreeMap<String, String>,
 }
 
-/// Registers the Kafka source (`type = "kafka"`).
-pub struct KafkaSourceType;
-
-impl Component<Sources> for KafkaSourceType {
+impl SourceKind for KafkaSource {
     const KIND: &'static str = "kafka";
     type Settings = Settings;
 
-    fn parse(&self, settings: &Value) -> Result<Settings, SettingError> {
-        parse_settings(settings).map_err(scoped)
-    }
-
-    fn build(&self, s: Settings, _: &()) -> Result<Arc<dyn Source>, SettingError> {
-        Ok(Arc::new(checked(s)?))
-    }
-}
-
-/// Checks a processor's `source = { type = "kafka", … }` block.
-pub fn compile(settings: &Value) -> Result<KafkaSource, SettingError> {
-    checked(parse_settings(settings).map_err(scoped)?)
-}
-
-#[async_trait]
-impl Source for KafkaSource {
-    fn kind(&self) -> &'static str {
-        "kafka"
-    }
-
-    async fn run(self: Arc<Self>, run: SourceRun) {
-        let SourceRun {
-            name,
-            inputs,
-            batch,
-            intake,
-            counters,
-            stop,
-        } = run;
-        read(name, (*self).clone(), inputs, batch, intake, counters, stop).await
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
-fn checked(s: Settings) -> Result<KafkaSource, SettingError> {
-    if s.kind != "kafka" {
-        return Err(SettingError::new(
-            "source.type",
-            format!("`{}` is not a Kafka source", s.kind),
-        ));
-    }
-    if s.brokers.trim().is_empty() {
-        return Err(SettingError::new(
-            "source.brokers",
-            "name at least one broker",
-        ));
-    }
-    if s.topics.is_empty() {
-        return Err(SettingError::new(
-            "source.topics",
-            "name at least one topic",
-        ));
-    }
-    let options = s
-        .options
-        .into_iter()
-        .map(|(k, v)| {
-            let text = match v {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            (k, text)
+    fn check(s: Settings) -> Result<Self, SettingError> {
+        if s.brokers.trim().is_empty() {
+            return Err(SettingError::new(
+                "source.brokers",
+                "name at least one broker",
+            ));
+        }
+        if s.topics.is_empty() {
+            return Err(SettingError::new(
+                "source.topics",
+                "name at least one topic",
+            ));
+        }
+        let options = s
+            .options
+            .into_iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                (k, text)
+            })
+            .collect();
+        Ok(KafkaSource {
+            brokers: s.brokers,
+            topics: s.topics,
+            format: s.format,
+            entities: s.entities,
+            options,
         })
-        .collect();
-    Ok(KafkaSource {
-        brokers: s.brokers,
-        topics: s.topics,
-        format: s.format,
-        entities: s.entities,
-        options,
-    })
+    }
+
+    async fn read(self, run: SourceRun) {
+        read(self, run).await
+    }
 }
+
+/// Registers the source (`type = "kafka"`).
+pub type KafkaSourceType = SourceType<KafkaSource>;
 
 fn offset_key(topic: &str, partition: i32) -> String {
     format!("kafka/{topic}/{partition}")
@@ -183,15 +141,15 @@ pub(crate) fn input_of(
 }
 
 /// Reads the topics into `handler` until `stop`.
-async fn read(
-    name: String,
-    source: KafkaSource,
-    inputs: Vec<String>,
-    batch: usize,
-    handler: Arc<dyn Intake>,
-    counters: Arc<SourceCounters>,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn read(source: KafkaSource, run: SourceRun) {
+    let SourceRun {
+        name,
+        inputs,
+        batch,
+        intake: handler,
+        counters,
+        mut stop,
+    } = run;
     let mut failures: u32 = 0;
     'connect: loop {
         if *stop.borrow() {
@@ -437,6 +395,9 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+    fn compile(v: &serde_json::Value) -> Result<KafkaSource, SettingError> {
+        crate::source::contract::compile(v)
+    }
     use meshql_core::ChangeOp;
     use serde_json::json;
 

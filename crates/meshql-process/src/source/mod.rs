@@ -14,7 +14,7 @@ pub mod envelope;
 pub mod kafka;
 pub mod nats;
 
-pub use contract::{Intake, Source, SourceCounters, SourceRun, Sources};
+pub use contract::{Intake, Source, SourceCounters, SourceKind, SourceRun, SourceType, Sources};
 
 use meshql_core::{Registry, SettingError};
 use serde_json::Value;
@@ -25,9 +25,9 @@ pub fn registry() -> &'static Registry<Sources> {
     static REGISTRY: OnceLock<Registry<Sources>> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         Registry::new()
-            .register(kafka::KafkaSourceType)
-            .register(nats::NatsSourceType)
-            .register(crate::pgcdc::PostgresCdcSourceType)
+            .register(kafka::KafkaSourceType::new())
+            .register(nats::NatsSourceType::new())
+            .register(crate::pgcdc::PostgresCdcSourceType::new())
     })
 }
 

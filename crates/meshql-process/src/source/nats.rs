@@ -33,20 +33,16 @@
 //! committed sequence lost messages to its limits: the processor warns and goes on.
 
 use crate::plan::Item;
-use crate::source::contract::{scoped, Intake, Source, SourceCounters, SourceRun, Sources};
+use crate::source::contract::{Intake, SourceKind, SourceRun, SourceType};
 use crate::source::envelope::{self, Format, Origin};
 use async_nats::jetstream::{self, consumer};
-use async_trait::async_trait;
 use futures::StreamExt as _;
-use meshql_core::{parse_settings, Component, SettingError, StateWrite};
+use meshql_core::{SettingError, StateWrite};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::watch;
 
 fn meshql() -> Format {
     Format::Meshql
@@ -55,8 +51,6 @@ fn meshql() -> Format {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
-    #[serde(rename = "type")]
-    kind: String,
     url: String,
     stream: String,
     #[serde(default)]
@@ -129,90 +123,52 @@ fn servers(url: &str) -> Result<Vec<async_nats::ServerAddr>, String> {
         .collect()
 }
 
-/// Registers the NATS JetStream source (`type = "nats"`).
-pub struct NatsSourceType;
-
-impl Component<Sources> for NatsSourceType {
+impl SourceKind for NatsSource {
     const KIND: &'static str = "nats";
     type Settings = Settings;
 
-    fn parse(&self, settings: &Value) -> Result<Settings, SettingError> {
-        parse_settings(settings).map_err(scoped)
+    fn check(s: Settings) -> Result<Self, SettingError> {
+        if s.url.trim().is_empty() {
+            return Err(SettingError::new(
+                "source.url",
+                "name the server, e.g. nats://127.0.0.1:4222",
+            ));
+        }
+        servers(&s.url).map_err(|e| SettingError::new("source.url", e))?;
+        if !stream_name_ok(&s.stream) {
+            return Err(SettingError::new(
+                "source.stream",
+                format!(
+                    "`{}` is not a stream name (no spaces, `.`, `*`, `>`, `/` or `\\`)",
+                    s.stream
+                ),
+            ));
+        }
+        if let Some((i, bad)) = s.subjects.iter().enumerate().find(|(_, f)| !filter_ok(f)) {
+            return Err(SettingError::new(
+                format!("source.subjects[{i}]"),
+                format!(
+                    "`{bad}` is not a subject filter (`.`-separated tokens; `*` for one token, \
+                     `>` for the rest)"
+                ),
+            ));
+        }
+        Ok(NatsSource {
+            url: s.url,
+            stream: s.stream,
+            subjects: s.subjects,
+            format: s.format,
+            entities: s.entities,
+        })
     }
 
-    fn build(&self, s: Settings, _: &()) -> Result<Arc<dyn Source>, SettingError> {
-        Ok(Arc::new(checked(s)?))
+    async fn read(self, run: SourceRun) {
+        read(self, run).await
     }
 }
 
-/// Checks a processor's `source = { type = "nats", … }` block.
-pub fn compile(settings: &Value) -> Result<NatsSource, SettingError> {
-    checked(parse_settings(settings).map_err(scoped)?)
-}
-
-#[async_trait]
-impl Source for NatsSource {
-    fn kind(&self) -> &'static str {
-        "nats"
-    }
-
-    async fn run(self: Arc<Self>, run: SourceRun) {
-        let SourceRun {
-            name,
-            inputs,
-            batch,
-            intake,
-            counters,
-            stop,
-        } = run;
-        read(name, (*self).clone(), inputs, batch, intake, counters, stop).await
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
-fn checked(s: Settings) -> Result<NatsSource, SettingError> {
-    if s.kind != "nats" {
-        return Err(SettingError::new(
-            "source.type",
-            format!("`{}` is not a NATS source", s.kind),
-        ));
-    }
-    if s.url.trim().is_empty() {
-        return Err(SettingError::new(
-            "source.url",
-            "name the server, e.g. nats://127.0.0.1:4222",
-        ));
-    }
-    servers(&s.url).map_err(|e| SettingError::new("source.url", e))?;
-    if !stream_name_ok(&s.stream) {
-        return Err(SettingError::new(
-            "source.stream",
-            format!(
-                "`{}` is not a stream name (no spaces, `.`, `*`, `>`, `/` or `\\`)",
-                s.stream
-            ),
-        ));
-    }
-    if let Some((i, bad)) = s.subjects.iter().enumerate().find(|(_, f)| !filter_ok(f)) {
-        return Err(SettingError::new(
-            format!("source.subjects[{i}]"),
-            format!(
-                "`{bad}` is not a subject filter (`.`-separated tokens; `*` for one token, \
-                 `>` for the rest)"
-            ),
-        ));
-    }
-    Ok(NatsSource {
-        url: s.url,
-        stream: s.stream,
-        subjects: s.subjects,
-        format: s.format,
-        entities: s.entities,
-    })
-}
+/// Registers the source (`type = "nats"`).
+pub type NatsSourceType = SourceType<NatsSource>;
 
 /// The state row holding the stream sequence to read next.
 fn sequence_key(stream: &str) -> String {
@@ -265,15 +221,15 @@ fn input_of(
 }
 
 /// Reads the stream into `handler` until `stop`.
-async fn read(
-    name: String,
-    source: NatsSource,
-    inputs: Vec<String>,
-    batch: usize,
-    handler: Arc<dyn Intake>,
-    counters: Arc<SourceCounters>,
-    mut stop: watch::Receiver<bool>,
-) {
+async fn read(source: NatsSource, run: SourceRun) {
+    let SourceRun {
+        name,
+        inputs,
+        batch,
+        intake: handler,
+        counters,
+        mut stop,
+    } = run;
     let batch = batch.max(1);
     let mut failures: u32 = 0;
     let mut client: Option<async_nats::Client> = None;
@@ -509,6 +465,10 @@ async fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
+    fn compile(v: &serde_json::Value) -> Result<NatsSource, SettingError> {
+        crate::source::contract::compile(v)
+    }
     use meshql_core::ChangeOp;
     use serde_json::json;
 
