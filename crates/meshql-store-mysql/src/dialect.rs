@@ -224,6 +224,29 @@ impl Dialect for MysqlDialect {
         (" FORCE INDEX (k_latest_id)", " FOR UPDATE")
     }
 
+    /// `key`, `value`, `position` and `at` are reserved words.
+    fn column(&self, name: &str) -> String {
+        match name {
+            "key" | "value" | "position" | "at" => format!("`{name}`"),
+            _ => name.to_owned(),
+        }
+    }
+
+    fn upsert(&self, _key: &[&str], update: &[&str]) -> String {
+        let set: Vec<String> = update
+            .iter()
+            .map(|c| {
+                let c = self.column(c);
+                format!("{c} = VALUES({c})")
+            })
+            .collect();
+        format!("ON DUPLICATE KEY UPDATE {}", set.join(", "))
+    }
+
+    fn group_hint(&self) -> &'static str {
+        " FORCE INDEX (k_grp)"
+    }
+
     fn sort_terms(&self, _path: &FieldPath, _dir: &str) -> String {
         unreachable!("MySQL's rows are sorted by the caller (RowOrder::ByCaller)")
     }

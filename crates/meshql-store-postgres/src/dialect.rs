@@ -212,6 +212,18 @@ impl Dialect for PostgresDialect {
         " RETURNING payload::text"
     }
 
+    fn upsert(&self, key: &[&str], update: &[&str]) -> String {
+        let set: Vec<String> = update
+            .iter()
+            .map(|c| format!("{c} = EXCLUDED.{c}"))
+            .collect();
+        format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
+            key.join(", "),
+            set.join(", ")
+        )
+    }
+
     /// The JSON type's rank, then numbers as `numeric`, then other values' text in
     /// code-point order.
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {

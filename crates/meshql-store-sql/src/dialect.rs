@@ -198,4 +198,18 @@ pub trait Dialect: Send + Sync + 'static {
     fn page_unbound_limit(&self) -> bool {
         false
     }
+
+    // ---- processor outputs ([`crate::outputs::OutputSql`]) ----
+
+    /// A column of the outputs' tables, quoted where the dialect reserves its name.
+    fn column(&self, name: &str) -> String {
+        name.to_owned()
+    }
+    /// The tail of an INSERT that updates `update` instead where a row with the same
+    /// `key` exists.
+    fn upsert(&self, key: &[&str], update: &[&str]) -> String;
+    /// The index hint of a read of a consumer's state rows by group.
+    fn group_hint(&self) -> &'static str {
+        ""
+    }
 }

@@ -173,6 +173,18 @@ impl Dialect for SqliteDialect {
         true
     }
 
+    fn upsert(&self, key: &[&str], update: &[&str]) -> String {
+        let set: Vec<String> = update
+            .iter()
+            .map(|c| format!("{c} = excluded.{c}"))
+            .collect();
+        format!(
+            "ON CONFLICT ({}) DO UPDATE SET {}",
+            key.join(", "),
+            set.join(", ")
+        )
+    }
+
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {
         match path {
             FieldPath::Id => format!("t.id{dir}, "),

@@ -62,19 +62,21 @@
 
 use super::{current_of_row_at, MysqlStore, WriteTx};
 use crate::db::my_error;
+use crate::dialect::DIALECT;
 use crate::sql::{self, quote_ident};
 use async_trait::async_trait;
 use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, StateWrite, StoreError,
     WriteContext,
 };
-use meshql_store_sql::outputs::{bigint, with_id};
+use meshql_store_sql::outputs::{bigint, OutputSql, OutputStep, OutputWrites};
 use meshql_store_sql::rules::{Current, Version};
 use mysql_async::prelude::Queryable;
 use mysql_async::TxOpts;
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
 
 /// The lock every schema change of a database takes (`prepare`, a swap); `Some(1)` when
 /// taken within 30 seconds.
@@ -116,13 +118,6 @@ pub(super) const DDL: [&str; 4] = [
      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
 ];
 
-/// The consumers' tables, whose rows a swap moves from one consumer to another.
-const CONSUMER_TABLES: [&str; 3] = [
-    "_meshql_outputs",
-    "_meshql_output_state",
-    "_meshql_dead_letters",
-];
-
 /// The longest consumer name and state key or group (characters).
 const CONSUMER_MAX: usize = 255;
 const KEY_MAX: usize = 512;
@@ -142,7 +137,9 @@ macro_rules! text_column {
     };
 }
 
-const POSITION: &str = "SELECT `position` FROM _meshql_outputs WHERE consumer = ?";
+/// The statements of outputs every SQL store shares ([`OutputSql`]).
+static OUTPUT_SQL: LazyLock<OutputSql> = LazyLock::new(|| OutputSql::new(&DIALECT));
+
 /// The keys (a JSON array, each at most [`KEY_MAX`] long) drive the join, each one primary
 /// key lookup (the optimiser, left alone, may scan all the consumer's rows instead).
 const STATE: &str = concat!(
@@ -150,9 +147,6 @@ const STATE: &str = concat!(
     "k VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PATH '$')) j ",
     "JOIN _meshql_output_state s FORCE INDEX (PRIMARY) ON s.consumer = ? AND s.`key` = j.k"
 );
-/// By `(consumer, grp)`, whose entries end with the primary key: in key order, no sort.
-const GROUP: &str = "SELECT `key`, `value` FROM _meshql_output_state FORCE INDEX (k_grp) \
-                     WHERE consumer = ? AND grp = ? ORDER BY `key`";
 /// Rows `{"k", "g"?, "v"}` (a missing `g`: no group).
 const UPSERT_STATE: &str = concat!(
     "INSERT INTO _meshql_output_state (consumer, `key`, grp, `value`) ",
@@ -187,68 +181,36 @@ const INSERT_LETTERS: &str = concat!(
     text_column!("i", "$.i"),
     ", a BIGINT PATH '$.a')) j ORDER BY j.n"
 );
-const UPSERT_POSITION: &str = "INSERT INTO _meshql_outputs (consumer, `position`) VALUES (?, ?) \
-                               ON DUPLICATE KEY UPDATE `position` = VALUES(`position`)";
-const LETTER_COLUMNS: &str = "consumer, `position`, change_id, entity, reason, input, `at`";
-const COUNT_LETTERS: &str = "SELECT COUNT(*) FROM _meshql_dead_letters WHERE consumer = ?";
-const RESET: [&str; 3] = [
-    "DELETE FROM _meshql_outputs WHERE consumer = ?",
-    "DELETE FROM _meshql_output_state WHERE consumer = ?",
-    "DELETE FROM _meshql_dead_letters WHERE consumer = ?",
-];
-
-/// A consumer's dead letters, newest first (the consumer, how many).
-fn letters_of() -> String {
-    format!(
-        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters WHERE consumer = ? \
-         ORDER BY seq DESC LIMIT ?"
-    )
-}
-
-/// Every consumer's dead letters, newest first (how many).
-fn letters() -> String {
-    format!(
-        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters \
-         ORDER BY seq DESC LIMIT ?"
-    )
-}
-
-/// A consumer's rows of `table` deleted (the consumer).
-fn delete_consumer(table: &str) -> String {
-    format!("DELETE FROM {table} WHERE consumer = ?")
-}
-
-/// A consumer's rows of `table` made another's (to, from).
-fn move_consumer(table: &str) -> String {
-    format!("UPDATE {table} SET consumer = ? WHERE consumer = ?")
-}
-
 /// The statements of this module, by name, for the golden test.
 #[cfg(test)]
 pub(super) fn golden_statements() -> Vec<(String, String)> {
+    let o = &*OUTPUT_SQL;
     let mut out: Vec<(String, String)> = [
         ("ddl_lock", DDL_LOCK),
         ("ddl_unlock", DDL_UNLOCK),
-        ("position", POSITION),
+        ("position", &o.position),
         ("state", STATE),
-        ("group", GROUP),
+        ("group", &o.group),
         ("upsert_state", UPSERT_STATE),
         ("delete_state", DELETE_STATE),
         ("insert_letters", INSERT_LETTERS),
-        ("upsert_position", UPSERT_POSITION),
-        ("count_letters", COUNT_LETTERS),
+        ("upsert_position", &o.upsert_position),
+        ("count_letters", &o.count_letters),
+        ("letters_of", &o.letters_of),
+        ("letters", &o.letters),
     ]
     .into_iter()
     .map(|(n, s)| (n.to_owned(), s.to_owned()))
     .collect();
-    out.push(("letters_of".into(), letters_of()));
-    out.push(("letters".into(), letters()));
-    for (i, r) in RESET.iter().enumerate() {
-        out.push((format!("reset {i}"), r.to_string()));
+    for (i, r) in o.delete_consumer.iter().enumerate() {
+        out.push((format!("reset {i}"), r.clone()));
     }
-    for t in CONSUMER_TABLES {
-        out.push((format!("move delete {t}"), delete_consumer(t)));
-        out.push((format!("move update {t}"), move_consumer(t)));
+    for (i, t) in meshql_store_sql::outputs::CONSUMER_TABLES
+        .iter()
+        .enumerate()
+    {
+        out.push((format!("move delete {t}"), o.delete_consumer[i].clone()));
+        out.push((format!("move update {t}"), o.move_consumer[i].clone()));
     }
     let state = [
         ("a", Some("g"), Some("1")),
@@ -395,9 +357,14 @@ impl MysqlStore {
             let Some((from, to)) = swap else {
                 return Ok(false);
             };
-            for t in CONSUMER_TABLES {
-                tx.exec_drop(delete_consumer(t), (&to,)).await?;
-                tx.exec_drop(move_consumer(t), (&to, &from)).await?;
+            // positional: the update binds to, then from
+            for (delete, update) in OUTPUT_SQL
+                .delete_consumer
+                .iter()
+                .zip(&OUTPUT_SQL.move_consumer)
+            {
+                tx.exec_drop(delete, (&to,)).await?;
+                tx.exec_drop(update, (&to, &from)).await?;
             }
             tx.exec_drop(
                 "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
@@ -575,25 +542,21 @@ impl MysqlStore {
         ctx: &WriteContext,
     ) -> Result<Vec<Envelope>, StoreError> {
         let ids: Vec<&str> = writes.iter().map(OutputWrite::id).collect();
-        let mut current = self.current_many(w, &ids).await?;
-        // a batch writes each id once; should one come twice, its second write reads the
-        // version its first appended
-        let mut written_ids: HashSet<String> = HashSet::with_capacity(writes.len());
+        let mut plan = OutputWrites::new(self.current_many(w, &ids).await?, writes.len());
         let mut written = Vec::with_capacity(writes.len());
+        let correlation_id = ctx.correlation_id.as_deref();
         for write in writes {
-            let cur = match written_ids.contains(write.id()) {
-                true => self.current(&mut w.tx, write.id()).await?,
-                false => current.remove(write.id()),
+            let cur = match plan.current(write.id()) {
+                Ok(cur) => cur,
+                Err(()) => self.current(&mut w.tx, write.id()).await?,
             };
-            written_ids.insert(write.id().to_owned());
-            match write {
-                OutputWrite::Put { id, payload } => {
-                    let payload = with_id(&id, &payload)?;
-                    let tokens = match (&ctx.tokens, &cur) {
-                        (Some(t), _) => t.clone(),
-                        (None, Some(cur)) if !cur.deleted => cur.tokens.clone(),
-                        (None, _) => Vec::new(),
-                    };
+            match OutputWrites::step(write, cur, ctx)? {
+                OutputStep::Put {
+                    id,
+                    payload,
+                    tokens,
+                    current,
+                } => {
                     let version = Version {
                         id: &id,
                         payload,
@@ -601,18 +564,14 @@ impl MysqlStore {
                         deleted: false,
                         tokens: &tokens,
                         fresh_id: false,
-                        correlation_id: ctx.correlation_id.as_deref(),
+                        correlation_id,
                     };
-                    written.push(self.append_after(w, version, cur).await?);
+                    written.push(self.append_after(w, version, current).await?);
                 }
-                // the remove path's tombstone, as a writer that sees everything; nothing for
-                // an id without a current version
-                OutputWrite::Delete { id } => {
-                    if let Some(cur) = cur.filter(|c| !c.deleted) {
-                        let correlation_id = ctx.correlation_id.as_deref();
-                        written.push(self.tombstone(w, &id, cur, correlation_id).await?);
-                    }
+                OutputStep::Tombstone { id, current } => {
+                    written.push(self.tombstone(w, &id, current, correlation_id).await?);
                 }
+                OutputStep::Nothing => {}
             }
         }
         Ok(written)
@@ -628,7 +587,7 @@ impl OutputStore for MysqlStore {
     async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
         let mut conn = self.db.conn().await?;
         let position: Option<i64> = conn
-            .exec_first(POSITION, (consumer,))
+            .exec_first(&OUTPUT_SQL.position, (consumer,))
             .await
             .map_err(my_error)?;
         Ok(position.map(|p| p as u64))
@@ -662,7 +621,9 @@ impl OutputStore for MysqlStore {
         group: &str,
     ) -> Result<Vec<(String, String)>, StoreError> {
         let mut conn = self.db.conn().await?;
-        conn.exec(GROUP, (consumer, group)).await.map_err(my_error)
+        conn.exec(&OUTPUT_SQL.group, (consumer, group))
+            .await
+            .map_err(my_error)
     }
 
     async fn apply_output(
@@ -705,7 +666,7 @@ impl OutputStore for MysqlStore {
                             .await
                             .map_err(my_error)?;
                     }
-                    tx.exec_drop(UPSERT_POSITION, (&consumer, position))
+                    tx.exec_drop(&OUTPUT_SQL.upsert_position, (&consumer, position))
                         .await
                         .map_err(my_error)?;
                     Ok(written)
@@ -725,8 +686,8 @@ impl OutputStore for MysqlStore {
         let limit = u64::try_from(limit).unwrap_or(u64::MAX);
         let mut conn = self.db.conn().await?;
         let rows: Vec<mysql_async::Row> = match consumer {
-            Some(c) => conn.exec(letters_of(), (c, limit)).await,
-            None => conn.exec(letters(), (limit,)).await,
+            Some(c) => conn.exec(&OUTPUT_SQL.letters_of, (c, limit)).await,
+            None => conn.exec(&OUTPUT_SQL.letters, (limit,)).await,
         }
         .map_err(my_error)?;
         Ok(rows.into_iter().map(letter).collect())
@@ -735,7 +696,7 @@ impl OutputStore for MysqlStore {
     async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
         let mut conn = self.db.conn().await?;
         let n: Option<i64> = conn
-            .exec_first(COUNT_LETTERS, (consumer,))
+            .exec_first(&OUTPUT_SQL.count_letters, (consumer,))
             .await
             .map_err(my_error)?;
         Ok(n.unwrap_or(0) as u64)
@@ -800,7 +761,7 @@ impl OutputStore for MysqlStore {
             .start_transaction(TxOpts::default())
             .await
             .map_err(my_error)?;
-        for sql in RESET {
+        for sql in &OUTPUT_SQL.delete_consumer {
             if let Err(e) = tx.exec_drop(sql, (consumer,)).await {
                 let _ = tx.rollback().await;
                 return Err(my_error(e));

@@ -59,16 +59,18 @@
 
 use super::{current_of_row_at, prepared, PostgresStore};
 use crate::db::{pg_error, pool_error};
+use crate::dialect::DIALECT;
 use crate::pipeline::pipelined_all;
 use crate::sql::{self, quote_ident};
 use async_trait::async_trait;
 use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, StoreError, WriteContext,
 };
-use meshql_store_sql::outputs::{bigint, with_id};
+use meshql_store_sql::outputs::{bigint, OutputSql, OutputStep, OutputWrites};
 use meshql_store_sql::rules::{Current, Version};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
 use tokio_postgres::types::ToSql;
 
 /// The tables, created if missing (run by `prepare`, under its DDL lock).
@@ -100,82 +102,41 @@ CREATE INDEX IF NOT EXISTS _meshql_dead_letters_consumer
   ON _meshql_dead_letters (consumer, seq);
 "#;
 
-const POSITION: &str = "SELECT position FROM _meshql_outputs WHERE consumer = $1";
+/// The statements of outputs every SQL store shares ([`OutputSql`]).
+static OUTPUT_SQL: LazyLock<OutputSql> = LazyLock::new(|| OutputSql::new(&DIALECT));
+
+/// A consumer's state rows of several keys (consumer, keys).
 const STATE: &str =
     "SELECT key, value FROM _meshql_output_state WHERE consumer = $1 AND key = ANY($2::text[])";
-const GROUP: &str = "SELECT key, value FROM _meshql_output_state \
-                     WHERE consumer = $1 AND grp = $2 ORDER BY key";
-const UPSERT_STATE: &str = "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
-                            VALUES ($1, $2, $3, $4) ON CONFLICT (consumer, key) \
-                            DO UPDATE SET grp = EXCLUDED.grp, value = EXCLUDED.value";
-const DELETE_STATE: &str = "DELETE FROM _meshql_output_state WHERE consumer = $1 AND key = $2";
-const INSERT_LETTER: &str = "INSERT INTO _meshql_dead_letters \
-                             (consumer, position, change_id, entity, reason, input, at) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7)";
-const UPSERT_POSITION: &str = "INSERT INTO _meshql_outputs (consumer, position) VALUES ($1, $2) \
-                               ON CONFLICT (consumer) DO UPDATE SET position = EXCLUDED.position";
-const LETTER_COLUMNS: &str = "consumer, position, change_id, entity, reason, input, at";
-const COUNT_LETTERS: &str = "SELECT COUNT(*) FROM _meshql_dead_letters WHERE consumer = $1";
-const RESET: [&str; 3] = [
-    "DELETE FROM _meshql_outputs WHERE consumer = $1",
-    "DELETE FROM _meshql_output_state WHERE consumer = $1",
-    "DELETE FROM _meshql_dead_letters WHERE consumer = $1",
-];
-
-/// The consumers' tables, whose rows a swap moves from one consumer to another.
-const CONSUMER_TABLES: [&str; 3] = [
-    "_meshql_outputs",
-    "_meshql_output_state",
-    "_meshql_dead_letters",
-];
-
-/// A consumer's dead letters, newest first (`$1`: the consumer, `$2`: how many).
-fn letters_of() -> String {
-    format!(
-        "SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters WHERE consumer = $1 \
-         ORDER BY seq DESC LIMIT $2"
-    )
-}
-
-/// Every consumer's dead letters, newest first (`$1`: how many).
-fn letters() -> String {
-    format!("SELECT {LETTER_COLUMNS} FROM _meshql_dead_letters ORDER BY seq DESC LIMIT $1")
-}
-
-/// A consumer's rows of `table` deleted (`$1`: the consumer).
-fn delete_consumer(table: &str) -> String {
-    format!("DELETE FROM {table} WHERE consumer = $1")
-}
-
-/// A consumer's rows of `table` made another's (`$1`: from, `$2`: to).
-fn move_consumer(table: &str) -> String {
-    format!("UPDATE {table} SET consumer = $2 WHERE consumer = $1")
-}
 
 /// The statements of this module, by name, for the golden test.
 #[cfg(test)]
 pub(super) fn golden_statements() -> Vec<(String, String)> {
+    let o = &*OUTPUT_SQL;
     let mut out: Vec<(String, String)> = [
-        ("position", POSITION),
-        ("state", STATE),
-        ("group", GROUP),
-        ("upsert_state", UPSERT_STATE),
-        ("delete_state", DELETE_STATE),
-        ("insert_letter", INSERT_LETTER),
-        ("upsert_position", UPSERT_POSITION),
-        ("count_letters", COUNT_LETTERS),
+        ("position", &o.position),
+        ("state", &STATE.to_owned()),
+        ("group", &o.group),
+        ("upsert_state", &o.upsert_state),
+        ("delete_state", &o.delete_state),
+        ("insert_letter", &o.insert_letter),
+        ("upsert_position", &o.upsert_position),
+        ("count_letters", &o.count_letters),
+        ("letters_of", &o.letters_of),
+        ("letters", &o.letters),
     ]
     .into_iter()
-    .map(|(n, s)| (n.to_owned(), s.to_owned()))
+    .map(|(n, s)| (n.to_owned(), s.clone()))
     .collect();
-    out.push(("letters_of".into(), letters_of()));
-    out.push(("letters".into(), letters()));
-    for (i, r) in RESET.iter().enumerate() {
-        out.push((format!("reset {i}"), r.to_string()));
+    for (i, r) in o.delete_consumer.iter().enumerate() {
+        out.push((format!("reset {i}"), r.clone()));
     }
-    for t in CONSUMER_TABLES {
-        out.push((format!("move delete {t}"), delete_consumer(t)));
-        out.push((format!("move update {t}"), move_consumer(t)));
+    for (i, t) in meshql_store_sql::outputs::CONSUMER_TABLES
+        .iter()
+        .enumerate()
+    {
+        out.push((format!("move delete {t}"), o.delete_consumer[i].clone()));
+        out.push((format!("move update {t}"), o.move_consumer[i].clone()));
     }
     out
 }
@@ -246,25 +207,21 @@ impl PostgresStore {
     ) -> Result<Vec<Envelope>, StoreError> {
         let ids: Vec<&str> = writes.iter().map(OutputWrite::id).collect();
         self.lock_all(client, &ids).await?;
-        let mut current = self.current_many(client, &ids).await?;
-        // a batch writes each id once; should one come twice, its second write reads the
-        // version its first appended
-        let mut written_ids: HashSet<String> = HashSet::with_capacity(writes.len());
+        let mut plan = OutputWrites::new(self.current_many(client, &ids).await?, writes.len());
         let mut written = Vec::with_capacity(writes.len());
+        let correlation_id = ctx.correlation_id.as_deref();
         for write in writes {
-            let cur = match written_ids.contains(write.id()) {
-                true => self.current(client, write.id()).await?,
-                false => current.remove(write.id()),
+            let cur = match plan.current(write.id()) {
+                Ok(cur) => cur,
+                Err(()) => self.current(client, write.id()).await?,
             };
-            written_ids.insert(write.id().to_owned());
-            match write {
-                OutputWrite::Put { id, payload } => {
-                    let payload = with_id(&id, &payload)?;
-                    let tokens = match (&ctx.tokens, &cur) {
-                        (Some(t), _) => t.clone(),
-                        (None, Some(cur)) if !cur.deleted => cur.tokens.clone(),
-                        (None, _) => Vec::new(),
-                    };
+            match OutputWrites::step(write, cur, ctx)? {
+                OutputStep::Put {
+                    id,
+                    payload,
+                    tokens,
+                    current,
+                } => {
                     let version = Version {
                         id: &id,
                         payload,
@@ -272,18 +229,14 @@ impl PostgresStore {
                         deleted: false,
                         tokens: &tokens,
                         fresh_id: false,
-                        correlation_id: ctx.correlation_id.as_deref(),
+                        correlation_id,
                     };
-                    written.push(self.append(client, version, cur.as_ref()).await?);
+                    written.push(self.append(client, version, current.as_ref()).await?);
                 }
-                // the remove path's tombstone, as a writer that sees everything; nothing for
-                // an id without a current version
-                OutputWrite::Delete { id } => {
-                    if let Some(cur) = cur.filter(|c| !c.deleted) {
-                        let correlation_id = ctx.correlation_id.as_deref();
-                        written.push(self.tombstone(client, &id, cur, correlation_id).await?);
-                    }
+                OutputStep::Tombstone { id, current } => {
+                    written.push(self.tombstone(client, &id, current, correlation_id).await?);
                 }
+                OutputStep::Nothing => {}
             }
         }
         Ok(written)
@@ -298,7 +251,7 @@ impl OutputStore for PostgresStore {
 
     async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
         let client = self.db.write.get().await.map_err(pool_error)?;
-        let stmt = prepared(&client, POSITION).await?;
+        let stmt = prepared(&client, &OUTPUT_SQL.position).await?;
         let row = client
             .query_opt(&stmt, &[&consumer])
             .await
@@ -329,7 +282,7 @@ impl OutputStore for PostgresStore {
         group: &str,
     ) -> Result<Vec<(String, String)>, StoreError> {
         let client = self.db.write.get().await.map_err(pool_error)?;
-        let stmt = prepared(&client, GROUP).await?;
+        let stmt = prepared(&client, &OUTPUT_SQL.group).await?;
         let rows = client
             .query(&stmt, &[&consumer, &group])
             .await
@@ -358,10 +311,10 @@ impl OutputStore for PostgresStore {
         let tx = client.transaction().await.map_err(pg_error)?;
         let written = self.write_outputs(&tx, writes, ctx).await?;
         // the rest in one round trip, run in this order: state rows, dead letters, position
-        let upsert = prepared(&tx, UPSERT_STATE).await?;
-        let delete = prepared(&tx, DELETE_STATE).await?;
-        let insert_letter = prepared(&tx, INSERT_LETTER).await?;
-        let upsert_position = prepared(&tx, UPSERT_POSITION).await?;
+        let upsert = prepared(&tx, &OUTPUT_SQL.upsert_state).await?;
+        let delete = prepared(&tx, &OUTPUT_SQL.delete_state).await?;
+        let insert_letter = prepared(&tx, &OUTPUT_SQL.insert_letter).await?;
+        let upsert_position = prepared(&tx, &OUTPUT_SQL.upsert_position).await?;
         let mut statements: Vec<(&tokio_postgres::Statement, Vec<&(dyn ToSql + Sync)>)> =
             Vec::with_capacity(state.len() + dead_letters.len() + 1);
         for s in &state {
@@ -411,11 +364,11 @@ impl OutputStore for PostgresStore {
         let client = self.db.write.get().await.map_err(pool_error)?;
         let rows = match consumer {
             Some(c) => {
-                let stmt = prepared(&client, &letters_of()).await?;
+                let stmt = prepared(&client, &OUTPUT_SQL.letters_of).await?;
                 client.query(&stmt, &[&c, &limit]).await
             }
             None => {
-                let stmt = prepared(&client, &letters()).await?;
+                let stmt = prepared(&client, &OUTPUT_SQL.letters).await?;
                 client.query(&stmt, &[&limit]).await
             }
         }
@@ -425,7 +378,7 @@ impl OutputStore for PostgresStore {
 
     async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
         let client = self.db.write.get().await.map_err(pool_error)?;
-        let stmt = prepared(&client, COUNT_LETTERS).await?;
+        let stmt = prepared(&client, &OUTPUT_SQL.count_letters).await?;
         let row = client
             .query_one(&stmt, &[&consumer])
             .await
@@ -516,13 +469,13 @@ impl OutputStore for PostgresStore {
         }
         tx.batch_execute(&ddl).await.map_err(pg_error)?;
         let params: [&(dyn ToSql + Sync); 2] = [&from, &to];
-        for t in CONSUMER_TABLES {
-            tx.execute(&delete_consumer(t), &params[1..])
-                .await
-                .map_err(pg_error)?;
-            tx.execute(&move_consumer(t), &params)
-                .await
-                .map_err(pg_error)?;
+        for (delete, update) in OUTPUT_SQL
+            .delete_consumer
+            .iter()
+            .zip(&OUTPUT_SQL.move_consumer)
+        {
+            tx.execute(delete, &params[1..]).await.map_err(pg_error)?;
+            tx.execute(update, &params).await.map_err(pg_error)?;
         }
         tx.commit().await.map_err(pg_error)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
@@ -532,8 +485,8 @@ impl OutputStore for PostgresStore {
     async fn reset_output(&self, consumer: &str) -> Result<(), StoreError> {
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
-        let mut statements = Vec::with_capacity(RESET.len());
-        for sql in RESET {
+        let mut statements = Vec::with_capacity(OUTPUT_SQL.delete_consumer.len());
+        for sql in &OUTPUT_SQL.delete_consumer {
             statements.push(prepared(&tx, sql).await?);
         }
         let params: [&(dyn ToSql + Sync); 1] = [&consumer];

@@ -15,16 +15,18 @@
 
 use super::{Current, SqliteStore, Version};
 use crate::db::query_error;
+use crate::dialect::DIALECT;
 use crate::sql::quote_ident;
 use async_trait::async_trait;
 use meshql_core::{
     DeadLetter, Envelope, OutputBatch, OutputStore, OutputWrite, RemoveOutcome, StateWrite,
     StoreError, WriteContext,
 };
-use meshql_store_sql::outputs::with_id;
+use meshql_store_sql::outputs::{put_tokens, with_id, OutputSql};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::LazyLock;
 
 /// The tables, created if missing (run by `prepare`).
 pub(super) const DDL: &str = "
@@ -76,73 +78,49 @@ impl From<Envelope> for LogVersion {
     }
 }
 
-const POSITION: &str = "SELECT position FROM _meshql_outputs WHERE consumer = ?1";
+/// The statements of outputs every SQL store shares ([`OutputSql`]).
+static OUTPUT_SQL: LazyLock<OutputSql> = LazyLock::new(|| OutputSql::new(&DIALECT));
+
+/// A consumer's state row by key (consumer, key): one read per key.
 const STATE: &str = "SELECT value FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2";
-const GROUP: &str = "SELECT key, value FROM _meshql_output_state \
-                     WHERE consumer = ?1 AND grp = ?2 ORDER BY key";
-const UPSERT_STATE: &str = "INSERT INTO _meshql_output_state (consumer, key, grp, value) \
-                            VALUES (?1, ?2, ?3, ?4) ON CONFLICT (consumer, key) \
-                            DO UPDATE SET grp = excluded.grp, value = excluded.value";
-const DELETE_STATE: &str = "DELETE FROM _meshql_output_state WHERE consumer = ?1 AND key = ?2";
-const INSERT_LETTER: &str = "INSERT INTO _meshql_dead_letters \
-                             (consumer, position, change_id, entity, reason, input, at) \
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-const UPSERT_POSITION: &str = "INSERT INTO _meshql_outputs (consumer, position) VALUES (?1, ?2) \
-                               ON CONFLICT (consumer) DO UPDATE SET position = excluded.position";
-const LETTERS_OF: &str = "SELECT consumer, position, change_id, entity, reason, input, at \
-                          FROM _meshql_dead_letters WHERE consumer = ?1 ORDER BY seq DESC LIMIT ?2";
-const LETTERS: &str = "SELECT consumer, position, change_id, entity, reason, input, at \
-                       FROM _meshql_dead_letters ORDER BY seq DESC LIMIT ?1";
-const COUNT_LETTERS: &str = "SELECT COUNT(*) FROM _meshql_dead_letters WHERE consumer = ?1";
-/// The consumers' tables: what a reset deletes, and a swap moves from one consumer to another.
-const CONSUMER_TABLES: [&str; 3] = [
-    "_meshql_outputs",
-    "_meshql_output_state",
-    "_meshql_dead_letters",
-];
-
-/// A consumer's rows of `table` deleted (`?1`: the consumer).
-fn delete_consumer(table: &str) -> String {
-    format!("DELETE FROM {} WHERE consumer = ?1", quote_ident(table))
-}
-
-/// A consumer's rows of `table` made another's (`?1`: from, `?2`: to).
-fn move_consumer(table: &str) -> String {
-    format!(
-        "UPDATE {} SET consumer = ?2 WHERE consumer = ?1",
-        quote_ident(table)
-    )
-}
 
 /// The statements above, by name, for the golden test.
 #[cfg(test)]
 pub(super) fn golden_statements() -> Vec<(String, String)> {
+    let o = &*OUTPUT_SQL;
     let mut out: Vec<(String, String)> = [
-        ("position", POSITION),
-        ("state", STATE),
-        ("group", GROUP),
-        ("upsert_state", UPSERT_STATE),
-        ("delete_state", DELETE_STATE),
-        ("insert_letter", INSERT_LETTER),
-        ("upsert_position", UPSERT_POSITION),
-        ("letters_of", LETTERS_OF),
-        ("letters", LETTERS),
-        ("count_letters", COUNT_LETTERS),
+        ("position", &o.position),
+        ("state", &STATE.to_owned()),
+        ("group", &o.group),
+        ("upsert_state", &o.upsert_state),
+        ("delete_state", &o.delete_state),
+        ("insert_letter", &o.insert_letter),
+        ("upsert_position", &o.upsert_position),
+        ("letters_of", &o.letters_of),
+        ("letters", &o.letters),
+        ("count_letters", &o.count_letters),
     ]
     .into_iter()
-    .map(|(n, s)| (n.to_owned(), s.to_owned()))
+    .map(|(n, s)| (n.to_owned(), s.clone()))
     .collect();
-    for t in CONSUMER_TABLES {
-        out.push((format!("reset {t}"), delete_consumer(t)));
-        out.push((format!("move {t}"), move_consumer(t)));
+    for (i, t) in meshql_store_sql::outputs::CONSUMER_TABLES
+        .iter()
+        .enumerate()
+    {
+        out.push((format!("reset {t}"), o.delete_consumer[i].clone()));
+        out.push((format!("move {t}"), o.move_consumer[i].clone()));
     }
     out
 }
 
 /// Writes (or, with no value, deletes) `consumer`'s state rows.
 fn write_state(conn: &Connection, consumer: &str, state: &[StateWrite]) -> Result<(), StoreError> {
-    let mut upsert = conn.prepare_cached(UPSERT_STATE).map_err(query_error)?;
-    let mut delete = conn.prepare_cached(DELETE_STATE).map_err(query_error)?;
+    let mut upsert = conn
+        .prepare_cached(&OUTPUT_SQL.upsert_state)
+        .map_err(query_error)?;
+    let mut delete = conn
+        .prepare_cached(&OUTPUT_SQL.delete_state)
+        .map_err(query_error)?;
     for s in state {
         match &s.value {
             Some(v) => upsert.execute(params![consumer, s.key, s.group, v]),
@@ -231,11 +209,7 @@ impl SqliteStore {
         ctx: &WriteContext,
     ) -> Result<Envelope, StoreError> {
         let current: Option<Current> = Self::current(conn, sql, id)?;
-        let tokens = match (&ctx.tokens, current) {
-            (Some(t), _) => t.clone(),
-            (None, Some(cur)) if !cur.deleted => cur.tokens,
-            (None, _) => Vec::new(),
-        };
+        let tokens = put_tokens(ctx, current.as_ref());
         Self::append(
             conn,
             sql,
@@ -244,7 +218,7 @@ impl SqliteStore {
                 payload,
                 created_at: None,
                 deleted: false,
-                tokens: &tokens,
+                tokens,
                 fresh_id: false,
                 correlation_id: ctx.correlation_id.as_deref(),
             },
@@ -274,7 +248,7 @@ impl OutputStore for SqliteStore {
 
     async fn output_position(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
         self.db.read(|conn| {
-            conn.prepare_cached(POSITION)
+            conn.prepare_cached(&OUTPUT_SQL.position)
                 .map_err(query_error)?
                 .query_row(params![consumer], |r| r.get::<_, i64>(0))
                 .optional()
@@ -310,7 +284,9 @@ impl OutputStore for SqliteStore {
         group: &str,
     ) -> Result<Vec<(String, String)>, StoreError> {
         self.db.read(|conn| {
-            let mut stmt = conn.prepare_cached(GROUP).map_err(query_error)?;
+            let mut stmt = conn
+                .prepare_cached(&OUTPUT_SQL.group)
+                .map_err(query_error)?;
             let rows = stmt
                 .query_map(params![consumer, group], |r| Ok((r.get(0)?, r.get(1)?)))
                 .map_err(query_error)?;
@@ -355,7 +331,9 @@ impl OutputStore for SqliteStore {
                     }
                 }
                 write_state(conn, &batch.consumer, &batch.state)?;
-                let mut letter = conn.prepare_cached(INSERT_LETTER).map_err(query_error)?;
+                let mut letter = conn
+                    .prepare_cached(&OUTPUT_SQL.insert_letter)
+                    .map_err(query_error)?;
                 for d in &batch.dead_letters {
                     letter
                         .execute(params![
@@ -369,7 +347,7 @@ impl OutputStore for SqliteStore {
                         ])
                         .map_err(query_error)?;
                 }
-                conn.prepare_cached(UPSERT_POSITION)
+                conn.prepare_cached(&OUTPUT_SQL.upsert_position)
                     .map_err(query_error)?
                     .execute(params![batch.consumer, batch.position as i64])
                     .map_err(query_error)?;
@@ -393,13 +371,13 @@ impl OutputStore for SqliteStore {
         self.db.read(|conn| {
             let rows: Vec<_> = match consumer {
                 Some(c) => conn
-                    .prepare_cached(LETTERS_OF)
+                    .prepare_cached(&OUTPUT_SQL.letters_of)
                     .map_err(query_error)?
                     .query_map(params![c, limit], letter_from_row)
                     .map_err(query_error)?
                     .collect(),
                 None => conn
-                    .prepare_cached(LETTERS)
+                    .prepare_cached(&OUTPUT_SQL.letters)
                     .map_err(query_error)?
                     .query_map(params![limit], letter_from_row)
                     .map_err(query_error)?
@@ -411,7 +389,7 @@ impl OutputStore for SqliteStore {
 
     async fn dead_letter_count(&self, consumer: &str) -> Result<u64, StoreError> {
         self.db.read(|conn| {
-            conn.prepare_cached(COUNT_LETTERS)
+            conn.prepare_cached(&OUTPUT_SQL.count_letters)
                 .map_err(query_error)?
                 .query_row(params![consumer], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
@@ -489,10 +467,13 @@ impl OutputStore for SqliteStore {
                     params![table, seq],
                 )
                 .map_err(query_error)?;
-                for t in CONSUMER_TABLES {
-                    conn.execute(&delete_consumer(t), params![to])
-                        .map_err(query_error)?;
-                    conn.execute(&move_consumer(t), params![from, to])
+                for (delete, update) in OUTPUT_SQL
+                    .delete_consumer
+                    .iter()
+                    .zip(&OUTPUT_SQL.move_consumer)
+                {
+                    conn.execute(delete, params![to]).map_err(query_error)?;
+                    conn.execute(update, params![from, to])
                         .map_err(query_error)?;
                 }
                 Ok(())
@@ -504,8 +485,8 @@ impl OutputStore for SqliteStore {
         let consumer = consumer.to_owned();
         self.db
             .write(move |conn| {
-                for table in CONSUMER_TABLES {
-                    conn.execute(&delete_consumer(table), params![consumer])
+                for delete in &OUTPUT_SQL.delete_consumer {
+                    conn.execute(delete, params![consumer])
                         .map_err(query_error)?;
                 }
                 Ok(())
