@@ -9,6 +9,7 @@
 //! one transaction, and read back when the processor starts; the broker's own record of
 //! consumption (group offsets, acknowledgements) is not used.
 
+pub mod conformance;
 pub mod contract;
 pub mod envelope;
 pub mod kafka;
