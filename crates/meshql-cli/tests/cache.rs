@@ -342,9 +342,16 @@ async fn redis_stopped_under_load_costs_no_request_and_is_used_again_when_back()
         errors > 0,
         "calls to the stopped Redis failed and were counted"
     );
+    // only a bound that catches a hang (performance targets belong in `meshql bench`): that
+    // no request paid for the stopped Redis is that each answered (above) and that reads went
+    // around it once it failed
     assert!(
-        during < Duration::from_secs(20),
+        during < Duration::from_secs(60),
         "40 rounds with Redis down took {during:?}"
+    );
+    assert!(
+        metric(&c, "meshql_cache_bypassed_total").await > 0,
+        "reads went around the stopped Redis"
     );
     let warnings = server.log().matches("shared cache unavailable").count();
     assert_eq!(warnings, 1, "logged once:\n{}", server.log());

@@ -426,6 +426,18 @@ async fn kill_9_mid_load_then_restart_applies_every_acknowledged_write_once() {
     fresh.stop_gracefully();
 }
 
+/// A write refused because no broker is seen up (it failed at once), not one that waited for
+/// the broker's acknowledgement until `write_timeout_ms` ran out.
+#[track_caller]
+fn refused_at_once(r: &common::Response) {
+    let error = r.json()["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        error.contains("no broker of") && !error.contains("did not confirm"),
+        "the write was refused because no broker is up, not after waiting: {}",
+        r.text
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() {
     let broker = Arc::new(OwnService::new("kafka", "MESHQL_KAFKA_PORT", 19193));
@@ -467,10 +479,12 @@ async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() 
             .await;
         slowest = slowest.max(started.elapsed());
         r.expect_status(503);
-        assert!(r.json()["error"].as_str().is_some(), "{}", r.text);
+        refused_at_once(&r);
     }
+    // only a bound that catches a hang (performance targets belong in `meshql bench`): that
+    // the writes did not wait out write_timeout_ms is what their errors say
     assert!(
-        slowest < Duration::from_millis(500),
+        slowest < Duration::from_secs(60),
         "a write took {slowest:?} to fail with the broker down"
     );
     // reads go on from the local state, saying how old it may be
@@ -510,7 +524,9 @@ async fn with_the_broker_down_writes_fail_fast_reads_go_on_and_all_catches_up() 
         .post_json("/farm/api", &json!({ "name": "refused at start" }))
         .await;
     r.expect_status(503);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    refused_at_once(&r);
+    // a bound that only catches a hang, as above
+    assert!(started.elapsed() < Duration::from_secs(60));
     assert_eq!(
         metric(&c, "meshql_storage_log_reachable", "farm").await,
         Some(0.0)
