@@ -406,47 +406,7 @@ struct Gap {
 /// The cells where today's behaviour differs from [`expected`]. Each is asserted to differ
 /// from the expectation *and* to still show `today`, so that a fix (or any other change of
 /// the cell) fails the test until the entry is deleted (or updated).
-const KNOWN_GAPS: &[Gap] = &[
-    Gap {
-        caller: "stranger",
-        path: Path::ConsoleDeadLetters,
-        entity: Entity::Hen,
-        today: r#"Doc({"dob", "id"})"#,
-        why: "EntityService::dead_letters keeps the letters of input entities the caller may \
-              read (grants.allows(&l.entity, Read)) but never looks at the input's authorized \
-              tokens: a caller of another subject gets the id (change_id) and reason of a hen \
-              that every other path hides from it (404 on REST, absent from /_changes)",
-    },
-    Gap {
-        caller: "namer",
-        path: Path::ConsoleDeadLetters,
-        entity: Entity::Hen,
-        today: r#"Doc({"dob", "id"})"#,
-        why: "a dead letter's reason is shown as the processor wrote it (`field `eggs_week`: \
-              `dob` is \"someday\", not a time`): it quotes the value of `dob`, which the \
-              namer's mask (fields = [\"name\"]) hides on every other path; dead_letters \
-              applies no mask",
-    },
-    Gap {
-        caller: "forged",
-        path: Path::ProcAdmin,
-        entity: Entity::Tally,
-        today: "401 with WWW-Authenticate None",
-        why: "processors_routes::refusal answers refused credentials with a 401 \
-              {error, code: UNAUTHENTICATED} without the RFC 6750 challenge \
-              (edge::www_authenticate) that REST, GraphQL, /_changes and the console send",
-    },
-    Gap {
-        caller: "forged",
-        path: Path::ConsoleDeadLetters,
-        entity: Entity::Hen,
-        today: "Forbidden",
-        why: "the console's /api/service answers a forged token with 200; its counts say \
-              UNAUTHENTICATED per entity, but Console::processors skips every processor whose \
-              session fails (`let Ok(session) = .. else { continue }`), so refused credentials \
-              look like 'no processor you may read'",
-    },
-];
+const KNOWN_GAPS: &[Gap] = &[];
 
 // ---------------------------------------------------------------------------------------------
 // the fixture

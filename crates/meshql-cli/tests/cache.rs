@@ -533,12 +533,11 @@ async fn a_writer_that_lost_redis_reads_around_it_and_once_back_no_process_serve
     a_writer_loses_redis(false).await;
 }
 
-/// Fails today: the read process serves the answer Redis holds from before the write (its
-/// shared lookup compares the tags in Redis only, which the cut-off writer could not advance,
-/// and the change feed advances only in-process tags) until the writer reaches Redis again
-/// and advances the epoch, or the entry expires (`ttl_ms`, 5 min by default).
+/// The read process's shared lookups compare the tags in Redis, which the cut-off writer
+/// could not advance; its own change feed tells it of the write, and an answer older than a
+/// change it knows of is not served (it served the pre-write answer until the writer came
+/// back, or the entry expired, before that check).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known bug: a reader sharing Redis serves the pre-write answer while the writer cannot reach Redis"]
 async fn a_reader_sharing_redis_never_serves_an_answer_older_than_a_write_the_writer_could_not_tell_it(
 ) {
     a_writer_loses_redis(true).await;

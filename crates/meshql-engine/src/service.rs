@@ -617,8 +617,10 @@ impl EntityService {
 
     /// The newest dead letters (at most `limit`) of `processor`, whose output this entity
     /// is, as `session` may see them: [`EngineError::Forbidden`] unless it may read this
-    /// entity, and only the letters of inputs it may read (a letter names its input's
-    /// entity, id and the reason it was set aside).
+    /// entity; only the letters of inputs it may read, entity and row (the input's own
+    /// authorized tokens); and for a caller whose grants hide some of the input entity's
+    /// fields, the input's payload masked and the reason withheld (a reason is the
+    /// processor's free text: it may quote any field).
     pub async fn dead_letters(
         &self,
         session: &Session,
@@ -628,11 +630,39 @@ impl EntityService {
         self.read_grant(&session.grants)?;
         // trusted read of the output store's own rows; the caller's grants decide below
         let letters = self.writer.dead_letters(Some(processor), limit).await?;
+        let filter = session.filter();
         Ok(letters
             .into_iter()
-            .map(|(_, letter)| letter)
-            .filter(|l| {
-                session.grants.is_unrestricted() || session.grants.allows(&l.entity, Action::Read)
+            .filter_map(|(_, mut letter)| {
+                let mask = session.grants.read_view(&letter.entity).ok()?;
+                let mut input: Option<Map<String, Value>> =
+                    serde_json::from_str(&letter.input).ok();
+                let tokens: Vec<String> = input
+                    .as_ref()
+                    .and_then(|i| i.get("authorized_tokens"))
+                    .and_then(|t| serde_json::from_value(t.clone()).ok())
+                    .unwrap_or_default();
+                if !meshql_core::is_visible(&filter, &tokens) {
+                    return None;
+                }
+                if let Some(mask) = mask {
+                    letter.reason = format!(
+                        "(withheld: the caller may not read every field of {})",
+                        letter.entity
+                    );
+                    letter.input = match input.as_mut() {
+                        Some(i) => {
+                            match i.get_mut("payload") {
+                                Some(Value::Object(payload)) => mask.apply(payload),
+                                // an input read as a row is its payload
+                                _ => mask.apply(i),
+                            }
+                            Value::Object(std::mem::take(i)).to_string()
+                        }
+                        None => String::new(),
+                    };
+                }
+                Some(letter)
             })
             .collect())
     }

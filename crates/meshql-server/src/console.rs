@@ -344,6 +344,12 @@ async fn count(entity: &Entity, session: &Session) -> Result<(usize, bool), Engi
 }
 
 async fn service(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
+    // refused credentials are a 401, as on every other endpoint (not a page of refusals)
+    if let Some(first) = console.entities.first() {
+        if let Err(e) = session(first, &headers) {
+            return e.into_response();
+        }
+    }
     let mut entities = Vec::with_capacity(console.entities.len());
     for entity in &console.entities {
         let mut info = entity.info.clone();

@@ -45,10 +45,19 @@ fn json_reply(status: axum::http::StatusCode, body: serde_json::Value) -> axum::
 /// The engine's refusal as this endpoint's answer: its status and `{error, code}`.
 fn refusal(e: &meshql_engine::EngineError) -> axum::response::Response {
     let kind = e.kind();
-    json_reply(
+    let mut r = json_reply(
         meshql_rest::edge::status(kind),
         serde_json::json!({"error": e.to_string(), "code": kind.code()}),
-    )
+    );
+    if let meshql_engine::EngineError::Auth(refused) = e {
+        if let Some(challenge) = meshql_rest::edge::www_authenticate(refused)
+            .and_then(|c| axum::http::HeaderValue::from_str(&c).ok())
+        {
+            r.headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
+        }
+    }
+    r
 }
 
 /// Whether the caller of `headers` may read `s`'s output entity (what its state describes).

@@ -442,6 +442,16 @@ impl Cache {
         }
     }
 
+    /// Whether this process's change feed has seen a change to one of `tags` stamped after
+    /// `as_of` — for a shared cache, whose tags another process may have failed to advance
+    /// (a writer cut off from it): an answer older than a change this process knows of is not
+    /// served, whatever the shared tags say. (Stamps and `as_of` are both wall-clock
+    /// milliseconds: the processes' clocks are assumed to agree within the feed's delay.)
+    pub(crate) fn changed_after(&self, tags: &[TagRef], as_of: Millis) -> bool {
+        matches!(self.tier, Tier::Shared(_))
+            && tags.iter().any(|t| self.tags.state(*t).changed_at > as_of)
+    }
+
     /// The tags' states and the entry under `key`.
     pub(crate) async fn lookup(&self, key: &str, tags: &[TagRef]) -> Lookup {
         match &self.tier {

@@ -118,7 +118,7 @@ impl CachedReader {
             Lookup::Bypass => return fetch.await,
         };
         let hit = entry
-            .filter(|e| fits(e, &states, moment))
+            .filter(|e| fits(e, &states, moment) && !self.cache.changed_after(&tags, e.as_of))
             .and_then(|e| unwrap(&e.answer));
         if let Some(min_hits) = min_hits {
             worth.record(hit.is_some(), min_hits);
