@@ -247,6 +247,17 @@ impl Dialect for MysqlDialect {
         " FORCE INDEX (k_grp)"
     }
 
+    /// A generated column of the field's text (`f_<field>`, `JSON_UNQUOTE`) and its index:
+    /// MariaDB cannot index JSON expressions.
+    fn field_ddl(&self, table: &str, path: &FieldPath) -> Vec<String> {
+        crate::sql::field_column_ddl(table, path)
+    }
+
+    /// A generated column of the field's number (`n_<field>`, a DOUBLE) and its index.
+    fn range_ddl(&self, table: &str, path: &FieldPath) -> Vec<String> {
+        crate::sql::range_column_ddl(table, path)
+    }
+
     fn sort_terms(&self, _path: &FieldPath, _dir: &str) -> String {
         unreachable!("MySQL's rows are sorted by the caller (RowOrder::ByCaller)")
     }

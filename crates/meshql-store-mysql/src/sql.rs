@@ -1,8 +1,6 @@
 //! SQL text for MySQL / MariaDB.
 
-use crate::dialect::DIALECT;
-use meshql_core::nested::Level;
-use meshql_core::{FieldPath, QueryTemplate};
+use meshql_core::FieldPath;
 use meshql_store_sql::names::{self, IdentLimit};
 
 pub(crate) fn quote_ident(name: &str) -> String {
@@ -189,19 +187,4 @@ pub(crate) fn field_type(segments: &[String]) -> String {
         "JSON_TYPE(JSON_EXTRACT(t.payload, '{}'))",
         json_path(segments)
     )
-}
-
-pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    meshql_store_sql::search::search(&DIALECT, table, template, shape)
-}
-
-/// The nested statement of a search and its relationships ([`meshql_store_sql::nested`]):
-/// unordered, like [`search`] (the rows are sorted by the caller).
-pub(crate) fn nested_search(
-    table: &str,
-    template: &QueryTemplate,
-    shape: Shape,
-    levels: &[Level<'_>],
-) -> Compiled {
-    meshql_store_sql::nested::nested_search(&DIALECT, table, template, shape, levels)
 }

@@ -4,11 +4,10 @@ use crate::db::{my_error, MysqlDatabase};
 use crate::dialect::DIALECT;
 use crate::sql::{self, quote_ident, Compiled, Shape};
 use async_trait::async_trait;
-use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
-    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    in_request_order, now_millis, BoundArgs, Cursor, Envelope, KeyedRows, Millis, Nested,
+    NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
     StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
@@ -19,29 +18,24 @@ use meshql_store_sql::rules::{sort_by_template, tokens_json, visible, Current, V
 use meshql_store_sql::table::{list_index, page_index, PageParam, Pager};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[cfg(test)]
 mod golden;
 mod outputs;
 
-use meshql_core::lru::{Lru, Slot};
+use meshql_core::lru::Slot;
+use meshql_store_sql::table_core::{NestedStatements, TableCore};
 
 pub struct MysqlStore {
     db: Arc<MysqlDatabase>,
-    table: String,
+    /// The table's compiled searches, templates and counters.
+    core: TableCore,
     sql: TableSql,
-    compiled: Memo<(u64, Shape), Compiled>,
-    /// Nested statements, by [`meshql_core::nested::signature`]: at most
-    /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first.
-    nested: Lru<Compiled>,
-    /// The templates [`Store::prepare`] was given (a rebuild table gets the same columns).
-    templates: std::sync::Mutex<Vec<QueryTemplate>>,
-    reads: AtomicU64,
-    writes: AtomicU64,
-    commits: AtomicU64,
-    signal: CommitSignal,
+    /// Nested statements: at most [`Self::NESTED_STATEMENTS`], the least recently used
+    /// evicted first.
+    nested: NestedStatements,
 }
 
 /// A write transaction and the rows it inserted, which get their feed positions just before
@@ -176,22 +170,10 @@ impl MysqlStore {
     pub fn new(db: Arc<MysqlDatabase>, table: &str) -> Self {
         Self {
             db,
-            table: table.to_owned(),
+            core: TableCore::new(&DIALECT, table),
             sql: TableSql::new(table),
-            compiled: Memo::default(),
-            nested: Lru::new(Self::NESTED_STATEMENTS),
-            templates: Default::default(),
-            reads: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            signal: CommitSignal::default(),
+            nested: NestedStatements::new(Self::NESTED_STATEMENTS),
         }
-    }
-
-    fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
-        self.compiled.get_or_insert_with((template.id, shape), || {
-            sql::search(&self.table, template, shape)
-        })
     }
 
     /// This store's database, as [`Relation::database`].
@@ -205,10 +187,12 @@ impl MysqlStore {
         shape: Shape,
         levels: &[Level<'_>],
     ) -> Arc<Slot<Compiled>> {
-        let key = meshql_core::nested::signature((template.id, shape), levels);
-        self.nested.get_or_insert_with(
-            key,
-            || sql::nested_search(&self.table, template, shape, levels),
+        self.nested.get(
+            &DIALECT,
+            self.core.table(),
+            template,
+            shape,
+            levels,
             // mysql_async's statement cache closes what it evicts on its own
             |_| {},
         )
@@ -396,7 +380,7 @@ impl MysqlStore {
     }
 
     async fn envelopes(&self, text: &str, params: Params) -> Result<Vec<Envelope>, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let mut conn = self.db.conn().await?;
         let rows: Vec<mysql_async::Row> = conn.exec(text, params).await.map_err(my_error)?;
         rows.into_iter().map(envelope).collect()
@@ -431,9 +415,9 @@ impl MysqlStore {
             Ok(v) => {
                 let wrote = !w.inserted.is_empty();
                 w.tx.commit().await.map_err(my_error)?;
-                self.commits.fetch_add(1, Ordering::Relaxed);
+                self.core.committed();
                 if wrote {
-                    self.signal.notify();
+                    self.core.signal.notify();
                 }
                 Ok(v)
             }
@@ -447,7 +431,7 @@ impl MysqlStore {
     fn missing_clock(&self) -> StoreError {
         StoreError::Query(format!(
             "the feed clock of `{}` is missing (meshql_feed_clock)",
-            self.table
+            self.core.table()
         ))
     }
 
@@ -475,7 +459,7 @@ impl MysqlStore {
                 other => other.map_err(my_error),
             };
         }
-        w.tx.exec_drop(&self.sql.tick, (n, self.table.as_str()))
+        w.tx.exec_drop(&self.sql.tick, (n, self.core.table()))
             .await
             .map_err(my_error)?;
         let top =
@@ -626,17 +610,10 @@ impl StoreReader for MysqlStore {
             .check_args(args)
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let tokens = tokens_json(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                limit: false,
-                batch: false,
-            },
-        );
+        let shape = self.core.shape(at, tokens.is_some(), limit, false);
+        let compiled = self.core.compiled(template, shape);
         let params = Self::bind(&compiled, args, at, &tokens, None, None);
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let mut conn = self.db.conn().await?;
         let mut rows: Vec<(i64, String, String)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
@@ -665,15 +642,8 @@ impl StoreReader for MysqlStore {
         }
         batch.require_id_key()?;
         let tokens = tokens_json(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                limit: false,
-                batch: true,
-            },
-        );
+        let shape = self.core.shape(at, tokens.is_some(), None, true);
+        let compiled = self.core.compiled(template, shape);
         let mut unique: Vec<&String> = Vec::with_capacity(keys.len());
         let mut seen = std::collections::HashSet::new();
         for k in keys {
@@ -690,7 +660,7 @@ impl StoreReader for MysqlStore {
             Some(&keys_json),
             None,
         );
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let mut conn = self.db.conn().await?;
         let mut rows: Vec<(String, i64, String, String)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
@@ -729,7 +699,7 @@ impl StoreReader for MysqlStore {
         };
         let compiled = self.nested_compiled(template, shape, &levels);
         let params = Self::bind(&compiled, args, at, &tokens, None, limit);
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let mut conn = self.db.conn().await?;
         let rows: Vec<(i64, Option<String>, String, String, i64)> =
             conn.exec(&compiled.sql, params).await.map_err(my_error)?;
@@ -746,7 +716,7 @@ impl StoreReader for MysqlStore {
         Some(Relation {
             backend: DIALECT.backend(),
             database: self.database_id(),
-            table: self.table.clone(),
+            table: self.core.table().to_owned(),
         })
     }
 }
@@ -783,7 +753,7 @@ impl StoreWriter for MysqlStore {
                 })
             })
             .await?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.core.count_writes(1);
         Ok(env)
     }
 
@@ -823,7 +793,7 @@ impl StoreWriter for MysqlStore {
                 })
             })
             .await?;
-        self.writes.fetch_add(envs.len() as u64, Ordering::Relaxed);
+        self.core.count_writes(envs.len() as u64);
         Ok(envs)
     }
 
@@ -867,7 +837,7 @@ impl StoreWriter for MysqlStore {
             })
             .await?;
         if env.is_some() {
-            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.core.count_writes(1);
         }
         Ok(env)
     }
@@ -879,7 +849,7 @@ impl StoreWriter for MysqlStore {
             .write_tx(move |s, tx| Box::pin(async move { s.remove_in(tx, &id, &ctx).await }))
             .await?;
         if outcome == RemoveOutcome::Removed {
-            self.writes.fetch_add(1, Ordering::Relaxed);
+            self.core.count_writes(1);
         }
         Ok(outcome)
     }
@@ -907,7 +877,7 @@ impl StoreWriter for MysqlStore {
             .iter()
             .filter(|(_, o)| *o == RemoveOutcome::Removed)
             .count() as u64;
-        self.writes.fetch_add(removed, Ordering::Relaxed);
+        self.core.count_writes(removed);
         Ok(out)
     }
 }
@@ -938,31 +908,25 @@ impl ChangeFeed for MysqlStore {
     }
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
-        Some(self.signal.subscribe())
+        Some(self.core.signal.subscribe())
     }
 }
 
 #[async_trait]
 impl Store for MysqlStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        *self.templates.lock().unwrap_or_else(|e| e.into_inner()) = templates.to_vec();
+        self.core.remember(templates);
+        let table = self.core.table();
         let mut conn = self.db.conn().await?;
         // serialise schema changes between services starting at once
         let locked: Option<Option<i64>> = conn
             .exec_first(outputs::DDL_LOCK, ())
             .await
             .map_err(my_error)?;
-        let mut ddl = vec![sql::create_table(&self.table), sql::CREATE_CLOCK.to_owned()];
+        let mut ddl = vec![sql::create_table(table), sql::CREATE_CLOCK.to_owned()];
         ddl.extend(outputs::DDL.iter().map(|s| s.to_string()));
-        ddl.extend(sql::upgrade_for_feed(&self.table));
-        for t in templates {
-            for path in t.filtered_paths() {
-                ddl.extend(sql::field_column_ddl(&self.table, &path));
-            }
-            for path in t.range_paths() {
-                ddl.extend(sql::range_column_ddl(&self.table, &path));
-            }
-        }
+        ddl.extend(sql::upgrade_for_feed(table));
+        ddl.extend(TableCore::index_ddl(&DIALECT, table, templates));
         let mut result = Ok(());
         for stmt in ddl {
             if let Err(e) = conn.query_drop(&stmt).await {
@@ -977,21 +941,10 @@ impl Store for MysqlStore {
         }
         let _ = conn.query_drop(outputs::DDL_UNLOCK).await;
         result?;
-        for t in templates {
-            for batch in [false, true] {
-                let c = self.compiled(
-                    t,
-                    Shape {
-                        at: false,
-                        tokens: false,
-                        limit: false,
-                        batch,
-                    },
-                );
-                conn.prep(&c.sql).await.map_err(|e| {
-                    StoreError::Invalid(format!("{} in statement `{}`", my_error(e), c.sql))
-                })?;
-            }
+        for c in self.core.startup_statements(templates) {
+            conn.prep(&c.sql)
+                .await
+                .map_err(|e| TableCore::invalid_statement(my_error(e), &c.sql))?;
         }
         Ok(())
     }
@@ -1002,9 +955,9 @@ impl Store for MysqlStore {
 
     fn stats(&self) -> StoreStats {
         StoreStats {
-            reads: self.reads.load(Ordering::Relaxed),
-            commits: self.commits.load(Ordering::Relaxed),
-            writes: self.writes.load(Ordering::Relaxed),
+            reads: self.core.reads.load(Ordering::Relaxed),
+            commits: self.core.commits.load(Ordering::Relaxed),
+            writes: self.core.writes.load(Ordering::Relaxed),
             read_connections: None,
             connections_in_use: Some(self.db.connections_in_use()),
             log: None,

@@ -224,6 +224,16 @@ impl Dialect for PostgresDialect {
         )
     }
 
+    fn field_ddl(&self, table: &str, path: &FieldPath) -> Vec<String> {
+        crate::sql::create_field_index(table, path)
+            .into_iter()
+            .collect()
+    }
+
+    fn range_ddl(&self, table: &str, path: &FieldPath) -> Vec<String> {
+        crate::sql::create_range_indexes(table, path)
+    }
+
     /// The JSON type's rank, then numbers as `numeric`, then other values' text in
     /// code-point order.
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {

@@ -2,8 +2,6 @@
 //! table, the template and the optional clauses present, so each is prepared once per
 //! connection.
 
-use crate::dialect::DIALECT;
-use meshql_core::nested::Level;
 use meshql_core::{FieldPath, QueryTemplate};
 use meshql_store_sql::names::{self, IdentLimit};
 
@@ -183,19 +181,4 @@ pub(crate) fn to_driver(v: Bound) -> SqlParam {
         Bound::Text(s) => Box::new(s),
         Bound::TextList(items) => Box::new(items),
     }
-}
-
-/// The statement of a search (or batched search).
-pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    meshql_store_sql::search::search(&DIALECT, table, template, shape)
-}
-
-/// The nested statement of a search and its relationships ([`meshql_store_sql::nested`]).
-pub(crate) fn nested_search(
-    table: &str,
-    template: &QueryTemplate,
-    shape: Shape,
-    levels: &[Level<'_>],
-) -> Compiled {
-    meshql_store_sql::nested::nested_search(&DIALECT, table, template, shape, levels)
 }

@@ -6,11 +6,10 @@ use crate::pipeline::{pipelined, pipelined_all};
 use crate::sql::{self, quote_ident, Compiled, Shape, SqlParam};
 use async_trait::async_trait;
 use deadpool_postgres::GenericClient;
-use meshql_core::memo::Memo;
 use meshql_core::nested::Level;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
-    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    in_request_order, now_millis, BoundArgs, Cursor, Envelope, KeyedRows, Millis, Nested,
+    NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
     StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
@@ -19,7 +18,7 @@ use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{token_list as filter_tokens, visible, Current, Version};
 use meshql_store_sql::table::{list_index, page_index, PageParam, Pager};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio_postgres::types::ToSql;
 
@@ -27,7 +26,8 @@ use tokio_postgres::types::ToSql;
 mod golden;
 mod outputs;
 
-use meshql_core::lru::{Lru, Slot};
+use meshql_core::lru::Slot;
+use meshql_store_sql::table_core::{NestedStatements, TableCore};
 
 /// One entity's table.
 pub struct PostgresStore {
@@ -36,19 +36,12 @@ pub struct PostgresStore {
     /// the engine only ever reads through. Otherwise every read goes to the primary, so that
     /// a write path never reads a replica's stale version.
     on_replica: bool,
-    table: String,
+    /// The table's compiled searches, templates and counters.
+    core: TableCore,
     sql: TableSql,
-    compiled: Memo<(u64, Shape), Compiled>,
-    /// Nested statements, by [`meshql_core::nested::signature`]: at most
-    /// [`Self::NESTED_STATEMENTS`], the least recently used evicted first, and its prepared
-    /// statement with it ([`Self::nested_compiled`]).
-    nested: Lru<Compiled>,
-    /// The templates [`Store::prepare`] was given (a rebuild table gets the same indexes).
-    templates: std::sync::Mutex<Vec<QueryTemplate>>,
-    reads: AtomicU64,
-    writes: AtomicU64,
-    commits: AtomicU64,
-    signal: CommitSignal,
+    /// Nested statements: at most [`Self::NESTED_STATEMENTS`], the least recently used
+    /// evicted first, and its prepared statement with it ([`Self::nested_compiled`]).
+    nested: NestedStatements,
 }
 
 /// The table's statements: those every SQL store shares ([`meshql_store_sql::table`]), and
@@ -156,22 +149,10 @@ impl PostgresStore {
         Self {
             db,
             on_replica,
-            table: table.to_owned(),
+            core: TableCore::new(&DIALECT, table),
             sql: TableSql::new(table),
-            compiled: Memo::default(),
-            nested: Lru::new(Self::NESTED_STATEMENTS),
-            templates: Default::default(),
-            reads: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            commits: AtomicU64::new(0),
-            signal: CommitSignal::default(),
+            nested: NestedStatements::new(Self::NESTED_STATEMENTS),
         }
-    }
-
-    fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
-        self.compiled.get_or_insert_with((template.id, shape), || {
-            sql::search(&self.table, template, shape)
-        })
     }
 
     /// This store's database, as [`Relation::database`].
@@ -189,16 +170,13 @@ impl PostgresStore {
         shape: Shape,
         levels: &[Level<'_>],
     ) -> Arc<Slot<Compiled>> {
-        let key = meshql_core::nested::signature((template.id, shape), levels);
-        self.nested.get_or_insert_with(
-            key,
-            || sql::nested_search(&self.table, template, shape, levels),
-            |evicted| {
+        let table = self.core.table();
+        self.nested
+            .get(&DIALECT, table, template, shape, levels, |evicted| {
                 for manager in self.read_pool().managers() {
                     manager.statement_caches.remove(&evicted.sql, &[]);
                 }
-            },
-        )
+            })
     }
 
     /// The pool this store reads from: the replica's or the primary's.
@@ -338,7 +316,7 @@ impl PostgresStore {
 
     /// The key of an id's advisory lock (hashed by the lock statement).
     fn lock_key(&self, id: &str) -> String {
-        format!("{}/{}", self.table, id)
+        format!("{}/{}", self.core.table(), id)
     }
 
     /// Takes the locks of several ids, in one order whatever the caller's (so that two
@@ -410,7 +388,7 @@ impl PostgresStore {
         sql_text: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Envelope>, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, sql_text).await?;
         let rows = client.query(&stmt, params).await.map_err(pg_error)?;
@@ -518,18 +496,11 @@ impl StoreReader for PostgresStore {
             .check_args(args)
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let tokens = filter_tokens(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                limit: limit.is_some(),
-                batch: false,
-            },
-        );
+        let shape = self.core.shape(at, tokens.is_some(), limit, false);
+        let compiled = self.core.compiled(template, shape);
         let params = Self::bind(&compiled, args, at, &tokens, limit, None);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
@@ -558,18 +529,11 @@ impl StoreReader for PostgresStore {
         }
         batch.require_id_key()?;
         let tokens = filter_tokens(filter);
-        let compiled = self.compiled(
-            template,
-            Shape {
-                at: at.is_some(),
-                tokens: tokens.is_some(),
-                limit: false,
-                batch: true,
-            },
-        );
+        let shape = self.core.shape(at, tokens.is_some(), None, true);
+        let compiled = self.core.compiled(template, shape);
         let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, None, Some(keys));
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
         let rows = client.query(&stmt, &refs).await.map_err(pg_error)?;
@@ -615,7 +579,7 @@ impl StoreReader for PostgresStore {
         let compiled = self.nested_compiled(template, shape, &levels);
         let params = Self::bind(&compiled, args, at, &tokens, limit, None);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         let client = self.read_pool().get().await.map_err(pool_error)?;
         let stmt = prepared(&client, &compiled.sql).await?;
         if compiled.evicted() {
@@ -639,7 +603,7 @@ impl StoreReader for PostgresStore {
         Some(Relation {
             backend: DIALECT.backend(),
             database: self.database_id(),
-            table: self.table.clone(),
+            table: self.core.table().to_owned(),
         })
     }
 }
@@ -676,9 +640,8 @@ impl StoreWriter for PostgresStore {
             tx.commit().await.map_err(pg_error)?;
             env
         };
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.signal.notify();
+        self.core.wrote(1);
+        self.core.committed();
         Ok(env)
     }
 
@@ -719,9 +682,9 @@ impl StoreWriter for PostgresStore {
             );
         }
         tx.commit().await.map_err(pg_error)?;
-        self.writes.fetch_add(out.len() as u64, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.signal.notify();
+        self.core.count_writes(out.len() as u64);
+        self.core.committed();
+        self.core.signal.notify();
         Ok(out)
     }
 
@@ -761,9 +724,8 @@ impl StoreWriter for PostgresStore {
         };
         tx.commit().await.map_err(pg_error)?;
         if env.is_some() {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            self.commits.fetch_add(1, Ordering::Relaxed);
-            self.signal.notify();
+            self.core.wrote(1);
+            self.core.committed();
         }
         Ok(env)
     }
@@ -774,9 +736,8 @@ impl StoreWriter for PostgresStore {
         let outcome = self.remove_in(&tx, id, ctx).await?;
         tx.commit().await.map_err(pg_error)?;
         if outcome == RemoveOutcome::Removed {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            self.commits.fetch_add(1, Ordering::Relaxed);
-            self.signal.notify();
+            self.core.wrote(1);
+            self.core.committed();
         }
         Ok(outcome)
     }
@@ -799,11 +760,8 @@ impl StoreWriter for PostgresStore {
             .iter()
             .filter(|(_, o)| *o == RemoveOutcome::Removed)
             .count() as u64;
-        self.writes.fetch_add(removed, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        if removed > 0 {
-            self.signal.notify();
-        }
+        self.core.wrote(removed);
+        self.core.committed();
         Ok(out)
     }
 }
@@ -833,31 +791,18 @@ impl ChangeFeed for PostgresStore {
     }
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
-        Some(self.signal.subscribe())
+        Some(self.core.signal.subscribe())
     }
 }
 
 #[async_trait]
 impl Store for PostgresStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        *self.templates.lock().unwrap_or_else(|e| e.into_inner()) = templates.to_vec();
-        let mut ddl = sql::create_table(&self.table);
-        ddl.push_str(";\n");
-        ddl.push_str(outputs::DDL);
-        for t in templates {
-            for path in t.filtered_paths() {
-                if let Some(idx) = sql::create_field_index(&self.table, &path) {
-                    ddl.push_str(";\n");
-                    ddl.push_str(&idx);
-                }
-            }
-            for path in t.range_paths() {
-                for idx in sql::create_range_indexes(&self.table, &path) {
-                    ddl.push_str(";\n");
-                    ddl.push_str(&idx);
-                }
-            }
-        }
+        self.core.remember(templates);
+        let table = self.core.table();
+        let mut ddl = vec![sql::create_table(table), outputs::DDL.to_owned()];
+        ddl.extend(TableCore::index_ddl(&DIALECT, table, templates));
+        let ddl = ddl.join(";\n");
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
         // concurrent start-ups of several services must not race on CREATE
@@ -867,21 +812,11 @@ impl Store for PostgresStore {
         tx.batch_execute(&ddl).await.map_err(pg_error)?;
         tx.commit().await.map_err(pg_error)?;
         // prepare every template statement now, so a bad SQL fragment fails at start-up
-        for t in templates {
-            for batch in [false, true] {
-                let c = self.compiled(
-                    t,
-                    Shape {
-                        at: false,
-                        tokens: false,
-                        limit: false,
-                        batch,
-                    },
-                );
-                client.prepare_cached(&c.sql).await.map_err(|e| {
-                    StoreError::Invalid(format!("{} in statement `{}`", pg_error(e), c.sql))
-                })?;
-            }
+        for c in self.core.startup_statements(templates) {
+            client
+                .prepare_cached(&c.sql)
+                .await
+                .map_err(|e| TableCore::invalid_statement(pg_error(e), &c.sql))?;
         }
         Ok(())
     }
@@ -892,9 +827,9 @@ impl Store for PostgresStore {
 
     fn stats(&self) -> StoreStats {
         StoreStats {
-            reads: self.reads.load(Ordering::Relaxed),
-            commits: self.commits.load(Ordering::Relaxed),
-            writes: self.writes.load(Ordering::Relaxed),
+            reads: self.core.reads.load(Ordering::Relaxed),
+            commits: self.core.commits.load(Ordering::Relaxed),
+            writes: self.core.writes.load(Ordering::Relaxed),
             read_connections: None,
             connections_in_use: Some(self.db.connections_in_use()),
             log: None,

@@ -212,4 +212,16 @@ pub trait Dialect: Send + Sync + 'static {
     fn group_hint(&self) -> &'static str {
         ""
     }
+
+    // ---- the table's schema ----
+
+    /// The index (and, where needed, the generated column) that serves a template's
+    /// filter on `path` (none for the envelope id).
+    fn field_ddl(&self, table: &str, path: &FieldPath) -> Vec<String>;
+    /// The indexes (or columns) that serve a template's range on `path`, beyond
+    /// [`Self::field_ddl`]'s.
+    fn range_ddl(&self, table: &str, path: &FieldPath) -> Vec<String> {
+        let _ = (table, path);
+        Vec::new()
+    }
 }

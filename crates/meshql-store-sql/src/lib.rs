@@ -22,6 +22,7 @@ pub mod param;
 pub mod rules;
 pub mod search;
 pub mod table;
+pub mod table_core;
 
 #[cfg(feature = "golden")]
 #[doc(hidden)]

@@ -185,6 +185,13 @@ impl Dialect for SqliteDialect {
         )
     }
 
+    /// An expression index per filtered field (it serves ranges too).
+    fn field_ddl(&self, table: &str, path: &FieldPath) -> Vec<String> {
+        crate::sql::create_field_index(table, path)
+            .into_iter()
+            .collect()
+    }
+
     fn sort_terms(&self, path: &FieldPath, dir: &str) -> String {
         match path {
             FieldPath::Id => format!("t.id{dir}, "),

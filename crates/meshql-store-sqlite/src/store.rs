@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use meshql_core::memo::Memo;
 use meshql_core::template::TemplateKind;
 use meshql_core::{
-    in_request_order, now_millis, BoundArgs, CommitSignal, Cursor, Envelope, KeyedRows, Millis,
-    Nested, NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
+    in_request_order, now_millis, BoundArgs, Cursor, Envelope, KeyedRows, Millis, Nested,
+    NestedRow, NewDocument, Placement, QueryTemplate, Relation, RemoveOutcome, Row, Store,
     StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
@@ -16,9 +16,10 @@ use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{tokens_json, Current, Version};
 use meshql_store_sql::table::{list_index, page_index, PageParam};
+use meshql_store_sql::table_core::TableCore;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{params, Connection, OptionalExtension};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[cfg(test)]
@@ -30,17 +31,12 @@ pub use outputs::LogVersion;
 /// One entity's table.
 pub struct SqliteStore {
     db: Arc<SqliteDatabase>,
-    table: String,
+    /// The table's compiled searches, templates and counters.
+    core: TableCore,
     sql: Arc<TableSql>,
-    compiled: Memo<(u64, Shape), Compiled>,
     /// Batched lookups of relationships to other tables of the file, read with this
     /// table's searches (`nested`): by template, with the table they were compiled for.
     level_compiled: Memo<(u64, Shape), (String, Compiled)>,
-    reads: Arc<AtomicU64>,
-    writes: Arc<AtomicU64>,
-    signal: CommitSignal,
-    /// The templates [`Store::prepare`] was given (a rebuild table gets the same indexes).
-    templates: parking_lot::Mutex<Vec<QueryTemplate>>,
 }
 
 /// Statement texts that do not depend on templates.
@@ -128,19 +124,14 @@ impl SqliteStore {
     pub fn new(db: Arc<SqliteDatabase>, table: &str) -> Self {
         Self {
             db,
-            table: table.to_owned(),
+            core: TableCore::new(&DIALECT, table),
             sql: Arc::new(TableSql::new(table)),
-            compiled: Memo::default(),
             level_compiled: Memo::default(),
-            reads: Arc::new(AtomicU64::new(0)),
-            writes: Arc::new(AtomicU64::new(0)),
-            signal: CommitSignal::default(),
-            templates: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
     pub fn table(&self) -> &str {
-        &self.table
+        self.core.table()
     }
 
     /// This store's database file, as [`Relation::database`].
@@ -149,7 +140,7 @@ impl SqliteStore {
     }
 
     fn count_read(&self) {
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
     }
 
     /// Runs a whole-table read on the blocking pool, bounded by the database's scan
@@ -159,14 +150,8 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.core.count_read();
         self.db.scan(f).await
-    }
-
-    fn compiled(&self, template: &QueryTemplate, shape: Shape) -> Arc<Compiled> {
-        self.compiled.get_or_insert_with((template.id, shape), || {
-            sql::search(&self.table, template, shape)
-        })
     }
 
     fn bind(
@@ -508,7 +493,7 @@ impl StoreReader for SqliteStore {
             limit: false,
             batch: false,
         };
-        let compiled = self.compiled(template, shape);
+        let compiled = self.core.compiled(template, shape);
         let params = Self::bind(&compiled, args, at, &tokens, None);
         let run = move |conn: &Connection| -> Result<Vec<Row>, StoreError> {
             let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
@@ -556,7 +541,7 @@ impl StoreReader for SqliteStore {
             limit: false,
             batch: true,
         };
-        let compiled = self.compiled(template, shape);
+        let compiled = self.core.compiled(template, shape);
         let keys_json = serde_json::to_string(keys).expect("strings serialise");
         let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
         self.db.read(|conn| {
@@ -591,7 +576,7 @@ impl StoreReader for SqliteStore {
         self.db.nested_reads().then(|| Relation {
             backend: DIALECT.backend(),
             database: self.database_id(),
-            table: self.table.clone(),
+            table: self.core.table().to_owned(),
         })
     }
 }
@@ -631,8 +616,7 @@ impl StoreWriter for SqliteStore {
         } else {
             self.db.write(job).await?
         };
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.signal.notify();
+        self.core.wrote(1);
         Ok(env)
     }
 
@@ -678,8 +662,8 @@ impl StoreWriter for SqliteStore {
                     .collect::<Result<Vec<_>, _>>()
             })
             .await?;
-        self.writes.fetch_add(n, Ordering::Relaxed);
-        self.signal.notify();
+        self.core.count_writes(n);
+        self.core.signal.notify();
         Ok(envs)
     }
 
@@ -720,8 +704,7 @@ impl StoreWriter for SqliteStore {
             })
             .await?;
         if env.is_some() {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            self.signal.notify();
+            self.core.wrote(1);
         }
         Ok(env)
     }
@@ -735,8 +718,7 @@ impl StoreWriter for SqliteStore {
             .write(move |conn| Self::remove_one(conn, &sql, &id, &ctx))
             .await?;
         if outcome == RemoveOutcome::Removed {
-            self.writes.fetch_add(1, Ordering::Relaxed);
-            self.signal.notify();
+            self.core.wrote(1);
         }
         Ok(outcome)
     }
@@ -764,10 +746,7 @@ impl StoreWriter for SqliteStore {
             .iter()
             .filter(|(_, o)| *o == RemoveOutcome::Removed)
             .count();
-        self.writes.fetch_add(removed as u64, Ordering::Relaxed);
-        if removed > 0 {
-            self.signal.notify();
-        }
+        self.core.wrote(removed as u64);
         Ok(outcomes)
     }
 }
@@ -808,26 +787,18 @@ impl ChangeFeed for SqliteStore {
     }
 
     fn commit_signal(&self) -> Option<meshql_core::CommitReceiver> {
-        Some(self.signal.subscribe())
+        Some(self.core.signal.subscribe())
     }
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn prepare(&self, templates: &[QueryTemplate]) -> Result<(), StoreError> {
-        *self.templates.lock() = templates.to_vec();
-        let mut ddl = sql::create_table(&self.table);
-        ddl.push_str(";\n");
-        ddl.push_str(outputs::DDL);
-        for t in templates {
-            for path in t.filtered_paths() {
-                if let Some(idx) = sql::create_field_index(&self.table, &path) {
-                    ddl.push_str(";\n");
-                    ddl.push_str(&idx);
-                }
-            }
-        }
-        let table = self.table.clone();
+        self.core.remember(templates);
+        let table = self.core.table().to_owned();
+        let mut ddl = vec![sql::create_table(&table), outputs::DDL.to_owned()];
+        ddl.extend(TableCore::index_ddl(&DIALECT, &table, templates));
+        let ddl = ddl.join(";\n");
         self.db
             .write(move |conn| {
                 conn.execute_batch(&ddl).map_err(query_error)?;
@@ -851,28 +822,11 @@ impl Store for SqliteStore {
             })
             .await?;
         // compile every statement now so that a bad SQL fragment fails at start-up
-        let templates = templates.to_vec();
-        let compiled: Vec<Arc<Compiled>> = templates
-            .iter()
-            .flat_map(|t| {
-                [false, true].into_iter().map(move |batch| {
-                    (
-                        t,
-                        Shape {
-                            at: false,
-                            tokens: false,
-                            limit: false,
-                            batch,
-                        },
-                    )
-                })
-            })
-            .map(|(t, shape)| self.compiled(t, shape))
-            .collect();
+        let compiled = self.core.startup_statements(templates);
         self.db.read(|conn| {
             for c in &compiled {
                 conn.prepare(&c.sql)
-                    .map_err(|e| StoreError::Invalid(format!("{e} in statement `{}`", c.sql)))?;
+                    .map_err(|e| TableCore::invalid_statement(e, &c.sql))?;
             }
             Ok(())
         })
@@ -884,9 +838,9 @@ impl Store for SqliteStore {
 
     fn stats(&self) -> StoreStats {
         StoreStats {
-            reads: self.reads.load(Ordering::Relaxed),
+            reads: self.core.reads.load(Ordering::Relaxed),
             commits: self.db.commits(),
-            writes: self.writes.load(Ordering::Relaxed),
+            writes: self.core.writes.load(Ordering::Relaxed),
             read_connections: Some(self.db.open_readers() as u64),
             connections_in_use: None,
             log: None,

@@ -64,7 +64,7 @@ fn bind_all(out: &mut String, c: &Compiled, template: &QueryTemplate, shape: Sha
 fn search_section(out: &mut String) {
     for (label, template) in meshql_store_golden::templates() {
         for shape in shapes() {
-            let c = sql::search("hen", &template, shape);
+            let c = meshql_store_sql::search::search(&DIALECT, "hen", &template, shape);
             out.push_str(&format!(
                 "== search {label} {}\n{}\n",
                 self::label(shape),
@@ -82,7 +82,8 @@ fn nested_section(out: &mut String) {
         for shape in shapes().into_iter().filter(|s| !s.batch) {
             for limit in [false, true] {
                 let shape = Shape { limit, ..shape };
-                let c = sql::nested_search("hen", root, shape, &levels);
+                let c =
+                    meshql_store_sql::nested::nested_search(&DIALECT, "hen", root, shape, &levels);
                 out.push_str(&format!(
                     "== nested tree {i} {} limit {limit}\n{}\n",
                     label(shape),

@@ -75,7 +75,6 @@ use mysql_async::prelude::Queryable;
 use mysql_async::TxOpts;
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
 /// The lock every schema change of a database takes (`prepare`, a swap); `Some(1)` when
@@ -351,7 +350,7 @@ impl MysqlStore {
                 .exec_first(
                     "SELECT from_consumer, to_consumer FROM _meshql_rebuild_swaps \
                      WHERE tbl = ? FOR UPDATE",
-                    (self.table.as_str(),),
+                    (self.core.table(),),
                 )
                 .await?;
             let Some((from, to)) = swap else {
@@ -368,7 +367,7 @@ impl MysqlStore {
             }
             tx.exec_drop(
                 "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
-                (self.table.as_str(),),
+                (self.core.table(),),
             )
             .await?;
             Ok(true)
@@ -396,25 +395,25 @@ impl MysqlStore {
         let pending: Option<i64> = q
             .exec_first(
                 "SELECT 1 FROM _meshql_rebuild_swaps WHERE tbl = ?",
-                (self.table.as_str(),),
+                (self.core.table(),),
             )
             .await
             .map_err(my_error)?;
         if pending.is_none() {
             return Ok(());
         }
-        if table_exists(q, &sql::rebuild_table(&self.table)).await? {
+        if table_exists(q, &sql::rebuild_table(self.core.table())).await? {
             // the rename never happened: the live table and its consumer are as they were
             q.exec_drop(
                 "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
-                (self.table.as_str(),),
+                (self.core.table(),),
             )
             .await
             .map_err(my_error)?;
         } else {
             self.move_swapped_consumer(q).await?;
         }
-        let old = quote_ident(&sql::swapped_out_table(&self.table));
+        let old = quote_ident(&sql::swapped_out_table(self.core.table()));
         q.query_drop(format!("DROP TABLE IF EXISTS {old}"))
             .await
             .map_err(my_error)
@@ -428,17 +427,17 @@ impl MysqlStore {
         to: &str,
     ) -> Result<(), StoreError> {
         self.finish_swap(q).await?;
-        let shadow = sql::rebuild_table(&self.table);
+        let shadow = sql::rebuild_table(self.core.table());
         if !table_exists(q, &shadow).await? {
             return Err(StoreError::Invalid(format!(
                 "no rebuild of `{}` to swap in",
-                self.table
+                self.core.table()
             )));
         }
         let (live_q, shadow_q, old_q) = (
-            quote_ident(&self.table),
+            quote_ident(self.core.table()),
             quote_ident(&shadow),
-            quote_ident(&sql::swapped_out_table(&self.table)),
+            quote_ident(&sql::swapped_out_table(self.core.table())),
         );
         // 1: the rebuilt versions before every cursor of the feed, and the swap's row
         let mut tx = q
@@ -452,7 +451,7 @@ impl MysqlStore {
                 "INSERT INTO _meshql_rebuild_swaps (tbl, from_consumer, to_consumer) \
                  VALUES (?, ?, ?) ON DUPLICATE KEY UPDATE \
                  from_consumer = VALUES(from_consumer), to_consumer = VALUES(to_consumer)",
-                (self.table.as_str(), from, to),
+                (self.core.table(), from, to),
             )
             .await
         }
@@ -474,7 +473,7 @@ impl MysqlStore {
             let _ = q
                 .exec_drop(
                     "DELETE FROM _meshql_rebuild_swaps WHERE tbl = ?",
-                    (self.table.as_str(),),
+                    (self.core.table(),),
                 )
                 .await;
             return Err(my_error(e));
@@ -486,7 +485,7 @@ impl MysqlStore {
             match self.move_swapped_consumer(q).await {
                 Ok(_) => break,
                 Err(e) if attempt < 5 => {
-                    tracing::warn!(table = %self.table, error = %e, attempt,
+                    tracing::warn!(table = %self.core.table(), error = %e, attempt,
                         "moving the rebuilt consumer's rows failed; retrying");
                     tokio::time::sleep(wait).await;
                     wait *= 2;
@@ -496,7 +495,7 @@ impl MysqlStore {
                     return Err(StoreError::Unavailable(format!(
                         "the rebuilt table of `{}` is in place, but its consumer's rows could \
                          not be moved ({e}); the next start finishes it",
-                        self.table
+                        self.core.table()
                     )))
                 }
             }
@@ -673,8 +672,7 @@ impl OutputStore for MysqlStore {
                 })
             })
             .await?;
-        self.writes
-            .fetch_add(written.len() as u64, Ordering::Relaxed);
+        self.core.count_writes(written.len() as u64);
         Ok(written)
     }
 
@@ -703,7 +701,7 @@ impl OutputStore for MysqlStore {
     }
 
     async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
-        let shadow = sql::rebuild_table(&self.table);
+        let shadow = sql::rebuild_table(self.core.table());
         let mut conn = self.db.conn().await?;
         let locked: Option<Option<i64>> = conn.exec_first(DDL_LOCK, ()).await.map_err(my_error)?;
         if locked != Some(Some(1)) {
@@ -728,11 +726,7 @@ impl OutputStore for MysqlStore {
         cleared?;
         drop(conn);
         let store = MysqlStore::new(self.db.clone(), &shadow);
-        let templates = self
-            .templates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let templates = self.core.templates();
         meshql_core::Store::prepare(&store, &templates).await?;
         Ok(std::sync::Arc::new(store))
     }
@@ -750,7 +744,7 @@ impl OutputStore for MysqlStore {
         let result = self.swap_locked(&mut conn, from, to).await;
         let _ = conn.query_drop(DDL_UNLOCK).await;
         if result.is_ok() {
-            self.commits.fetch_add(1, Ordering::Relaxed);
+            self.core.committed();
         }
         result
     }

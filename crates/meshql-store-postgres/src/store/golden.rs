@@ -62,7 +62,7 @@ fn bind_all(out: &mut String, c: &Compiled, template: &QueryTemplate, shape: Sha
 fn search_section(out: &mut String) {
     for (label, template) in meshql_store_golden::templates() {
         for shape in shapes() {
-            let c = sql::search("hen", &template, shape);
+            let c = meshql_store_sql::search::search(&DIALECT, "hen", &template, shape);
             out.push_str(&format!("== search {label} {shape:?}\n{}\n", c.sql));
             bind_all(out, &c, &template, shape);
         }
@@ -74,7 +74,7 @@ fn nested_section(out: &mut String) {
     for (i, (root, levels)) in trees.iter().enumerate() {
         let levels: Vec<Level<'_>> = levels.iter().map(meshql_store_golden::level).collect();
         for shape in shapes().into_iter().filter(|s| !s.batch) {
-            let c = sql::nested_search("hen", root, shape, &levels);
+            let c = meshql_store_sql::nested::nested_search(&DIALECT, "hen", root, shape, &levels);
             out.push_str(&format!("== nested tree {i} {shape:?}\n{}\n", c.sql));
             bind_all(out, &c, root, shape);
         }

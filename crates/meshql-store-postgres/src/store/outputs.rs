@@ -69,7 +69,6 @@ use meshql_core::{
 use meshql_store_sql::outputs::{bigint, OutputSql, OutputStep, OutputWrites};
 use meshql_store_sql::rules::{Current, Version};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 use tokio_postgres::types::ToSql;
 
@@ -346,12 +345,8 @@ impl OutputStore for PostgresStore {
         .await
         .map_err(pg_error)?;
         tx.commit().await.map_err(pg_error)?;
-        self.writes
-            .fetch_add(written.len() as u64, Ordering::Relaxed);
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        if !written.is_empty() {
-            self.signal.notify();
-        }
+        self.core.wrote(written.len() as u64);
+        self.core.committed();
         Ok(written)
     }
 
@@ -387,7 +382,7 @@ impl OutputStore for PostgresStore {
     }
 
     async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
-        let shadow = sql::rebuild_table(&self.table);
+        let shadow = sql::rebuild_table(self.core.table());
         let client = self.db.write.get().await.map_err(pool_error)?;
         client
             .batch_execute(&format!("DROP TABLE IF EXISTS {}", quote_ident(&shadow)))
@@ -395,11 +390,7 @@ impl OutputStore for PostgresStore {
             .map_err(pg_error)?;
         drop(client);
         let store = PostgresStore::new(self.db.clone(), &shadow);
-        let templates = self
-            .templates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let templates = self.core.templates();
         meshql_core::Store::prepare(&store, &templates).await?;
         // its versions are before every cursor of the feed once swapped in (module docs)
         let client = self.db.write.get().await.map_err(pool_error)?;
@@ -414,13 +405,9 @@ impl OutputStore for PostgresStore {
     }
 
     async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
-        let shadow = sql::rebuild_table(&self.table);
-        let (live_q, shadow_q) = (quote_ident(&self.table), quote_ident(&shadow));
-        let templates = self
-            .templates
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let shadow = sql::rebuild_table(self.core.table());
+        let (live_q, shadow_q) = (quote_ident(self.core.table()), quote_ident(&shadow));
+        let templates = self.core.templates();
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
         let exists = tx
@@ -430,7 +417,7 @@ impl OutputStore for PostgresStore {
         if !exists.get::<_, bool>(0) {
             return Err(StoreError::Invalid(format!(
                 "no rebuild of `{}` to swap in",
-                self.table
+                self.core.table()
             )));
         }
         tx.batch_execute(&format!(
@@ -450,7 +437,7 @@ impl OutputStore for PostgresStore {
         for suffix in sql::index_suffixes(&templates) {
             let (was, is) = (
                 sql::index_name(&shadow, &suffix),
-                sql::index_name(&self.table, &suffix),
+                sql::index_name(self.core.table(), &suffix),
             );
             ddl.push_str(&format!("ALTER INDEX IF EXISTS {was} RENAME TO {is};\n"));
         }
@@ -478,7 +465,7 @@ impl OutputStore for PostgresStore {
             tx.execute(update, &params).await.map_err(pg_error)?;
         }
         tx.commit().await.map_err(pg_error)?;
-        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.core.committed();
         Ok(())
     }
 

@@ -143,7 +143,7 @@ impl SqliteStore {
             limit: false,
             batch: false,
         };
-        let root = self.compiled(template, shape);
+        let root = self.core.compiled(template, shape);
         let params = Self::bind(&root, args, bounds.at, &bounds.tokens, None);
         let plans = self.plans(
             &levels,
@@ -154,7 +154,7 @@ impl SqliteStore {
             },
         );
         let root_fields = keeping_keys(fields, nested);
-        let reads = self.reads.clone();
+        let reads = self.core.reads.clone();
         let run = move |conn: &Connection| {
             let root = Root {
                 compiled: &root,

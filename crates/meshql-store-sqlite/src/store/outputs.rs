@@ -23,9 +23,9 @@ use meshql_core::{
     StoreError, WriteContext,
 };
 use meshql_store_sql::outputs::{put_tokens, with_id, OutputSql};
+use meshql_store_sql::table_core::TableCore;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
 /// The tables, created if missing (run by `prepare`).
@@ -193,9 +193,7 @@ impl SqliteStore {
             })
             .await?;
         if !written.is_empty() {
-            self.writes
-                .fetch_add(written.len() as u64, Ordering::Relaxed);
-            self.signal.notify();
+            self.core.wrote(written.len() as u64);
         }
         Ok(written)
     }
@@ -355,9 +353,7 @@ impl OutputStore for SqliteStore {
             })
             .await?;
         if !written.is_empty() {
-            self.writes
-                .fetch_add(written.len() as u64, Ordering::Relaxed);
-            self.signal.notify();
+            self.core.wrote(written.len() as u64);
         }
         Ok(written)
     }
@@ -398,21 +394,21 @@ impl OutputStore for SqliteStore {
     }
 
     async fn rebuild_store(&self) -> Result<meshql_core::DynStore, StoreError> {
-        let shadow = rebuild_table(&self.table);
+        let shadow = rebuild_table(self.core.table());
         let drop = format!("DROP TABLE IF EXISTS {}", quote_ident(&shadow));
         self.db
             .write(move |conn| conn.execute_batch(&drop).map_err(query_error))
             .await?;
         let store = SqliteStore::new(self.db.clone(), &shadow);
-        let templates = self.templates.lock().clone();
+        let templates = self.core.templates();
         meshql_core::Store::prepare(&store, &templates).await?;
         Ok(std::sync::Arc::new(store))
     }
 
     async fn swap_rebuilt(&self, from: &str, to: &str) -> Result<(), StoreError> {
-        let table = self.table.clone();
+        let table = self.core.table().to_owned();
         let shadow = rebuild_table(&table);
-        let templates = self.templates.lock().clone();
+        let templates = self.core.templates();
         let (from, to) = (from.to_owned(), to.to_owned());
         self.db
             .write(move |conn| {
@@ -445,15 +441,9 @@ impl OutputStore for SqliteStore {
                     quote_ident(&table),
                     quote_ident(&old),
                 ));
-                ddl.push_str(&crate::sql::create_table(&table));
-                for t in &templates {
-                    for path in t.filtered_paths() {
-                        if let Some(idx) = crate::sql::create_field_index(&table, &path) {
-                            ddl.push_str(";\n");
-                            ddl.push_str(&idx);
-                        }
-                    }
-                }
+                let mut schema = vec![crate::sql::create_table(&table)];
+                schema.extend(TableCore::index_ddl(&DIALECT, &table, &templates));
+                ddl.push_str(&schema.join(";\n"));
                 conn.execute_batch(&ddl).map_err(query_error)?;
                 // row ids go on from the old table's: the change feed's cursor stays valid
                 conn.execute(
