@@ -82,7 +82,7 @@ pub const DEFAULTS: &[(&str, &str)] = &[
 ];
 
 /// The client settings of the relay's producer (and of its admin client).
-fn client_config(config: &KafkaSinkConfig) -> ClientConfig {
+pub(crate) fn client_config(config: &KafkaSinkConfig) -> ClientConfig {
     let mut client = ClientConfig::new();
     client.set("bootstrap.servers", &config.brokers);
     client.set("client.id", format!("meshql-relay-{}", config.name));
