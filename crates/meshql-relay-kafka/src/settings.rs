@@ -37,9 +37,10 @@ pub struct KafkaSettings {
     /// it).
     #[serde(default)]
     pub format: KafkaFormat,
-    /// Extra librdkafka producer settings, e.g. `"linger.ms" = 20` or
-    /// `"security.protocol" = "ssl"`; they override meshql's (`enable.idempotence = true`,
-    /// `acks = all`, `compression.type = lz4`, `linger.ms = 5`, `message.timeout.ms = 30000`).
+    /// Extra librdkafka producer settings, e.g. `"linger.ms" = 20`; they override meshql's
+    /// (`enable.idempotence = true`, `acks = all`, `compression.type = lz4`, `linger.ms = 5`,
+    /// `message.timeout.ms = 30000`). One this build's librdkafka cannot take (no TLS, SASL,
+    /// gzip or zstd) is refused when the config is checked.
     #[serde(default)]
     pub options: BTreeMap<String, OptionValue>,
     /// Create the entities' topics that do not exist yet when the relay starts (default

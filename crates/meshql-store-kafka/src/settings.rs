@@ -10,14 +10,16 @@
 //! create_topics = true                        # make missing topics (default true)
 //! file = "events-kafka.db"                    # the local materialisation (default <block>-kafka.db, under data_dir)
 //! write_timeout_ms = 10000                    # a write's wait for the broker and the local apply
-//! options = { "security.protocol" = "SASL_SSL", "sasl.mechanism" = "SCRAM-SHA-512" }  # producer and consumer
+//! options = { "socket.keepalive.enable" = true }  # producer and consumer
 //! producer = { "linger.ms" = 1 }              # the producer only
 //! consumer = { "fetch.wait.max.ms" = 10 }     # the consumer only
 //! ```
 //!
-//! `options`, `producer` and `consumer` are librdkafka properties, passed through (TLS and
-//! SASL for a real cluster go in `options`), except those meshql sets itself because its
-//! guarantees rest on them ([`RESERVED`]): naming one is an error that says why.
+//! `options`, `producer` and `consumer` are librdkafka properties, passed through, except
+//! those meshql sets itself because its guarantees rest on them ([`RESERVED`]): naming one is
+//! an error that says why. A property or value this build's librdkafka cannot take (it is
+//! built without OpenSSL, zlib or zstd: no TLS or SASL, no gzip or zstd compression) is
+//! refused when the config is checked.
 
 use meshql_core::{parse_settings, BackendContext, SettingError};
 use schemars::JsonSchema;
@@ -228,6 +230,17 @@ pub(crate) fn checked(
     producer.extend(properties("producer", &s.producer)?);
     let mut consumer = options;
     consumer.extend(properties("consumer", &s.consumer)?);
+    // what librdkafka would refuse when the store opens is refused now (`meshql check`)
+    for (block, properties) in [("producer", &producer), ("consumer", &consumer)] {
+        let mut probe = rdkafka::ClientConfig::new();
+        probe.set("bootstrap.servers", brokers.join(","));
+        for (k, v) in properties {
+            probe.set(k, v);
+        }
+        probe
+            .create_native_config()
+            .map_err(|e| SettingError::new(block, e.to_string()))?;
+    }
     Ok(KafkaStorage {
         brokers: brokers.join(","),
         topic: s.topic,
@@ -288,10 +301,21 @@ mod tests {
     }
 
     #[test]
+    fn properties_librdkafka_refuses_are_refused_at_check() {
+        let e = check(json!({"brokers": "h:1", "options": {"security.protocol": "SASL_SSL"}}))
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("producer"));
+        assert!(e.message.contains("SASL_SSL"), "{e}");
+        let e = check(json!({"brokers": "h:1", "consumer": {"fetch.wait.max.ms": "soon"}}))
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("consumer"));
+    }
+
+    #[test]
     fn defaults_and_passed_through_properties() {
         let s = check(json!({"brokers": " 127.0.0.1:19092 , kafka-2:9092 ",
-            "options": {"security.protocol": "SASL_SSL", "linger.ms": 5},
-            "producer": {"linger.ms": 1, "enable.ssl.certificate.verification": false},
+            "options": {"socket.keepalive.enable": true, "linger.ms": 5},
+            "producer": {"linger.ms": 1, "batch.num.messages": 100},
             "consumer": {"fetch.wait.max.ms": "10"}}))
         .unwrap();
         assert_eq!(s.brokers, "127.0.0.1:19092,kafka-2:9092");
@@ -302,8 +326,8 @@ mod tests {
         assert_eq!(s.write_timeout, std::time::Duration::from_secs(10));
         // options go to both; producer and consumer win over them
         assert_eq!(s.producer["linger.ms"], "1");
-        assert_eq!(s.producer["security.protocol"], "SASL_SSL");
-        assert_eq!(s.producer["enable.ssl.certificate.verification"], "false");
+        assert_eq!(s.producer["socket.keepalive.enable"], "true");
+        assert_eq!(s.producer["batch.num.messages"], "100");
         assert_eq!(s.consumer["linger.ms"], "5");
         assert_eq!(s.consumer["fetch.wait.max.ms"], "10");
         assert!(!s

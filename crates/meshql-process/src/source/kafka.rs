@@ -95,7 +95,16 @@ impl SourceKind for KafkaSource {
                 };
                 (k, text)
             })
-            .collect();
+            .collect::<BTreeMap<String, String>>();
+        // what librdkafka would refuse when the source starts is refused now (`meshql check`)
+        let mut probe = ClientConfig::new();
+        probe.set("bootstrap.servers", &s.brokers);
+        for (k, v) in &options {
+            probe.set(k, v);
+        }
+        probe
+            .create_native_config()
+            .map_err(|e| SettingError::new("source.options", e.to_string()))?;
         Ok(KafkaSource {
             brokers: s.brokers,
             topics: s.topics,
