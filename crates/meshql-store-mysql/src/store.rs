@@ -14,7 +14,9 @@ use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, Sto
 use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
-use meshql_store_sql::rules::{sort_by_template, tokens_json, visible, Current, Version};
+use meshql_store_sql::rules::{
+    sort_by_template, tokens_json, updatable, visible, Current, RemoveStep, Version,
+};
 use meshql_store_sql::table::{list_index, page_index, PageParam, Pager};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Params, TxOpts, Value};
@@ -338,13 +340,9 @@ impl MysqlStore {
         id: &str,
         ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
-        match self.current(&mut w.tx, id).await? {
-            None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
-                Ok(RemoveOutcome::NotFound)
-            }
-            Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
-            Some(cur) => {
+        match RemoveStep::of(self.current(&mut w.tx, id).await?, &ctx.filter) {
+            RemoveStep::Done(outcome) => Ok(outcome),
+            RemoveStep::Tombstone(cur) => {
                 self.tombstone(w, id, cur, ctx.correlation_id.as_deref())
                     .await?;
                 Ok(RemoveOutcome::Removed)
@@ -363,20 +361,8 @@ impl MysqlStore {
     ) -> Result<Envelope, StoreError> {
         let payload = std::mem::take(&mut cur.payload);
         let tokens = std::mem::take(&mut cur.tokens);
-        self.append_after(
-            w,
-            Version {
-                id,
-                payload,
-                created_at: None,
-                deleted: true,
-                tokens: &tokens,
-                fresh_id: false,
-                correlation_id,
-            },
-            Some(cur),
-        )
-        .await
+        let tombstone = Version::tombstone(id, payload, &tokens, correlation_id);
+        self.append_after(w, tombstone, Some(cur)).await
     }
 
     async fn envelopes(&self, text: &str, params: Params) -> Result<Vec<Envelope>, StoreError> {
@@ -811,10 +797,7 @@ impl StoreWriter for MysqlStore {
             .write_tx(move |s, tx| {
                 Box::pin(async move {
                     match s.current(&mut tx.tx, &id).await? {
-                        Some(cur)
-                            if !cur.deleted
-                                && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
-                        {
+                        Some(cur) if updatable(&cur, &ctx.filter) => {
                             let tokens = ctx.tokens.unwrap_or(cur.tokens);
                             s.append(
                                 tx,

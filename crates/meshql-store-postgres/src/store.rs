@@ -16,7 +16,9 @@ use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, Sto
 use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::nested::nested_levels;
 use meshql_store_sql::param::{Binding, ListArg};
-use meshql_store_sql::rules::{token_list as filter_tokens, visible, Current, Version};
+use meshql_store_sql::rules::{
+    token_list as filter_tokens, updatable, visible, Current, RemoveStep, Version,
+};
 use meshql_store_sql::table::{list_index, page_index, PageParam, Pager};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -342,13 +344,9 @@ impl PostgresStore {
         id: &str,
         ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
-        match self.locked_current(client, id).await? {
-            None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
-                Ok(RemoveOutcome::NotFound)
-            }
-            Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
-            Some(cur) => {
+        match RemoveStep::of(self.locked_current(client, id).await?, &ctx.filter) {
+            RemoveStep::Done(outcome) => Ok(outcome),
+            RemoveStep::Tombstone(cur) => {
                 self.tombstone(client, id, cur, ctx.correlation_id.as_deref())
                     .await?;
                 Ok(RemoveOutcome::Removed)
@@ -367,20 +365,8 @@ impl PostgresStore {
     ) -> Result<Envelope, StoreError> {
         // the tombstone keeps the last payload (`append` reads no payload of `cur`)
         let payload = std::mem::take(&mut cur.payload);
-        self.append(
-            client,
-            Version {
-                id,
-                payload,
-                created_at: None,
-                deleted: true,
-                tokens: &cur.tokens,
-                fresh_id: false,
-                correlation_id,
-            },
-            Some(&cur),
-        )
-        .await
+        let tombstone = Version::tombstone(id, payload, &cur.tokens, correlation_id);
+        self.append(client, tombstone, Some(&cur)).await
     }
 
     async fn query_envelopes(
@@ -699,9 +685,7 @@ impl StoreWriter for PostgresStore {
         let mut client = self.db.write.get().await.map_err(pool_error)?;
         let tx = client.transaction().await.map_err(pg_error)?;
         let env = match self.locked_current(&tx, id).await? {
-            Some(cur)
-                if !cur.deleted && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
-            {
+            Some(cur) if updatable(&cur, &ctx.filter) => {
                 let tokens = ctx.tokens.as_deref().unwrap_or(&cur.tokens);
                 Some(
                     self.append(

@@ -75,3 +75,53 @@ pub fn sort_by_template<T>(
     template.sort_rows(&mut parsed, |(r, p)| (parts(r).0.as_str(), p));
     rows.extend(parsed.into_iter().map(|(r, _)| r));
 }
+
+impl<'a> Version<'a> {
+    /// The tombstone of `id` after its current version: its last payload, its tokens.
+    pub fn tombstone(
+        id: &'a str,
+        payload: String,
+        tokens: &'a [String],
+        correlation_id: Option<&'a str>,
+    ) -> Self {
+        Version {
+            id,
+            payload,
+            created_at: None,
+            deleted: true,
+            tokens,
+            fresh_id: false,
+            correlation_id,
+        }
+    }
+}
+
+/// Whether an update applies to an id's current version: not a tombstone, and visible to
+/// the writer's tokens.
+pub fn updatable(current: &Current, filter: &TokenFilter) -> bool {
+    !current.deleted && meshql_core::auth::is_visible(filter, &current.tokens)
+}
+
+/// What a remove does, given an id's current version.
+#[derive(Debug)]
+pub enum RemoveStep {
+    /// Nothing to write: none, or hidden from the writer (`NotFound`), or a tombstone
+    /// already (`AlreadyDeleted`).
+    Done(meshql_core::RemoveOutcome),
+    /// Append the tombstone after this version (then `Removed`).
+    Tombstone(Current),
+}
+
+impl RemoveStep {
+    pub fn of(current: Option<Current>, filter: &TokenFilter) -> Self {
+        use meshql_core::RemoveOutcome;
+        match current {
+            None => RemoveStep::Done(RemoveOutcome::NotFound),
+            Some(cur) if !meshql_core::auth::is_visible(filter, &cur.tokens) => {
+                RemoveStep::Done(RemoveOutcome::NotFound)
+            }
+            Some(cur) if cur.deleted => RemoveStep::Done(RemoveOutcome::AlreadyDeleted),
+            Some(cur) => RemoveStep::Tombstone(cur),
+        }
+    }
+}

@@ -14,7 +14,7 @@ use meshql_core::{
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
 use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::param::{Binding, ListArg};
-use meshql_store_sql::rules::{tokens_json, Current, Version};
+use meshql_store_sql::rules::{tokens_json, updatable, visible, Current, RemoveStep, Version};
 use meshql_store_sql::table::{list_index, page_index, PageParam};
 use meshql_store_sql::table_core::TableCore;
 use rusqlite::types::Value as SqlValue;
@@ -291,26 +291,12 @@ impl SqliteStore {
         id: &str,
         ctx: &WriteContext,
     ) -> Result<RemoveOutcome, StoreError> {
-        match Self::current(conn, sql, id)? {
-            None => Ok(RemoveOutcome::NotFound),
-            Some(cur) if !meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) => {
-                Ok(RemoveOutcome::NotFound)
-            }
-            Some(cur) if cur.deleted => Ok(RemoveOutcome::AlreadyDeleted),
-            Some(cur) => {
-                Self::append(
-                    conn,
-                    sql,
-                    Version {
-                        id,
-                        payload: cur.payload,
-                        created_at: None,
-                        deleted: true,
-                        tokens: &cur.tokens,
-                        fresh_id: false,
-                        correlation_id: ctx.correlation_id.as_deref(),
-                    },
-                )?;
+        match RemoveStep::of(Self::current(conn, sql, id)?, &ctx.filter) {
+            RemoveStep::Done(outcome) => Ok(outcome),
+            RemoveStep::Tombstone(cur) => {
+                let correlation_id = ctx.correlation_id.as_deref();
+                let tombstone = Version::tombstone(id, cur.payload, &cur.tokens, correlation_id);
+                Self::append(conn, sql, tombstone)?;
                 Ok(RemoveOutcome::Removed)
             }
         }
@@ -349,7 +335,7 @@ impl SqliteStore {
         .map_err(query_error)?;
         let Some(row) = row else { return Ok(None) };
         let env = decode_tokens(row)?;
-        if env.deleted || !meshql_core::auth::is_visible(filter, &env.authorized_tokens) {
+        if !visible(filter, &env) {
             return Ok(None);
         }
         Ok(Some(env))
@@ -442,9 +428,7 @@ impl StoreReader for SqliteStore {
                             .map_err(query_error)?;
                         if let Some(older) = older {
                             let older = decode_tokens(older)?;
-                            if !older.deleted
-                                && meshql_core::auth::is_visible(&filter, &older.authorized_tokens)
-                            {
+                            if visible(&filter, &older) {
                                 out.push(older);
                             }
                         }
@@ -681,9 +665,7 @@ impl StoreWriter for SqliteStore {
         let env = self
             .db
             .write(move |conn| match Self::current(conn, &sql, &id)? {
-                Some(cur)
-                    if !cur.deleted && meshql_core::auth::is_visible(&ctx.filter, &cur.tokens) =>
-                {
+                Some(cur) if updatable(&cur, &ctx.filter) => {
                     let tokens = ctx.tokens.unwrap_or(cur.tokens);
                     Self::append(
                         conn,
