@@ -11,8 +11,7 @@ use meshql_core::{
     StoreChange, StoreError, StoreStats, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
-use meshql_store_sql::dialect::Dialect;
-use meshql_store_sql::nested::nested_levels;
+use meshql_store_sql::nested::{nested_plan, NestedPlan};
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{
     sort_by_template, tokens_json, updatable, visible, Current, RemoveStep, Version,
@@ -670,18 +669,19 @@ impl StoreReader for MysqlStore {
             limit,
             fields,
         } = *search;
-        let (filter, at) = (ctx.filter, ctx.at);
-        let enabled = self.db.nested_sql;
-        let Some(levels) = nested_levels(&DIALECT, enabled, template, nested, self.database_id())
-        else {
+        let (enabled, database) = (self.db.nested_sql, self.database_id());
+        let tokens = tokens_json(ctx.filter);
+        let at = ctx.at;
+        let Some(NestedPlan { levels, shape }) = nested_plan(
+            &DIALECT,
+            enabled,
+            search,
+            nested,
+            database,
+            at,
+            tokens.is_some(),
+        ) else {
             return Ok(None);
-        };
-        let tokens = tokens_json(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            limit: limit.is_some(),
-            batch: false,
         };
         let compiled = self.nested_compiled(template, shape, &levels);
         let params = Self::bind(&compiled, args, at, &tokens, None, limit);
@@ -696,14 +696,7 @@ impl StoreReader for MysqlStore {
     }
 
     fn relation(&self) -> Option<Relation> {
-        if !self.db.nested_sql {
-            return None;
-        }
-        Some(Relation {
-            backend: DIALECT.backend(),
-            database: self.database_id(),
-            table: self.core.table().to_owned(),
-        })
+        self.core.relation(self.db.nested_sql, self.database_id())
     }
 }
 

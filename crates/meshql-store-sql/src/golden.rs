@@ -182,3 +182,31 @@ pub fn check(text: &str, path: &std::path::Path) {
         );
     }
 }
+
+/// The statements of [`crate::outputs::OutputSql`], by name, then a store's own (`own`),
+/// as the golden files list them.
+pub fn output_statements(
+    o: &crate::outputs::OutputSql,
+    own: &[(&str, &str)],
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = [
+        ("position", &o.position),
+        ("group", &o.group),
+        ("upsert_state", &o.upsert_state),
+        ("delete_state", &o.delete_state),
+        ("insert_letter", &o.insert_letter),
+        ("upsert_position", &o.upsert_position),
+        ("letters_of", &o.letters_of),
+        ("letters", &o.letters),
+        ("count_letters", &o.count_letters),
+    ]
+    .into_iter()
+    .map(|(n, s)| (n.to_owned(), s.clone()))
+    .collect();
+    for (i, t) in crate::outputs::CONSUMER_TABLES.iter().enumerate() {
+        out.push((format!("delete_consumer {t}"), o.delete_consumer[i].clone()));
+        out.push((format!("move_consumer {t}"), o.move_consumer[i].clone()));
+    }
+    out.extend(own.iter().map(|(n, s)| (format!("own {n}"), s.to_string())));
+    out
+}

@@ -12,7 +12,7 @@ use crate::dialect::{Dialect, NestedStyle};
 use crate::param::{Compiled, Param, Shape};
 use crate::search::{self, CREATION_ORDER, UNION_COLUMNS};
 use meshql_core::nested::{join_levels, sorted, Level};
-use meshql_core::{Nested, QueryTemplate};
+use meshql_core::{Millis, Nested, QueryTemplate, Search};
 
 /// The relationships of a search as levels of one statement: when the store reads nested
 /// statements (`enabled`), the search has relationships, the tree is not sorted (one
@@ -29,6 +29,35 @@ pub fn nested_levels<'a>(
         return None;
     }
     join_levels(nested, d.backend(), database)
+}
+
+/// A search and its relationships read as one statement: the relationships as levels,
+/// and the statement's shape.
+pub struct NestedPlan<'a> {
+    pub levels: Vec<Level<'a>>,
+    pub shape: Shape,
+}
+
+/// The plan of a nested read ([`nested_levels`]), `None` when it is read level by level:
+/// the search's limit is kept in SQL (the search's CTE keeps its first rows), `at` and
+/// `tokens` as the search's.
+pub fn nested_plan<'a>(
+    d: &dyn Dialect,
+    enabled: bool,
+    search: &Search<'_>,
+    nested: &'a [Nested],
+    database: usize,
+    at: Option<Millis>,
+    tokens: bool,
+) -> Option<NestedPlan<'a>> {
+    let levels = nested_levels(d, enabled, search.template, nested, database)?;
+    let shape = Shape {
+        at: at.is_some(),
+        tokens,
+        limit: search.limit.is_some(),
+        batch: false,
+    };
+    Some(NestedPlan { levels, shape })
 }
 
 /// The nested statement of a search of `table` and its relationships `levels`. With

@@ -6,7 +6,7 @@ use crate::param::{Compiled, Shape};
 use meshql_core::lru::{Lru, Slot};
 use meshql_core::memo::Memo;
 use meshql_core::nested::{signature, Level};
-use meshql_core::{CommitSignal, Millis, QueryTemplate, StoreError};
+use meshql_core::{CommitSignal, Millis, QueryTemplate, Relation, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -44,6 +44,16 @@ impl TableCore {
 
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// This table as a [`Relation`] of the database `database`, when the store reads
+    /// relationships with the searches that lead to them (`enabled`).
+    pub fn relation(&self, enabled: bool, database: usize) -> Option<Relation> {
+        enabled.then(|| Relation {
+            backend: self.d.backend(),
+            database,
+            table: self.table.clone(),
+        })
     }
 
     /// The shape of a search: `at` a moment, for some tokens, with a limit the statement

@@ -12,7 +12,6 @@ use meshql_core::{
     StoreChange, StoreError, StoreStats, TokenFilter, WriteContext,
 };
 use meshql_core::{BatchSearch, ChangeFeed, ReadContext, Search, StoreReader, StoreWriter};
-use meshql_store_sql::dialect::Dialect;
 use meshql_store_sql::param::{Binding, ListArg};
 use meshql_store_sql::rules::{tokens_json, updatable, visible, Current, RemoveStep, Version};
 use meshql_store_sql::table::{list_index, page_index, PageParam};
@@ -557,11 +556,8 @@ impl StoreReader for SqliteStore {
     }
 
     fn relation(&self) -> Option<Relation> {
-        self.db.nested_reads().then(|| Relation {
-            backend: DIALECT.backend(),
-            database: self.database_id(),
-            table: self.core.table().to_owned(),
-        })
+        self.core
+            .relation(self.db.nested_reads(), self.database_id())
     }
 }
 

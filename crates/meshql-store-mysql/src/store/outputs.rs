@@ -183,34 +183,17 @@ const INSERT_LETTERS: &str = concat!(
 /// The statements of this module, by name, for the golden test.
 #[cfg(test)]
 pub(super) fn golden_statements() -> Vec<(String, String)> {
-    let o = &*OUTPUT_SQL;
-    let mut out: Vec<(String, String)> = [
-        ("ddl_lock", DDL_LOCK),
-        ("ddl_unlock", DDL_UNLOCK),
-        ("position", &o.position),
-        ("state", STATE),
-        ("group", &o.group),
-        ("upsert_state", UPSERT_STATE),
-        ("delete_state", DELETE_STATE),
-        ("insert_letters", INSERT_LETTERS),
-        ("upsert_position", &o.upsert_position),
-        ("count_letters", &o.count_letters),
-        ("letters_of", &o.letters_of),
-        ("letters", &o.letters),
-    ]
-    .into_iter()
-    .map(|(n, s)| (n.to_owned(), s.to_owned()))
-    .collect();
-    for (i, r) in o.delete_consumer.iter().enumerate() {
-        out.push((format!("reset {i}"), r.clone()));
-    }
-    for (i, t) in meshql_store_sql::outputs::CONSUMER_TABLES
-        .iter()
-        .enumerate()
-    {
-        out.push((format!("move delete {t}"), o.delete_consumer[i].clone()));
-        out.push((format!("move update {t}"), o.move_consumer[i].clone()));
-    }
+    let mut out = meshql_store_sql::golden::output_statements(
+        &OUTPUT_SQL,
+        &[
+            ("ddl_lock", DDL_LOCK),
+            ("ddl_unlock", DDL_UNLOCK),
+            ("state", STATE),
+            ("upsert_state", UPSERT_STATE),
+            ("delete_state", DELETE_STATE),
+            ("insert_letters", INSERT_LETTERS),
+        ],
+    );
     let state = [
         ("a", Some("g"), Some("1")),
         ("b", None, Some("2")),

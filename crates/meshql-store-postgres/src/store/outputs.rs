@@ -111,33 +111,7 @@ const STATE: &str =
 /// The statements of this module, by name, for the golden test.
 #[cfg(test)]
 pub(super) fn golden_statements() -> Vec<(String, String)> {
-    let o = &*OUTPUT_SQL;
-    let mut out: Vec<(String, String)> = [
-        ("position", &o.position),
-        ("state", &STATE.to_owned()),
-        ("group", &o.group),
-        ("upsert_state", &o.upsert_state),
-        ("delete_state", &o.delete_state),
-        ("insert_letter", &o.insert_letter),
-        ("upsert_position", &o.upsert_position),
-        ("count_letters", &o.count_letters),
-        ("letters_of", &o.letters_of),
-        ("letters", &o.letters),
-    ]
-    .into_iter()
-    .map(|(n, s)| (n.to_owned(), s.clone()))
-    .collect();
-    for (i, r) in o.delete_consumer.iter().enumerate() {
-        out.push((format!("reset {i}"), r.clone()));
-    }
-    for (i, t) in meshql_store_sql::outputs::CONSUMER_TABLES
-        .iter()
-        .enumerate()
-    {
-        out.push((format!("move delete {t}"), o.delete_consumer[i].clone()));
-        out.push((format!("move update {t}"), o.move_consumer[i].clone()));
-    }
-    out
+    meshql_store_sql::golden::output_statements(&OUTPUT_SQL, &[("state", STATE)])
 }
 
 fn letter(r: &tokio_postgres::Row) -> (String, DeadLetter) {

@@ -87,30 +87,7 @@ const STATE: &str = "SELECT value FROM _meshql_output_state WHERE consumer = ?1 
 /// The statements above, by name, for the golden test.
 #[cfg(test)]
 pub(super) fn golden_statements() -> Vec<(String, String)> {
-    let o = &*OUTPUT_SQL;
-    let mut out: Vec<(String, String)> = [
-        ("position", &o.position),
-        ("state", &STATE.to_owned()),
-        ("group", &o.group),
-        ("upsert_state", &o.upsert_state),
-        ("delete_state", &o.delete_state),
-        ("insert_letter", &o.insert_letter),
-        ("upsert_position", &o.upsert_position),
-        ("letters_of", &o.letters_of),
-        ("letters", &o.letters),
-        ("count_letters", &o.count_letters),
-    ]
-    .into_iter()
-    .map(|(n, s)| (n.to_owned(), s.clone()))
-    .collect();
-    for (i, t) in meshql_store_sql::outputs::CONSUMER_TABLES
-        .iter()
-        .enumerate()
-    {
-        out.push((format!("reset {t}"), o.delete_consumer[i].clone()));
-        out.push((format!("move {t}"), o.move_consumer[i].clone()));
-    }
-    out
+    meshql_store_sql::golden::output_statements(&OUTPUT_SQL, &[("state", STATE)])
 }
 
 /// Writes (or, with no value, deletes) `consumer`'s state rows.
