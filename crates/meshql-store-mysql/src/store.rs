@@ -590,13 +590,9 @@ impl StoreReader for MysqlStore {
             limit,
             ..
         } = *search;
-        let (filter, at) = (ctx.filter, ctx.at);
-        template
-            .check_args(args)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let tokens = tokens_json(filter);
-        let shape = self.core.shape(at, tokens.is_some(), limit, false);
-        let compiled = self.core.compiled(template, shape);
+        let at = ctx.at;
+        let tokens = tokens_json(ctx.filter);
+        let compiled = self.core.search_statement(search, at, tokens.is_some())?;
         let params = Self::bind(&compiled, args, at, &tokens, None, None);
         self.core.count_read();
         let mut conn = self.db.conn().await?;
@@ -616,19 +612,11 @@ impl StoreReader for MysqlStore {
         batch: &BatchSearch<'_>,
         ctx: &ReadContext<'_>,
     ) -> Result<KeyedRows, StoreError> {
-        let BatchSearch {
-            template,
-            key_arg: _,
-            keys,
-        } = *batch;
-        let (filter, at) = (ctx.filter, ctx.at);
-        if keys.is_empty() {
+        let (template, keys, at) = (batch.template, batch.keys, ctx.at);
+        let tokens = tokens_json(ctx.filter);
+        let Some(compiled) = self.core.batch_statement(batch, at, tokens.is_some())? else {
             return Ok(Vec::new());
-        }
-        batch.require_id_key()?;
-        let tokens = tokens_json(filter);
-        let shape = self.core.shape(at, tokens.is_some(), None, true);
-        let compiled = self.core.compiled(template, shape);
+        };
         let mut unique: Vec<&String> = Vec::with_capacity(keys.len());
         let mut seen = std::collections::HashSet::new();
         for k in keys {

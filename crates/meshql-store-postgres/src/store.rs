@@ -470,19 +470,9 @@ impl StoreReader for PostgresStore {
         search: &Search<'_>,
         ctx: &ReadContext<'_>,
     ) -> Result<Vec<Row>, StoreError> {
-        let Search {
-            template,
-            args,
-            limit,
-            ..
-        } = *search;
-        let (filter, at) = (ctx.filter, ctx.at);
-        template
-            .check_args(args)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
-        let tokens = filter_tokens(filter);
-        let shape = self.core.shape(at, tokens.is_some(), limit, false);
-        let compiled = self.core.compiled(template, shape);
+        let (args, limit, at) = (search.args, search.limit, ctx.at);
+        let tokens = filter_tokens(ctx.filter);
+        let compiled = self.core.search_statement(search, at, tokens.is_some())?;
         let params = Self::bind(&compiled, args, at, &tokens, limit, None);
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.core.count_read();
@@ -503,19 +493,11 @@ impl StoreReader for PostgresStore {
         batch: &BatchSearch<'_>,
         ctx: &ReadContext<'_>,
     ) -> Result<KeyedRows, StoreError> {
-        let BatchSearch {
-            template,
-            key_arg: _,
-            keys,
-        } = *batch;
-        let (filter, at) = (ctx.filter, ctx.at);
-        if keys.is_empty() {
+        let (keys, at) = (batch.keys, ctx.at);
+        let tokens = filter_tokens(ctx.filter);
+        let Some(compiled) = self.core.batch_statement(batch, at, tokens.is_some())? else {
             return Ok(Vec::new());
-        }
-        batch.require_id_key()?;
-        let tokens = filter_tokens(filter);
-        let shape = self.core.shape(at, tokens.is_some(), None, true);
-        let compiled = self.core.compiled(template, shape);
+        };
         let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, None, Some(keys));
         let refs: Vec<&(dyn ToSql + Sync)> = params.iter().map(|p| p.as_ref() as _).collect();
         self.core.count_read();

@@ -6,7 +6,7 @@ use crate::param::{Compiled, Shape};
 use meshql_core::lru::{Lru, Slot};
 use meshql_core::memo::Memo;
 use meshql_core::nested::{signature, Level};
-use meshql_core::{CommitSignal, Millis, QueryTemplate, Relation, StoreError};
+use meshql_core::{BatchSearch, CommitSignal, Millis, QueryTemplate, Relation, Search, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -78,6 +78,38 @@ impl TableCore {
         self.compiled.get_or_insert_with((template.id, shape), || {
             crate::search::search(self.d, &self.table, template, shape)
         })
+    }
+
+    /// The statement of a search `at` a moment, for some tokens, once its arguments are
+    /// checked ([`QueryTemplate::check_args`]).
+    pub fn search_statement(
+        &self,
+        search: &Search<'_>,
+        at: Option<Millis>,
+        tokens: bool,
+    ) -> Result<Arc<Compiled>, StoreError> {
+        search
+            .template
+            .check_args(search.args)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let shape = self.shape(at, tokens, search.limit, false);
+        Ok(self.compiled(search.template, shape))
+    }
+
+    /// The statement of a batched lookup `at` a moment, for some tokens; `None` when it has
+    /// no keys (nothing to read). Only lookups by the `id` argument batch.
+    pub fn batch_statement(
+        &self,
+        batch: &BatchSearch<'_>,
+        at: Option<Millis>,
+        tokens: bool,
+    ) -> Result<Option<Arc<Compiled>>, StoreError> {
+        if batch.keys.is_empty() {
+            return Ok(None);
+        }
+        batch.require_id_key()?;
+        let shape = self.shape(at, tokens, None, true);
+        Ok(Some(self.compiled(batch.template, shape)))
     }
 
     /// Remembers the templates [`meshql_core::Store::prepare`] was given.

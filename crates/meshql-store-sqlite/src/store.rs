@@ -465,18 +465,9 @@ impl StoreReader for SqliteStore {
             limit,
             ..
         } = *search;
-        template
-            .check_args(args)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let (filter, at) = (ctx.filter, ctx.at);
         let tokens = tokens_json(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            limit: false,
-            batch: false,
-        };
-        let compiled = self.core.compiled(template, shape);
+        let compiled = self.core.search_statement(search, at, tokens.is_some())?;
         let params = Self::bind(&compiled, args, at, &tokens, None);
         let run = move |conn: &Connection| -> Result<Vec<Row>, StoreError> {
             let mut stmt = conn.prepare_cached(&compiled.sql).map_err(query_error)?;
@@ -507,24 +498,11 @@ impl StoreReader for SqliteStore {
         batch: &BatchSearch<'_>,
         ctx: &ReadContext<'_>,
     ) -> Result<KeyedRows, StoreError> {
-        let BatchSearch {
-            template,
-            key_arg: _,
-            keys,
-        } = *batch;
-        let (filter, at) = (ctx.filter, ctx.at);
-        if keys.is_empty() {
+        let (keys, at) = (batch.keys, ctx.at);
+        let tokens = tokens_json(ctx.filter);
+        let Some(compiled) = self.core.batch_statement(batch, at, tokens.is_some())? else {
             return Ok(Vec::new());
-        }
-        batch.require_id_key()?;
-        let tokens = tokens_json(filter);
-        let shape = Shape {
-            at: at.is_some(),
-            tokens: tokens.is_some(),
-            limit: false,
-            batch: true,
         };
-        let compiled = self.core.compiled(template, shape);
         let keys_json = serde_json::to_string(keys).expect("strings serialise");
         let params = Self::bind(&compiled, &BoundArgs::new(), at, &tokens, Some(&keys_json));
         self.db.read(|conn| {
