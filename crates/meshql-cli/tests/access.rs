@@ -660,16 +660,16 @@ async fn subscribe(server: &Server, ids: &Ids) -> Vec<Result<Sse, Seen>> {
         out.push(match opened {
             Ok(mut sse) => {
                 let deadline = Instant::now() + Duration::from_secs(10);
-                loop {
-                    let f = sse
-                        .next(deadline)
-                        .await
-                        .unwrap_or_else(|| panic!("{}: `: subscribed` within 10 s", c.name));
-                    if f.comment.as_deref() == Some("subscribed") {
-                        break;
-                    }
-                    panic!("{}: a frame before `: subscribed`: {f:?}", c.name);
-                }
+                let f = sse
+                    .next(deadline)
+                    .await
+                    .unwrap_or_else(|| panic!("{}: `: subscribed` within 10 s", c.name));
+                assert_eq!(
+                    f.comment.as_deref(),
+                    Some("subscribed"),
+                    "{}: the first frame is `: subscribed`: {f:?}",
+                    c.name
+                );
                 Ok(sse)
             }
             Err(r) => Err(refusal(&r).unwrap_or_else(|| graphql_refusal(&r))),
