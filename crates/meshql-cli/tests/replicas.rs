@@ -495,7 +495,7 @@ async fn a_saturated_standby_sheds_reads_to_the_primary() {
             let config = dir.join("meshql.toml");
             let text = std::fs::read_to_string(&config).unwrap().replacen(
                 "[[entity.graphql.vectors]]\nname = \"getAll\"\nquery = '{}'",
-                "[[entity.graphql.vectors]]\nname = \"getAll\"\nquery = '{}'\n\n[[entity.graphql.vectors]]\nname = \"slow\"\nsql = \"(SELECT true FROM pg_sleep(5))\"",
+                "[[entity.graphql.vectors]]\nname = \"getAll\"\nquery = '{}'\n\n[[entity.graphql.vectors]]\nname = \"slow\"\nsql = \"(SELECT true FROM pg_sleep(10))\"",
                 1,
             );
             std::fs::write(&config, text).unwrap();
@@ -543,7 +543,7 @@ async fn a_saturated_standby_sheds_reads_to_the_primary() {
             }
             let active = psql(
                 &replica,
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND state = 'active' AND pid <> pg_backend_pid()",
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(10)%' AND state = 'active' AND pid <> pg_backend_pid()",
             );
             if active != "0" {
                 break 'held slow;
@@ -566,7 +566,7 @@ async fn a_saturated_standby_sheds_reads_to_the_primary() {
     // wait behind it (no wall-time bound: what matters is who answered, and when)
     let still_held = psql(
         &replica,
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(5)%' AND state = 'active' AND pid <> pg_backend_pid()",
+        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(10)%' AND state = 'active' AND pid <> pg_backend_pid()",
     );
     assert_ne!(
         still_held, "0",

@@ -88,6 +88,29 @@ impl StoreError {
     }
 }
 
+/// The first error of type `T` in `e`'s chain of sources, looking inside `io::Error`s too
+/// (a TLS layer's error reaches a driver wrapped in one): what tells a handshake refused from
+/// a network or server failure.
+pub fn cause_of<'e, T: std::error::Error + 'static>(
+    e: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e T> {
+    let mut cur: Option<&'e (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(found) = err.downcast_ref::<T>() {
+            return Some(found);
+        }
+        if let Some(found) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<T>())
+        {
+            return Some(found);
+        }
+        cur = err.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

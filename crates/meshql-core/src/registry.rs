@@ -81,9 +81,18 @@ pub trait Component<F: Family>: Send + Sync + 'static {
         context: &F::Context<'_>,
     ) -> Result<F::Built, SettingError>;
 
-    /// Reads the block into [`Component::Settings`]; override for checks that must come
-    /// before `serde`'s (a missing field with a friendlier message).
+    /// Fields a block must have, each with the message that says so (friendlier than
+    /// `serde`'s "missing field").
+    const REQUIRED: &'static [(&'static str, &'static str)] = &[];
+
+    /// Reads the block into [`Component::Settings`]: [`Component::REQUIRED`] first, then
+    /// `serde` with the failing field named. Override for other checks before `serde`'s.
     fn parse(&self, settings: &serde_json::Value) -> Result<Self::Settings, SettingError> {
+        for (field, message) in Self::REQUIRED {
+            if settings.get(field).is_none() {
+                return Err(SettingError::new(*field, *message));
+            }
+        }
         parse_settings(settings)
     }
 

@@ -388,21 +388,7 @@ impl ServerCertVerifier for ChainOnly {
 /// Whether a connection error came from the TLS layer (a handshake failure, a certificate
 /// refused) rather than from the network or the server.
 pub fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(r) = err.downcast_ref::<rustls::Error>() {
-            return Some(r.to_string());
-        }
-        if let Some(r) = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(r.to_string());
-        }
-        cur = err.source();
-    }
-    None
+    meshql_core::error::cause_of::<rustls::Error>(e).map(ToString::to_string)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use crate::{KafkaSink, KafkaSinkConfig};
 use async_trait::async_trait;
 use meshql_changes::{RelayContext, RelayTarget, Relays, Sink};
 use meshql_core::Component;
-use meshql_core::{parse_settings, SettingError};
+use meshql_core::SettingError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -137,15 +137,8 @@ impl Component<Relays> for KafkaBackend {
     const KIND: &'static str = "kafka";
     type Settings = KafkaSettings;
 
-    fn parse(&self, settings: &serde_json::Value) -> Result<KafkaSettings, SettingError> {
-        if settings.get("brokers").is_none() {
-            return Err(SettingError::new(
-                "brokers",
-                "a kafka relay needs `brokers = \"host:port\"`",
-            ));
-        }
-        parse_settings(settings)
-    }
+    const REQUIRED: &'static [(&'static str, &'static str)] =
+        &[("brokers", "a kafka relay needs `brokers = \"host:port\"`")];
 
     fn build(
         &self,

@@ -4,7 +4,7 @@ use crate::{NatsSink, NatsSinkConfig};
 use async_trait::async_trait;
 use meshql_changes::{RelayContext, RelayTarget, Relays, Sink};
 use meshql_core::Component;
-use meshql_core::{parse_settings, SettingError};
+use meshql_core::SettingError;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -65,15 +65,8 @@ impl Component<Relays> for NatsBackend {
     const KIND: &'static str = "nats";
     type Settings = NatsSettings;
 
-    fn parse(&self, settings: &serde_json::Value) -> Result<NatsSettings, SettingError> {
-        if settings.get("url").is_none() {
-            return Err(SettingError::new(
-                "url",
-                "a nats relay needs `url = \"nats://host:port\"`",
-            ));
-        }
-        parse_settings(settings)
-    }
+    const REQUIRED: &'static [(&'static str, &'static str)] =
+        &[("url", "a nats relay needs `url = \"nats://host:port\"`")];
 
     fn build(
         &self,

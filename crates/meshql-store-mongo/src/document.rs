@@ -29,20 +29,28 @@ pub(crate) fn envelope(d: &Document) -> Result<Envelope, StoreError> {
     Ok(Envelope {
         id: d.get_str("id").unwrap_or_default().to_owned(),
         payload: payload_text(d)?,
-        created_at: d
-            .get_datetime("created_at")
-            .map(|t| t.timestamp_millis())
-            .unwrap_or_default(),
+        created_at: created_at(d),
         deleted: d.get_bool("deleted").unwrap_or(false),
-        authorized_tokens: d
-            .get_array("authorized_tokens")
-            .map(|a| {
-                a.iter()
-                    .filter_map(|t| t.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        authorized_tokens: tokens(d),
     })
+}
+
+/// A version document's `created_at`, in milliseconds.
+pub(crate) fn created_at(d: &Document) -> i64 {
+    d.get_datetime("created_at")
+        .map(|t| t.timestamp_millis())
+        .unwrap_or_default()
+}
+
+/// A version document's authorized tokens.
+pub(crate) fn tokens(d: &Document) -> Vec<String> {
+    d.get_array("authorized_tokens")
+        .map(|a| {
+            a.iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The stored text of a payload: what reads answer.

@@ -5,8 +5,8 @@
 use crate::sql::{field_text, field_type, json_path, number_column, quote_ident};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
-use meshql_store_sql::cond::Operands;
 use meshql_store_sql::dialect::{AtStyle, Dialect, NestedStyle, RowOrder, Unbound};
+use meshql_store_sql::param::Operand;
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct MysqlDialect;
@@ -67,7 +67,7 @@ impl Dialect for MysqlDialect {
 
     fn range(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         op: CmpOp,
         value: &ArgValue,
@@ -104,7 +104,7 @@ impl Dialect for MysqlDialect {
 
     fn regex(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         pattern: &ArgValue,
         ignore_case: bool,

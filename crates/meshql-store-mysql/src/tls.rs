@@ -203,21 +203,7 @@ pub(crate) fn server_lacks_tls(e: &mysql_async::Error) -> bool {
 /// Whether a connection error came from TLS (a handshake failure, a refused certificate):
 /// its reason when so.
 pub(crate) fn tls_failure(e: &mysql_async::Error) -> Option<String> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(r) = err.downcast_ref::<rustls::Error>() {
-            return Some(r.to_string());
-        }
-        if let Some(r) = err
-            .downcast_ref::<std::io::Error>()
-            .and_then(|io| io.get_ref())
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(r.to_string());
-        }
-        cur = err.source();
-    }
-    None
+    meshql_core::error::cause_of::<rustls::Error>(e).map(ToString::to_string)
 }
 
 #[cfg(test)]

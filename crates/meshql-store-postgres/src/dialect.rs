@@ -5,8 +5,8 @@
 use crate::sql::{json_text, json_value};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
-use meshql_store_sql::cond::Operands;
 use meshql_store_sql::dialect::{AtStyle, Dialect, NestedStyle, RowOrder, Unbound};
+use meshql_store_sql::param::Operand;
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct PostgresDialect;
@@ -77,7 +77,7 @@ impl Dialect for PostgresDialect {
 
     fn range(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         op: CmpOp,
         value: &ArgValue,
@@ -112,7 +112,7 @@ impl Dialect for PostgresDialect {
 
     fn regex(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         pattern: &ArgValue,
         ignore_case: bool,

@@ -4,7 +4,7 @@
 //! of the [`Dialect`].
 
 use crate::dialect::{Dialect, Unbound};
-use crate::param::{Compiled, Lists, OperandKind, Param};
+use crate::param::{Compiled, Lists, Operand, OperandKind, Param};
 use meshql_core::template::{render, CmpOp, Cond, ListValue, SqlPiece, TemplateKind};
 use meshql_core::{ArgValue, FieldPath, QueryTemplate};
 use serde_json::Value;
@@ -128,11 +128,11 @@ pub struct Operands<'b, 'd> {
     bound: bool,
 }
 
-impl Operands<'_, '_> {
+impl Operand for Operands<'_, '_> {
     /// `v` as an operand of `kind`: the key for the `id` argument of a relationship
     /// (`NULL` for a number, `'s'` for its type class: the key is text), the dialect's
     /// unbound form for the relationship's other arguments, else a new parameter.
-    pub fn operand(&mut self, v: &ArgValue, kind: OperandKind) -> String {
+    fn operand(&mut self, v: &ArgValue, kind: OperandKind) -> String {
         match v {
             ArgValue::Arg(name) if self.key.is_some() && name == "id" => match kind {
                 OperandKind::Num => "NULL".to_owned(),
@@ -151,7 +151,9 @@ impl Operands<'_, '_> {
             v => self.b.push(Param::Operand(kind, v.clone())),
         }
     }
+}
 
+impl Operands<'_, '_> {
     /// A list operand (`$in`, `$nin`): the key's list, the dialect's unbound form, or a
     /// new parameter.
     fn list(&mut self, l: &ListValue) -> String {

@@ -5,8 +5,8 @@
 //! so the dialect is used as a trait object (`&dyn Dialect`): dynamic dispatch happens at
 //! compile time, never per request.
 
-use crate::cond::Operands;
 use crate::param::BindStyle;
+use crate::param::Operand;
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
 
@@ -103,7 +103,7 @@ pub trait Dialect: Send + Sync + 'static {
     /// `$gt`, `$gte`, `$lt`, `$lte`: only values of the same JSON type compare.
     fn range(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         op: CmpOp,
         value: &ArgValue,
@@ -116,7 +116,7 @@ pub trait Dialect: Send + Sync + 'static {
     /// `$regex`.
     fn regex(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         pattern: &ArgValue,
         ignore_case: bool,

@@ -30,6 +30,13 @@ pub enum Param {
     List(ListValue),
 }
 
+/// Where a dialect's conditions take their operands from (the statement being compiled):
+/// an operand of `kind` for the value `v` — a parameter, a relationship's key, or the
+/// dialect's form of an unbound argument.
+pub trait Operand {
+    fn operand(&mut self, v: &meshql_core::ArgValue, kind: OperandKind) -> String;
+}
+
 /// How an operand is bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OperandKind {

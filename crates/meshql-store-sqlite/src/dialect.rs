@@ -5,8 +5,8 @@
 use crate::sql::{json_extract, json_type};
 use meshql_core::template::CmpOp;
 use meshql_core::{ArgValue, FieldPath};
-use meshql_store_sql::cond::Operands;
 use meshql_store_sql::dialect::{AtStyle, Dialect, NestedStyle, RowOrder, Unbound};
+use meshql_store_sql::param::Operand;
 use meshql_store_sql::param::{BindStyle, OperandKind};
 
 pub(crate) struct SqliteDialect;
@@ -67,7 +67,7 @@ impl Dialect for SqliteDialect {
     /// text, and the class test drops the other types.
     fn range(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         op: CmpOp,
         value: &ArgValue,
@@ -96,7 +96,7 @@ impl Dialect for SqliteDialect {
 
     fn regex(
         &self,
-        ops: &mut Operands<'_, '_>,
+        ops: &mut dyn Operand,
         path: &FieldPath,
         pattern: &ArgValue,
         ignore_case: bool,
@@ -204,4 +204,13 @@ impl Dialect for SqliteDialect {
             ),
         }
     }
+}
+
+/// The statement of a search (or of a batched search when `shape.batch`).
+pub(crate) fn search(
+    table: &str,
+    template: &meshql_core::QueryTemplate,
+    shape: meshql_store_sql::param::Shape,
+) -> meshql_store_sql::param::Compiled {
+    meshql_store_sql::search::search(&DIALECT, table, template, shape)
 }

@@ -4,8 +4,7 @@
 //! present (time, tokens, limit, batch), never on argument values, so every one of them is
 //! prepared once per connection and cached.
 
-use crate::dialect::DIALECT;
-use meshql_core::{FieldPath, QueryTemplate};
+use meshql_core::FieldPath;
 use rusqlite::types::Value as SqlValue;
 
 /// A double-quoted SQL identifier.
@@ -86,11 +85,6 @@ pub(crate) const BIND: BindStyle = BindStyle {
 /// `json_type(t.payload, '$.a')`: NULL when the field is missing, `'null'` for JSON null.
 pub(crate) fn json_type(path: &FieldPath, alias: &str) -> String {
     json_extract(path, &format!("{alias}.payload")).replacen("json_extract(", "json_type(", 1)
-}
-
-/// The statement of a search (or of a batched search when `shape.batch`).
-pub(crate) fn search(table: &str, template: &QueryTemplate, shape: Shape) -> Compiled {
-    meshql_store_sql::search::search(&DIALECT, table, template, shape)
 }
 
 /// A bound value as rusqlite's.

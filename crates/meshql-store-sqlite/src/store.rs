@@ -963,7 +963,7 @@ mod operator_statement_tests {
     #[tokio::test]
     async fn operator_fields_are_indexed_and_equalities_unchanged() {
         let eq = QueryTemplate::filter(r#"{"payload.name": "{{name}}"}"#).unwrap();
-        let compiled = sql::search(
+        let compiled = crate::dialect::search(
             "hen",
             &eq,
             Shape {
@@ -1004,7 +1004,7 @@ mod operator_statement_tests {
         for name in ["idx_hen_name", "idx_hen_eggs", "idx_hen_dob"] {
             assert!(indexes.iter().any(|i| i == name), "{name} in {indexes:?}");
         }
-        let text = sql::search(
+        let text = crate::dialect::search(
             "hen",
             &range,
             Shape {
@@ -1192,7 +1192,7 @@ mod at_statement_tests {
             }
         }
 
-        let text = sql::search("hen", &all, shape(true)).sql;
+        let text = crate::dialect::search("hen", &all, shape(true)).sql;
         let plan = query_plan(&db, &text);
         // the one plain scan is of the union's result (the co-routine), not of the table
         let scans: Vec<usize> = (0..plan.len())

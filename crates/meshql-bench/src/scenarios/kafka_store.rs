@@ -179,10 +179,12 @@ async fn timed_start(
         "a process on an empty data directory, timed from just before its spawn until GET /ready answers 200 (polled every {} ms)",
         POLL.as_millis()
     );
-    ctx.measure(label, model, expected, None, move |target, live| {
-        watch_ready(target, live, spawned, limit, r)
-    })
-    .await;
+    let run = ctx
+        .measure(label, model, expected, None, move |target, live| {
+            watch_ready(target, live, spawned, limit, r)
+        })
+        .await;
+    ctx.listed(run);
     let mut server =
         std::mem::replace(&mut ctx.server, saved_server).expect("the process just measured");
     ctx.target = saved_target;

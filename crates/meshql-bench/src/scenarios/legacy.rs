@@ -587,6 +587,7 @@ async fn snapshot(ctx: &mut Ctx, config: &Path, rows: usize) -> GateResult<()> {
             watch_snapshot(target, live, rows as u64, spawned, w)
         })
         .await;
+    let run = ctx.listed(run);
     let w = std::mem::take(&mut *watched.lock().expect("watch lock"));
     if let Some(failure) = w.failure {
         return Err(ScenarioError::Gate(format!("the snapshot: {failure}")));

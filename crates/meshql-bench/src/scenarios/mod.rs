@@ -280,17 +280,19 @@ impl Ctx {
         workload: Arc<dyn Workload>,
         model: &ClosedModel,
     ) -> RunReport {
-        self.measure(
-            label,
-            model.describe(),
-            model.total(),
-            None,
-            |target, live| {
-                let model = model.clone();
-                async move { run_closed(&target, workload, &model, live).await }
-            },
-        )
-        .await
+        let run = self
+            .measure(
+                label,
+                model.describe(),
+                model.total(),
+                None,
+                |target, live| {
+                    let model = model.clone();
+                    async move { run_closed(&target, workload, &model, live).await }
+                },
+            )
+            .await;
+        self.listed(run)
     }
 
     /// Measures `workload` under an open model.
@@ -312,7 +314,7 @@ impl Ctx {
         workload: Arc<dyn Workload>,
         model: &OpenModel,
     ) -> RunReport {
-        self.measure_unlisted(
+        self.measure(
             label,
             model.describe(),
             model.duration,
@@ -345,26 +347,15 @@ impl Ctx {
         run
     }
 
-    async fn measure<F, Fut>(
-        &mut self,
-        label: &str,
-        model: String,
-        planned: Duration,
-        offered: Option<f64>,
-        go: F,
-    ) -> RunReport
-    where
-        F: FnOnce(Target, Arc<Live>) -> Fut,
-        Fut: std::future::Future<Output = RunOutcome>,
-    {
-        let run = self
-            .measure_unlisted(label, model, planned, offered, go)
-            .await;
+    /// Adds `run` to the scenario's runs (what its report lists).
+    fn listed(&mut self, run: RunReport) -> RunReport {
         self.runs.push(run.clone());
         run
     }
 
-    async fn measure_unlisted<F, Fut>(
+    /// Runs `go` against the target with the server monitored, and reports it (not listed:
+    /// see [`Ctx::listed`]).
+    async fn measure<F, Fut>(
         &mut self,
         label: &str,
         model: String,

@@ -85,7 +85,7 @@ fn each_backend_checks_its_own_fields() {
         (
             "type = \"memory\"\nfile = \"a\"",
             "storage.x.file",
-            "unknown field `file`",
+            "applies to `type = \"sqlite\"` and `type = \"kafka\"` storage blocks only",
         ),
     ] {
         let (_dir, config) = config_with_storage(block);
@@ -149,7 +149,7 @@ brokers = "127.0.0.1:9092"
 topic_naming = "debezium"
 db = "eggs_development"
 format = "debezium"
-options = { "linger.ms" = 20, "compression.type" = "zstd" }
+options = { "linger.ms" = 20, "compression.type" = "snappy" }
 
 [[changes.relay]]
 type = "nats"

@@ -108,19 +108,9 @@ impl Writer {
             .map_err(error)?;
         Ok(d.map(|d| Current {
             payload: d.get_document("payload").cloned().unwrap_or_default(),
-            created_at: d
-                .get_datetime("created_at")
-                .map(|t| t.timestamp_millis())
-                .unwrap_or_default(),
+            created_at: crate::document::created_at(&d),
             deleted: d.get_bool("deleted").unwrap_or(false),
-            tokens: d
-                .get_array("authorized_tokens")
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|t| t.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            tokens: crate::document::tokens(&d),
             seq: d.get_object_id("seq").unwrap_or_default(),
         }))
     }

@@ -36,7 +36,7 @@ fn search_section(out: &mut String) {
     let keys = r#"["k1","k2"]"#;
     for (label, template) in meshql_store_golden::templates() {
         for shape in shapes() {
-            let c = sql::search("hen", &template, shape);
+            let c = crate::dialect::search("hen", &template, shape);
             out.push_str(&format!(
                 "== search {label} {}\n{}\n",
                 self::label(shape),

@@ -23,7 +23,7 @@
 
 use super::{is_scan, query_error, tokens_json, SqliteStore};
 use crate::dialect::DIALECT;
-use crate::sql::{self, Compiled, Shape};
+use crate::sql::{Compiled, Shape};
 use meshql_core::nested::{join_levels, keeping_keys, key_text, Level};
 use meshql_core::{
     parse_payload, BoundArgs, FieldSet, Millis, Nested, NestedRow, ReadContext, Search, StoreError,
@@ -192,7 +192,7 @@ impl SqliteStore {
         let make = || {
             (
                 level.table.clone(),
-                sql::search(&level.table, level.template, shape),
+                crate::dialect::search(&level.table, level.template, shape),
             )
         };
         let found = self
