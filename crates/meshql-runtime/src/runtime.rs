@@ -19,9 +19,7 @@ use meshql_changes::{Hub, HubError, HubOptions};
 use meshql_config::{ResolvedConfig, Role};
 use meshql_core::metrics::Metrics;
 use meshql_core::{DynDatabase, DynReader, DynStore, StoreError};
-use meshql_engine::{
-    Cache, EntityService, FallbackReader, PayloadValidator, ReadAfter, ReplicaHealth,
-};
+use meshql_engine::{EntityService, FallbackReader, PayloadValidator, ReadAfter, ReplicaHealth};
 use meshql_graphql::{Graphlette, GraphletteSpec, Registry};
 use meshql_process::Processors;
 use std::collections::HashMap;
@@ -36,15 +34,12 @@ pub struct Runtime {
     services: HashMap<String, Arc<EntityService>>,
     /// Served stores by entity, in config order.
     stores: Vec<(String, DynStore)>,
-    /// The first entity's store of each storage block (per-storage metrics).
-    storages: Vec<(String, DynStore)>,
     /// Stores whose reads are a materialisation of a log (responses say how far behind).
     log_stores: Vec<DynStore>,
     /// Every open database, each once.
     databases: Vec<DynDatabase>,
     /// The replicas reads are routed over, by storage block (probes stop at shutdown).
     replicas: Vec<(String, Arc<ReplicaHealth>)>,
-    cache: Option<Arc<Cache>>,
     read_after: Arc<ReadAfter>,
     graphql: Arc<Registry>,
     hub: Option<Arc<Hub>>,
@@ -246,11 +241,9 @@ impl Runtime {
             role,
             services,
             stores,
-            storages,
             log_stores,
             databases: databases.into_values().collect(),
             replicas: replica_healths,
-            cache,
             read_after,
             graphql,
             hub,
@@ -276,23 +269,9 @@ impl Runtime {
         &self.stores
     }
 
-    /// The first entity's store of each storage block, in config order.
-    pub fn storages(&self) -> &[(String, DynStore)] {
-        &self.storages
-    }
-
     /// Stores whose reads are a materialisation of a log (Kafka as the database).
     pub fn log_stores(&self) -> &[DynStore] {
         &self.log_stores
-    }
-
-    /// The replicas reads are routed over, by storage block.
-    pub fn replicas(&self) -> &[(String, Arc<ReplicaHealth>)] {
-        &self.replicas
-    }
-
-    pub fn cache(&self) -> Option<&Arc<Cache>> {
-        self.cache.as_ref()
     }
 
     pub fn read_after(&self) -> &Arc<ReadAfter> {
@@ -312,10 +291,6 @@ impl Runtime {
     /// The subscription dispatcher, when the feed is on and the role reads.
     pub fn subscriptions(&self) -> Option<&Arc<Subscriptions>> {
         self.subscriptions.as_ref()
-    }
-
-    pub fn relays(&self) -> &Arc<crate::relays::Relays> {
-        &self.relays
     }
 
     pub fn processors(&self) -> &Arc<Processors> {
