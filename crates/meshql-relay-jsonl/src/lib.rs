@@ -94,12 +94,12 @@ impl RelayTarget for JsonlTarget {
         }
         let file = open(&self.path)?;
         let size = file.metadata()?.len();
-        Ok(Arc::new(JsonlSink {
+        Ok(Arc::new(JsonlSink(Arc::new(Open {
             path: self.path.clone(),
             fsync: self.fsync,
             max_bytes: self.max_bytes,
             file: Mutex::new(Some((file, size))),
-        }))
+        }))))
     }
 }
 
@@ -108,21 +108,19 @@ fn open(path: &std::path::Path) -> std::io::Result<File> {
 }
 
 /// The open file and its size.
-struct JsonlSink {
+struct JsonlSink(Arc<Open>);
+
+struct Open {
     path: PathBuf,
     fsync: bool,
     max_bytes: u64,
     file: Mutex<Option<(File, u64)>>,
 }
 
-impl JsonlSink {
-    /// Writes the batch (blocking I/O: called off the async workers).
-    fn write(&self, batch: &[RelayChange]) -> std::io::Result<()> {
-        let mut lines = Vec::with_capacity(batch.iter().map(|c| c.json.len() + 1).sum());
-        for change in batch {
-            lines.extend_from_slice(&change.json);
-            lines.push(b'\n');
-        }
+impl Open {
+    /// Appends `lines` (blocking I/O: run off the async workers), rolling the file over first
+    /// when they would take it past `max_bytes`.
+    fn write(&self, lines: &[u8]) -> std::io::Result<()> {
         let mut guard = self.file.lock();
         let (file, size) = match guard.as_mut() {
             Some(open) => open,
@@ -136,7 +134,7 @@ impl JsonlSink {
             *file = open(&self.path)?;
             *size = 0;
         }
-        file.write_all(&lines)?;
+        file.write_all(lines)?;
         if self.fsync {
             file.sync_data()?;
         }
@@ -152,13 +150,22 @@ impl Sink for JsonlSink {
     }
 
     async fn enqueue(&self, batch: &[RelayChange]) -> Result<Confirmation, SinkError> {
-        tokio::task::block_in_place(|| self.write(batch))
-            .map_err(|e| SinkError::new(format!("{}: {e}", self.path.display())))?;
+        let mut lines = Vec::with_capacity(batch.iter().map(|c| c.json.len() + 1).sum());
+        for change in batch {
+            lines.extend_from_slice(&change.json);
+            lines.push(b'\n');
+        }
+        let open = self.0.clone();
+        let path = open.path.display().to_string();
+        tokio::task::spawn_blocking(move || open.write(&lines))
+            .await
+            .map_err(|e| SinkError::new(format!("{path}: {e}")))?
+            .map_err(|e| SinkError::new(format!("{path}: {e}")))?;
         Ok(confirmed())
     }
 
     async fn close(&self) {
-        if let Some((file, _)) = self.file.lock().take() {
+        if let Some((file, _)) = self.0.file.lock().take() {
             let _ = file.sync_all();
         }
     }
