@@ -28,8 +28,38 @@ pub trait Database: Send + Sync + 'static {
         None
     }
 
+    /// The database's file, when it keeps its data in a file of the service's own (an
+    /// embedded backend): what a backup copies. `None` for a database a server keeps
+    /// (PostgreSQL, MySQL, MongoDB: their own tools back them up) or one kept in memory.
+    fn file_snapshots(self: Arc<Self>) -> Option<Arc<dyn FileSnapshots>> {
+        None
+    }
+
     /// Flushes pending writes and releases connections, files and threads.
     async fn close(&self);
+}
+
+/// Consistent copies of an embedded database's file, taken while it serves.
+///
+/// A backup of several files pauses them all ([`FileSnapshots::pause`]), takes a snapshot of
+/// each ([`FileSnapshots::snapshot`]) and the change log's position, releases them, and only
+/// then copies: the pause lasts as long as the commits in progress, not as long as the copy.
+pub trait FileSnapshots: Send + Sync {
+    /// The database file.
+    fn file(&self) -> &std::path::Path;
+
+    /// Holds the database's writes back (they queue; none fails) from when the commit in
+    /// progress ends until the returned guard is dropped. Blocks until then.
+    fn pause(&self) -> Result<Box<dyn Send>, crate::StoreError>;
+
+    /// A read snapshot of the file as it is now, to copy later.
+    fn snapshot(&self) -> Result<Box<dyn FileSnapshot>, crate::StoreError>;
+}
+
+/// A read snapshot of an embedded database, held until copied or dropped.
+pub trait FileSnapshot: Send {
+    /// Writes the snapshot to `dest` (a new file, synced) and returns its size in bytes.
+    fn copy_to(self: Box<Self>, dest: &std::path::Path) -> Result<u64, crate::StoreError>;
 }
 
 /// A shared, dynamically dispatched database.

@@ -31,8 +31,8 @@ pub mod visibility;
 pub use access::{Action, Actions, AllowAll, Forbidden, Grant, Grants, Mask, Policy, Principal};
 pub use auth::{is_visible, AuthError, Authorizer, Caller, Credentials, NoAuth};
 pub use backend::{
-    parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, SettingError, Storage,
-    StorageTarget,
+    parse_settings, BackendContext, BackendRegistry, Database, DynDatabase, FileSnapshot,
+    FileSnapshots, SettingError, Storage, StorageTarget,
 };
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
 pub use envelope::{Envelope, NewDocument, Row};

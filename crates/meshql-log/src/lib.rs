@@ -90,6 +90,7 @@
 //! and atomic (temporary file, fsync, rename, fsync of the directory), whatever the policy.
 #![warn(missing_docs)]
 
+mod copy;
 mod error;
 mod flusher;
 mod frame;
@@ -106,6 +107,7 @@ mod view;
 
 use std::time::Duration;
 
+pub use crate::copy::{copy_prefix, truncate_after, PrefixCopy};
 pub use crate::error::{ErrorKind, LogError};
 pub use crate::frame::{HEADER_LEN, MAX_RECORD_BYTES};
 pub use crate::log::{Log, Recovery};

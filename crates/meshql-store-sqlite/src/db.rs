@@ -121,9 +121,12 @@ pub(crate) enum Isolation {
     SingleStatement,
 }
 
-enum Command {
+pub(crate) enum Command {
     Job(JobFn, Isolation),
     Shutdown(oneshot::Sender<()>),
+    /// Commit what is queued before it, say so on the first channel, then write nothing
+    /// until the second is closed (see `snapshot.rs`).
+    Pause(mpsc::SyncSender<()>, mpsc::Receiver<()>),
 }
 
 /// A SQLite database file shared by the entity stores that live in it.
@@ -353,6 +356,25 @@ impl SqliteDatabase {
         rx.await.map_err(|_| unavailable("writer thread stopped"))?
     }
 
+    /// Sends a command to the writer thread.
+    pub(crate) fn command(&self, command: Command) -> Result<(), StoreError> {
+        let sender = self.sender.lock();
+        let Some(sender) = sender.as_ref() else {
+            return Err(unavailable("database is shut down"));
+        };
+        sender
+            .send(command)
+            .map_err(|_| unavailable("writer thread stopped"))
+    }
+
+    /// A read connection of its own (not pooled), for a snapshot held across calls.
+    pub(crate) fn dedicated_reader(&self) -> Result<Connection, StoreError> {
+        let conn = self.open_reader()?;
+        // counted while pooled connections are; this one is not returned to the pool
+        self.open_readers.fetch_sub(1, Ordering::Relaxed);
+        Ok(conn)
+    }
+
     /// Runs `f` with a pooled read connection on the calling thread.
     ///
     /// Reads are short indexed lookups (microseconds); running them inline avoids a thread
@@ -517,11 +539,16 @@ fn writer_loop(
             Err(_) => break,
         };
         let mut next = Some(first);
+        let mut pause = None;
         while let Some(cmd) = next.take() {
             match cmd {
                 Command::Job(j, isolation) => batch.push((j, isolation)),
                 Command::Shutdown(s) => {
                     stop = Some(s);
+                    break;
+                }
+                Command::Pause(paused, release) => {
+                    pause = Some((paused, release));
                     break;
                 }
             }
@@ -535,6 +562,12 @@ fn writer_loop(
             checkpoints.after_commit();
             if let Some(db) = db.upgrade() {
                 db.commits.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some((paused, release)) = pause {
+            // every write queued before the pause is committed; the next ones wait here
+            if paused.send(()).is_ok() {
+                let _ = release.recv();
             }
         }
     }
@@ -628,6 +661,11 @@ impl meshql_core::Database for SqliteDatabase {
     }
     fn store(self: std::sync::Arc<Self>, table: &str) -> meshql_core::DynStore {
         std::sync::Arc::new(crate::SqliteStore::new(self, table))
+    }
+    fn file_snapshots(
+        self: std::sync::Arc<Self>,
+    ) -> Option<std::sync::Arc<dyn meshql_core::FileSnapshots>> {
+        Some(self)
     }
     async fn close(&self) {
         self.shutdown().await;

@@ -26,10 +26,12 @@ mod checkpoint;
 mod db;
 mod dialect;
 mod settings;
+mod snapshot;
 mod sql;
 mod store;
 
 pub use checkpoint::CheckpointPolicy;
 pub use db::{SqliteDatabase, SqliteOptions};
 pub use settings::{SqliteBackend, SqliteSettings};
+pub use snapshot::{cut_at, entity_tables, CutTable};
 pub use store::{LogVersion, SqliteStore};
