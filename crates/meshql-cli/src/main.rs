@@ -1,5 +1,6 @@
 //! The `meshql` command line.
 
+mod backup;
 mod bench;
 mod cdc;
 mod changes;
@@ -122,6 +123,12 @@ enum Command {
     },
     /// Print the JSON Schema of the config format.
     ConfigSchema,
+    /// Take an online backup of the service's embedded databases and change log (through
+    /// the running service, or from the files when none runs).
+    Backup(backup::BackupArgs),
+    /// Restore a backup into a new data directory, as of its moment or an earlier one
+    /// (`--at`).
+    Restore(backup::RestoreArgs),
     /// Generate a config from an existing database's schema (`--from-postgres URL`): an
     /// entity per table, or with `--acl` a clean entity per table fed by change capture.
     Init(init::InitArgs),
@@ -151,6 +158,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
+        Command::Backup(args) => backup::run_backup(args),
+        Command::Restore(args) => backup::run_restore(args),
         Command::Init(args) => init::run(args),
         Command::Projections(args) => projections::run(args),
         Command::Cdc(args) => cdc::run(args),

@@ -16,6 +16,7 @@
 //! ([`Registries`]) and the config picks them by `type`.
 
 mod auth;
+pub mod backup;
 mod caches;
 mod check;
 mod error;

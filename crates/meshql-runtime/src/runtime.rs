@@ -50,6 +50,9 @@ pub struct Runtime {
     closing: watch::Sender<bool>,
     /// Every part's series of `/metrics`, in the order they are written.
     metrics: Arc<Metrics>,
+    /// What a backup of this service takes, and the one backup that may run at a time.
+    backup: crate::backup::BackupSpec,
+    backing_up: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// What the storage step opened.
@@ -252,7 +255,40 @@ impl Runtime {
             processors,
             closing,
             metrics,
+            backup: crate::backup::BackupSpec::of(config),
+            backing_up: Arc::default(),
         })
+    }
+
+    /// Where this service writes its backups by default.
+    pub fn backup_dir(&self) -> &std::path::Path {
+        &self.backup.dir
+    }
+
+    /// Takes an online backup into a new directory under `into` (the service's backup
+    /// directory when `None`): see [`crate::backup`]. One at a time: another caller meanwhile
+    /// gets [`crate::backup::BackupError::Busy`].
+    pub async fn backup(
+        &self,
+        into: Option<std::path::PathBuf>,
+    ) -> Result<crate::backup::Written, crate::backup::BackupError> {
+        let _one = self
+            .backing_up
+            .clone()
+            .try_lock_owned()
+            .map_err(|_| crate::backup::BackupError::Busy)?;
+        let parts = crate::backup::Parts::of(
+            self.backup.clone(),
+            &self.databases,
+            self.hub.as_ref().map(|h| h.log().clone()),
+        );
+        let into = into.unwrap_or_else(|| self.backup.dir.clone());
+        tokio::task::spawn_blocking(move || crate::backup::take(parts, &into))
+            .await
+            .map_err(|e| crate::backup::BackupError::Io {
+                path: Default::default(),
+                source: std::io::Error::other(e.to_string()),
+            })?
     }
 
     pub fn role(&self) -> Role {

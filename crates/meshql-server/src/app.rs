@@ -106,6 +106,7 @@ pub async fn build(config: &ResolvedConfig, registries: &Registries) -> Result<A
 impl App {
     /// Every route over `runtime`.
     pub fn new(config: &ResolvedConfig, runtime: Runtime) -> Result<App, BuildError> {
+        let runtime = Arc::new(runtime);
         let role = runtime.role();
         let services = runtime.services().clone();
         let registry = runtime.graphql().clone();
@@ -209,6 +210,13 @@ impl App {
                 services: services.clone(),
             },
         )));
+        router = router.merge(crate::backup_routes::router(Arc::new(
+            crate::backup_routes::BackupEndpoint {
+                runtime: runtime.clone(),
+                services: services.clone(),
+                config_file: config.file.display().to_string(),
+            },
+        )));
         if config.console.enabled && role.reads() {
             let console = Arc::new(crate::console::Console::new(
                 config,
@@ -261,7 +269,7 @@ impl App {
         Ok(App {
             router,
             registry,
-            runtime: Arc::new(runtime),
+            runtime,
             direct,
         })
     }

@@ -4,6 +4,7 @@
 
 mod app;
 mod assets;
+mod backup_routes;
 mod changes_routes;
 mod connection;
 mod console;
