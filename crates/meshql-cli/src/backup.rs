@@ -206,14 +206,15 @@ async fn offline(config: &meshql_config::ResolvedConfig, into: &Path) -> Result<
     }
     let log = if config.changes.config.enabled && config.changes.dir.exists() {
         Some(
-            meshql_log::Log::open(&config.changes.dir, meshql_log::LogOptions::default())
-                .map_err(|e| match e.kind() {
+            meshql_log::Log::open(&config.changes.dir, meshql_log::LogOptions::default()).map_err(
+                |e| match e.kind() {
                     meshql_log::ErrorKind::Locked => format!(
                         "{e}: a meshql service runs on this data directory but not on the \
                          config's port: pass its --url"
                     ),
                     _ => e.to_string(),
-                })?,
+                },
+            )?,
         )
     } else {
         None
@@ -240,7 +241,11 @@ fn move_into(path: &Path, to: &Path) -> Result<PathBuf, String> {
     if fs::rename(path, &dest).is_ok() {
         return Ok(dest);
     }
-    let partial = to.join(format!(".partial-{}-{}", name.to_string_lossy(), std::process::id()));
+    let partial = to.join(format!(
+        ".partial-{}-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     copy_tree(path, &partial).map_err(|e| format!("copying into {}: {e}", to.display()))?;
     fs::rename(&partial, &dest).map_err(|e| format!("{}: {e}", dest.display()))?;
     let _ = fs::remove_dir_all(path);
@@ -297,7 +302,10 @@ fn print_written(w: &Written, config_file: &Path) {
 fn read_manifest(dir: &Path) -> Result<Manifest, String> {
     let path = dir.join(MANIFEST);
     let text = fs::read(&path).map_err(|e| {
-        if dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".partial-")) {
+        if dir
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(".partial-"))
+        {
             format!(
                 "{} is a backup that never finished (killed midway): it cannot be restored",
                 dir.display()
@@ -461,21 +469,24 @@ fn layout_difference(
             }
             Some(c) if c != b => {
                 return format!(
-                    "entity \"{}\" is stored in {} ({}, table {}) there and in {} ({}, table {}) in {}",
-                    b.entity,
-                    b.storage,
-                    b.backend,
-                    b.table,
-                    c.storage,
-                    c.backend,
-                    c.table,
-                    file.display()
-                )
+                "entity \"{}\" is stored in {} ({}, table {}) there and in {} ({}, table {}) in {}",
+                b.entity,
+                b.storage,
+                b.backend,
+                b.table,
+                c.storage,
+                c.backend,
+                c.table,
+                file.display()
+            )
             }
             _ => {}
         }
     }
-    match config.iter().find(|c| !backup.iter().any(|b| b.entity == c.entity)) {
+    match config
+        .iter()
+        .find(|c| !backup.iter().any(|b| b.entity == c.entity))
+    {
         Some(c) => format!(
             "{} declares entity \"{}\", which the backup does not hold",
             file.display(),
@@ -528,14 +539,12 @@ fn last_record_at(dir: &Path, at: i64) -> Result<u64, String> {
     struct Created {
         created_at: i64,
     }
-    let log = meshql_log::Log::open(dir, meshql_log::LogOptions::default())
-        .map_err(|e| e.to_string())?;
+    let log =
+        meshql_log::Log::open(dir, meshql_log::LogOptions::default()).map_err(|e| e.to_string())?;
     let mut last = log.first_offset().saturating_sub(1);
     let mut after = last;
     loop {
-        let records = log
-            .read(after, 4096, 16 << 20)
-            .map_err(|e| e.to_string())?;
+        let records = log.read(after, 4096, 16 << 20).map_err(|e| e.to_string())?;
         if records.is_empty() {
             return Ok(last);
         }

@@ -233,6 +233,7 @@ impl Parts {
                 }
             }
         }
+        files.sort_by(|a, b| a.file().cmp(b.file()));
         Parts {
             spec,
             files,
@@ -301,19 +302,19 @@ pub fn take(parts: Parts, into: &Path) -> Result<Written, BackupError> {
             if let Some(parent) = dest.parent() {
                 fs::create_dir_all(parent).map_err(io_at(parent))?;
             }
-            snapshot.copy_to(&dest).map_err(|e| disk_full_or(e, &dest))?;
+            snapshot
+                .copy_to(&dest)
+                .map_err(|e| disk_full_or(e, &dest))?;
             files.push(entry(&partial, &rel, "sqlite")?);
         }
         let mut log = None;
         if let (Some(log_src), Some(upto), Some(live)) = (&spec.log_dir, upto, &parts.log) {
             let dest = partial.join(LOG_DIR);
-            let copy = meshql_log::copy_prefix(log_src, &dest, upto).map_err(|e| {
-                match &e {
-                    LogError::Io { source, .. } if source.raw_os_error() == Some(28) => {
-                        BackupError::DiskFull { path: dest.clone() }
-                    }
-                    _ => BackupError::Log(e),
+            let copy = meshql_log::copy_prefix(log_src, &dest, upto).map_err(|e| match &e {
+                LogError::Io { source, .. } if source.raw_os_error() == Some(28) => {
+                    BackupError::DiskFull { path: dest.clone() }
                 }
+                _ => BackupError::Log(e),
             })?;
             if let Some(checkpoint) = &hub_checkpoint {
                 let path = dest.join("hub.json");
@@ -509,6 +510,6 @@ pub fn list(dir: &Path) -> Vec<Written> {
             })
         })
         .collect();
-    found.sort_by(|a, b| b.manifest.taken_at_ms.cmp(&a.manifest.taken_at_ms));
+    found.sort_by_key(|w| std::cmp::Reverse(w.manifest.taken_at_ms));
     found
 }

@@ -26,7 +26,7 @@ fn json_reply(status: StatusCode, body: serde_json::Value) -> axum::response::Re
 fn admin(
     endpoint: &BackupEndpoint,
     headers: &axum::http::HeaderMap,
-) -> Result<(), axum::response::Response> {
+) -> Result<(), Box<axum::response::Response>> {
     let authorization = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -62,7 +62,7 @@ fn admin(
                         .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
                 }
             }
-            return Err(r);
+            return Err(Box::new(r));
         }
     }
     Ok(())
@@ -93,7 +93,7 @@ async fn take(
     headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
     if let Err(refused) = admin(&endpoint, &headers) {
-        return refused;
+        return *refused;
     }
     match endpoint.runtime.backup(None).await {
         Ok(written) => {
@@ -115,7 +115,10 @@ async fn take(
                 BackupErrorKind::Failed => StatusCode::INTERNAL_SERVER_ERROR,
             };
             tracing::error!(error = %e, "backup failed");
-            json_reply(status, serde_json::json!({"error": format!("backup failed: {e}")}))
+            json_reply(
+                status,
+                serde_json::json!({"error": format!("backup failed: {e}")}),
+            )
         }
     }
 }
@@ -125,7 +128,7 @@ async fn list(
     headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
     if let Err(refused) = admin(&endpoint, &headers) {
-        return refused;
+        return *refused;
     }
     let dir = endpoint.runtime.backup_dir().to_owned();
     let found = tokio::task::spawn_blocking(move || meshql_runtime::backup::list(&dir))

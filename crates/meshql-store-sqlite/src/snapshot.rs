@@ -134,7 +134,10 @@ pub fn cut_at(path: &Path, at_ms: i64) -> Result<Vec<CutTable>, StoreError> {
             rows.collect::<Result<_, _>>().map_err(query_error)?
         };
         let removed = tx
-            .execute(&format!("DELETE FROM {t} WHERE created_at > ?1"), params![at_ms])
+            .execute(
+                &format!("DELETE FROM {t} WHERE created_at > ?1"),
+                params![at_ms],
+            )
             .map_err(query_error)? as u64;
         {
             let mut newest = tx
@@ -165,8 +168,11 @@ pub fn cut_at(path: &Path, at_ms: i64) -> Result<Vec<CutTable>, StoreError> {
         .optional()
         .map_err(query_error)?;
     if has_dead_letters.is_some() {
-        tx.execute("DELETE FROM _meshql_dead_letters WHERE at > ?1", params![at_ms])
-            .map_err(query_error)?;
+        tx.execute(
+            "DELETE FROM _meshql_dead_letters WHERE at > ?1",
+            params![at_ms],
+        )
+        .map_err(query_error)?;
     }
     tx.commit().map_err(query_error)?;
     conn.execute_batch("VACUUM").map_err(query_error)?;
@@ -212,7 +218,8 @@ mod tests {
     use super::*;
     use crate::{SqliteOptions, SqliteStore};
     use meshql_core::{
-        Database, NewDocument, ReadContext, Store, StoreReader, StoreWriter, TokenFilter, WriteContext,
+        Database, NewDocument, ReadContext, Store, StoreReader, StoreWriter, TokenFilter,
+        WriteContext,
     };
     use std::sync::Arc;
 
@@ -236,14 +243,20 @@ mod tests {
         store.prepare(&[]).await.unwrap();
         let ctx = WriteContext::SYSTEM;
         for i in 0..100 {
-            store.create(doc(&format!("h{i}"), "before", None), &ctx).await.unwrap();
+            store
+                .create(doc(&format!("h{i}"), "before", None), &ctx)
+                .await
+                .unwrap();
         }
         let files = db.clone().file_snapshots().unwrap();
         let pause = files.pause().unwrap();
         let snap = files.snapshot().unwrap();
         drop(pause);
         for i in 0..50 {
-            store.create(doc(&format!("x{i}"), "after", None), &ctx).await.unwrap();
+            store
+                .create(doc(&format!("x{i}"), "after", None), &ctx)
+                .await
+                .unwrap();
         }
         let dest = dir.path().join("copy.db");
         let size = snap.copy_to(&dest).unwrap();
@@ -272,11 +285,26 @@ mod tests {
         let store = SqliteStore::new(db.clone(), "hen");
         store.prepare(&[]).await.unwrap();
         let ctx = WriteContext::SYSTEM;
-        store.create(doc("a", "a1", Some(1_000)), &ctx).await.unwrap();
-        store.create(doc("a", "a2", Some(2_000)), &ctx).await.unwrap();
-        store.create(doc("a", "a3", Some(3_000)), &ctx).await.unwrap();
-        store.create(doc("b", "b1", Some(2_500)), &ctx).await.unwrap();
-        store.create(doc("c", "c1", Some(1_500)), &ctx).await.unwrap();
+        store
+            .create(doc("a", "a1", Some(1_000)), &ctx)
+            .await
+            .unwrap();
+        store
+            .create(doc("a", "a2", Some(2_000)), &ctx)
+            .await
+            .unwrap();
+        store
+            .create(doc("a", "a3", Some(3_000)), &ctx)
+            .await
+            .unwrap();
+        store
+            .create(doc("b", "b1", Some(2_500)), &ctx)
+            .await
+            .unwrap();
+        store
+            .create(doc("c", "c1", Some(1_500)), &ctx)
+            .await
+            .unwrap();
         let before = store
             .list(&ReadContext::new(&TokenFilter::All, Some(2_200)))
             .await
