@@ -8,7 +8,7 @@
 //! when given (see [`cut_to`]).
 
 use clap::Args;
-use meshql_runtime::backup::{self, Manifest, Parts, Written, MANIFEST};
+use meshql_runtime::backup::{self, Manifest, Written, MANIFEST};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,7 +35,8 @@ pub struct BackupArgs {
 
 #[derive(Args)]
 pub struct RestoreArgs {
-    /// The backup: a `meshql-<time>` directory holding `manifest.json`.
+    /// The backup: a `meshql-<time>` directory holding `manifest.json`, or its URL in a
+    /// bucket (`s3://bucket/prefix/meshql-<time>`, reached as `[backup.s3]` says).
     backup: PathBuf,
     /// A new data directory to restore into (must not exist, or be empty).
     #[arg(long)]
@@ -102,11 +103,7 @@ fn backup(args: BackupArgs) -> Result<(), String> {
                 "no service answers at {base}: backing up {} from its files",
                 config.data_dir.display()
             );
-            let into = args
-                .to
-                .clone()
-                .unwrap_or_else(|| config.data_dir.join("backups"));
-            runtime.block_on(offline(&config, &into))?
+            runtime.block_on(offline(&config, args.to.clone()))?
         }
     };
     print_written(&written, &config.file);
@@ -142,7 +139,7 @@ async fn ask_server(
     }
     // the service on the port must be the one of this data directory
     let served = body["dir"].as_str().map(PathBuf::from);
-    let wanted = config.data_dir.join("backups");
+    let wanted = config.backup.dir.clone();
     if let Some(served) = served {
         if canonical(&served) != canonical(&wanted) {
             return Err(format!(
@@ -166,10 +163,37 @@ async fn ask_server(
             body["error"].as_str().unwrap_or("the service refused")
         ));
     }
+    let strings = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    report_upload(
+        &body["uploaded"].as_str().map(str::to_owned),
+        &body["upload_error"].as_str().map(str::to_owned),
+        &strings(&body["pruned"]),
+    );
     body["path"]
         .as_str()
         .map(|p| Some(PathBuf::from(p)))
         .ok_or_else(|| "the service's answer names no backup".to_owned())
+}
+
+/// Says where a backup was uploaded (or why not) and which old ones were deleted.
+fn report_upload(uploaded: &Option<String>, error: &Option<String>, pruned: &[String]) {
+    if let Some(url) = uploaded {
+        eprintln!("uploaded to {url}");
+    }
+    if let Some(e) = error {
+        eprintln!("warning: not uploaded: {e} (the backup on disk is whole)");
+    }
+    for p in pruned {
+        eprintln!("deleted an old backup (keep): {p}");
+    }
 }
 
 fn canonical(p: &Path) -> PathBuf {
@@ -187,8 +211,12 @@ fn canonical(p: &Path) -> PathBuf {
 }
 
 /// Opens the data directory's databases and change log (no service holds them) and backs
-/// them up into `into`.
-async fn offline(config: &meshql_config::ResolvedConfig, into: &Path) -> Result<Written, String> {
+/// them up as the service would: into `into`, or into `[backup] dir` (keeping `keep`,
+/// uploading to the bucket).
+async fn offline(
+    config: &meshql_config::ResolvedConfig,
+    into: Option<PathBuf>,
+) -> Result<Written, String> {
     let registries = crate::registries::registries();
     let targets = meshql_runtime::storage_targets(config, &registries.storage).map_err(|e| {
         e.iter()
@@ -219,16 +247,14 @@ async fn offline(config: &meshql_config::ResolvedConfig, into: &Path) -> Result<
     } else {
         None
     };
-    let spec = backup::BackupSpec::of(config);
-    let parts = Parts::of(spec, &databases, log);
-    let into = into.to_owned();
-    let result = tokio::task::spawn_blocking(move || backup::take(parts, &into))
-        .await
-        .map_err(|e| e.to_string())?;
+    let backups = backup::Backups::new(backup::BackupSpec::of(config), databases.clone(), log);
+    let result = backups.take(into).await;
     for db in &databases {
         db.close().await;
     }
-    result.map_err(|e| e.to_string())
+    let taken = result.map_err(|e| e.to_string())?;
+    report_upload(&taken.uploaded, &taken.upload_error, &taken.pruned);
+    Ok(taken.written)
 }
 
 /// Moves a backup directory into `to` (renamed when on the same file system, else copied).
@@ -343,9 +369,18 @@ pub fn parse_moment(text: &str) -> Result<i64, String> {
         })
 }
 
-fn restore(args: RestoreArgs) -> Result<(), String> {
-    let manifest = read_manifest(&args.backup)?;
+fn restore(mut args: RestoreArgs) -> Result<(), String> {
     let config = meshql_config::load(&args.config).map_err(|e| e.to_string())?;
+    // a backup in a bucket is downloaded first, beside the new data directory
+    let _download = match args.backup.to_str().filter(|s| s.starts_with("s3://")) {
+        Some(url) => {
+            let dir = download(url, &config, &args.data_dir)?;
+            args.backup = dir.path().to_owned();
+            Some(dir)
+        }
+        None => None,
+    };
+    let manifest = read_manifest(&args.backup)?;
     let expected = backup::layout_of(&config);
     if expected != manifest.layout {
         return Err(format!(
@@ -450,6 +485,46 @@ fn restore(args: RestoreArgs) -> Result<(), String> {
         new.display()
     );
     Ok(())
+}
+
+/// Downloads the backup at `url` into a temporary directory beside `data_dir`, reaching the
+/// bucket as the config's `[backup.s3]` says (AWS itself without one).
+fn download(
+    url: &str,
+    config: &meshql_config::ResolvedConfig,
+    data_dir: &Path,
+) -> Result<tempfile::TempDir, String> {
+    let settings = config
+        .backup
+        .s3
+        .clone()
+        .unwrap_or_else(|| meshql_config::model::S3Config {
+            url: url.to_owned(),
+            endpoint: None,
+            region: "us-east-1".to_owned(),
+        });
+    let parent = data_dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    let dir = tempfile::Builder::new()
+        .prefix(".download-")
+        .tempdir_in(parent)
+        .map_err(|e| format!("{}: {e}", parent.display()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let dest = dir.path().to_owned();
+    runtime
+        .block_on(async {
+            let bucket = backup::s3::Bucket::at(&settings, url)?;
+            bucket.download(&dest).await
+        })
+        .map_err(|e| format!("{url}: {e}"))?;
+    eprintln!("downloaded {url}");
+    Ok(dir)
 }
 
 /// What differs between a backup's entities and a config's, in one line.

@@ -17,6 +17,7 @@ pub mod expand;
 pub mod model;
 pub mod resolve;
 pub mod role;
+pub mod schedule;
 pub mod this_service;
 
 pub use error::{ConfigError, ConfigErrors};

@@ -63,6 +63,10 @@ pub struct ServiceConfig {
     /// documents' history through time and the live change feed.
     #[serde(default)]
     pub console: ConsoleConfig,
+    /// `[backup]`: where online backups go (`meshql backup`, `POST /_meshql/backup`), how
+    /// many are kept, a schedule, and an S3-compatible bucket each is uploaded to.
+    #[serde(default)]
+    pub backup: BackupConfig,
     /// `[cache]`: a read cache in front of every entity's storage (none when the block is
     /// absent). It is never stale: each answer is tagged with what it depends on, and every
     /// write invalidates its tags before it is acknowledged (writes by other processes: when
@@ -407,6 +411,67 @@ pub struct CacheConfig {
     #[serde(default)]
     #[schemars(with = "Option<serde_json::Value>")]
     pub redis: Option<Spanned<serde_json::Value>>,
+}
+
+/// `[backup]`: online backups of the embedded databases and the change log.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackupConfig {
+    /// The directory backups are written to, relative to `data_dir` (default `backups`).
+    #[serde(default = "default_backup_dir")]
+    pub dir: String,
+    /// When to take one on its own: a cron expression of five fields (minute, hour, day of
+    /// month, month, day of week), in UTC — `"0 3 * * *"` is every day at 03:00. None
+    /// without it.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub schedule: Option<Spanned<String>>,
+    /// How many backups to keep (in `dir`, and in the bucket): after each new one the
+    /// oldest beyond this are deleted. 0 keeps them all. Default 7.
+    #[serde(default = "default_backup_keep")]
+    pub keep: u32,
+    /// An S3-compatible bucket each backup the service takes is also uploaded to.
+    #[serde(default)]
+    #[schemars(with = "Option<S3Config>")]
+    pub s3: Option<Spanned<S3Config>>,
+}
+
+impl Default for BackupConfig {
+    fn default() -> Self {
+        Self {
+            dir: default_backup_dir(),
+            schedule: None,
+            keep: default_backup_keep(),
+            s3: None,
+        }
+    }
+}
+
+fn default_backup_dir() -> String {
+    "backups".into()
+}
+fn default_backup_keep() -> u32 {
+    7
+}
+
+/// An S3-compatible bucket (`[backup.s3]`). Credentials come from the environment:
+/// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and `AWS_SESSION_TOKEN` when set).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// `s3://bucket` or `s3://bucket/prefix`: each backup goes under `prefix/<backup name>/`.
+    pub url: String,
+    /// The server's URL, for an S3-compatible server other than AWS (MinIO, SeaweedFS,
+    /// Ceph…): `http://127.0.0.1:8333`. Default: AWS.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// The bucket's region (default `us-east-1`).
+    #[serde(default = "default_s3_region")]
+    pub region: String,
+}
+
+fn default_s3_region() -> String {
+    "us-east-1".into()
 }
 
 /// The console (`[console]`): the page a browser opens first.

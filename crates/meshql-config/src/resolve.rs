@@ -80,6 +80,8 @@ pub struct ResolvedConfig {
     pub changes: ChangesSpec,
     /// `[console]`: the web console, and where it is served.
     pub console: crate::model::ConsoleConfig,
+    /// `[backup]`, its directory resolved under `data_dir` and its schedule checked.
+    pub backup: BackupSpec,
     /// `[cache]`: the read cache (`None`: no cache).
     pub cache: Option<CacheSpec>,
     /// Storage by name (only the ones some entity uses).
@@ -93,6 +95,16 @@ pub struct ResolvedConfig {
     /// What this process serves of the config (`meshql serve --role`; set with
     /// [`ResolvedConfig::set_role`]).
     pub role: crate::Role,
+}
+
+/// `[backup]`, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupSpec {
+    pub dir: PathBuf,
+    /// The cron expression, checked.
+    pub schedule: Option<String>,
+    pub keep: u32,
+    pub s3: Option<crate::model::S3Config>,
 }
 
 /// The change feed's settings, with its directory resolved.
@@ -111,6 +123,9 @@ impl ResolvedConfig {
     pub fn set_data_dir(&mut self, data_dir: PathBuf) {
         if let Ok(rel) = self.changes.dir.strip_prefix(&self.data_dir) {
             self.changes.dir = data_dir.join(rel);
+        }
+        if let Ok(rel) = self.backup.dir.strip_prefix(&self.data_dir) {
+            self.backup.dir = data_dir.join(rel);
         }
         self.data_dir = data_dir;
     }
@@ -562,6 +577,7 @@ impl Resolver {
             return Err(ConfigErrors(self.errors));
         };
         let permissions = self.resolve_permissions(&model, &entities, &auth);
+        let backup = self.resolve_backup(&model.backup, &data_dir);
         if !self.errors.is_empty() {
             return Err(ConfigErrors(self.errors));
         }
@@ -588,6 +604,7 @@ impl Resolver {
             graphql: model.graphql,
             changes,
             console: model.console,
+            backup,
             cache,
             storages: used_storage,
             entities,
@@ -595,6 +612,35 @@ impl Resolver {
             warnings,
             role: crate::Role::All,
         })
+    }
+
+    fn resolve_backup(&mut self, b: &crate::model::BackupConfig, data_dir: &Path) -> BackupSpec {
+        let schedule = b.schedule.as_ref().and_then(|s| {
+            let text = s.get_ref().trim().to_owned();
+            match crate::schedule::parse(&text) {
+                Ok(_) => Some(text),
+                Err(e) => {
+                    self.error(Some(s), "backup.schedule", e);
+                    None
+                }
+            }
+        });
+        if let Some(s3) = &b.s3 {
+            let url = &s3.get_ref().url;
+            if crate::schedule::s3_bucket(url).is_none() {
+                self.error(
+                    Some(s3),
+                    "backup.s3.url",
+                    format!("`{url}` is not an S3 URL: write s3://bucket or s3://bucket/prefix"),
+                );
+            }
+        }
+        BackupSpec {
+            dir: data_dir.join(&b.dir),
+            schedule,
+            keep: b.keep,
+            s3: b.s3.as_ref().map(|s| s.get_ref().clone()),
+        }
     }
 
     fn check_path(

@@ -50,9 +50,10 @@ pub struct Runtime {
     closing: watch::Sender<bool>,
     /// Every part's series of `/metrics`, in the order they are written.
     metrics: Arc<Metrics>,
-    /// What a backup of this service takes, and the one backup that may run at a time.
-    backup: crate::backup::BackupSpec,
-    backing_up: Arc<tokio::sync::Mutex<()>>,
+    /// The service's backups (on demand and on the schedule).
+    backups: Arc<crate::backup::Backups>,
+    /// The scheduled backups' task.
+    backup_schedule: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What the storage step opened.
@@ -240,12 +241,25 @@ impl Runtime {
         if let Some(cache) = &cache {
             metrics.register(cache.clone());
         }
+        let databases: Vec<DynDatabase> = databases.into_values().collect();
+        let backups = crate::backup::Backups::new(
+            crate::backup::BackupSpec::of(config),
+            databases.clone(),
+            hub.as_ref().map(|h| h.log().clone()),
+        );
+        metrics.register(backups.clone());
+        // scheduled backups where the data is written (not on read replicas)
+        let backup_schedule = if role.writes() {
+            backups.start_schedule(closing.subscribe())
+        } else {
+            None
+        };
         Ok(Runtime {
             role,
             services,
             stores,
             log_stores,
-            databases: databases.into_values().collect(),
+            databases,
             replicas: replica_healths,
             read_after,
             graphql,
@@ -255,40 +269,14 @@ impl Runtime {
             processors,
             closing,
             metrics,
-            backup: crate::backup::BackupSpec::of(config),
-            backing_up: Arc::default(),
+            backups,
+            backup_schedule,
         })
     }
 
-    /// Where this service writes its backups by default.
-    pub fn backup_dir(&self) -> &std::path::Path {
-        &self.backup.dir
-    }
-
-    /// Takes an online backup into a new directory under `into` (the service's backup
-    /// directory when `None`): see [`crate::backup`]. One at a time: another caller meanwhile
-    /// gets [`crate::backup::BackupError::Busy`].
-    pub async fn backup(
-        &self,
-        into: Option<std::path::PathBuf>,
-    ) -> Result<crate::backup::Written, crate::backup::BackupError> {
-        let _one = self
-            .backing_up
-            .clone()
-            .try_lock_owned()
-            .map_err(|_| crate::backup::BackupError::Busy)?;
-        let parts = crate::backup::Parts::of(
-            self.backup.clone(),
-            &self.databases,
-            self.hub.as_ref().map(|h| h.log().clone()),
-        );
-        let into = into.unwrap_or_else(|| self.backup.dir.clone());
-        tokio::task::spawn_blocking(move || crate::backup::take(parts, &into))
-            .await
-            .map_err(|e| crate::backup::BackupError::Io {
-                path: Default::default(),
-                source: std::io::Error::other(e.to_string()),
-            })?
+    /// The service's backups: see [`crate::backup`].
+    pub fn backups(&self) -> &Arc<crate::backup::Backups> {
+        &self.backups
     }
 
     pub fn role(&self) -> Role {
@@ -352,6 +340,10 @@ impl Runtime {
     /// flushes and closes every storage backend.
     pub async fn shutdown(&self) {
         self.begin_closing();
+        if let Some(schedule) = &self.backup_schedule {
+            // a backup in progress finishes on its blocking thread; its files are its own
+            schedule.abort();
+        }
         if let Some(hub) = &self.hub {
             hub.stop().await;
         }

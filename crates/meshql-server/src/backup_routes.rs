@@ -95,18 +95,20 @@ async fn take(
     if let Err(refused) = admin(&endpoint, &headers) {
         return *refused;
     }
-    match endpoint.runtime.backup(None).await {
-        Ok(written) => {
+    match endpoint.runtime.backups().take(None).await {
+        Ok(taken) => {
+            let written = &taken.written;
             tracing::info!(
                 path = %written.path.display(),
                 bytes = written.manifest.bytes(),
                 pause_ms = written.manifest.pause_ms,
                 "backup taken"
             );
-            json_reply(
-                StatusCode::CREATED,
-                describe(&written, &endpoint.config_file),
-            )
+            let mut body = describe(written, &endpoint.config_file);
+            body["uploaded"] = serde_json::json!(taken.uploaded);
+            body["upload_error"] = serde_json::json!(taken.upload_error);
+            body["pruned"] = serde_json::json!(taken.pruned);
+            json_reply(StatusCode::CREATED, body)
         }
         Err(e) => {
             let status = match e.kind() {
@@ -130,7 +132,7 @@ async fn list(
     if let Err(refused) = admin(&endpoint, &headers) {
         return *refused;
     }
-    let dir = endpoint.runtime.backup_dir().to_owned();
+    let dir = endpoint.runtime.backups().spec().dir.clone();
     let found = tokio::task::spawn_blocking(move || meshql_runtime::backup::list(&dir))
         .await
         .unwrap_or_default();
@@ -141,7 +143,10 @@ async fn list(
     json_reply(
         StatusCode::OK,
         serde_json::json!({
-            "dir": endpoint.runtime.backup_dir().display().to_string(),
+            "dir": endpoint.runtime.backups().spec().dir.display().to_string(),
+            "s3": endpoint.runtime.backups().spec().s3.as_ref().map(|s| s.url.clone()),
+            "schedule": endpoint.runtime.backups().spec().schedule,
+            "keep": endpoint.runtime.backups().spec().keep,
             "backups": all,
         }),
     )

@@ -288,6 +288,9 @@ query = '{"id": "{{id}}"}'
                 "meshql_subscription_events_total",
                 "meshql_subscription_dropped_total",
                 "meshql_subscription_position",
+                // added with backups (after the list was taken)
+                "meshql_backups_total",
+                "meshql_backup_uploads_total",
                 "meshql_http_connections_open",
                 "meshql_http_connections_max",
                 "meshql_http_connections_accepted_total",

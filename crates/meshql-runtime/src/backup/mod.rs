@@ -31,6 +31,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod keep;
+pub mod s3;
+mod service;
+
+pub use keep::prune;
+pub use service::Backups;
+
 /// The manifest's format version.
 pub const FORMAT: u32 = 1;
 /// The manifest's file name in a backup.
@@ -116,8 +123,14 @@ pub struct BackupSpec {
     /// SHA-256 of the config file's text.
     pub config_sha256: String,
     pub layout: Vec<LayoutEntry>,
-    /// Where backups are written by default (`<data_dir>/backups`).
+    /// Where backups are written by default (`[backup] dir`, `<data_dir>/backups`).
     pub dir: PathBuf,
+    /// How many to keep there (0: all).
+    pub keep: u32,
+    /// The bucket each is uploaded to.
+    pub s3: Option<meshql_config::model::S3Config>,
+    /// When one is taken on its own.
+    pub schedule: Option<String>,
     /// The change log's directory, when the service has one.
     pub log_dir: Option<PathBuf>,
 }
@@ -130,7 +143,10 @@ impl BackupSpec {
             config_file: config.file.clone(),
             config_sha256: hex(&Sha256::digest(&text)),
             layout: layout_of(config),
-            dir: config.data_dir.join("backups"),
+            dir: config.backup.dir.clone(),
+            keep: config.backup.keep,
+            s3: config.backup.s3.clone(),
+            schedule: config.backup.schedule.clone(),
             log_dir: config
                 .changes
                 .config
