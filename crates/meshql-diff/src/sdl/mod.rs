@@ -8,11 +8,15 @@
 //! deprecations are safe. Output types may become stricter (`String` → `String!`) but not
 //! looser; input types (arguments, input fields) may become looser but not stricter.
 
+mod directives;
+mod fields;
+
 use crate::change::{Change, Level};
 use crate::error::{DiffError, Side};
-use apollo_compiler::ast::{self, DirectiveList, FieldDefinition, InputValueDefinition, Type};
-use apollo_compiler::schema::{Component, ComponentName, ExtendedType};
+use apollo_compiler::ast::DirectiveList;
+use apollo_compiler::schema::{ComponentName, ExtendedType};
 use apollo_compiler::{Name, Node, Schema};
+use fields::required;
 
 /// Compares two versions of one SDL. Paths are schema coordinates: `Type`, `Type.field`,
 /// `Type.field.argument`, `Enum.VALUE`, `@directive`.
@@ -80,36 +84,15 @@ fn deprecation(directives: &DirectiveList) -> Option<Option<String>> {
     })
 }
 
-/// Whether a client reading `old` can read `new` unchanged: the same named type, as strict
-/// or stricter about null (`T` → `T!` is safe, `T!` → `T` is not).
-fn safe_for_output(old: &Type, new: &Type) -> bool {
-    match (old, new) {
-        (Type::Named(a), Type::Named(b) | Type::NonNullNamed(b))
-        | (Type::NonNullNamed(a), Type::NonNullNamed(b)) => a == b,
-        (Type::List(a), Type::List(b) | Type::NonNullList(b))
-        | (Type::NonNullList(a), Type::NonNullList(b)) => safe_for_output(a, b),
-        _ => false,
+fn type_description(ty: &ExtendedType) -> Option<&str> {
+    match ty {
+        ExtendedType::Scalar(t) => description(&t.description),
+        ExtendedType::Object(t) => description(&t.description),
+        ExtendedType::Interface(t) => description(&t.description),
+        ExtendedType::Union(t) => description(&t.description),
+        ExtendedType::Enum(t) => description(&t.description),
+        ExtendedType::InputObject(t) => description(&t.description),
     }
-}
-
-/// Whether every value a client sent for `old` is still accepted by `new`: the same named
-/// type, as strict or more lenient about null (`T!` → `T` is safe, `T` → `T!` is not).
-fn safe_for_input(old: &Type, new: &Type) -> bool {
-    match (old, new) {
-        (Type::Named(a) | Type::NonNullNamed(a), Type::Named(b))
-        | (Type::NonNullNamed(a), Type::NonNullNamed(b)) => a == b,
-        (Type::List(a) | Type::NonNullList(a), Type::List(b))
-        | (Type::NonNullList(a), Type::NonNullList(b)) => safe_for_input(a, b),
-        _ => false,
-    }
-}
-
-fn value_text(v: &Option<Node<ast::Value>>) -> Option<String> {
-    v.as_ref().map(|v| v.to_string())
-}
-
-fn required(input: &InputValueDefinition) -> bool {
-    input.ty.is_non_null() && input.default_value.is_none()
 }
 
 impl SdlDiffer<'_> {
@@ -327,164 +310,6 @@ impl SdlDiffer<'_> {
         }
     }
 
-    fn fields(
-        &mut self,
-        type_name: &Name,
-        old: &apollo_compiler::collections::IndexMap<Name, Component<FieldDefinition>>,
-        new: &apollo_compiler::collections::IndexMap<Name, Component<FieldDefinition>>,
-    ) {
-        let root = self.root_kind(type_name);
-        for (field, def) in old {
-            let at = format!("{type_name}.{field}");
-            match new.get(field) {
-                None => {
-                    let message = match root {
-                        Some(operation) => format!(
-                            "root {operation} field `{field}` removed: clients calling it fail"
-                        ),
-                        None => format!("field `{field}` removed from `{type_name}`"),
-                    };
-                    self.push(Level::Breaking, at, message);
-                }
-                Some(after) => self.field(&at, def, after),
-            }
-        }
-        for field in new.keys().filter(|f| !old.contains_key(*f)) {
-            let message = match root {
-                Some(operation) => format!("root {operation} field `{field}` added"),
-                None => format!("field `{field}` added to `{type_name}`"),
-            };
-            self.push(Level::Safe, format!("{type_name}.{field}"), message);
-        }
-    }
-
-    fn field(&mut self, at: &str, old: &FieldDefinition, new: &FieldDefinition) {
-        let what = format!("field `{at}`");
-        if old.ty != new.ty {
-            let (level, note) = if safe_for_output(&old.ty, &new.ty) {
-                (Level::Safe, "")
-            } else if old.ty.inner_named_type() == new.ty.inner_named_type() {
-                (
-                    Level::Breaking,
-                    ": clients may receive null or another shape",
-                )
-            } else {
-                (Level::Breaking, "")
-            };
-            self.push(
-                level,
-                at,
-                format!(
-                    "{what} changed type from `{}` to `{}`{note}",
-                    old.ty, new.ty
-                ),
-            );
-        }
-        self.description(
-            at,
-            &what,
-            description(&old.description),
-            description(&new.description),
-        );
-        self.deprecation(at, &what, &old.directives, &new.directives);
-        self.arguments(at, &old.arguments, &new.arguments);
-    }
-
-    fn arguments(
-        &mut self,
-        at: &str,
-        old: &[Node<InputValueDefinition>],
-        new: &[Node<InputValueDefinition>],
-    ) {
-        let find = |list: &'_ [Node<InputValueDefinition>], name: &Name| {
-            list.iter().find(|a| &a.name == name).cloned()
-        };
-        for arg in old {
-            let path = format!("{at}.{}", arg.name);
-            match find(new, &arg.name) {
-                None => self.push(
-                    Level::Breaking,
-                    path,
-                    format!("argument `{}` removed from `{at}`", arg.name),
-                ),
-                Some(after) => self.input_value(&path, "argument", arg, &after),
-            }
-        }
-        for arg in new.iter().filter(|a| find(old, &a.name).is_none()) {
-            let path = format!("{at}.{}", arg.name);
-            if required(arg) {
-                self.push(
-                    Level::Breaking,
-                    path,
-                    format!(
-                        "required argument `{}: {}` added to `{at}`: queries without it fail",
-                        arg.name, arg.ty
-                    ),
-                );
-            } else {
-                self.push(
-                    Level::Dangerous,
-                    path,
-                    format!(
-                        "optional argument `{}: {}` added to `{at}`: the field may now answer \
-                         differently when it is given",
-                        arg.name, arg.ty
-                    ),
-                );
-            }
-        }
-    }
-
-    /// An argument or input field present on both sides.
-    fn input_value(
-        &mut self,
-        at: &str,
-        noun: &str,
-        old: &InputValueDefinition,
-        new: &InputValueDefinition,
-    ) {
-        let what = format!("{noun} `{at}`");
-        if old.ty != new.ty {
-            let level = if safe_for_input(&old.ty, &new.ty) {
-                Level::Safe
-            } else {
-                Level::Breaking
-            };
-            self.push(
-                level,
-                at,
-                format!("{what} changed type from `{}` to `{}`", old.ty, new.ty),
-            );
-        }
-        match (
-            value_text(&old.default_value),
-            value_text(&new.default_value),
-        ) {
-            (a, b) if a == b => {}
-            (Some(a), None) if new.ty.is_non_null() => self.push(
-                Level::Breaking,
-                at,
-                format!("default value `{a}` of {what} removed: it is now required"),
-            ),
-            (a, b) => self.push(
-                Level::Dangerous,
-                at,
-                format!(
-                    "default value of {what} changed from {} to {}",
-                    a.map_or("none".to_owned(), |v| format!("`{v}`")),
-                    b.map_or("none".to_owned(), |v| format!("`{v}`"))
-                ),
-            ),
-        }
-        self.description(
-            at,
-            &what,
-            description(&old.description),
-            description(&new.description),
-        );
-        self.deprecation(at, &what, &old.directives, &new.directives);
-    }
-
     fn description(&mut self, at: &str, what: &str, old: Option<&str>, new: Option<&str>) {
         let how = match (old, new) {
             (a, b) if a == b => return,
@@ -521,84 +346,5 @@ impl SdlDiffer<'_> {
                 }
             }
         }
-    }
-
-    fn directives(&mut self) {
-        let custom = |schema: &'_ Schema| {
-            schema
-                .directive_definitions
-                .iter()
-                .filter(|(_, d)| !d.is_built_in())
-                .map(|(n, d)| (n.clone(), d.clone()))
-                .collect::<Vec<_>>()
-        };
-        let (old, new) = (custom(self.old), custom(self.new));
-        for (name, def) in &old {
-            let at = format!("@{name}");
-            let Some((_, after)) = new.iter().find(|(n, _)| n == name) else {
-                self.push(Level::Breaking, at, format!("directive `@{name}` removed"));
-                continue;
-            };
-            for location in def
-                .locations
-                .iter()
-                .filter(|l| !after.locations.contains(l))
-            {
-                self.push(
-                    Level::Breaking,
-                    &at,
-                    format!("directive `@{name}` no longer allowed on {location}"),
-                );
-            }
-            for location in after
-                .locations
-                .iter()
-                .filter(|l| !def.locations.contains(l))
-            {
-                self.push(
-                    Level::Safe,
-                    &at,
-                    format!("directive `@{name}` now allowed on {location}"),
-                );
-            }
-            match (def.repeatable, after.repeatable) {
-                (true, false) => self.push(
-                    Level::Breaking,
-                    &at,
-                    format!("directive `@{name}` is no longer repeatable"),
-                ),
-                (false, true) => self.push(
-                    Level::Safe,
-                    &at,
-                    format!("directive `@{name}` is now repeatable"),
-                ),
-                _ => {}
-            }
-            self.description(
-                &at,
-                &format!("directive `@{name}`"),
-                description(&def.description),
-                description(&after.description),
-            );
-            self.arguments(&at, &def.arguments, &after.arguments);
-        }
-        for (name, _) in new.iter().filter(|(n, _)| !old.iter().any(|(o, _)| o == n)) {
-            self.push(
-                Level::Safe,
-                format!("@{name}"),
-                format!("directive `@{name}` added"),
-            );
-        }
-    }
-}
-
-fn type_description(ty: &ExtendedType) -> Option<&str> {
-    match ty {
-        ExtendedType::Scalar(t) => description(&t.description),
-        ExtendedType::Object(t) => description(&t.description),
-        ExtendedType::Interface(t) => description(&t.description),
-        ExtendedType::Union(t) => description(&t.description),
-        ExtendedType::Enum(t) => description(&t.description),
-        ExtendedType::InputObject(t) => description(&t.description),
     }
 }
