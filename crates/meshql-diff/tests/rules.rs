@@ -510,6 +510,30 @@ fn json_schema_refactors_that_change_nothing() {
 }
 
 #[test]
+fn json_schema_recursion_ends() {
+    // a definition renamed, recursive on both sides
+    let old = json!({"$ref": "#/$defs/node",
+                     "$defs": {"node": {"properties": {"children": {"items": {"$ref": "#/$defs/node"}}}}}});
+    let new = json!({"$ref": "#/$defs/tree",
+                     "$defs": {"tree": {"properties": {"children": {"items": {"$ref": "#/$defs/tree"}}}}}});
+    assert_eq!(diff_json_schema(&old, &new), vec![]);
+    // the whole document referring to itself
+    let old = json!({"properties": {"next": {"$ref": "#"}, "n": {"type": "number"}}});
+    let new = json!({"properties": {"next": {"$ref": "#"}, "n": {"type": "integer"}}});
+    let paths: Vec<String> = diff_json_schema(&old, &new)
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    assert_eq!(
+        paths,
+        vec!["/properties/next/properties/n/type", "/properties/n/type"]
+    );
+    // a reference to itself, with no content: not followed forever
+    let looping = json!({"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}});
+    assert_eq!(diff_json_schema(&looping, &looping), vec![]);
+}
+
+#[test]
 fn json_schema_path_tokens_are_escaped() {
     let changes = diff_json_schema(
         &json!({"properties": {"a/b~c": {"type": "number"}}}),
