@@ -4,6 +4,7 @@ mod backup;
 mod bench;
 mod cdc;
 mod changes;
+mod diff;
 mod init;
 mod process;
 mod projections;
@@ -123,6 +124,9 @@ enum Command {
     },
     /// Print the JSON Schema of the config format.
     ConfigSchema,
+    /// The breaking, dangerous and safe changes between two versions of a config (JSON
+    /// Schemas and GraphQL SDL); exits 1 on a breaking change, for CI.
+    Diff(diff::DiffArgs),
     /// Take an online backup of the service's embedded databases and change log (through
     /// the running service, or from the files when none runs).
     Backup(backup::BackupArgs),
@@ -159,6 +163,7 @@ fn main() -> ExitCode {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),
         Command::Backup(args) => backup::run_backup(args),
+        Command::Diff(args) => diff::run(args),
         Command::Restore(args) => backup::run_restore(args),
         Command::Init(args) => init::run(args),
         Command::Projections(args) => projections::run(args),
