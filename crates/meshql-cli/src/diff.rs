@@ -35,7 +35,7 @@ enum FailOn {
 }
 
 /// Each entity's schemas as a loaded config declares them.
-fn schemas(path: &PathBuf) -> Result<Vec<EntitySchemas>, String> {
+fn schemas(path: &std::path::Path) -> Result<Vec<EntitySchemas>, String> {
     let config = meshql_config::load(path).map_err(|e| e.to_string())?;
     config
         .entities
