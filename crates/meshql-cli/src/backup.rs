@@ -85,7 +85,10 @@ fn backup(args: BackupArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let written = match runtime.block_on(ask_server(&base, &config, args.token.as_deref()))? {
+    // the service on the config's port must be the one of this data directory; one named by
+    // --url is taken at its word unless --data-dir says which data to expect
+    let expect_dir = (args.url.is_none() || args.data_dir.is_some()).then_some(&config);
+    let written = match runtime.block_on(ask_server(&base, expect_dir, args.token.as_deref()))? {
         Some(path) => {
             eprintln!("the service at {base} took the backup");
             let manifest = read_manifest(&path)?;
@@ -113,7 +116,7 @@ fn backup(args: BackupArgs) -> Result<(), String> {
 /// Asks the service at `base` for a backup: its path, or `None` when nothing answers there.
 async fn ask_server(
     base: &str,
-    config: &meshql_config::ResolvedConfig,
+    config: Option<&meshql_config::ResolvedConfig>,
     token: Option<&str>,
 ) -> Result<Option<PathBuf>, String> {
     let http = reqwest::Client::new();
@@ -139,8 +142,8 @@ async fn ask_server(
     }
     // the service on the port must be the one of this data directory
     let served = body["dir"].as_str().map(PathBuf::from);
-    let wanted = config.backup.dir.clone();
-    if let Some(served) = served {
+    if let (Some(served), Some(config)) = (served, config) {
+        let wanted = config.backup.dir.clone();
         if canonical(&served) != canonical(&wanted) {
             return Err(format!(
                 "the service at {base} keeps its data in {}, not {}: pass the right --url, or \
@@ -294,14 +297,18 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 fn print_written(w: &Written, config_file: &Path) {
+    // a reader that stops early (`| head`) is not an error of the backup
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
     let m = &w.manifest;
-    println!("backup {}", w.path.display());
-    println!(
+    let _ = writeln!(out, "backup {}", w.path.display());
+    let _ = writeln!(
+        out,
         "  taken at {} ({} ms since the epoch); writes paused {:.1} ms; {:.2} s in all",
         m.taken_at, m.taken_at_ms, m.pause_ms, m.seconds
     );
     for f in m.files.iter().filter(|f| f.kind == "sqlite") {
-        println!("  {:<28} {:>12} bytes", f.path, f.bytes);
+        let _ = writeln!(out, "  {:<28} {:>12} bytes", f.path, f.bytes);
     }
     if let Some(log) = &m.log {
         let bytes: u64 = m
@@ -310,15 +317,17 @@ fn print_written(w: &Written, config_file: &Path) {
             .filter(|f| f.kind == "log")
             .map(|f| f.bytes)
             .sum();
-        println!(
+        let _ = writeln!(
+            out,
             "  {:<28} {:>12} bytes (positions {}..={})",
             "changes/", bytes, log.first_offset, log.last_offset
         );
     }
     for note in &m.not_included {
-        println!("  not included: {note}");
+        let _ = writeln!(out, "  not included: {note}");
     }
-    println!(
+    let _ = writeln!(
+        out,
         "restore: meshql restore {} --config {} --data-dir NEW_DATA_DIR [--at TIME]",
         w.path.display(),
         config_file.display()
@@ -579,17 +588,23 @@ fn layout_difference(
 /// copies into it the versions of the moment the log did not hold yet.
 fn cut_to(dir: &Path, manifest: &Manifest, at: i64) -> Result<Vec<String>, String> {
     let mut report = Vec::new();
+    let (mut kept, mut tables) = (0u64, 0usize);
     for f in manifest.files.iter().filter(|f| f.kind == "sqlite") {
         let path = dir.join(&f.path);
         let cut = meshql_store_sqlite::cut_at(&path, at)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         for t in cut {
-            report.push(format!(
-                "{}: {} versions kept, {} after the moment removed",
-                t.table, t.kept, t.removed
-            ));
+            kept += t.kept;
+            tables += 1;
+            if t.removed > 0 {
+                report.push(format!(
+                    "{}: {} versions after the moment removed",
+                    t.table, t.removed
+                ));
+            }
         }
     }
+    report.insert(0, format!("{kept} versions kept in {tables} tables"));
     if manifest.log.is_some() {
         let log_dir = dir.join(backup::LOG_DIR);
         let last = last_record_at(&log_dir, at)?;

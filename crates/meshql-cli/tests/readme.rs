@@ -184,8 +184,19 @@ fn the_readme_tour_runs_as_written() {
         "the tour states what only {expectations} of its commands print"
     );
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // `meshql` in the tour is the binary under test
+    let bin_dir = std::path::Path::new(common::meshql_bin())
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let mut child = Command::new("bash")
         .current_dir(&root)
+        .env("PATH", path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
