@@ -26,7 +26,7 @@
 
 use crate::cors::{self, Cors};
 use crate::graphql_routes::{BodyError, GraphEndpoint};
-use crate::rate_limit::{caller_from, ClientAddr, RestLimit};
+use crate::rate_limit::{caller_from, rest_refusal, ClientAddr, RestLimit};
 use crate::request_metrics::{timed, RequestMetrics};
 use axum::http::{Method, Request};
 use axum::response::Response;
@@ -139,7 +139,7 @@ impl Direct {
                                 .read_one(&id, parts.uri.query(), &parts.headers)
                                 .await
                         }
-                        Err(too_many) => too_many,
+                        Err(refusal) => rest_refusal(&refusal),
                     }
                 };
                 let response = timed(&metrics, Some(&pattern), &Method::GET, read).await;

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::persisted_queries::{PersistedQueries, PersistedQueryError};
-use crate::rate_limit::{graphql_refusal, GraphqlGate, RateLimiter};
+use crate::rate_limit::{graphql_refusal, GraphqlGate, RateLimiter, Refusal};
 
 pub struct GraphEndpoint {
     pub registry: Arc<Registry>,
@@ -151,19 +151,20 @@ impl GraphEndpoint {
     }
 
     /// Takes a GraphQL request's first token from its caller's bucket: `Ok(None)` when
-    /// GraphQL is not limited, the 429 when the bucket is empty.
+    /// GraphQL is not limited, the refusal when the bucket is empty (answered with
+    /// [`graphql_refusal`]).
     pub(crate) fn gate(
         &self,
         headers: &HeaderMap,
         client: Option<IpAddr>,
-    ) -> Result<Option<GraphqlGate>, Response> {
+    ) -> Result<Option<GraphqlGate>, Refusal> {
         let Some(limiter) = &self.limiter else {
             return Ok(None);
         };
         let authorization = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        GraphqlGate::enter(limiter, authorization, client).map_err(|r| graphql_refusal(&r))
+        GraphqlGate::enter(limiter, authorization, client)
     }
 
     /// Runs a request (charged its cost when GraphQL is limited by cost).

@@ -23,7 +23,8 @@ use std::sync::Arc;
 
 pub use crate::graph_endpoint::GraphEndpoint;
 use crate::graph_endpoint::{persisted_query_error, request_error};
-use crate::rate_limit::ClientAddr;
+use crate::persisted_queries::PersistedQueryError;
+use crate::rate_limit::{graphql_refusal, ClientAddr};
 
 /// Whether the client asks for an event stream (graphql-sse).
 fn wants_event_stream(headers: &HeaderMap) -> bool {
@@ -90,11 +91,8 @@ impl GraphEndpoint {
         operation_name: Option<String>,
         variables: Option<serde_json::Value>,
         extensions: Option<&serde_json::Value>,
-    ) -> Result<GraphqlRequest, Response> {
-        let query = self
-            .persisted
-            .resolve(query, extensions)
-            .map_err(|e| persisted_query_error(&e))?;
+    ) -> Result<GraphqlRequest, PersistedQueryError> {
+        let query = self.persisted.resolve(query, extensions)?;
         Ok(GraphqlRequest {
             query,
             operation_name,
@@ -112,7 +110,7 @@ impl GraphEndpoint {
     ) -> Response {
         let gate = match self.gate(headers, client) {
             Ok(g) => g,
-            Err(response) => return response,
+            Err(refusal) => return graphql_refusal(&refusal),
         };
         let context = match self.context_within(headers).await {
             Ok(c) => c,
@@ -146,7 +144,7 @@ impl GraphEndpoint {
             sent.extensions.as_ref(),
         ) {
             Ok(r) => r,
-            Err(response) => return response,
+            Err(e) => return persisted_query_error(&e),
         };
         if wants_event_stream(headers) {
             drop(gate);
@@ -184,8 +182,8 @@ async fn get_query(
     let client = client.map(|c| c.0 .0);
     if let Ok(upgrade) = upgrade {
         // a WebSocket counts as one request when it opens
-        if let Err(response) = e.gate(&headers, client) {
-            return response;
+        if let Err(refusal) = e.gate(&headers, client) {
+            return graphql_refusal(&refusal);
         }
         let authorization = headers
             .get(header::AUTHORIZATION)
@@ -232,7 +230,7 @@ async fn get_query(
     }
     let gate = match e.gate(&headers, client) {
         Ok(g) => g,
-        Err(response) => return response,
+        Err(refusal) => return graphql_refusal(&refusal),
     };
     let context = match e.context_within(&headers).await {
         Ok(c) => c,
@@ -257,7 +255,7 @@ async fn get_query(
         extensions.as_ref(),
     ) {
         Ok(r) => r,
-        Err(response) => return response,
+        Err(e) => return persisted_query_error(&e),
     };
     if wants_event_stream(&headers) {
         drop(gate);

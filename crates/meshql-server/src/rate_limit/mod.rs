@@ -18,7 +18,7 @@ mod gcra;
 mod refusal;
 
 pub(crate) use caller::{CallerKey, ClientAddr};
-pub(crate) use refusal::{caller_from, graphql_refusal, limit_rest, RestLimit};
+pub(crate) use refusal::{caller_from, graphql_refusal, limit_rest, rest_refusal, RestLimit};
 
 use caller::Callers;
 use gcra::{Bucket, Rule};

@@ -101,11 +101,10 @@ impl RestLimit {
         Some(class)
     }
 
-    /// Admits a read by id (the server's direct path) or answers its 429.
-    pub(crate) fn admit_read(&self, caller: &CallerKey) -> Result<(), Response> {
-        self.limiter
-            .admit(Class::Reads, caller, 1)
-            .map_err(|r| rest_refusal(&r))
+    /// Admits a read by id (the server's direct path; a refusal is answered with
+    /// [`rest_refusal`]).
+    pub(crate) fn admit_read(&self, caller: &CallerKey) -> Result<(), Refusal> {
+        self.limiter.admit(Class::Reads, caller, 1)
     }
 }
 
