@@ -174,6 +174,96 @@ pub struct ServerConfig {
     #[serde(default)]
     #[schemars(with = "Option<TlsConfig>")]
     pub tls: Option<Spanned<TlsConfig>>,
+    /// `[server.rate_limit]`: token buckets per caller (the JWT subject of a valid token,
+    /// else the client's address) and per class of request. No limit when absent.
+    #[serde(default)]
+    #[schemars(with = "Option<RateLimitConfig>")]
+    pub rate_limit: Option<Spanned<RateLimitConfig>>,
+    /// `[server.persisted_queries]`: GraphQL persisted queries: `apq` (the default: Apollo's
+    /// Automatic Persisted Queries), `allowlist` (only the operations of a manifest run) or
+    /// `off`.
+    #[serde(default)]
+    #[schemars(with = "Option<PersistedQueriesConfig>")]
+    pub persisted_queries: Option<Spanned<PersistedQueriesConfig>>,
+}
+
+/// `[server.rate_limit]`: a token bucket per caller and per class; a class left out is not
+/// limited. A request over its class's limit is answered 429 with `Retry-After`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// REST reads (GET), and GraphQL requests when `graphql` is not set (1 each).
+    #[serde(default)]
+    #[schemars(with = "Option<BucketConfig>")]
+    pub reads: Option<Spanned<BucketConfig>>,
+    /// REST writes: POST, PUT, DELETE (a bulk create is one write, whatever its length).
+    #[serde(default)]
+    #[schemars(with = "Option<BucketConfig>")]
+    pub writes: Option<Spanned<BucketConfig>>,
+    /// GraphQL requests, each charged its cost: its root fields plus its relationship
+    /// fields (the fetches it plans), at least 1.
+    #[serde(default)]
+    #[schemars(with = "Option<BucketConfig>")]
+    pub graphql: Option<Spanned<BucketConfig>>,
+    /// Callers remembered at once per class (1 to 10000000, default 100000). Beyond it the
+    /// least recently used caller's bucket is dropped (it starts full when that caller comes
+    /// back); an idle caller's is dropped once it would have refilled anyway.
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub max_callers: Option<Spanned<u64>>,
+}
+
+/// One class's token bucket: `per_second` tokens are added each second, up to `burst`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BucketConfig {
+    /// Tokens added per second (0.001 to 1000000; fractions allowed: 0.5 is one every two
+    /// seconds). Required.
+    #[serde(default)]
+    #[schemars(with = "Option<f64>")]
+    pub per_second: Option<Spanned<f64>>,
+    /// The most tokens a caller may save up: the requests it may send at once after being
+    /// idle (1 to 1000000; default `per_second` rounded up). A GraphQL request costing more
+    /// than the burst is charged the burst.
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub burst: Option<Spanned<u64>>,
+}
+
+/// `[server.persisted_queries]`.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PersistedQueriesConfig {
+    /// `apq` (default): a request may send `extensions.persistedQuery.sha256Hash` instead of
+    /// its query once the query was sent with its hash. `allowlist`: only the operations of
+    /// `manifest` run (by hash or by their exact text). `off`: hashes are refused.
+    #[serde(default)]
+    #[schemars(with = "Option<PersistedQueryMode>")]
+    pub mode: Option<Spanned<PersistedQueryMode>>,
+    /// `allowlist`: an Apollo persisted-query manifest (JSON, relative to this file):
+    /// `{"format": "apollo-persisted-query-manifest", "version": 1, "operations": [{"id",
+    /// "name", "type", "body"}]}`. Required with `allowlist`, refused otherwise.
+    #[serde(default)]
+    #[schemars(with = "Option<String>")]
+    pub manifest: Option<Spanned<String>>,
+    /// `apq`: queries remembered by hash (1 to 1000000, default 4096), least recently used
+    /// dropped first; a query longer than 16 KiB runs but is not remembered.
+    #[serde(default)]
+    #[schemars(with = "Option<u64>")]
+    pub max_entries: Option<Spanned<u64>>,
+}
+
+/// How GraphQL endpoints treat persisted queries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PersistedQueryMode {
+    /// Automatic Persisted Queries: hashes registered by clients, any query runs.
+    #[default]
+    Apq,
+    /// Only the manifest's operations run.
+    Allowlist,
+    /// No persisted queries: a request must carry its query.
+    Off,
 }
 
 /// `[server.tls]`: HTTPS (TLS 1.2 and 1.3, ALPN `http/1.1`). Both files are re-read when

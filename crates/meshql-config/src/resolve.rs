@@ -1354,6 +1354,10 @@ mod cache;
 pub use cache::{CacheSpec, SharedCacheSpec};
 mod server;
 pub use server::{read_cert_chain, read_private_key, ServerSpec, TlsSpec};
+mod rate_limit;
+pub use rate_limit::{BucketSpec, RateLimitSpec};
+mod persisted_queries;
+pub use persisted_queries::{PersistedOperation, PersistedQueriesSpec, MANIFEST_FORMAT};
 
 #[cfg(test)]
 mod tests;

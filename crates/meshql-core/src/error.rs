@@ -44,6 +44,8 @@ pub enum ErrorKind {
     /// The caller is known but may not do this (its roles or the policy do not allow the
     /// action on the entity).
     Forbidden,
+    /// The caller sent more requests than its rate limit allows: it may retry later.
+    RateLimited,
 }
 
 impl ErrorKind {
@@ -57,6 +59,7 @@ impl ErrorKind {
             ErrorKind::Internal => "INTERNAL_SERVER_ERROR",
             ErrorKind::Unauthenticated => "UNAUTHENTICATED",
             ErrorKind::Forbidden => "FORBIDDEN",
+            ErrorKind::RateLimited => "RATE_LIMITED",
         }
     }
 }

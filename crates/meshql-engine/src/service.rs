@@ -256,6 +256,11 @@ impl EntityService {
         &self.writer
     }
 
+    /// Who identifies the callers (the server's rate limiter keys callers by subject).
+    pub fn authorizer(&self) -> &Arc<dyn Authorizer> {
+        &self.authorizer
+    }
+
     /// Who is asking and what they may do, for reads (GraphQL, the change feed).
     pub fn access(&self, authorization: Option<&str>) -> Result<Access, meshql_core::AuthError> {
         if let Some(everything) = &self.everything {

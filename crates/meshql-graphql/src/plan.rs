@@ -207,6 +207,10 @@ pub struct OperationPlan {
     pub depth: usize,
     /// The most relationship fields along one path, in this service.
     pub relationship_depth: usize,
+    /// What the operation costs a rate limit: its root fields plus its relationship fields
+    /// (the fetches it may make: one per root field, one batched fetch per relationship
+    /// field), at least 1.
+    pub cost: usize,
 }
 
 /// Root fields answered together: `(root index, id)` pairs sharing query, `at` and selection.
@@ -324,6 +328,7 @@ pub fn plan(
     let has_variables = !operation.variables.is_empty();
     let operation_name = operation.name.as_ref().map(|n| n.to_string());
     let (depth, relationship_depth) = (planner.deepest.get(), planner.deepest_relationship.get());
+    let cost = (roots.len() + planner.relationships.get()).max(1);
     Ok(OperationPlan {
         document,
         operation_name,
@@ -334,6 +339,7 @@ pub fn plan(
         subscription,
         depth,
         relationship_depth,
+        cost,
     })
 }
 

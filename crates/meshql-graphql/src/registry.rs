@@ -158,18 +158,42 @@ impl Registry {
         request: &GraphqlRequest,
         ctx: &RequestContext,
     ) -> Vec<u8> {
-        let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
-            return request_errors(&[RequestError::new("Must provide query string.")]);
-        };
-        let plan = match self.planned(index, query, request.operation_name.as_deref()) {
-            Ok(p) => p,
-            Err(body) => return body,
-        };
-        if plan.subscription {
-            return request_errors(&[RequestError::new(
-                "a subscription needs a subscription transport: a WebSocket (graphql-transport-ws) or an event stream (POST with `Accept: text/event-stream`, graphql-sse)",
-            )]);
+        match self.prepare(index, request) {
+            Ok(plan) => self.execute_plan(index, &plan, request, ctx).await,
+            Err(body) => body,
         }
+    }
+
+    /// The plan of a request to the graphlette at `index` (cached), ready for
+    /// [`Registry::execute_plan`]: its cost is known before it runs. `Err`: the body of the
+    /// request's errors (no query, a query that does not validate, a subscription).
+    pub fn prepare(
+        &self,
+        index: usize,
+        request: &GraphqlRequest,
+    ) -> Result<Arc<OperationPlan>, Vec<u8>> {
+        let Some(query) = request.query.as_deref().filter(|q| !q.trim().is_empty()) else {
+            return Err(request_errors(&[RequestError::new(
+                "Must provide query string.",
+            )]));
+        };
+        let plan = self.planned(index, query, request.operation_name.as_deref())?;
+        if plan.subscription {
+            return Err(request_errors(&[RequestError::new(
+                "a subscription needs a subscription transport: a WebSocket (graphql-transport-ws) or an event stream (POST with `Accept: text/event-stream`, graphql-sse)",
+            )]));
+        }
+        Ok(plan)
+    }
+
+    /// Runs a plan [`Registry::prepare`] made of `request`; returns the response body.
+    pub async fn execute_plan(
+        &self,
+        index: usize,
+        plan: &OperationPlan,
+        request: &GraphqlRequest,
+        ctx: &RequestContext,
+    ) -> Vec<u8> {
         // a federated hop: what the calling service left of its depth bounds
         let budget = ctx.budget;
         if let Some(depth) = budget.depth.filter(|d| plan.depth > *d) {
@@ -196,7 +220,7 @@ impl Registry {
             &self.graphlettes,
             &self.fetchers,
             index,
-            &plan,
+            plan,
             request.variables.as_ref(),
             ctx,
             &self.limits,

@@ -16,6 +16,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
         ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
     }
 }
 
@@ -58,6 +59,7 @@ mod tests {
             (ErrorKind::Internal, 500, "INTERNAL_SERVER_ERROR"),
             (ErrorKind::Unauthenticated, 401, "UNAUTHENTICATED"),
             (ErrorKind::Forbidden, 403, "FORBIDDEN"),
+            (ErrorKind::RateLimited, 429, "RATE_LIMITED"),
         ] {
             assert_eq!((status(kind).as_u16(), kind.code()), (status_code, code));
         }

@@ -8,6 +8,8 @@ use crate::cors::{cors, Cors};
 use crate::direct::Direct;
 use crate::graphql_routes::{self, GraphEndpoint};
 use crate::ops::{self, Ops};
+use crate::persisted_queries::PersistedQueries;
+use crate::rate_limit::{limit_rest, RateLimiter, RestLimit};
 use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,6 +41,8 @@ pub struct App {
     /// REST reads by id and GraphQL POSTs answered without the router (`None`: every request
     /// is routed).
     pub(crate) direct: Option<Arc<Direct>>,
+    /// `[server.rate_limit]` is on: the listener tags each request with its client's address.
+    pub(crate) limits_rates: bool,
 }
 
 impl App {
@@ -116,6 +120,17 @@ impl App {
             let _ = subscriptions.set(s.clone());
         }
         let mut router = Router::new();
+        // `[server.rate_limit]`: callers known by the subject of a token the service's own
+        // authorizer accepts (every entity service shares it)
+        let limiter = config.server.rate_limit.as_ref().map(|spec| {
+            let authorizer = services
+                .values()
+                .next()
+                .map(|s| s.authorizer().clone())
+                .unwrap_or_else(|| Arc::new(meshql_core::NoAuth));
+            Arc::new(RateLimiter::new(spec, authorizer))
+        });
+        let persisted = Arc::new(PersistedQueries::new(&config.server.persisted_queries));
         // what reads by id and GraphQL POSTs skip the router for, and the fixed routes that stay
         // routed
         let mut restlettes = Vec::new();
@@ -142,8 +157,18 @@ impl App {
                     read_only: !role.writes(),
                     read_after: Some(read_after.clone()),
                 });
-                restlettes.push(restlette.clone());
-                router = router.merge(meshql_rest::router(restlette));
+                let limit = limiter
+                    .as_ref()
+                    .map(|l| RestLimit::new(l.clone(), &rest.path));
+                let routes = meshql_rest::router(restlette.clone());
+                router = router.merge(match &limit {
+                    Some(limit) => routes.layer(axum::middleware::from_fn_with_state(
+                        limit.clone(),
+                        limit_rest,
+                    )),
+                    None => routes,
+                });
+                restlettes.push((restlette, limit));
             }
             if let Some(g) = entity.graph.as_ref().filter(|_| role.reads()) {
                 let (index, _) = registry
@@ -161,6 +186,8 @@ impl App {
                     body_limit: config.body_limit_bytes,
                     subscriptions: subscriptions.clone(),
                     read_after: Some(read_after.clone()),
+                    limiter: limiter.clone(),
+                    persisted: persisted.clone(),
                 });
                 graphs.push((g.path.clone(), endpoint.clone()));
                 router = router.merge(graphql_routes::router(&g.path, endpoint));
@@ -193,6 +220,9 @@ impl App {
         let metrics = runtime.metrics().clone();
         metrics.register(Arc::new(crate::connection::ConnectionMetrics));
         metrics.register(requests.clone());
+        if let Some(limiter) = &limiter {
+            metrics.register(limiter.clone());
+        }
         let ops = Arc::new(Ops {
             stores: runtime.stores().to_vec(),
             metrics,
@@ -245,8 +275,8 @@ impl App {
         // the log-behind header is the router's alone: with it, every request is routed
         let direct = log_stores.is_empty().then(|| {
             let mut direct = Direct::new(edge.clone(), requests);
-            for restlette in restlettes {
-                direct.add_rest(restlette);
+            for (restlette, limit) in restlettes {
+                direct.add_rest(restlette, limit);
             }
             for (path, endpoint) in graphs {
                 direct.add_graph(&path, endpoint);
@@ -271,6 +301,7 @@ impl App {
             registry,
             runtime,
             direct,
+            limits_rates: limiter.is_some(),
         })
     }
 }

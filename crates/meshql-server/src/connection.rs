@@ -7,6 +7,7 @@
 //! time; they are atomics because the task moves between worker threads.
 
 use crate::direct::{Direct, DirectFuture};
+use crate::rate_limit::ClientAddr;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use axum::Router;
@@ -379,6 +380,9 @@ pub(crate) struct Service {
     pub(crate) direct: Option<Arc<Direct>>,
     pub(crate) state: Arc<ConnState>,
     pub(crate) body_timeout: Duration,
+    /// Each request carries its connection's address ([`ClientAddr`]) for the rate limiter
+    /// (only when the server limits rates).
+    pub(crate) tag_clients: bool,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Service {
@@ -396,13 +400,17 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         };
         let state = self.state.clone();
         let timeout = self.body_timeout;
-        let req = req.map(|inner| RequestBody {
+        let mut req = req.map(|inner| RequestBody {
             inner,
             state,
             timeout,
             sleep: None,
             timed_out: false,
         });
+        if self.tag_clients {
+            req.extensions_mut()
+                .insert(ClientAddr(self.state.peer.ip()));
+        }
         let req = match &self.direct {
             Some(direct) => match direct.answer(req) {
                 Ok(future) => {

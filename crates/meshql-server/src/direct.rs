@@ -21,9 +21,12 @@
 //! - an id with a percent sign (the router decodes it) or an empty one (`P/` is the list).
 //!
 //! Servers whose responses carry a log-behind header (a Kafka store) route every request.
+//! With `[server.rate_limit]`, a read by id takes its token here as the router's gate would
+//! (a GraphQL POST takes it in [`GraphEndpoint::answer_post`], either way).
 
 use crate::cors::{self, Cors};
 use crate::graphql_routes::{BodyError, GraphEndpoint};
+use crate::rate_limit::{caller_from, rest_refusal, ClientAddr, RestLimit};
 use crate::request_metrics::{timed, RequestMetrics};
 use axum::http::{Method, Request};
 use axum::response::Response;
@@ -52,6 +55,8 @@ struct Read {
     restlette: Arc<Restlette>,
     /// `P/{id}`: the route the metrics record it under, as the router would.
     pattern: Arc<str>,
+    /// `[server.rate_limit]` reads, as the router's gate counts them.
+    limit: Option<RestLimit>,
 }
 
 /// A direct answer in progress.
@@ -68,8 +73,9 @@ impl Direct {
         }
     }
 
-    /// Answers `GET P/{id}` of `restlette` directly, and keeps its fixed routes routed.
-    pub(crate) fn add_rest(&mut self, restlette: Arc<Restlette>) {
+    /// Answers `GET P/{id}` of `restlette` directly (through `limit` when reads are
+    /// limited), and keeps its fixed routes routed.
+    pub(crate) fn add_rest(&mut self, restlette: Arc<Restlette>, limit: Option<RestLimit>) {
         let p = restlette.path.clone();
         // its list route is fixed too (a REST path may sit under another one)
         self.fixed.insert(p.clone());
@@ -77,7 +83,14 @@ impl Direct {
             self.fixed.insert(format!("{p}/{name}"));
         }
         let pattern = Arc::from(format!("{p}/{{id}}"));
-        self.reads.insert(p, Read { restlette, pattern });
+        self.reads.insert(
+            p,
+            Read {
+                restlette,
+                pattern,
+                limit,
+            },
+        );
     }
 
     /// Answers `POST` to the GraphQL `path` directly (a fixed route for REST reads).
@@ -110,8 +123,25 @@ impl Direct {
             let metrics = self.metrics.clone();
             let cors = self.cors.clone();
             let (parts, _empty) = request.into_parts();
+            let Some(limit) = read.limit.clone() else {
+                return Ok(Box::pin(async move {
+                    let read = restlette.read_one(&id, parts.uri.query(), &parts.headers);
+                    let response = timed(&metrics, Some(&pattern), &Method::GET, read).await;
+                    cors::finish(&cors, response, false).await
+                }));
+            };
             return Ok(Box::pin(async move {
-                let read = restlette.read_one(&id, parts.uri.query(), &parts.headers);
+                let read = async {
+                    let caller = caller_from(&limit.limiter, &parts.headers, &parts.extensions);
+                    match limit.admit_read(&caller) {
+                        Ok(()) => {
+                            restlette
+                                .read_one(&id, parts.uri.query(), &parts.headers)
+                                .await
+                        }
+                        Err(refusal) => rest_refusal(&refusal),
+                    }
+                };
                 let response = timed(&metrics, Some(&pattern), &Method::GET, read).await;
                 cors::finish(&cors, response, false).await
             }));
@@ -133,8 +163,9 @@ impl Direct {
         let (parts, body) = request.into_parts();
         Ok(Box::pin(async move {
             let post = async {
+                let client = parts.extensions.get::<ClientAddr>().map(|c| c.0);
                 let body = read_body(body, endpoint.body_limit).await;
-                endpoint.answer_post(&parts.headers, body).await
+                endpoint.answer_post(&parts.headers, client, body).await
             };
             let response = timed(&metrics, Some(&path), &Method::POST, post).await;
             cors::finish(&cors, response, false).await

@@ -9,7 +9,11 @@ use meshql_core::AuthError;
 use meshql_engine::EntityService;
 use meshql_graphql::{Budget, GraphqlRequest, Registry, RequestContext};
 use meshql_runtime::Subscriptions;
+use std::net::IpAddr;
 use std::sync::Arc;
+
+use crate::persisted_queries::{PersistedQueries, PersistedQueryError};
+use crate::rate_limit::{graphql_refusal, GraphqlGate, RateLimiter, Refusal};
 
 pub struct GraphEndpoint {
     pub registry: Arc<Registry>,
@@ -24,6 +28,10 @@ pub struct GraphEndpoint {
     /// Read-your-writes: a request carrying a consistency token reads the primary until the
     /// replica has the token's version.
     pub read_after: Option<Arc<meshql_engine::ReadAfter>>,
+    /// `[server.rate_limit]` (`None`: no limit, and no step of it taken).
+    pub(crate) limiter: Option<Arc<RateLimiter>>,
+    /// `[server.persisted_queries]`, shared by every endpoint.
+    pub(crate) persisted: Arc<PersistedQueries>,
 }
 
 /// A 200 JSON response with `body`.
@@ -45,6 +53,18 @@ pub(crate) fn request_error(status: StatusCode, message: String) -> Response {
     json(
         status,
         serde_json::json!({"errors": [{"message": message}]}).to_string(),
+    )
+}
+
+/// A persisted query that cannot run, as a GraphQL error with its code (Apollo's shape).
+pub(crate) fn persisted_query_error(e: &PersistedQueryError) -> Response {
+    json(
+        e.status(),
+        serde_json::json!({"errors": [{
+            "message": e.to_string(),
+            "extensions": {"code": e.code()},
+        }]})
+        .to_string(),
     )
 }
 
@@ -130,8 +150,45 @@ impl GraphEndpoint {
         Ok(context.within(budget))
     }
 
-    pub(crate) async fn run(&self, request: GraphqlRequest, context: &RequestContext) -> Response {
-        let body = self.registry.execute(self.index, &request, context).await;
+    /// Takes a GraphQL request's first token from its caller's bucket: `Ok(None)` when
+    /// GraphQL is not limited, the refusal when the bucket is empty (answered with
+    /// [`graphql_refusal`]).
+    pub(crate) fn gate(
+        &self,
+        headers: &HeaderMap,
+        client: Option<IpAddr>,
+    ) -> Result<Option<GraphqlGate>, Refusal> {
+        let Some(limiter) = &self.limiter else {
+            return Ok(None);
+        };
+        let authorization = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        GraphqlGate::enter(limiter, authorization, client)
+    }
+
+    /// Runs a request (charged its cost when GraphQL is limited by cost).
+    pub(crate) async fn run(
+        &self,
+        request: GraphqlRequest,
+        context: &RequestContext,
+        gate: Option<GraphqlGate>,
+    ) -> Response {
+        let Some(mut gate) = gate.filter(GraphqlGate::by_cost) else {
+            let body = self.registry.execute(self.index, &request, context).await;
+            return json(StatusCode::OK, body);
+        };
+        let plan = match self.registry.prepare(self.index, &request) {
+            Ok(plan) => plan,
+            Err(body) => return json(StatusCode::OK, body),
+        };
+        if let Err(refusal) = gate.charge(plan.cost) {
+            return graphql_refusal(&refusal);
+        }
+        let body = self
+            .registry
+            .execute_plan(self.index, &plan, &request, context)
+            .await;
         json(StatusCode::OK, body)
     }
 }

@@ -2,7 +2,10 @@
 //! parameters, and GraphiQL for browsers. Every well-formed request answers 200, except one
 //! whose credentials the authorizer refuses: that is the transport failing authentication, so
 //! it is a 401 with `WWW-Authenticate` (as on REST) and a GraphQL error body whose
-//! `extensions.code` is `UNAUTHENTICATED`, before anything is parsed or executed.
+//! `extensions.code` is `UNAUTHENTICATED`, before anything is parsed or executed; one over
+//! its caller's rate limit (429 with `Retry-After`, code `RATE_LIMITED`,
+//! [`crate::rate_limit`]); and a persisted query that cannot run (400, or 200 for the two
+//! errors Apollo clients recover from: [`crate::persisted_queries`]).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -11,13 +14,17 @@ use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 use meshql_graphql::{GraphqlRequest, RequestContext};
+use serde::Deserialize;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
-use crate::graph_endpoint::request_error;
 pub use crate::graph_endpoint::GraphEndpoint;
+use crate::graph_endpoint::{persisted_query_error, request_error};
+use crate::persisted_queries::PersistedQueryError;
+use crate::rate_limit::{graphql_refusal, ClientAddr};
 
 /// Whether the client asks for an event stream (graphql-sse).
 fn wants_event_stream(headers: &HeaderMap) -> bool {
@@ -60,14 +67,51 @@ pub(crate) enum BodyError {
     Unreadable(String),
 }
 
+/// A GraphQL request as sent over HTTP: the GraphQL layer's fields, and `extensions`
+/// (persisted queries, where a subscription resumes).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HttpRequest {
+    #[serde(default)]
+    query: Option<String>,
+    #[serde(default)]
+    operation_name: Option<String>,
+    #[serde(default)]
+    variables: Option<serde_json::Value>,
+    #[serde(default)]
+    extensions: Option<serde_json::Value>,
+}
+
 impl GraphEndpoint {
-    /// `POST` of a GraphQL request (`body` as read within the body limit). The server also
-    /// calls it without going through the router (its direct path).
+    /// The request to run: its query given, or found from `extensions.persistedQuery`
+    /// ([`crate::persisted_queries`]).
+    fn persisted(
+        &self,
+        query: Option<String>,
+        operation_name: Option<String>,
+        variables: Option<serde_json::Value>,
+        extensions: Option<&serde_json::Value>,
+    ) -> Result<GraphqlRequest, PersistedQueryError> {
+        let query = self.persisted.resolve(query, extensions)?;
+        Ok(GraphqlRequest {
+            query,
+            operation_name,
+            variables,
+        })
+    }
+
+    /// `POST` of a GraphQL request (`body` as read within the body limit) from `client`. The
+    /// server also calls it without going through the router (its direct path).
     pub(crate) async fn answer_post(
         self: Arc<Self>,
         headers: &HeaderMap,
+        client: Option<IpAddr>,
         body: Result<Bytes, BodyError>,
     ) -> Response {
+        let gate = match self.gate(headers, client) {
+            Ok(g) => g,
+            Err(refusal) => return graphql_refusal(&refusal),
+        };
         let context = match self.context_within(headers).await {
             Ok(c) => c,
             Err(response) => return *response,
@@ -84,7 +128,7 @@ impl GraphEndpoint {
                 return request_error(StatusCode::BAD_REQUEST, text)
             }
         };
-        let request: GraphqlRequest = match serde_json::from_slice(&bytes) {
+        let sent: HttpRequest = match serde_json::from_slice(&bytes) {
             Ok(r) => r,
             Err(err) => {
                 return request_error(
@@ -93,18 +137,28 @@ impl GraphEndpoint {
                 )
             }
         };
+        let request = match self.persisted(
+            sent.query,
+            sent.operation_name,
+            sent.variables,
+            sent.extensions.as_ref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => return persisted_query_error(&e),
+        };
         if wants_event_stream(headers) {
-            let extensions = serde_json::from_slice::<serde_json::Value>(&bytes)
-                .ok()
-                .and_then(|mut v| v.get_mut("extensions").map(serde_json::Value::take));
-            return self.stream(request, context, headers, extensions).await;
+            drop(gate);
+            return self
+                .stream(request, context, headers, sent.extensions)
+                .await;
         }
-        self.run(request, &context).await
+        self.run(request, &context, gate).await
     }
 }
 
 async fn post(
     State(e): State<Arc<GraphEndpoint>>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
@@ -115,16 +169,22 @@ async fn post(
             BodyError::Unreadable(r.body_text())
         }
     });
-    e.answer_post(&headers, body).await
+    e.answer_post(&headers, client.map(|c| c.0 .0), body).await
 }
 
 async fn get_query(
     State(e): State<Arc<GraphEndpoint>>,
     Query(params): Query<HashMap<String, String>>,
+    client: Option<Extension<ClientAddr>>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    let client = client.map(|c| c.0 .0);
     if let Ok(upgrade) = upgrade {
+        // a WebSocket counts as one request when it opens
+        if let Err(refusal) = e.gate(&headers, client) {
+            return graphql_refusal(&refusal);
+        }
         let authorization = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -141,7 +201,20 @@ async fn get_query(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("text/html"));
-    let Some(query) = params.get("query").cloned() else {
+    let extensions = match params.get("extensions").filter(|t| !t.is_empty()) {
+        None => None,
+        Some(text) => match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(v) => Some(v),
+            Err(err) => {
+                return request_error(
+                    StatusCode::BAD_REQUEST,
+                    format!("`extensions` is not valid JSON: {err}"),
+                )
+            }
+        },
+    };
+    let query = params.get("query").cloned();
+    if query.is_none() && extensions.is_none() {
         if wants_html {
             let mut r = Response::new(axum::body::Body::from(e.page.clone()));
             r.headers_mut().insert(
@@ -154,6 +227,10 @@ async fn get_query(
             StatusCode::BAD_REQUEST,
             "Must provide query string.".to_owned(),
         );
+    }
+    let gate = match e.gate(&headers, client) {
+        Ok(g) => g,
+        Err(refusal) => return graphql_refusal(&refusal),
     };
     let context = match e.context_within(&headers).await {
         Ok(c) => c,
@@ -171,18 +248,20 @@ async fn get_query(
             }
         },
     };
-    let request = GraphqlRequest {
-        query: Some(query),
-        operation_name: params.get("operationName").cloned(),
+    let request = match e.persisted(
+        query,
+        params.get("operationName").cloned(),
         variables,
+        extensions.as_ref(),
+    ) {
+        Ok(r) => r,
+        Err(e) => return persisted_query_error(&e),
     };
     if wants_event_stream(&headers) {
-        let extensions = params
-            .get("extensions")
-            .and_then(|t| serde_json::from_str(t).ok());
+        drop(gate);
         return e.stream(request, context, &headers, extensions).await;
     }
-    e.run(request, &context).await
+    e.run(request, &context, gate).await
 }
 
 async fn not_allowed() -> Response {

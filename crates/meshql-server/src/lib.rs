@@ -15,7 +15,9 @@ mod graphql_routes;
 mod listener;
 mod log_behind;
 mod ops;
+mod persisted_queries;
 mod processors_routes;
+mod rate_limit;
 mod request_metrics;
 mod subscription_routes;
 pub mod tls;
@@ -56,6 +58,7 @@ pub async fn serve(
     listener::run(
         app.router.clone(),
         app.direct.clone(),
+        app.limits_rates,
         listener,
         server,
         tls,

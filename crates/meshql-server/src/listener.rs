@@ -124,6 +124,8 @@ struct Shared {
     next_id: AtomicU64,
     /// Connections served at once (`server.max_connections`).
     max: usize,
+    /// Requests carry their client's address (for `[server.rate_limit]`).
+    tag_clients: bool,
 }
 
 impl Shared {
@@ -149,6 +151,7 @@ impl Shared {
 pub(crate) async fn run(
     router: Router,
     direct: Option<Arc<Direct>>,
+    tag_clients: bool,
     listener: TcpListener,
     spec: &ServerSpec,
     tls: Option<Tls>,
@@ -194,6 +197,7 @@ pub(crate) async fn run(
         conns: Mutex::new(HashMap::new()),
         next_id: AtomicU64::new(0),
         max,
+        tag_clients,
     });
     let permits = Arc::new(Semaphore::new(max));
     STATS.max.store(max as u64, Ordering::Relaxed);
@@ -516,6 +520,7 @@ where
         direct: shared.direct.clone(),
         state: state.clone(),
         body_timeout: shared.limits.body,
+        tag_clients: shared.tag_clients,
     };
     let mut conn = pin!(shared.http1.serve_connection(io, service).with_upgrades());
     let mut seen = SERVING;

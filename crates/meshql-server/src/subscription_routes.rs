@@ -345,17 +345,31 @@ pub async fn websocket(
                         .await;
                     continue;
                 }
-                let request: GraphqlRequest = match serde_json::from_value(msg["payload"].clone()) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = out_tx
+                let mut request: GraphqlRequest =
+                    match serde_json::from_value(msg["payload"].clone()) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let _ = out_tx
                             .send(Out::Text(error(
                                 json!([{"message": format!("malformed subscribe payload: {e}")}]),
                             )))
                             .await;
+                            continue;
+                        }
+                    };
+                // a persisted query (and, with an allow-list, only a listed one)
+                match endpoint
+                    .persisted
+                    .resolve(request.query.take(), msg["payload"].get("extensions"))
+                {
+                    Ok(query) => request.query = query,
+                    Err(e) => {
+                        let payload =
+                            json!([{"message": e.to_string(), "extensions": {"code": e.code()}}]);
+                        let _ = out_tx.send(Out::Text(error(payload))).await;
                         continue;
                     }
-                };
+                }
                 let resume = match since(None, msg["payload"].get("extensions")) {
                     Ok(s) => s,
                     Err(m) => {

@@ -37,6 +37,10 @@ pub struct ServerSpec {
     pub read_your_writes_wait_ms: u64,
     /// `[server.tls]`: HTTPS with this certificate and key.
     pub tls: Option<TlsSpec>,
+    /// `[server.rate_limit]`: `None` limits nothing (and costs nothing per request).
+    pub rate_limit: Option<super::RateLimitSpec>,
+    /// `[server.persisted_queries]` (APQ by default).
+    pub persisted_queries: super::PersistedQueriesSpec,
     /// Threads that accept and serve connections, each with a single-threaded runtime of its
     /// own (a connection stays on the thread that accepted it); 0: the connections are served
     /// by the process's work-stealing runtime. Not a config setting: `meshql serve --runtime`
@@ -108,6 +112,8 @@ impl Default for ServerSpec {
             shutdown_timeout: Self::DEFAULT_SHUTDOWN_TIMEOUT,
             read_your_writes_wait_ms: Self::DEFAULT_READ_YOUR_WRITES_WAIT_MS,
             tls: None,
+            rate_limit: None,
+            persisted_queries: super::PersistedQueriesSpec::default(),
             serve_threads: 0,
         }
     }
@@ -215,6 +221,12 @@ impl Resolver {
         if let Some(tls) = &s.tls {
             spec.tls = self.resolve_tls(tls);
         }
+        if let Some(limits) = &s.rate_limit {
+            spec.rate_limit = self.resolve_rate_limit(limits);
+        }
+        if let Some(persisted) = &s.persisted_queries {
+            spec.persisted_queries = self.resolve_persisted_queries(persisted);
+        }
         spec
     }
 
@@ -304,6 +316,8 @@ mod tests {
                 shutdown_timeout: Duration::ZERO,
                 read_your_writes_wait_ms: 200,
                 tls: None,
+                rate_limit: None,
+                persisted_queries: Default::default(),
                 serve_threads: 0,
             }
         );

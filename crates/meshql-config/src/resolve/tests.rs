@@ -406,6 +406,35 @@ fn config_json_schema_describes_entities() {
     assert!(s["$defs"]["AuthConfig"]["properties"]["roles_claim"].is_object());
     assert!(s["$defs"]["AuthConfig"]["properties"]["enforce_policy"].is_object());
     assert!(s["$defs"]["EntityConfig"]["properties"]["permissions"].is_object());
+    // [server.rate_limit] and [server.persisted_queries], documented
+    let server = &s["$defs"]["ServerConfig"]["properties"];
+    assert!(server["rate_limit"].is_object(), "{server}");
+    assert!(server["persisted_queries"].is_object(), "{server}");
+    let limits = &s["$defs"]["RateLimitConfig"]["properties"];
+    for field in ["reads", "writes", "graphql", "max_callers"] {
+        assert!(
+            limits[field]["description"].is_string(),
+            "{field}: {limits}"
+        );
+    }
+    let bucket = &s["$defs"]["BucketConfig"]["properties"];
+    for field in ["per_second", "burst"] {
+        assert!(
+            bucket[field]["description"].is_string(),
+            "{field}: {bucket}"
+        );
+    }
+    let persisted = &s["$defs"]["PersistedQueriesConfig"]["properties"];
+    for field in ["mode", "manifest", "max_entries"] {
+        assert!(
+            persisted[field]["description"].is_string(),
+            "{field}: {persisted}"
+        );
+    }
+    let modes = s["$defs"]["PersistedQueryMode"].to_string();
+    for mode in ["apq", "allowlist", "off"] {
+        assert!(modes.contains(&format!("\"{mode}\"")), "{mode}: {modes}");
+    }
     let storage = &s["$defs"]["StorageConfig"]["oneOf"][0];
     assert_eq!(
         storage["properties"]["type"]["const"], "sqlite",
