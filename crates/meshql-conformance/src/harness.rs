@@ -123,7 +123,8 @@ macro_rules! conformance_tests {
             feed_records_every_write_once,
             feed_resumes_after_any_cursor,
             failed_writes_leave_no_trace,
-            feed_tail_under_concurrent_writers_is_exact
+            feed_tail_under_concurrent_writers_is_exact,
+            import_keeps_versions_and_is_idempotent
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {

@@ -270,3 +270,92 @@ pub async fn latest_then_filter(store: DynStore) {
         .unwrap();
     assert_eq!(in_b.len(), 1);
 }
+
+/// An import writes versions as they were — ids, times, tombstones, tokens — in any order,
+/// each placed by its time: `at` reads answer as on the store they came from. Importing
+/// them again writes nothing; versions already written are skipped.
+pub async fn import_keeps_versions_and_is_idempotent(store: DynStore) {
+    use meshql_core::{Envelope, ReadContext, TokenFilter};
+    let v = |id: &str, at: i64, deleted: bool, name: &str, tokens: &[&str]| Envelope {
+        id: id.to_owned(),
+        payload: json!({"name": name}).to_string(),
+        created_at: at,
+        deleted,
+        authorized_tokens: tokens.iter().map(|t| t.to_string()).collect(),
+    };
+    // out of order on purpose: a later version first, then the ones before it
+    let versions = vec![
+        v("imp-a", 3_000, false, "a3", &[]),
+        v("imp-a", 1_000, false, "a1", &[]),
+        v("imp-b", 1_500, false, "b1", &["owner"]),
+        v("imp-a", 2_000, false, "a2", &[]),
+        v("imp-b", 2_500, true, "b1", &["owner"]),
+    ];
+    assert_eq!(store.import_versions(&versions).await.unwrap(), 5);
+    assert_eq!(
+        store.import_versions(&versions).await.unwrap(),
+        0,
+        "a second import writes nothing"
+    );
+    let history = store.versions("imp-a").await.unwrap();
+    let times: Vec<i64> = history.iter().map(|e| e.created_at).collect();
+    assert_eq!(times, [1_000, 2_000, 3_000]);
+    let all = TokenFilter::All;
+    let name_at = |env: Option<Envelope>| env.map(|e| name_of(&e.payload));
+    assert_eq!(
+        name_at(
+            store
+                .read("imp-a", &ReadContext::new(&all, None))
+                .await
+                .unwrap()
+        ),
+        Some("a3".to_owned())
+    );
+    assert_eq!(
+        name_at(
+            store
+                .read("imp-a", &ReadContext::new(&all, Some(2_100)))
+                .await
+                .unwrap()
+        ),
+        Some("a2".to_owned())
+    );
+    // the tombstone is kept: b reads at 2,000 and not after 2,500
+    assert!(store
+        .read("imp-b", &ReadContext::new(&all, Some(2_000)))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(store
+        .read("imp-b", &ReadContext::new(&all, None))
+        .await
+        .unwrap()
+        .is_none());
+    let b = store.versions("imp-b").await.unwrap();
+    assert_eq!(b.len(), 2);
+    assert!(b[1].deleted);
+    assert_eq!(b[0].authorized_tokens, ["owner"]);
+    // one more version among those stored: only it is written
+    let mut more = versions.clone();
+    more.push(v("imp-a", 2_500, false, "a2b", &[]));
+    assert_eq!(store.import_versions(&more).await.unwrap(), 1);
+    assert_eq!(
+        name_at(
+            store
+                .read("imp-a", &ReadContext::new(&all, Some(2_600)))
+                .await
+                .unwrap()
+        ),
+        Some("a2b".to_owned())
+    );
+    assert_eq!(
+        name_at(
+            store
+                .read("imp-a", &ReadContext::new(&all, None))
+                .await
+                .unwrap()
+        ),
+        Some("a3".to_owned()),
+        "an older version imported later does not become the latest"
+    );
+}

@@ -71,6 +71,13 @@ pub struct Envelope {
     pub authorized_tokens: Vec<String>,
 }
 
+/// `payload` (a JSON object's text) with its `"id"` set to `id`, as stores keep it.
+pub fn payload_with_id(id: &str, payload: &str) -> Result<String, crate::StoreError> {
+    let map: Map<String, Value> = serde_json::from_str(payload)
+        .map_err(|e| crate::StoreError::Invalid(format!("payload of `{id}`: {e}")))?;
+    Ok(NewDocument::with_id(id, map).into_payload_text(id))
+}
+
 impl Envelope {
     /// Parses the payload into a JSON map.
     pub fn payload_map(&self) -> Result<Map<String, Value>, serde_json::Error> {

@@ -35,7 +35,7 @@ pub use backend::{
     FileSnapshots, SettingError, Storage, StorageTarget,
 };
 pub use change::{ChangeOp, CommitReceiver, CommitSignal, Cursor, StoreChange, WriteContext};
-pub use envelope::{Envelope, NewDocument, Row};
+pub use envelope::{payload_with_id, Envelope, NewDocument, Row};
 pub use error::{ErrorKind, StoreError};
 pub use field_set::{parse_payload, FieldSet};
 pub use output::{DeadLetter, OutputBatch, OutputStore, OutputWrite, StateWrite};

@@ -383,6 +383,19 @@ pub trait StoreWriter: Send + Sync + 'static {
         ids: &[String],
         ctx: &WriteContext,
     ) -> Result<Vec<(String, RemoveOutcome)>, StoreError>;
+
+    /// Writes versions made elsewhere as they were — id, `created_at`, tombstone flag,
+    /// authorized tokens and payload (an import, `meshql import`) — each placed in its
+    /// document's history by its time, as a back-dated write is. A version whose
+    /// `(id, created_at)` is stored already is skipped, so importing the same versions twice
+    /// changes nothing. All or nothing; returns how many were written. Each written version
+    /// is one change on the store's feed.
+    async fn import_versions(&self, versions: &[crate::Envelope]) -> Result<u64, StoreError> {
+        let _ = versions;
+        Err(StoreError::Invalid(
+            "this storage backend cannot import versions".into(),
+        ))
+    }
 }
 
 /// A store's change feed (see [`crate::change`] for the contract).

@@ -207,6 +207,14 @@ impl StoreReader for Served {
 
 #[async_trait]
 impl StoreWriter for Served {
+    async fn import_versions(&self, versions: &[Envelope]) -> Result<u64, StoreError> {
+        self.gate()?;
+        self.inner
+            .import_versions(versions)
+            .instrument(self.span("import_versions"))
+            .await
+    }
+
     async fn create(&self, doc: NewDocument, ctx: &WriteContext) -> Result<Envelope, StoreError> {
         self.gate()?;
         self.inner

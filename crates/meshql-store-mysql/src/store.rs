@@ -690,6 +690,47 @@ impl StoreReader for MysqlStore {
 
 #[async_trait]
 impl StoreWriter for MysqlStore {
+    async fn import_versions(&self, versions: &[Envelope]) -> Result<u64, StoreError> {
+        let versions = versions.to_vec();
+        let written = self
+            .write_tx(move |s, tx| {
+                Box::pin(async move {
+                    let mut written = 0u64;
+                    for v in versions {
+                        let exists: Option<i64> = tx
+                            .tx
+                            .exec_first(&s.sql.version_exists, (v.id.as_str(), v.created_at))
+                            .await
+                            .map_err(my_error)?;
+                        if exists.is_some() {
+                            continue;
+                        }
+                        let payload = meshql_store_sql::outputs::with_id(&v.id, &v.payload)?;
+                        s.append(
+                            tx,
+                            Version {
+                                id: &v.id,
+                                payload,
+                                created_at: Some(v.created_at),
+                                deleted: v.deleted,
+                                tokens: &v.authorized_tokens,
+                                fresh_id: false,
+                                correlation_id: None,
+                            },
+                        )
+                        .await?;
+                        written += 1;
+                    }
+                    Ok(written)
+                })
+            })
+            .await?;
+        if written > 0 {
+            self.core.count_writes(written);
+        }
+        Ok(written)
+    }
+
     async fn create(
         &self,
         mut doc: NewDocument,

@@ -571,6 +571,49 @@ impl StoreReader for PostgresStore {
 
 #[async_trait]
 impl StoreWriter for PostgresStore {
+    async fn import_versions(&self, versions: &[Envelope]) -> Result<u64, StoreError> {
+        let mut client = self.db.write.get().await.map_err(pool_error)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let ids: Vec<&str> = versions.iter().map(|v| v.id.as_str()).collect();
+        self.lock_all(&tx, &ids).await?;
+        let exists = prepared(&tx, &self.sql.version_exists).await?;
+        let mut written = 0u64;
+        for v in versions {
+            if tx
+                .query_opt(&exists, &[&v.id, &v.created_at])
+                .await
+                .map_err(pg_error)?
+                .is_some()
+            {
+                continue;
+            }
+            let payload = meshql_store_sql::outputs::with_id(&v.id, &v.payload)?;
+            let current = self.current(&tx, &v.id).await?;
+            self.append(
+                &tx,
+                Version {
+                    id: &v.id,
+                    payload,
+                    created_at: Some(v.created_at),
+                    deleted: v.deleted,
+                    tokens: &v.authorized_tokens,
+                    fresh_id: false,
+                    correlation_id: None,
+                },
+                current.as_ref(),
+            )
+            .await?;
+            written += 1;
+        }
+        tx.commit().await.map_err(pg_error)?;
+        if written > 0 {
+            self.core.count_writes(written);
+            self.core.committed();
+            self.core.signal.notify();
+        }
+        Ok(written)
+    }
+
     async fn create(
         &self,
         mut doc: NewDocument,

@@ -7,9 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 /// The stored text of an output payload with `"id"` set to `id`.
 pub fn with_id(id: &str, payload: &str) -> Result<String, StoreError> {
-    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_str(payload)
-        .map_err(|e| StoreError::Invalid(format!("output payload of `{id}`: {e}")))?;
-    Ok(meshql_core::NewDocument::with_id(id, map).into_payload_text(id))
+    meshql_core::payload_with_id(id, payload)
 }
 
 /// A log position as a BIGINT (`what` names it in the error).

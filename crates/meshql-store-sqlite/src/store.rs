@@ -541,6 +541,50 @@ impl StoreReader for SqliteStore {
 
 #[async_trait]
 impl StoreWriter for SqliteStore {
+    async fn import_versions(&self, versions: &[Envelope]) -> Result<u64, StoreError> {
+        let sql = self.sql.clone();
+        let versions = versions.to_vec();
+        let written = self
+            .db
+            .write(move |conn| {
+                let mut exists = conn
+                    .prepare_cached(&sql.version_exists)
+                    .map_err(query_error)?;
+                let mut written = 0u64;
+                for v in versions {
+                    if exists
+                        .exists(params![v.id, v.created_at])
+                        .map_err(query_error)?
+                    {
+                        continue;
+                    }
+                    let payload = meshql_store_sql::outputs::with_id(&v.id, &v.payload)?;
+                    let current = Self::current(conn, &sql, &v.id)?;
+                    Self::append_after(
+                        conn,
+                        &sql,
+                        Version {
+                            id: &v.id,
+                            payload,
+                            created_at: Some(v.created_at),
+                            deleted: v.deleted,
+                            tokens: &v.authorized_tokens,
+                            fresh_id: false,
+                            correlation_id: None,
+                        },
+                        current,
+                    )?;
+                    written += 1;
+                }
+                Ok(written)
+            })
+            .await?;
+        if written > 0 {
+            self.core.wrote(written);
+        }
+        Ok(written)
+    }
+
     async fn create(
         &self,
         mut doc: NewDocument,

@@ -29,6 +29,48 @@ impl MongoStore {
 
 #[async_trait]
 impl StoreWriter for MongoStore {
+    /// Without transactions each version is a write of its own (under its id's lock): an
+    /// import stopped midway is completed, not repeated, by running it again (a version
+    /// stored already is skipped).
+    async fn import_versions(&self, versions: &[Envelope]) -> Result<u64, StoreError> {
+        let permit = self.db.checkout_owned().await?;
+        let mut items = Vec::with_capacity(versions.len());
+        for v in versions {
+            let payload = payload_doc(&meshql_core::payload_with_id(&v.id, &v.payload)?)?;
+            items.push((v.clone(), payload));
+        }
+        let guards = self
+            .w
+            .lock_all(items.iter().map(|(v, _)| v.id.as_str()))
+            .await;
+        let w = self.w.clone();
+        detached(async move {
+            let _held = (permit, guards);
+            let mut written = 0u64;
+            for (v, payload) in items {
+                if w.version_at(&v.id, v.created_at).await? {
+                    continue;
+                }
+                w.append(NewVersion {
+                    id: &v.id,
+                    payload,
+                    created_at: Some(v.created_at),
+                    deleted: v.deleted,
+                    tokens: &v.authorized_tokens,
+                    fresh_id: false,
+                    correlation_id: None,
+                })
+                .await?;
+                written += 1;
+            }
+            if written > 0 {
+                w.committed(written);
+            }
+            Ok(written)
+        })
+        .await
+    }
+
     async fn create(
         &self,
         mut doc: NewDocument,
