@@ -11,6 +11,7 @@ mod projections;
 mod registries;
 #[cfg(target_os = "linux")]
 mod startup_pages;
+mod transfer;
 
 /// mimalloc instead of the system allocator: every request allocates and frees small
 /// buffers (headers, JSON values, plans' outputs) on several threads; glibc malloc showed up
@@ -127,6 +128,11 @@ enum Command {
     /// The breaking, dangerous and safe changes between two versions of a config (JSON
     /// Schemas and GraphQL SDL); exits 1 on a breaking change, for CI.
     Diff(diff::DiffArgs),
+    /// Write the service's documents (with `--history`, every version) as NDJSON.
+    Export(transfer::ExportArgs),
+    /// Write an export's versions into the config's storage (any backend), keeping ids,
+    /// times, tombstones and tokens; a second import changes nothing.
+    Import(transfer::ImportArgs),
     /// Take an online backup of the service's embedded databases and change log (through
     /// the running service, or from the files when none runs).
     Backup(backup::BackupArgs),
@@ -164,6 +170,8 @@ fn main() -> ExitCode {
         Command::Changes(args) => changes::run(args),
         Command::Backup(args) => backup::run_backup(args),
         Command::Diff(args) => diff::run(args),
+        Command::Export(args) => transfer::run_export(args),
+        Command::Import(args) => transfer::run_import(args),
         Command::Restore(args) => backup::run_restore(args),
         Command::Init(args) => init::run(args),
         Command::Projections(args) => projections::run(args),
