@@ -38,6 +38,9 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// Documents by id.
+type Listed = BTreeMap<String, Value>;
+
 /// What `GET <path>?at=T` lists, by id.
 async fn at(client: &common::Client, path: &str, t: i64) -> BTreeMap<String, Value> {
     client
@@ -113,7 +116,7 @@ async fn import_and_compare(
     envs: Vec<(&str, String)>,
     file: &Path,
     moments: &[i64],
-    expected: &[(BTreeMap<String, Value>, BTreeMap<String, Value>)],
+    expected: &[(Listed, Listed)],
 ) {
     let args = ["import", config.to_str().unwrap(), file.to_str().unwrap()];
     let first = ok(&meshql(&args, &envs), &format!("import into {name}"));
