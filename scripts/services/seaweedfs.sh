@@ -3,7 +3,7 @@
 # module proxy with `go install`, into $MESHQL_SERVICES_DIR/bin), its S3 gateway on
 # 127.0.0.1:$MESHQL_S3_PORT (default 18333) with one identity (access key `meshql`, secret
 # `meshql-secret`), its data under $MESHQL_SERVICES_DIR (default /tmp/meshql-services)/seaweedfs.
-# Prints the S3 endpoint URL.
+# The bucket `meshql-test` is created. Prints the S3 endpoint URL.
 #
 #   scripts/services/seaweedfs.sh start     # idempotent; prints http://127.0.0.1:18333
 #   scripts/services/seaweedfs.sh stop
@@ -68,6 +68,15 @@ JSON
     done
     listening || { echo "seaweedfs did not start; its log:" >&2; tail -50 "$DIR/server.log" >&2; exit 1; }
   fi
+  # the tests' bucket (idempotent); the master may need a moment before it answers
+  for _ in $(seq 50); do
+    if echo "s3.bucket.create -name meshql-test" |
+      "$BIN/weed" shell -master="127.0.0.1:$((PORT + 1000))" 2>&1 |
+      grep -q -e "created bucket" -e "already exist"; then
+      break
+    fi
+    sleep 0.2
+  done
   echo "$URL"
 }
 

@@ -626,3 +626,131 @@ async fn a_backup_onto_a_full_disk_says_so_and_leaves_nothing() {
     );
     assert_eq!(rusqlite_count(&data.path().join("farm.db")), 3_000);
 }
+
+/// `[backup]` with a schedule (every two seconds), `keep = 2` and a real S3-compatible bucket
+/// (SeaweedFS): the service takes backups on its own, uploads each (manifest last), keeps two
+/// here and two in the bucket, and `meshql restore s3://…` brings the newest back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_backups_go_to_a_bucket_and_restore_from_it() {
+    let endpoint = common::s3_url();
+    let prefix = format!("t{}", now_ms());
+    let copy = example_copy("farm", |t| {
+        format!(
+            "{t}\n[backup]\nschedule = \"*/2 * * * * *\"\nkeep = 2\n\
+             s3 = {{ url = \"s3://meshql-test/{prefix}\", endpoint = \"{endpoint}\" }}\n"
+        )
+    });
+    let config = copy.path().join("meshql.toml");
+    let keys = [
+        ("AWS_ACCESS_KEY_ID", "meshql".to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", "meshql-secret".to_owned()),
+    ];
+    let port = free_port();
+    let mut envs = keys.to_vec();
+    envs.push(("PORT", port.to_string()));
+    let server = Server::start_with_env(&config, &envs, Some(port));
+    let client = server.client();
+    for i in 0..5 {
+        client
+            .post_json("/farm/api", &json!({"name": format!("farm {i}")}))
+            .await
+            .expect_status(201);
+    }
+    // three scheduled backups at least (every two seconds), uploaded and pruned to two
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = loop {
+        let m = client.get("/metrics").await;
+        let text = m.text.clone();
+        let uploaded = text
+            .lines()
+            .find(|l| l.starts_with("meshql_backup_uploads_total{result=\"ok\"}"))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if uploaded >= 3 {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fewer than three scheduled backups uploaded in 60 s:\n{text}\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        metrics.contains("meshql_backup_uploads_total{result=\"failed\"} 0"),
+        "{metrics}"
+    );
+    // one more, over HTTP (409 while a scheduled one runs: retried): it prunes the oldest
+    // beyond two, here and in the bucket
+    let taken = loop {
+        let r = client.post_json("/_meshql/backup", &json!({})).await;
+        if r.status == 409 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        r.expect_status(201);
+        break r.json();
+    };
+    assert!(
+        taken["uploaded"]
+            .as_str()
+            .unwrap()
+            .starts_with("s3://meshql-test/"),
+        "{taken}"
+    );
+    let pruned_in_bucket: Vec<String> = taken["pruned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.as_str()?.strip_prefix("s3: ").map(str::to_owned))
+        .collect();
+    assert!(
+        !pruned_in_bucket.is_empty(),
+        "nothing pruned in the bucket: {taken}"
+    );
+    let listed = client.get("/_meshql/backups").await.json();
+    let local = listed["backups"].as_array().unwrap();
+    assert!(
+        local.len() <= 3,
+        "keep = 2 (one may be in progress): {listed}"
+    );
+    let newest = taken["name"].as_str().unwrap().to_owned();
+    drop(server);
+
+    // the bucket keeps two; the newest restores
+    let url = format!("s3://meshql-test/{prefix}/{newest}");
+    let dir = tempfile::tempdir().unwrap();
+    let restored = dir.path().join("restored");
+    let out = std::process::Command::new(common::meshql_bin())
+        .args([
+            "restore",
+            &url,
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            restored.to_str().unwrap(),
+        ])
+        .envs(keys.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    ok(&out, "meshql restore s3://…");
+    let server = Server::start_with_data_dir(&config, &restored, &[]);
+    assert_eq!(server.client().list("/farm/api").await.len(), 5);
+    drop(server);
+    // an old one, pruned from the bucket, is gone
+    let out = std::process::Command::new(common::meshql_bin())
+        .args([
+            "restore",
+            &format!("s3://meshql-test/{prefix}/{}", pruned_in_bucket[0]),
+            "--config",
+            config.to_str().unwrap(),
+            "--data-dir",
+            dir.path().join("none").to_str().unwrap(),
+        ])
+        .envs(keys.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    let err = refused(&out, "a restore of a backup the bucket does not hold");
+    assert!(err.contains("no manifest"), "{err}");
+}

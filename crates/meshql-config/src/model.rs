@@ -511,8 +511,8 @@ pub struct BackupConfig {
     #[serde(default = "default_backup_dir")]
     pub dir: String,
     /// When to take one on its own: a cron expression of five fields (minute, hour, day of
-    /// month, month, day of week), in UTC — `"0 3 * * *"` is every day at 03:00. None
-    /// without it.
+    /// month, month, day of week; or six, seconds first), in UTC — `"0 3 * * *"` is every
+    /// day at 03:00. None without it.
     #[serde(default)]
     #[schemars(with = "Option<String>")]
     pub schedule: Option<Spanned<String>>,

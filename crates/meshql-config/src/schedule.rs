@@ -1,18 +1,24 @@
-//! Backup schedules (cron expressions of five fields, in UTC) and S3 URLs.
+//! Backup schedules (cron expressions of five fields, or six with seconds first, in UTC) and
+//! S3 URLs.
 
 use chrono::{DateTime, Utc};
 use croner::Cron;
 
-/// A checked cron expression of five fields: minute, hour, day of month, month, day of week.
+/// A checked cron expression of five fields — minute, hour, day of month, month, day of
+/// week — or six, with seconds first.
 pub fn parse(text: &str) -> Result<Cron, String> {
+    use croner::parser::{CronParser, Seconds};
     let fields = text.split_whitespace().count();
-    if fields != 5 {
+    if !(5..=6).contains(&fields) {
         return Err(format!(
             "`{text}` has {fields} fields; a schedule has five: minute hour day-of-month month \
-             day-of-week (\"0 3 * * *\" is every day at 03:00 UTC)"
+             day-of-week (\"0 3 * * *\" is every day at 03:00 UTC), or six with seconds first"
         ));
     }
-    text.parse::<Cron>()
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .build()
+        .parse(text)
         .map_err(|e| format!("`{text}` is not a cron expression: {e}"))
 }
 
@@ -54,6 +60,8 @@ mod tests {
         assert!(parse("0 3 * *").unwrap_err().contains("five"));
         assert!(parse("61 3 * * *").is_err());
         assert!(parse("*/15 * * * *").is_ok());
+        let every_two_seconds = parse("*/2 * * * * *").unwrap();
+        assert_eq!(next_after(&every_two_seconds, 1_000), Some(2_000));
     }
 
     #[test]

@@ -617,6 +617,14 @@ pub fn postgres_url() -> String {
     meshql_conformance::test_server_url("postgres", "MESHQL_TEST_POSTGRES_URL")
 }
 
+/// The URL of the test S3-compatible server (SeaweedFS, with the bucket `meshql-test` and the
+/// access key `meshql` / `meshql-secret`): `MESHQL_TEST_S3_URL`, or one started by
+/// `scripts/services/seaweedfs.sh`. Panics when none can be had.
+#[allow(dead_code)]
+pub fn s3_url() -> String {
+    meshql_conformance::test_server_url("seaweedfs", "MESHQL_TEST_S3_URL")
+}
+
 /// Runs SQL on `url` with psql; its output (unaligned, tuples only), trimmed. Panics with
 /// psql's message when the statement fails.
 #[allow(dead_code)]
