@@ -4,6 +4,7 @@ mod backup;
 mod bench;
 mod cdc;
 mod changes;
+mod check_data;
 mod diff;
 mod init;
 mod process;
@@ -122,6 +123,13 @@ enum Command {
     Check {
         #[arg(default_value = ".")]
         config: PathBuf,
+        /// Also validate every entity's current documents against its JSON Schema (reads
+        /// the storage: stop a service that holds SQLite files first).
+        #[arg(long)]
+        data: bool,
+        /// With `--data`: the data directory, when it is not the config's.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
     },
     /// Print the JSON Schema of the config format.
     ConfigSchema,
@@ -188,8 +196,15 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
-        Command::Check { config } => match meshql_config::load(&config) {
-            Ok(c) => {
+        Command::Check {
+            config,
+            data,
+            data_dir,
+        } => match meshql_config::load(&config) {
+            Ok(mut c) => {
+                if let Some(d) = data_dir {
+                    c.set_data_dir(d);
+                }
                 for w in &c.warnings {
                     eprintln!("warning: {w}");
                 }
@@ -220,6 +235,9 @@ fn main() -> ExitCode {
                     resolvers,
                     c.port
                 );
+                if data {
+                    return check_data::run(&c);
+                }
                 ExitCode::SUCCESS
             }
             Err(errors) => {

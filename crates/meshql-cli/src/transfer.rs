@@ -83,13 +83,13 @@ fn report(result: Result<bool, String>, what: &str) -> ExitCode {
 }
 
 /// The config's entity stores, opened from their databases (the service must not hold them).
-struct Opened {
+pub(crate) struct Opened {
     databases: Vec<meshql_core::DynDatabase>,
     stores: Vec<(String, DynStore)>,
 }
 
 impl Opened {
-    async fn open(config: &meshql_config::ResolvedConfig) -> Result<Opened, String> {
+    pub(crate) async fn open(config: &meshql_config::ResolvedConfig) -> Result<Opened, String> {
         let registries = crate::registries::registries();
         let targets =
             meshql_runtime::storage_targets(config, &registries.storage).map_err(|e| {
@@ -127,7 +127,17 @@ impl Opened {
         Ok(Opened { databases, stores })
     }
 
-    async fn close(self) {
+    /// The store of entity `name` (one the config declares).
+    pub(crate) fn store(&self, name: &str) -> &DynStore {
+        &self
+            .stores
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("an entity of the config")
+            .1
+    }
+
+    pub(crate) async fn close(self) {
         for (_, s) in &self.stores {
             s.shutdown().await;
         }

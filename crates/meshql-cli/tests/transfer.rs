@@ -256,3 +256,75 @@ fn refused_versions_are_reported_without_stopping() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a meshql export"));
 }
+
+/// `meshql check --data`: the stored documents against the schema the config names now — a
+/// property made required fails every document without it, counted per rule with examples.
+#[test]
+fn check_data_counts_documents_a_new_schema_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("farms.ndjson");
+    let mut text = format!(
+        "{}\n",
+        json!({"meshql_export": 1, "exported_at": 1, "at": null, "history": true, "entities": ["farm"]})
+    );
+    for (i, name) in ["Emerdale", "Hollow", "Brook"].iter().enumerate() {
+        let line = json!({"entity": "farm", "id": format!("00000000-0000-4000-8000-00000000000{i}"),
+            "created_at": 1_000 + i as i64, "deleted": false, "authorized_tokens": [],
+            "payload": {"name": name}});
+        text.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(&file, text).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = examples_dir().join("farm/meshql.toml");
+    let d = data.path().to_str().unwrap();
+    ok(
+        &meshql(
+            &[
+                "import",
+                config.to_str().unwrap(),
+                file.to_str().unwrap(),
+                "--data-dir",
+                d,
+            ],
+            &[],
+        ),
+        "import",
+    );
+    let out = meshql(
+        &["check", config.to_str().unwrap(), "--data", "--data-dir", d],
+        &[],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{printed}");
+    assert!(
+        printed.contains("farm: 3 documents, all valid"),
+        "{printed}"
+    );
+
+    let changed = common::example_copy("farm", |t| t);
+    let schema = changed.path().join("schema/farm.schema.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&schema).unwrap()).unwrap();
+    v["properties"]["region"] = json!({"type": "string"});
+    v["required"].as_array_mut().unwrap().push("region".into());
+    std::fs::write(&schema, v.to_string()).unwrap();
+    let out = meshql(
+        &[
+            "check",
+            changed.path().to_str().unwrap(),
+            "--data",
+            "--data-dir",
+            d,
+        ],
+        &[],
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains("farm: 3 of 3 documents fail its JSON Schema"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("3 × /: \"region\" is a required property"),
+        "{printed}"
+    );
+}
