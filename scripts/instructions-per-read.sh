@@ -8,6 +8,7 @@
 # the counters are dumped. Start-up and shutdown are not counted.
 #
 # Usage: scripts/instructions-per-read.sh BINARY [N=2000] [PORT=17401]   (needs valgrind, jq)
+#        MESHQL_CONFIG=DIR scripts/instructions-per-read.sh …   (another copy of egg-economy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:?usage: scripts/instructions-per-read.sh BINARY [N] [PORT]}
@@ -16,7 +17,7 @@ PORT=${3:-17401}
 command -v valgrind >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 WORK=$(mktemp -d)
 valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
-  "$BIN" serve examples/egg-economy --port "$PORT" --data-dir "$WORK/data" --log-level warn \
+  "$BIN" serve "${MESHQL_CONFIG:-examples/egg-economy}" --port "$PORT" --data-dir "$WORK/data" --log-level warn \
   > "$WORK/serve.log" 2>&1 &
 VG=$!
 trap 'kill "$VG" 2>/dev/null || true; rm -rf "$WORK"' EXIT

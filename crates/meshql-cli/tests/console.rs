@@ -1176,3 +1176,37 @@ fn the_console_can_move_or_be_turned_off() {
     assert!(!out.status.success(), "{text}");
     assert!(text.contains("console.path"), "{text}");
 }
+
+/// The landing page lists the service's backups with their size and the command that
+/// restores each, and takes one more with a click.
+#[test]
+fn the_landing_page_lists_backups_and_takes_one() {
+    let _one = BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let server = egg_economy();
+    let taken = send(
+        reqwest::Method::POST,
+        &server.url("/_meshql/backup"),
+        None,
+        None,
+    );
+    assert_eq!(taken.0, 201, "{}", taken.1);
+    let mut b = Browser::start("backups");
+    b.goto(&server.url("/"));
+    b.wait_ready();
+    let first = b.wait_for(
+        "one backup, with its size and restore command",
+        "(() => { const rows = Array.from(document.querySelectorAll('#backups tbody tr')); \
+          return rows.length === 1 && rows[0].textContent; })()",
+        json!([]),
+    );
+    let text = first.as_str().unwrap();
+    assert!(text.contains("meshql restore"), "{text}");
+    assert!(text.contains("KiB") || text.contains("MiB"), "{text}");
+    b.click("#take-backup");
+    b.wait_for(
+        "a second backup after the click",
+        "(() => document.querySelectorAll('#backups tbody tr').length === 2)()",
+        json!([]),
+    );
+    b.screenshot("backups");
+}

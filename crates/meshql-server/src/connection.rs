@@ -400,19 +400,16 @@ impl hyper::service::Service<Request<Incoming>> for Service {
         };
         let state = self.state.clone();
         let timeout = self.body_timeout;
-        let mut req = req.map(|inner| RequestBody {
+        let req = req.map(|inner| RequestBody {
             inner,
             state,
             timeout,
             sleep: None,
             timed_out: false,
         });
-        if self.tag_clients {
-            req.extensions_mut()
-                .insert(ClientAddr(self.state.peer.ip()));
-        }
-        let req = match &self.direct {
-            Some(direct) => match direct.answer(req) {
+        let client = self.tag_clients.then(|| self.state.peer.ip());
+        let mut req = match &self.direct {
+            Some(direct) => match direct.answer(req, client) {
                 Ok(future) => {
                     return ResponseFuture {
                         inner: Answer::Direct { future },
@@ -424,6 +421,10 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             },
             None => req,
         };
+        // routed requests find the address as an extension (only when rates are limited)
+        if let Some(ip) = client {
+            req.extensions_mut().insert(ClientAddr(ip));
+        }
         let mut router = self.router.clone();
         ResponseFuture {
             inner: Answer::Routed {

@@ -284,7 +284,19 @@ async function loadService() {
   const r = await api(`${PREFIX}/api/service`);
   if (!r.ok) throw new Error(errorText(r.body));
   state.service = r.body;
+  state.backups = await loadBackups();
   checkHealth();
+}
+
+// The service's backups, for a caller allowed to see them (every action on every entity);
+// null otherwise — the landing page then leaves them out, without a banner.
+async function loadBackups() {
+  try {
+    const resp = await fetch('/_meshql/backups', { headers: authHeaders() });
+    return resp.ok ? await resp.json() : null;
+  } catch {
+    return null;
+  }
 }
 
 async function checkHealth() {
@@ -325,6 +337,55 @@ function landing() {
       el('thead', {}, el('tr', {}, ['entity', 'documents', 'storage', 'REST', 'GraphQL'].map((h) => el('th', {}, h)))),
       el('tbody', {}, rows)),
     processorsSection(s.processors || []),
+    backupsSection(state.backups),
+  );
+}
+
+function fmtBytes(n) {
+  if (n >= 1048576) return `${(n / 1048576).toFixed(1)} MiB`;
+  if (n >= 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${n} B`;
+}
+
+// Backups: each with its moment, size and the command that restores it (copied with a
+// click), and a button that takes one now.
+function backupsSection(b) {
+  if (!b) return el('div', {});
+  const settings = [
+    `in ${b.dir}`,
+    b.schedule ? `on the schedule "${b.schedule}" (UTC)` : 'no schedule',
+    b.keep ? `the newest ${b.keep} kept` : 'all kept',
+    b.s3 ? `uploaded to ${b.s3}` : null,
+  ].filter(Boolean).join(', ');
+  const rows = b.backups.map((x) =>
+    el('tr', { dataset: { backup: x.name } },
+      el('td', {}, x.name),
+      el('td', {}, fmtTime(x.taken_at_ms)),
+      el('td', { class: 'num size' }, fmtBytes(x.bytes)),
+      el('td', { class: 'num' }, `${x.pause_ms.toFixed(1)} ms`),
+      el('td', {}, el('code', { class: 'restore' }, x.restore), ' ',
+        el('button', { type: 'button', class: 'copy', onclick: () => navigator.clipboard?.writeText(x.restore) }, 'copy')),
+    ));
+  const take = el('button', { type: 'button', id: 'take-backup' }, 'Take a backup now');
+  const note = el('span', { class: 'muted', id: 'backup-note' }, '');
+  take.onclick = async () => {
+    take.disabled = true;
+    note.textContent = ' taking a backup…';
+    const r = await api('/_meshql/backup', { method: 'POST' });
+    note.textContent = r.ok ? ` taken: ${r.body.name} (${fmtBytes(r.body.bytes)})` : ` failed: ${errorText(r.body)}`;
+    state.backups = await loadBackups();
+    take.disabled = false;
+    if (r.ok) render();
+  };
+  return el('div', {},
+    el('h2', {}, 'Backups'),
+    el('p', { class: 'muted' }, `Backups ${settings}. A restore writes a new data directory; add --at TIME for an earlier moment.`),
+    b.backups.length
+      ? el('table', { id: 'backups', class: 'grid' },
+        el('thead', {}, el('tr', {}, ['backup', 'taken', 'size', 'writes paused', 'restore'].map((h) => el('th', {}, h)))),
+        el('tbody', {}, rows))
+      : el('p', { id: 'backups', class: 'muted' }, 'No backup yet.'),
+    el('p', {}, take, note),
   );
 }
 

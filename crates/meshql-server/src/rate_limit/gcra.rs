@@ -38,6 +38,7 @@ impl Rule {
     }
 
     /// How long an untouched bucket takes to be full again: after that it may be dropped.
+    #[cfg(test)]
     pub(crate) fn idle(&self) -> Duration {
         Duration::from_nanos(self.tolerance)
     }
@@ -71,6 +72,19 @@ impl Rule {
 pub(crate) struct Bucket {
     /// When the bucket is full again, in nanoseconds of the limiter's clock (0: full).
     tat: AtomicU64,
+}
+
+impl Bucket {
+    /// Whether the bucket is full again at `now` (it owes nothing: forgetting it loses
+    /// nothing).
+    pub(crate) fn is_full_at(&self, now: u64) -> bool {
+        self.tat.load(Ordering::Relaxed) <= now
+    }
+
+    /// How far ahead of `now` its theoretical arrival time is: what it owes.
+    pub(crate) fn owed_at(&self, now: u64) -> u64 {
+        self.tat.load(Ordering::Relaxed).saturating_sub(now)
+    }
 }
 
 #[cfg(test)]

@@ -16,12 +16,13 @@
 mod caller;
 mod gcra;
 mod refusal;
+mod table;
 
 pub(crate) use caller::{CallerKey, ClientAddr};
 pub(crate) use refusal::{caller_from, graphql_refusal, limit_rest, rest_refusal, RestLimit};
 
 use caller::Callers;
-use gcra::{Bucket, Rule};
+use gcra::Rule;
 use meshql_config::resolve::{BucketSpec, RateLimitSpec};
 use meshql_core::Authorizer;
 use std::fmt::Write;
@@ -71,7 +72,7 @@ impl Refusal {
 struct Limit {
     spec: BucketSpec,
     rule: Rule,
-    buckets: moka::sync::Cache<CallerKey, Arc<Bucket>>,
+    buckets: table::Table,
     allowed: AtomicU64,
     limited: AtomicU64,
 }
@@ -82,11 +83,7 @@ impl Limit {
         Limit {
             spec,
             rule,
-            buckets: moka::sync::Cache::builder()
-                .max_capacity(max_callers)
-                // a bucket untouched this long is full: dropping it loses nothing
-                .time_to_idle(rule.idle().max(Duration::from_secs(1)))
-                .build(),
+            buckets: table::Table::new(max_callers),
             allowed: AtomicU64::new(0),
             limited: AtomicU64::new(0),
         }
@@ -110,6 +107,11 @@ impl RateLimiter {
             callers: Callers::new(authorizer),
             epoch: Instant::now(),
         }
+    }
+
+    /// Nanoseconds of the buckets' clock.
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     fn limit(&self, class: Class) -> Option<&Limit> {
@@ -147,13 +149,10 @@ impl RateLimiter {
         let Some(limit) = self.limit(class) else {
             return Ok(());
         };
-        let bucket = limit
-            .buckets
-            .get_with_by_ref(caller, || Arc::new(Bucket::default()));
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = self.now();
         limit
-            .rule
-            .take(&bucket, cost, now)
+            .buckets
+            .take(caller, &limit.rule, cost, now)
             .map_err(|retry_after| Refusal {
                 class,
                 retry_after,
@@ -175,10 +174,8 @@ impl RateLimiter {
 
     /// Callers with a bucket in `class` now.
     fn callers_in(&self, class: Class) -> u64 {
-        self.limit(class).map_or(0, |l| {
-            l.buckets.run_pending_tasks();
-            l.buckets.entry_count()
-        })
+        let now = self.now();
+        self.limit(class).map_or(0, |l| l.buckets.len(now))
     }
 }
 

@@ -126,19 +126,19 @@ pub(crate) async fn limit_rest(
 
 /// The caller of a request (its `Authorization`, its connection's address).
 pub(crate) fn caller_of<B>(limiter: &RateLimiter, request: &axum::http::Request<B>) -> CallerKey {
-    caller_from(limiter, request.headers(), request.extensions())
+    let client = request.extensions().get::<ClientAddr>().map(|c| c.0);
+    caller_from(limiter, request.headers(), client)
 }
 
-/// The caller of a request's headers and extensions.
+/// The caller of a request's headers and its connection's address.
 pub(crate) fn caller_from(
     limiter: &RateLimiter,
     headers: &axum::http::HeaderMap,
-    extensions: &axum::http::Extensions,
+    client: Option<std::net::IpAddr>,
 ) -> CallerKey {
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let client = extensions.get::<ClientAddr>().map(|c| c.0);
     limiter.caller(authorization, client)
 }
 
