@@ -5,10 +5,10 @@
 //! cost; without a `graphql` class GraphQL requests are reads of cost 1) — and counts
 //! against its caller's bucket in that class ([`caller`]: the subject of a valid token, else
 //! the client's address). A bucket is one atomic word ([`gcra`]); the buckets of a class
-//! live in a concurrent cache bounded by `max_callers` (least recently used dropped first),
-//! where an untouched bucket is also dropped once it would have refilled — forgetting it
-//! then changes nothing. So a request costs one cache lookup and one compare-and-swap, and
-//! the memory stays bounded whatever the number of callers.
+//! live in a sharded table bounded by `max_callers` ([`table`]: a bucket that refilled is
+//! dropped first — forgetting it then changes nothing — else the one owing least). So a
+//! request costs a shard's read lock, one hash lookup and one compare-and-swap, and the
+//! memory stays bounded whatever the number of callers.
 //!
 //! A server without `[server.rate_limit]` builds no limiter: its requests take none of these
 //! steps.
