@@ -36,6 +36,22 @@ fn refused(out: &std::process::Output, what: &str) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `meshql restore BACKUP --config CONFIG --data-dir DIR [--at AT]`.
+fn restore(backup: &Path, config: &Path, dir: &Path, at: Option<&str>) -> std::process::Output {
+    let mut args = vec![
+        "restore",
+        backup.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--data-dir",
+        dir.to_str().unwrap(),
+    ];
+    if let Some(at) = at {
+        args.extend(["--at", at]);
+    }
+    run_meshql(&args, MINUTE)
+}
+
 /// The backup directories (with a manifest) under `dir`.
 fn backups_in(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -326,19 +342,7 @@ async fn a_restore_at_a_moment_holds_each_documents_version_of_that_moment() {
         } else {
             moment.to_string()
         };
-        let out = run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--at",
-                &at,
-            ],
-            MINUTE,
-        );
+        let out = restore(&backup, &config, &dir, Some(&at));
         ok(&out, "meshql restore --at");
         let server = Server::start_with_data_dir(&config, &dir, &[]);
         let docs = documents(&server.client(), "/farm/api").await;
@@ -346,70 +350,30 @@ async fn a_restore_at_a_moment_holds_each_documents_version_of_that_moment() {
     }
     // without --at: the last state
     let dir = restores.path().join("latest");
-    ok(
-        &run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                dir.to_str().unwrap(),
-            ],
-            MINUTE,
-        ),
-        "meshql restore",
-    );
+    ok(&restore(&backup, &config, &dir, None), "meshql restore");
     let server = Server::start_with_data_dir(&config, &dir, &[]);
     assert_eq!(documents(&server.client(), "/farm/api").await, state);
     drop(server);
 
     // refusals: a moment after the backup, a directory with data, another config, damage
     let err = refused(
-        &run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                restores.path().join("later").to_str().unwrap(),
-                "--at",
-                &(now_ms() + 60_000).to_string(),
-            ],
-            MINUTE,
+        &restore(
+            &backup,
+            &config,
+            &restores.path().join("later"),
+            Some(&(now_ms() + 60_000).to_string()),
         ),
         "a restore after the backup's moment",
     );
     assert!(err.contains("cannot restore a later moment"), "{err}");
     let err = refused(
-        &run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                dir.to_str().unwrap(),
-            ],
-            MINUTE,
-        ),
+        &restore(&backup, &config, &dir, None),
         "a restore over data",
     );
     assert!(err.contains("is not empty"), "{err}");
     let other = common::examples_dir().join("egg-economy/meshql.toml");
     let err = refused(
-        &run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                other.to_str().unwrap(),
-                "--data-dir",
-                restores.path().join("other").to_str().unwrap(),
-            ],
-            MINUTE,
-        ),
+        &restore(&backup, &other, &restores.path().join("other"), None),
         "a restore for another config",
     );
     assert!(err.contains("is a backup of another service"), "{err}");
@@ -420,17 +384,7 @@ async fn a_restore_at_a_moment_holds_each_documents_version_of_that_moment() {
     bytes[last] ^= 0xff;
     std::fs::write(&db, bytes).unwrap();
     let err = refused(
-        &run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                restores.path().join("damaged").to_str().unwrap(),
-            ],
-            MINUTE,
-        ),
+        &restore(&backup, &config, &restores.path().join("damaged"), None),
         "a restore of a damaged backup",
     );
     assert!(err.contains("the backup is damaged"), "{err}");
@@ -522,17 +476,7 @@ async fn a_backup_killed_midway_leaves_nothing_that_restores() {
     );
     if partial.exists() {
         let err = refused(
-            &run_meshql(
-                &[
-                    "restore",
-                    partial.to_str().unwrap(),
-                    "--config",
-                    config.to_str().unwrap(),
-                    "--data-dir",
-                    to.path().join("r1").to_str().unwrap(),
-                ],
-                MINUTE,
-            ),
+            &restore(&partial, &config, &to.path().join("r1"), None),
             "a restore of a killed backup",
         );
         assert!(err.contains("never finished"), "{err}");
@@ -555,17 +499,7 @@ async fn a_backup_killed_midway_leaves_nothing_that_restores() {
     let backup = backups_in(to.path()).pop().unwrap();
     let restored = to.path().join("restored");
     ok(
-        &run_meshql(
-            &[
-                "restore",
-                backup.to_str().unwrap(),
-                "--config",
-                config.to_str().unwrap(),
-                "--data-dir",
-                restored.to_str().unwrap(),
-            ],
-            MINUTE,
-        ),
+        &restore(&backup, &config, &restored, None),
         "meshql restore",
     );
     let conn = rusqlite_count(&restored.join("farm.db"));
