@@ -650,3 +650,24 @@ fn last_record_at(dir: &Path, at: i64) -> Result<u64, String> {
         after = last;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_moment;
+
+    #[test]
+    fn moments_are_rfc3339_or_milliseconds_and_anything_else_is_named() {
+        assert_eq!(parse_moment("1796679680505"), Ok(1_796_679_680_505));
+        assert_eq!(
+            parse_moment("2026-12-07T10:15:00.250Z"),
+            Ok(1_796_638_500_250)
+        );
+        assert_eq!(
+            parse_moment("2026-12-07T11:15:00+01:00"),
+            parse_moment("2026-12-07T10:15:00Z")
+        );
+        let err = parse_moment("yesterday").unwrap_err();
+        assert!(err.contains("\"yesterday\" is not a moment"), "{err}");
+        assert!(err.contains("RFC 3339"), "{err}");
+    }
+}

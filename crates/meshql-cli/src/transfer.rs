@@ -285,7 +285,7 @@ async fn export_stores(
     let mut out = output(&args.out)?;
     let header = serde_json::json!({
         "meshql_export": 1,
-        "exported_at": now_ms(),
+        "exported_at": meshql_core::time::now_millis(),
         "at": at,
         "history": args.history,
         "entities": chosen.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -561,11 +561,4 @@ async fn import_lines(
         }
     );
     Ok(refused == 0)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }

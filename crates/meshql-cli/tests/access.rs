@@ -1327,3 +1327,57 @@ async fn every_read_path_applies_the_same_grants() {
         failures.join("\n")
     );
 }
+
+/// A backup holds every document of every entity: `POST /_meshql/backup` and
+/// `GET /_meshql/backups` are refused to callers not allowed every action on every entity —
+/// a forged token as unauthenticated (with its challenge), the reader as forbidden — and
+/// served to the editor (every action on every entity here); only the editor's backup is
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backups_are_only_for_callers_with_every_action_on_every_entity() {
+    let dir = fixture("");
+    let server = Server::start(&dir.path().join("meshql.toml"), &[]);
+    let client = server.client();
+    let headers_of = |auth: Auth| authorization(auth);
+    for (who, auth, status) in [
+        ("forged", Auth::Forged, 401),
+        ("reader", Auth::Claims("eve", &["reader"]), 403),
+    ] {
+        let header = headers_of(auth);
+        let headers: Vec<(&str, &str)> = header
+            .as_deref()
+            .map(|h| vec![("authorization", h)])
+            .unwrap_or_default();
+        for (method, path) in [("POST", "/_meshql/backup"), ("GET", "/_meshql/backups")] {
+            let r = client.request(method, path, None, &headers).await;
+            assert_eq!(r.status, status, "{who}: {method} {path}: {}", r.text);
+            let body = r.json();
+            assert!(
+                body["error"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("a backup needs every action on every entity"),
+                "{who}: {body}"
+            );
+            if status == 401 {
+                assert!(r.header("www-authenticate").is_some(), "{who}: a challenge");
+            }
+        }
+    }
+    let backups = server.data_dir().join("backups");
+    assert!(
+        !backups.exists() || std::fs::read_dir(&backups).unwrap().next().is_none(),
+        "a refused caller left a backup"
+    );
+    let editor = headers_of(Auth::Claims("ed", &["editor"])).unwrap();
+    let headers = [("authorization", editor.as_str())];
+    let taken = client
+        .request("POST", "/_meshql/backup", None, &headers)
+        .await;
+    assert_eq!(taken.status, 201, "{}", taken.text);
+    let listed = client
+        .request("GET", "/_meshql/backups", None, &headers)
+        .await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+    assert_eq!(listed.json()["backups"].as_array().unwrap().len(), 1);
+}

@@ -273,7 +273,7 @@ pub async fn latest_then_filter(store: DynStore) {
 
 /// An import writes versions as they were — ids, times, tombstones, tokens — in any order,
 /// each placed by its time: `at` reads answer as on the store they came from. Importing
-/// them again writes nothing; versions already written are skipped.
+/// them again writes nothing, and the store's feed holds each imported version once.
 pub async fn import_keeps_versions_and_is_idempotent(store: DynStore) {
     use meshql_core::{Envelope, ReadContext, TokenFilter};
     let v = |id: &str, at: i64, deleted: bool, name: &str, tokens: &[&str]| Envelope {
@@ -339,6 +339,28 @@ pub async fn import_keeps_versions_and_is_idempotent(store: DynStore) {
     let mut more = versions.clone();
     more.push(v("imp-a", 2_500, false, "a2b", &[]));
     assert_eq!(store.import_versions(&more).await.unwrap(), 1);
+    // the feed: each of the six versions once, whatever was imported twice
+    let mut feed: Vec<(String, i64)> = Vec::new();
+    let mut cursor = meshql_core::Cursor::seq(0);
+    loop {
+        let page = store.changes(cursor, 100).await.unwrap();
+        let Some(last) = page.last() else { break };
+        cursor = last.cursor;
+        feed.extend(page.iter().map(|c| (c.id.clone(), c.created_at)));
+    }
+    feed.sort();
+    assert_eq!(
+        feed,
+        [
+            ("imp-a".to_owned(), 1_000),
+            ("imp-a".to_owned(), 2_000),
+            ("imp-a".to_owned(), 2_500),
+            ("imp-a".to_owned(), 3_000),
+            ("imp-b".to_owned(), 1_500),
+            ("imp-b".to_owned(), 2_500),
+        ],
+        "each imported version is on the feed once"
+    );
     assert_eq!(
         name_at(
             store

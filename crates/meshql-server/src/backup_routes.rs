@@ -46,23 +46,10 @@ fn admin(
             Ok(())
         });
         if let Err(e) = allowed {
-            let kind = e.kind();
-            let mut r = json_reply(
-                meshql_rest::edge::status(kind),
-                serde_json::json!({
-                    "error": format!("a backup needs every action on every entity: {name}: {e}"),
-                    "code": kind.code(),
-                }),
-            );
-            if let meshql_engine::EngineError::Auth(refused) = &e {
-                if let Some(challenge) = meshql_rest::edge::www_authenticate(refused)
-                    .and_then(|c| axum::http::HeaderValue::from_str(&c).ok())
-                {
-                    r.headers_mut()
-                        .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
-                }
-            }
-            return Err(Box::new(r));
+            return Err(Box::new(crate::processors_routes::refusal_saying(
+                &e,
+                format!("a backup needs every action on every entity: {name}: {e}"),
+            )));
         }
     }
     Ok(())

@@ -42,12 +42,21 @@ fn json_reply(status: axum::http::StatusCode, body: serde_json::Value) -> axum::
     (status, axum::Json(body)).into_response()
 }
 
-/// The engine's refusal as this endpoint's answer: its status and `{error, code}`.
-fn refusal(e: &meshql_engine::EngineError) -> axum::response::Response {
+/// The engine's refusal as an answer: its status, `{error, code}` and, for refused
+/// credentials, `WWW-Authenticate` (the backup routes answer the same way).
+pub(crate) fn refusal(e: &meshql_engine::EngineError) -> axum::response::Response {
+    refusal_saying(e, e.to_string())
+}
+
+/// [`refusal`] with its own `error` text.
+pub(crate) fn refusal_saying(
+    e: &meshql_engine::EngineError,
+    error: String,
+) -> axum::response::Response {
     let kind = e.kind();
     let mut r = json_reply(
         meshql_rest::edge::status(kind),
-        serde_json::json!({"error": e.to_string(), "code": kind.code()}),
+        serde_json::json!({"error": error, "code": kind.code()}),
     );
     if let meshql_engine::EngineError::Auth(refused) = e {
         if let Some(challenge) = meshql_rest::edge::www_authenticate(refused)

@@ -80,9 +80,6 @@ impl BackupError {
         match self {
             BackupError::Busy => BackupErrorKind::Busy,
             BackupError::DiskFull { .. } => BackupErrorKind::DiskFull,
-            BackupError::Store(e) if e.to_string().contains("no space left") => {
-                BackupErrorKind::DiskFull
-            }
             _ => BackupErrorKind::Failed,
         }
     }
@@ -293,7 +290,7 @@ pub fn take(parts: Parts, into: &Path) -> Result<Written, BackupError> {
     for f in &parts.files {
         guards.push(f.pause()?);
     }
-    let taken_at_ms = now_ms();
+    let taken_at_ms = meshql_core::time::now_millis();
     let hub_checkpoint = spec
         .log_dir
         .as_ref()
@@ -401,13 +398,6 @@ pub fn backup_name(ms: i64) -> String {
 pub fn rfc3339(ms: i64) -> String {
     let t = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
     t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// A database file's name inside the backup: its path under the data directory, or its file

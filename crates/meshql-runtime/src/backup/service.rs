@@ -150,7 +150,7 @@ impl Backups {
         let backups = self.clone();
         Some(tokio::spawn(async move {
             loop {
-                let now = now_ms();
+                let now = meshql_core::time::now_millis();
                 let Some(next) = meshql_config::schedule::next_after(&cron, now) else {
                     return;
                 };
@@ -171,13 +171,6 @@ impl Backups {
             }
         }))
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl Collect for Backups {
