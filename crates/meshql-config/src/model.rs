@@ -725,42 +725,130 @@ impl<'de> Deserialize<'de> for ProcessorConfig {
 
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
-                mut map: A,
+                map: A,
             ) -> Result<ProcessorConfig, A::Error> {
                 use serde::de::Error;
-                let (mut name, mut kind) = (None, None);
-                let mut settings = serde_json::Map::new();
-                let mut offsets = BTreeMap::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    let start = match key.as_str() {
-                        "name" => name.insert(map.next_value::<Spanned<String>>()?).span(),
-                        "type" => kind.insert(map.next_value::<Spanned<String>>()?).span(),
-                        _ => {
-                            let value = map.next_value::<Spanned<Located>>()?;
-                            let span = value.span();
-                            let located = value.into_inner();
-                            for (path, start) in located.offsets {
-                                offsets.insert(format!("{key}{path}"), start);
-                            }
-                            let value =
-                                serde_json::to_value(located.value).map_err(A::Error::custom)?;
-                            settings.insert(key.clone(), value);
-                            span
-                        }
-                    }
-                    .start;
-                    offsets.insert(key, start);
-                }
+                let block = read_block(map)?;
                 Ok(ProcessorConfig {
-                    name: name.ok_or_else(|| A::Error::missing_field("name"))?,
-                    kind: kind.ok_or_else(|| A::Error::missing_field("type"))?,
-                    settings,
-                    offsets,
+                    name: block.name.ok_or_else(|| A::Error::missing_field("name"))?,
+                    kind: block.kind.ok_or_else(|| A::Error::missing_field("type"))?,
+                    settings: block.settings,
+                    offsets: block.offsets,
                 })
             }
         }
 
         deserializer.deserialize_map(Fields)
+    }
+}
+
+/// A table whose `name` (and `type`, when it has one) are typed and whose other fields are
+/// kept as JSON with where each starts: a processor's or a migration's entry.
+struct Block {
+    name: Option<Spanned<String>>,
+    kind: Option<Spanned<String>>,
+    settings: serde_json::Map<String, serde_json::Value>,
+    offsets: BTreeMap<String, usize>,
+}
+
+fn read_block<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Block, A::Error> {
+    use serde::de::Error;
+    let (mut name, mut kind) = (None, None);
+    let mut settings = serde_json::Map::new();
+    let mut offsets = BTreeMap::new();
+    while let Some(key) = map.next_key::<String>()? {
+        let start = match key.as_str() {
+            "name" => name.insert(map.next_value::<Spanned<String>>()?).span(),
+            "type" => kind.insert(map.next_value::<Spanned<String>>()?).span(),
+            _ => {
+                let value = map.next_value::<Spanned<Located>>()?;
+                let span = value.span();
+                let located = value.into_inner();
+                for (path, start) in located.offsets {
+                    offsets.insert(format!("{key}{path}"), start);
+                }
+                let value = serde_json::to_value(located.value).map_err(A::Error::custom)?;
+                settings.insert(key.clone(), value);
+                span
+            }
+        }
+        .start;
+        offsets.insert(key, start);
+    }
+    Ok(Block {
+        name,
+        kind,
+        settings,
+        offsets,
+    })
+}
+
+/// A declared migration of an entity's documents (`[[entity.migration]]`): `name` is typed
+/// here; the other fields (`rename`, `set`, `drop`, `default`, `batch`) are checked by
+/// `meshql_process::migration` against the entity's JSON Schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigrationConfig {
+    pub name: Spanned<String>,
+    /// Every other field, as JSON.
+    pub settings: serde_json::Map<String, serde_json::Value>,
+    /// Where each field starts in the config text (byte offsets; every field included).
+    pub offsets: BTreeMap<String, usize>,
+}
+
+impl<'de> Deserialize<'de> for MigrationConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = MigrationConfig;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a migration's fields")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<MigrationConfig, A::Error> {
+                use serde::de::Error;
+                let block = read_block(map)?;
+                if block.kind.is_some() {
+                    return Err(A::Error::custom(
+                        "a migration has no `type`: it declares `rename`, `set`, `drop` and `default`",
+                    ));
+                }
+                Ok(MigrationConfig {
+                    name: block.name.ok_or_else(|| A::Error::missing_field("name"))?,
+                    settings: block.settings,
+                    offsets: block.offsets,
+                })
+            }
+        }
+
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+impl JsonSchema for MigrationConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MigrationConfig".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A declared migration of the entity's current documents, run once, in order, before the service serves: `rename` (old field = new name), `set` (field = a mapping transformation reading the document as it was), `drop` (fields), `default` (field = value when absent or null), `batch` (documents per transaction).",
+            "type": "object",
+            "properties": {
+                "name": { "type": "string" },
+                "rename": { "type": "object", "additionalProperties": { "type": "string" } },
+                "set": { "type": "object" },
+                "drop": { "type": "array", "items": { "type": "string" } },
+                "default": { "type": "object" },
+                "batch": { "type": "integer", "minimum": 1, "maximum": 10000 }
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        })
     }
 }
 
@@ -1020,6 +1108,11 @@ pub struct EntityConfig {
     #[serde(default)]
     #[schemars(with = "Option<BTreeMap<String, PermissionConfig>>")]
     pub permissions: Option<Spanned<BTreeMap<String, Spanned<PermissionConfig>>>>,
+    /// Declared migrations of this entity's documents (`[[entity.migration]]`), in the
+    /// order they run; each runs once (see `meshql_process::migration`).
+    #[serde(default)]
+    #[schemars(with = "Vec<MigrationConfig>")]
+    pub migration: Vec<Spanned<MigrationConfig>>,
 }
 
 /// What one role may do with an entity.

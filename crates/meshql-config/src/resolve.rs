@@ -139,6 +139,8 @@ pub struct ResolvedEntity {
     pub tokens: Vec<String>,
     pub rest: Option<ResolvedRest>,
     pub graph: Option<ResolvedGraph>,
+    /// Declared migrations, in the order they run.
+    pub migrations: Vec<MigrationSpec>,
 }
 
 #[derive(Debug, Clone)]
@@ -396,6 +398,7 @@ impl Resolver {
                 );
             }
 
+            let migrations = self.resolve_migrations(&entity.migration, &field);
             if entity.rest.is_none() && entity.graphql.is_none() {
                 self.error(
                     Some(&entity.name),
@@ -528,6 +531,7 @@ impl Resolver {
                 tokens: entity.tokens.clone(),
                 rest,
                 graph,
+                migrations,
             });
         }
 
@@ -1346,8 +1350,10 @@ mod auth;
 mod permissions;
 pub use auth::{AuthSpec, CasbinFiles};
 pub use permissions::PermissionsSpec;
+mod migrations;
 mod processors;
 mod relays;
+pub use migrations::MigrationSpec;
 pub use processors::ProcessorSpec;
 pub use relays::RelaySpec;
 mod cache;

@@ -269,6 +269,7 @@ pub fn configure(
                 name: t.clone(),
                 fields: None,
                 properties: None,
+                required: Vec::new(),
             }))
             .collect();
         &with_tables
@@ -379,6 +380,7 @@ mod tests {
                 name: name.into(),
                 fields: None,
                 properties: None,
+                required: Vec::new(),
             })
             .collect();
         let base = std::path::Path::new(".");

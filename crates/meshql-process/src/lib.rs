@@ -34,6 +34,7 @@ pub mod acc;
 pub mod expr;
 pub mod kinds;
 pub mod mapping;
+pub mod migration;
 mod metrics;
 pub mod pgcdc;
 pub mod plan;
@@ -86,6 +87,8 @@ pub struct EntityInfo {
     /// Those properties' schemas (`None`: not known), for checks of the values a processor
     /// writes (a mapping's types and codes).
     pub properties: Option<Map<String, Value>>,
+    /// The properties its JSON Schema requires.
+    pub required: Vec<String>,
 }
 
 impl EntityInfo {
@@ -98,6 +101,15 @@ impl EntityInfo {
     /// The properties' schemas of a JSON Schema (`None` when it declares none).
     pub fn properties_of(schema: Option<&Value>) -> Option<Map<String, Value>> {
         schema?.get("properties")?.as_object().cloned()
+    }
+
+    /// The properties a JSON Schema requires.
+    pub fn required_of(schema: Option<&Value>) -> Vec<String> {
+        schema
+            .and_then(|s| s.get("required"))
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
     }
 }
 

@@ -140,11 +140,13 @@ fn plans() -> Vec<ProcessorPlan> {
                 "quality",
             ]),
             properties: None,
+            required: Vec::new(),
         },
         EntityInfo {
             name: "farm".into(),
             fields: schema(&["name", "farm_type"]),
             properties: None,
+            required: Vec::new(),
         },
         EntityInfo {
             name: "hen_productivity".into(),
@@ -159,6 +161,7 @@ fn plans() -> Vec<ProcessorPlan> {
                 "quality_rate",
             ]),
             properties: None,
+            required: Vec::new(),
         },
         EntityInfo {
             name: "farm_output".into(),
@@ -173,6 +176,7 @@ fn plans() -> Vec<ProcessorPlan> {
                 "avg_per_hen_per_week",
             ]),
             properties: None,
+            required: Vec::new(),
         },
     ];
     let window = |w: &str| json!({ "sum": "eggs", "window": w, "time": "timestamp" });

@@ -18,6 +18,7 @@ fn entities(config: &ResolvedConfig) -> Vec<EntityInfo> {
             name: e.name.clone(),
             fields: EntityInfo::fields_of(e.rest.as_ref().and_then(|r| r.schema.as_ref())),
             properties: EntityInfo::properties_of(e.rest.as_ref().and_then(|r| r.schema.as_ref())),
+            required: EntityInfo::required_of(e.rest.as_ref().and_then(|r| r.schema.as_ref())),
         })
         .collect()
 }

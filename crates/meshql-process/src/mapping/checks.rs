@@ -87,31 +87,8 @@ pub(super) fn fits_schema(
             ));
         }
     }
-    let value_fits = |v: &Value, here: String, what: &str| -> Result<(), SettingError> {
-        if let Err(allowed) = type_fits(type_of(v), prop) {
-            return Err(err(
-                here,
-                schema_says(format!(
-                    "{}, but {what} {v} is {}",
-                    a(&allowed),
-                    a(type_of(v))
-                )),
-            ));
-        }
-        if let Some(Value::Array(choices)) = prop.get("enum") {
-            if !choices.contains(v) {
-                let listed: Vec<String> = choices.iter().map(Value::to_string).collect();
-                return Err(err(
-                    here,
-                    schema_says(format!(
-                        "one of {}, but {what} {v} is not",
-                        listed.join(", ")
-                    )),
-                ));
-            }
-        }
-        Ok(())
-    };
+    let value_fits =
+        |v: &Value, here: String, what: &str| value_fits(v, prop, here, what, entity, name);
     if let Rule::Code { map, unknown, .. } = &f.rule {
         for (code, v) in map {
             value_fits(v, format!("{at}.map"), &format!("code {code}'s value"))?;
@@ -122,6 +99,43 @@ pub(super) fn fits_schema(
     }
     if let Some(d) = &f.default {
         value_fits(d, format!("{at}.default"), "the default")?;
+    }
+    Ok(())
+}
+
+/// Checks a constant written to field `name` (a code's value, a default) against the output's
+/// JSON Schema property `prop`: its type and any `enum`. `what` names it in the message.
+pub fn value_fits(
+    v: &Value,
+    prop: &Value,
+    here: String,
+    what: &str,
+    entity: &str,
+    name: &str,
+) -> Result<(), SettingError> {
+    let schema_says =
+        |what: String| format!("entity `{entity}`'s JSON Schema makes `{name}` {what}");
+    if let Err(allowed) = type_fits(type_of(v), prop) {
+        return Err(err(
+            here,
+            schema_says(format!(
+                "{}, but {what} {v} is {}",
+                a(&allowed),
+                a(type_of(v))
+            )),
+        ));
+    }
+    if let Some(Value::Array(choices)) = prop.get("enum") {
+        if !choices.contains(v) {
+            let listed: Vec<String> = choices.iter().map(Value::to_string).collect();
+            return Err(err(
+                here,
+                schema_says(format!(
+                    "one of {}, but {what} {v} is not",
+                    listed.join(", ")
+                )),
+            ));
+        }
     }
     Ok(())
 }

@@ -140,6 +140,7 @@
 
 mod checks;
 mod eval;
+mod expression;
 mod ids;
 mod row;
 mod rules;
@@ -148,7 +149,9 @@ mod transform;
 #[cfg(test)]
 mod tests;
 
+pub use checks::value_fits;
 pub use eval::title;
+pub use expression::Expression;
 pub use meshql_core::legacy_id::{key_text, legacy_id, LEGACY_NAMESPACE};
 pub use rules::TRANSFORMATIONS;
 pub use transform::Mapping;

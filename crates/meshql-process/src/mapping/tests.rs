@@ -123,6 +123,7 @@ fn entities() -> Vec<EntityInfo> {
         name: name.into(),
         fields: Some(fields.iter().map(|f| (*f).to_owned()).collect()),
         properties: None,
+        required: Vec::new(),
     };
     vec![
         with(

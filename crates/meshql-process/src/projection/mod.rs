@@ -711,6 +711,7 @@ mod tests {
                 name: name.into(),
                 fields,
                 properties: None,
+                required: Vec::new(),
             });
         let settings = json!({
             "output": "hen_productivity", "key": "hen_id",

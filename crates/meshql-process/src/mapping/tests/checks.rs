@@ -17,6 +17,7 @@ fn fields_are_checked_against_the_outputs_json_schema() {
         name: "customer".into(),
         fields: EntityInfo::fields_of(Some(&schema)),
         properties: EntityInfo::properties_of(Some(&schema)),
+        required: EntityInfo::required_of(Some(&schema)),
     };
     let with = |field: &str, decl: Value| {
         compile(

@@ -249,11 +249,13 @@ fn lookups_are_checked_with_the_config() {
         name: "hen".into(),
         fields: Some(vec!["coop_id".into()]),
         properties: None,
+        required: Vec::new(),
     };
     let out = EntityInfo {
         name: "lay_report".into(),
         fields: None,
         properties: None,
+        required: Vec::new(),
     };
     let with = |decl: Value| {
         compile(

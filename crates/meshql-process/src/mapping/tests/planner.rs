@@ -93,11 +93,13 @@ fn lay_reports(wait_ms: u64) -> TransformPlanner {
         name: "hen".into(),
         fields: Some(vec!["coop_id".into(), "name".into()]),
         properties: None,
+        required: Vec::new(),
     };
     let lay = EntityInfo {
         name: "lay_report".into(),
         fields: None,
         properties: None,
+        required: Vec::new(),
     };
     let spec = compile(
         "lay_reports",

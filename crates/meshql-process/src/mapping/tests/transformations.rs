@@ -66,6 +66,7 @@ fn free(block: Value) -> Mapping {
             name: "out".into(),
             fields: None,
             properties: None,
+            required: Vec::new(),
         },
         &[],
     )
