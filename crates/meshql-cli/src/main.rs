@@ -7,6 +7,7 @@ mod changes;
 mod check_data;
 mod diff;
 mod init;
+mod migrate;
 mod process;
 mod projections;
 mod registries;
@@ -147,6 +148,10 @@ enum Command {
     /// Restore a backup into a new data directory, as of its moment or an earlier one
     /// (`--at`).
     Restore(backup::RestoreArgs),
+    /// The config's declared migrations (`[[entity.migration]]`), with the service stopped:
+    /// where each stands (`--status`), what they would do (`--dry-run`), or run them
+    /// (`serve` runs pending ones at start-up too).
+    Migrate(migrate::MigrateArgs),
     /// Generate a config from an existing database's schema (`--from-postgres URL`): an
     /// entity per table, or with `--acl` a clean entity per table fed by change capture.
     Init(init::InitArgs),
@@ -181,6 +186,7 @@ fn main() -> ExitCode {
         Command::Export(args) => transfer::run_export(args),
         Command::Import(args) => transfer::run_import(args),
         Command::Restore(args) => backup::run_restore(args),
+        Command::Migrate(args) => migrate::run(args),
         Command::Init(args) => init::run(args),
         Command::Projections(args) => projections::run(args),
         Command::Cdc(args) => cdc::run(args),

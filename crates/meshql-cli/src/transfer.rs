@@ -147,7 +147,7 @@ impl Opened {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -155,7 +155,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| e.to_string())
 }
 
-fn load(
+pub(crate) fn load(
     config: &Path,
     data_dir: &Option<PathBuf>,
 ) -> Result<meshql_config::ResolvedConfig, String> {

@@ -34,8 +34,8 @@ pub mod acc;
 pub mod expr;
 pub mod kinds;
 pub mod mapping;
-pub mod migration;
 mod metrics;
+pub mod migration;
 pub mod pgcdc;
 pub mod plan;
 pub mod projection;
@@ -108,7 +108,11 @@ impl EntityInfo {
         schema
             .and_then(|s| s.get("required"))
             .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|r| {
+                r.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 }

@@ -27,6 +27,9 @@ pub fn check(config: &ResolvedConfig, registries: &Registries) -> Vec<String> {
     if let Err(errors) = crate::processors::configure(config) {
         problems.extend(errors.iter().map(|e| e.to_string()));
     }
+    if let Err(errors) = crate::migrations::configure(config) {
+        problems.extend(errors.iter().map(|e| e.to_string()));
+    }
     for entity in &config.entities {
         if let Some(rest) = &entity.rest {
             if let Some(schema) = &rest.schema {

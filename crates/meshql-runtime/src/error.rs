@@ -1,5 +1,6 @@
 //! Why a service could not be built: every problem the checks found, or the first part that
-//! failed to start (storage, a JSON Schema, the GraphQL registry, the change feed, auth).
+//! failed to start (storage, a JSON Schema, the GraphQL registry, the change feed, auth, a
+//! migration).
 
 use meshql_core::StoreError;
 use meshql_graphql::RegistryError;
@@ -25,4 +26,7 @@ pub enum BuildError {
     Changes { dir: String, message: String },
     #[error("auth: {0}")]
     Auth(String),
+    /// A declared migration could not run (nothing is served).
+    #[error("migrations: {0}")]
+    Migration(#[from] meshql_process::migration::MigrationError),
 }

@@ -22,6 +22,7 @@ mod check;
 mod error;
 mod feed;
 mod metrics;
+pub mod migrations;
 mod processors;
 mod registries;
 mod relays;

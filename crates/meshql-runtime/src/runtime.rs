@@ -144,6 +144,10 @@ impl Runtime {
             services.insert(entity.name.clone(), Arc::new(service));
         }
 
+        // declared migrations: run by a process that writes, before anything is served (a
+        // process that only reads waits for them), so no read sees a half-migrated entity
+        crate::migrations::at_start(config, store_of, role.writes()).await?;
+
         // read-your-writes: a read carrying the token of a write its replica has not applied
         // yet reads the primary (after a bounded wait); only entities with a replica are
         // checked

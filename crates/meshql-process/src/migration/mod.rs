@@ -125,12 +125,18 @@ impl Migration {
         if let Some(k) = s.keys().find(|k| !FIELDS.contains(&k.as_str())) {
             return Err(err(
                 k.clone(),
-                format!("unknown field (a migration has: name, {})", FIELDS.join(", ")),
+                format!(
+                    "unknown field (a migration has: name, {})",
+                    FIELDS.join(", ")
+                ),
             ));
         }
         let known = |at: &str, field: &str| -> Result<(), SettingError> {
             if field == "id" {
-                return Err(err(at, "`id` is the document's identity: no migration changes it"));
+                return Err(err(
+                    at,
+                    "`id` is the document's identity: no migration changes it",
+                ));
             }
             if field.is_empty() {
                 return Err(err(at, "a field's name"));
@@ -269,8 +275,7 @@ impl Migration {
         if rename.is_empty() && drop.is_empty() && set.is_empty() && default.is_empty() {
             return Err(SettingError {
                 field: None,
-                message: "declares no change: give it `rename`, `set`, `drop` or `default`"
-                    .into(),
+                message: "declares no change: give it `rename`, `set`, `drop` or `default`".into(),
             });
         }
         Ok(Self {

@@ -148,7 +148,10 @@ pub enum State {
     Applied(Applied),
     /// Part of a run that began at `started_at` and has not finished (it resumes at the next
     /// start), `migrated` documents so far.
-    Running { started_at: Millis, migrated: u64 },
+    Running {
+        started_at: Millis,
+        migrated: u64,
+    },
     Pending,
 }
 
@@ -204,7 +207,10 @@ impl DryRun {
             .map(|(id, reason)| format!("document {id}: {reason}"))
             .collect();
         lines.extend(self.invalid_examples.iter().map(|(id, v)| {
-            format!("document {id} fails the JSON Schema: {}", complaints_text(v))
+            format!(
+                "document {id} fails the JSON Schema: {}",
+                complaints_text(v)
+            )
         }));
         lines.join("; ")
     }
@@ -393,7 +399,16 @@ pub async fn run(
             Some(r) => (r.names.len(), r.after.clone(), r.started_at),
             None => (pending.len(), None, Millis::MAX),
         };
-        let check = survey(entity, store, &pending[..set_len], validator, after, since, 0).await?;
+        let check = survey(
+            entity,
+            store,
+            &pending[..set_len],
+            validator,
+            after,
+            since,
+            0,
+        )
+        .await?;
         if check.failing > 0 || check.invalid > 0 {
             return Err(MigrationError::Refused {
                 entity: entity.to_owned(),
@@ -434,7 +449,11 @@ pub async fn run(
         };
         let (set, rest) = pending.split_at(run.names.len());
         pending = rest;
-        let size = set.iter().map(|m| m.batch()).min().unwrap_or(super::DEFAULT_BATCH);
+        let size = set
+            .iter()
+            .map(|m| m.batch())
+            .min()
+            .unwrap_or(super::DEFAULT_BATCH);
         let ctx = WriteContext {
             correlation_id: Some(format!("{consumer}:{}", run.names.join(","))),
             ..WriteContext::SYSTEM

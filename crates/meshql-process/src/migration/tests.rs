@@ -84,7 +84,9 @@ fn omit_empty_removes_the_field_and_a_failing_transformation_names_it() {
     let m = compile(json!({ "set": { "eggs": { "int": "eggs", "omit_empty": true } } })).unwrap();
     let out = m.apply(&map(json!({ "id": "h1", "eggs": null }))).unwrap();
     assert!(!out.contains_key("eggs"));
-    let e = m.apply(&map(json!({ "id": "h1", "eggs": "twelve" }))).unwrap_err();
+    let e = m
+        .apply(&map(json!({ "id": "h1", "eggs": "twelve" })))
+        .unwrap_err();
     assert!(e.contains("eggs") && e.contains("twelve"), "{e}");
 }
 
@@ -93,8 +95,16 @@ fn declarations_that_cannot_be_right_are_refused_naming_their_field() {
     let cases = [
         (json!({}), "", "declares no change"),
         (json!({ "rename": { "id": "key" } }), "rename.id", "`id`"),
-        (json!({ "rename": { "name": "nickname" } }), "rename.name", "has no field `nickname`"),
-        (json!({ "rename": { "name": "name" } }), "rename.name", "itself"),
+        (
+            json!({ "rename": { "name": "nickname" } }),
+            "rename.name",
+            "has no field `nickname`",
+        ),
+        (
+            json!({ "rename": { "name": "name" } }),
+            "rename.name",
+            "itself",
+        ),
         (
             json!({ "rename": { "name": "title" }, "set": { "title": { "lower": "x" } } }),
             "set.title",
@@ -111,11 +121,31 @@ fn declarations_that_cannot_be_right_are_refused_naming_their_field() {
             "set.eggs.lookup",
             "`lookup`",
         ),
-        (json!({ "set": { "eggs": { "lower": "eggs" } } }), "set.eggs", "integer"),
-        (json!({ "default": { "status": "gone" } }), "default.status", "one of"),
-        (json!({ "default": { "eggs": null } }), "default.eggs", "other than null"),
-        (json!({ "drop": ["x"], "batch": 0 }), "batch", "between 1 and 10000"),
-        (json!({ "drop": ["x"], "colour": "red" }), "colour", "unknown field"),
+        (
+            json!({ "set": { "eggs": { "lower": "eggs" } } }),
+            "set.eggs",
+            "integer",
+        ),
+        (
+            json!({ "default": { "status": "gone" } }),
+            "default.status",
+            "one of",
+        ),
+        (
+            json!({ "default": { "eggs": null } }),
+            "default.eggs",
+            "other than null",
+        ),
+        (
+            json!({ "drop": ["x"], "batch": 0 }),
+            "batch",
+            "between 1 and 10000",
+        ),
+        (
+            json!({ "drop": ["x"], "colour": "red" }),
+            "colour",
+            "unknown field",
+        ),
         (json!({ "drop": "x" }), "drop", "a list"),
     ];
     for (settings, field, message) in cases {
@@ -169,16 +199,22 @@ async fn a_run_writes_one_version_per_changed_document_and_records_each_migratio
     let before_run = meshql_core::now_millis();
     let migrations = declared();
     let mut calls = 0;
-    let report = run("hen", &store, &migrations, Some(&validator()), &mut |_| calls += 1)
-        .await
-        .unwrap();
+    let report = run("hen", &store, &migrations, Some(&validator()), &mut |_| {
+        calls += 1
+    })
+    .await
+    .unwrap();
     assert_eq!(report.applied, vec!["rename-name", "eggs-as-integers"]);
     assert_eq!((report.migrated, report.unchanged), (250, 0));
     assert_eq!(calls, 3, "a progress report per batch of 100");
     for i in [0, 137, 249] {
         let id = format!("hen-{i:05}");
         let versions = store.versions(&id).await.unwrap();
-        assert_eq!(versions.len(), 2, "{id}: the original and the migrated version");
+        assert_eq!(
+            versions.len(),
+            2,
+            "{id}: the original and the migrated version"
+        );
         let now = versions[1].payload_map().unwrap();
         assert_eq!(
             Value::Object(now),
@@ -191,7 +227,10 @@ async fn a_run_writes_one_version_per_changed_document_and_records_each_migratio
             .await
             .unwrap()
             .unwrap();
-        assert_eq!(old.payload_map().unwrap()["name"], json!(format!("Hen {i}")));
+        assert_eq!(
+            old.payload_map().unwrap()["name"],
+            json!(format!("Hen {i}"))
+        );
     }
     let states = status("hen", &store, &migrations).await.unwrap();
     assert!(states
@@ -222,7 +261,11 @@ async fn a_run_that_would_leave_a_document_invalid_does_not_start() {
     assert_eq!(e.kind(), "refused", "{e}");
     let text = e.to_string();
     assert!(text.contains("30 of 30") && text.contains("status"), "{e}");
-    assert_eq!(store.versions("hen-00000").await.unwrap().len(), 1, "nothing written");
+    assert_eq!(
+        store.versions("hen-00000").await.unwrap().len(),
+        1,
+        "nothing written"
+    );
     let states = status("hen", &store, &only_rename).await.unwrap();
     assert_eq!(states[0].1, State::Pending, "nothing recorded");
 
@@ -291,7 +334,10 @@ async fn an_interrupted_run_resumes_after_the_last_committed_batch() {
             .to_string(),
         ),
     });
-    store.apply_output(batch, &WriteContext::SYSTEM).await.unwrap();
+    store
+        .apply_output(batch, &WriteContext::SYSTEM)
+        .await
+        .unwrap();
     let states = status("hen", &store, &migrations).await.unwrap();
     assert!(matches!(states[0].1, State::Running { migrated: 10, .. }));
 
@@ -302,7 +348,11 @@ async fn an_interrupted_run_resumes_after_the_last_committed_batch() {
     assert_eq!(report.migrated, 40, "10 before the crash, 30 after");
     for i in 0..40 {
         let id = format!("hen-{i:05}");
-        assert_eq!(store.versions(&id).await.unwrap().len(), 2, "{id} written once");
+        assert_eq!(
+            store.versions(&id).await.unwrap().len(),
+            2,
+            "{id} written once"
+        );
     }
 }
 
