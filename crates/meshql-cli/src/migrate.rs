@@ -187,9 +187,9 @@ fn print_dry_run(entity: &str, dry: &DryRun) -> bool {
         dry.read,
         dry.changed
     );
-    for (id, before, after) in &dry.sample {
-        println!("  {entity} {id}");
-        for line in diff(before, after) {
+    for changed in &dry.sample {
+        println!("  {entity} {}", changed.id);
+        for line in diff(&changed.before, &changed.after) {
             println!("    {line}");
         }
     }

@@ -74,7 +74,9 @@
 
 mod run;
 
-pub use run::{dry_run, run, status, DryRun, MigrationError, Progress, Report, State};
+pub use run::{
+    dry_run, run, status, Applied, Changed, DryRun, MigrationError, Progress, Report, State,
+};
 
 use crate::mapping::{value_fits, Expression};
 use crate::EntityInfo;

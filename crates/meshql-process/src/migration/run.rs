@@ -194,8 +194,16 @@ pub struct DryRun {
     /// Documents whose transformation fails, with a few examples: id and reason.
     pub failing: u64,
     pub failing_examples: Vec<(String, String)>,
-    /// A sample of the changed documents: id, before, after.
-    pub sample: Vec<(String, Map<String, Value>, Map<String, Value>)>,
+    /// A sample of the changed documents.
+    pub sample: Vec<Changed>,
+}
+
+/// A document a migration changes: its id, and the document before and after.
+#[derive(Debug, Clone)]
+pub struct Changed {
+    pub id: String,
+    pub before: Map<String, Value>,
+    pub after: Map<String, Value>,
 }
 
 impl DryRun {
@@ -648,7 +656,11 @@ async fn survey(
                 }
             }
             if out.sample.len() < sample {
-                out.sample.push((doc.id.clone(), before, changed));
+                out.sample.push(Changed {
+                    id: doc.id.clone(),
+                    before,
+                    after: changed,
+                });
             }
         }
         if page.len() < super::MAX_BATCH {
