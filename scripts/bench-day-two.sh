@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Day-two operations on this machine, one command: import, export, backup and restore rates
+# Day-two operations on this machine, one command: import, export, backup, restore and
+# migration rates
 # over a generated history (DOCS documents × VERSIONS versions of the farm example's `farm`).
 #
 #   scripts/bench-day-two.sh [DOCS] [VERSIONS]      # default 50000 × 4 = 200,000 versions
@@ -49,6 +50,16 @@ BACKUP=$(ls -d "$WORK"/backups/meshql-* | head -1)
 bytes=$(du -sb "$BACKUP" | cut -f1)
 t_restore=$(secs "$BIN" restore "$BACKUP" --config "$CONFIG" --data-dir "$WORK/r1")
 t_restore_at=$(secs "$BIN" restore "$BACKUP" --config "$CONFIG" --data-dir "$WORK/r2" --at "$MID")
+# a declared migration of every farm (its name title-cased: each document changes), on the
+# restored copy: the dry run reads and transforms all of them, the run writes a version each
+cp -r examples/farm "$WORK/farm-v2"
+awk 'BEGIN { n = 0 }
+  /^\[\[entity\]\]/ { n++; if (n == 2) print "[[entity.migration]]\nname = \"title-case\"\nset = { name = { title = \"name\" } }\n" }
+  { print }' examples/farm/meshql.toml >"$WORK/farm-v2/meshql.toml"
+t_dry=$(secs "$BIN" migrate "$WORK/farm-v2" --data-dir "$WORK/r1" --dry-run)
+t_migrate=$(secs "$BIN" migrate "$WORK/farm-v2" --data-dir "$WORK/r1")
+"$BIN" migrate "$WORK/farm-v2" --data-dir "$WORK/r1" --status | grep -q "applied  title-case .*($DOCS documents)" \
+  || { echo "the migration did not change $DOCS documents" >&2; exit 1; }
 lines=$(($(wc -l <"$WORK/out.ndjson") - 1))
 [ "$lines" = "$N" ] || { echo "export wrote $lines versions, not $N" >&2; exit 1; }
 
@@ -61,3 +72,5 @@ printf '| export --history (zstd) | %.2f | %s versions/s |\n' "$t_export_zst" "$
 printf '| backup (from the files) | %.2f | %s MiB/s |\n' "$t_backup" "$(printf '%.0f' "$(echo "$bytes / 1048576 / $t_backup" | bc -l)")"
 printf '| restore | %.2f | %s MiB/s |\n' "$t_restore" "$(printf '%.0f' "$(echo "$bytes / 1048576 / $t_restore" | bc -l)")"
 printf '| restore --at (half the versions cut) | %.2f | %s versions/s |\n' "$t_restore_at" "$(rate "$N" "$t_restore_at")"
+printf '| migrate --dry-run (every document read and transformed) | %.2f | %s documents/s |\n' "$t_dry" "$(rate "$DOCS" "$t_dry")"
+printf '| migrate (a new version of every document, batches of 500) | %.2f | %s documents/s |\n' "$t_migrate" "$(rate "$DOCS" "$t_migrate")"
