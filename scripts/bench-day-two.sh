@@ -4,6 +4,7 @@
 # over a generated history (DOCS documents × VERSIONS versions of the farm example's `farm`).
 #
 #   scripts/bench-day-two.sh [DOCS] [VERSIONS]      # default 50000 × 4 = 200,000 versions
+#   MIGRATE_BATCH=N: the migration's documents per transaction (default 500)
 #
 # Uses target/release/meshql (built if missing). Prints a Markdown table for docs/BENCHMARKS.md.
 set -euo pipefail
@@ -53,8 +54,8 @@ t_restore_at=$(secs "$BIN" restore "$BACKUP" --config "$CONFIG" --data-dir "$WOR
 # a declared migration of every farm (its name title-cased: each document changes), on the
 # restored copy: the dry run reads and transforms all of them, the run writes a version each
 cp -r examples/farm "$WORK/farm-v2"
-awk 'BEGIN { n = 0 }
-  /^\[\[entity\]\]/ { n++; if (n == 2) print "[[entity.migration]]\nname = \"title-case\"\nset = { name = { title = \"name\" } }\n" }
+awk -v batch="${MIGRATE_BATCH:-500}" 'BEGIN { n = 0 }
+  /^\[\[entity\]\]/ { n++; if (n == 2) print "[[entity.migration]]\nname = \"title-case\"\nset = { name = { title = \"name\" } }\nbatch = " batch "\n" }
   { print }' examples/farm/meshql.toml >"$WORK/farm-v2/meshql.toml"
 t_dry=$(secs "$BIN" migrate "$WORK/farm-v2" --data-dir "$WORK/r1" --dry-run)
 t_migrate=$(secs "$BIN" migrate "$WORK/farm-v2" --data-dir "$WORK/r1")
@@ -73,4 +74,4 @@ printf '| backup (from the files) | %.2f | %s MiB/s |\n' "$t_backup" "$(printf '
 printf '| restore | %.2f | %s MiB/s |\n' "$t_restore" "$(printf '%.0f' "$(echo "$bytes / 1048576 / $t_restore" | bc -l)")"
 printf '| restore --at (half the versions cut) | %.2f | %s versions/s |\n' "$t_restore_at" "$(rate "$N" "$t_restore_at")"
 printf '| migrate --dry-run (every document read and transformed) | %.2f | %s documents/s |\n' "$t_dry" "$(rate "$DOCS" "$t_dry")"
-printf '| migrate (a new version of every document, batches of 500) | %.2f | %s documents/s |\n' "$t_migrate" "$(rate "$DOCS" "$t_migrate")"
+printf '| migrate (a new version of every document, batches of %s) | %.2f | %s documents/s |\n' "${MIGRATE_BATCH:-500}" "$t_migrate" "$(rate "$DOCS" "$t_migrate")"
