@@ -366,17 +366,7 @@ fn read_manifest(dir: &Path) -> Result<Manifest, String> {
     Ok(manifest)
 }
 
-/// A moment: RFC 3339, or milliseconds since the epoch.
-pub fn parse_moment(text: &str) -> Result<i64, String> {
-    if let Ok(ms) = text.parse::<i64>() {
-        return Ok(ms);
-    }
-    chrono::DateTime::parse_from_rfc3339(text)
-        .map(|t| t.timestamp_millis())
-        .map_err(|e| {
-            format!("{text:?} is not a moment: give RFC 3339 (2026-12-07T10:15:00Z) or milliseconds since the epoch ({e})")
-        })
-}
+pub use meshql_runtime::backup::parse_moment;
 
 fn restore(mut args: RestoreArgs) -> Result<(), String> {
     let config = meshql_config::load(&args.config).map_err(|e| e.to_string())?;

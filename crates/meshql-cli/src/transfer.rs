@@ -1,12 +1,10 @@
 //! `meshql export` and `meshql import`: a service's documents as NDJSON, with their history,
 //! from one backend to another.
 //!
-//! **Format** (one JSON object per line; `.zst` files are zstd-compressed): a header
-//! `{"meshql_export":1,"exported_at":MS,"at":MS|null,"history":BOOL,"entities":[…]}`, then one
-//! line per version: `{"entity","id","created_at","deleted","authorized_tokens","payload"}`.
-//! With `--history` every version of every document is exported (tombstones included), in
-//! each store's feed order; without it, each document's version current at `--at` (or now),
-//! deleted ones left out.
+//! **Export** ([`meshql_runtime::export`] has the format; `.zst` files are zstd-compressed)
+//! asks the running service first (`GET /_meshql/export`, streamed into the file), and reads
+//! the data directory's storage itself when none answers, or when the one on the config's port
+//! keeps another data directory.
 //!
 //! **Import** writes each entity's versions in batches through
 //! `StoreWriter::import_versions` (ids, times, tombstones and tokens kept; a version stored
@@ -17,7 +15,8 @@
 //! into its change log once, as any write.
 
 use clap::Args;
-use meshql_core::{DynStore, Envelope, ReadContext, TokenFilter};
+use meshql_core::{DynStore, Envelope};
+use meshql_runtime::export::{ExportSpec, Sink};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -49,6 +48,13 @@ pub struct ExportArgs {
     /// The file to write (`-` for stdout); a name ending in `.zst` is zstd-compressed.
     #[arg(long)]
     out: PathBuf,
+    /// The running service to export through (default: the config's port on this machine;
+    /// when none answers there, the data directory's files are read directly).
+    #[arg(long)]
+    url: Option<String>,
+    /// A bearer token for the service (a caller allowed every action on every entity).
+    #[arg(long, env = "MESHQL_TOKEN")]
+    token: Option<String>,
 }
 
 #[derive(Args)]
@@ -167,9 +173,9 @@ pub(crate) fn load(
 }
 
 /// A line's writer: a file, zstd when its name ends in `.zst`, or stdout.
-fn output(path: &Path) -> Result<Box<dyn Write>, String> {
+fn output(path: &Path) -> Result<Box<dyn Write + Send>, String> {
     if path == Path::new("-") {
-        return Ok(Box::new(BufWriter::new(std::io::stdout().lock())));
+        return Ok(Box::new(BufWriter::new(std::io::stdout())));
     }
     let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if path.extension().is_some_and(|e| e == "zst") {
@@ -197,23 +203,6 @@ fn input(path: &Path) -> Result<Box<dyn BufRead>, String> {
     } else {
         Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
     }
-}
-
-/// One line of an export: a version.
-fn version_line(out: &mut Vec<u8>, entity: &str, v: &Envelope) {
-    out.extend_from_slice(b"{\"entity\":");
-    serde_json::to_writer(&mut *out, entity).expect("a string serialises");
-    out.extend_from_slice(b",\"id\":");
-    serde_json::to_writer(&mut *out, &v.id).expect("a string serialises");
-    out.extend_from_slice(
-        format!(",\"created_at\":{},\"deleted\":{}", v.created_at, v.deleted).as_bytes(),
-    );
-    out.extend_from_slice(b",\"authorized_tokens\":");
-    serde_json::to_writer(&mut *out, &v.authorized_tokens).expect("strings serialise");
-    out.extend_from_slice(b",\"payload\":");
-    // the stored text is a JSON object already: written as it is, never re-serialised
-    out.extend_from_slice(v.payload.as_bytes());
-    out.extend_from_slice(b"}\n");
 }
 
 /// Prints `n` versions and the rate to a terminal's stderr, at most twice a second.
@@ -259,101 +248,171 @@ fn export(args: ExportArgs) -> Result<bool, String> {
             ));
         }
     }
-    let at = args
-        .at
-        .as_deref()
-        .map(crate::backup::parse_moment)
-        .transpose()?;
+    let spec = ExportSpec {
+        entities: args.entity.clone(),
+        history: args.history,
+        at: args
+            .at
+            .as_deref()
+            .map(crate::backup::parse_moment)
+            .transpose()?,
+    };
+    let base = args
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}", config.port));
+    let base = base.trim_end_matches('/').to_owned();
+    // the service on the config's port must be the one of this data directory; one named by
+    // --url is taken at its word unless --data-dir says which data to expect
+    let expect_dir = (args.url.is_none() || args.data_dir.is_some()).then_some(&config.data_dir);
     let rt = runtime()?;
     rt.block_on(async {
+        if through_service(&base, expect_dir, &args, &spec).await? {
+            return Ok(true);
+        }
+        if args.url.is_some() {
+            return Err(format!("no meshql service answers at {base}"));
+        }
         let opened = Opened::open(&config).await?;
-        let result = export_stores(&opened.stores, &args, at).await;
+        let result = export_stores(&opened.stores, &args, &spec).await;
         opened.close().await;
         result
     })
 }
 
-async fn export_stores(
-    stores: &[(String, DynStore)],
+/// Exports through the service at `base` (`GET /_meshql/export`); `false` when nothing
+/// answers there.
+async fn through_service(
+    base: &str,
+    expect_dir: Option<&PathBuf>,
     args: &ExportArgs,
-    at: Option<i64>,
+    spec: &ExportSpec,
 ) -> Result<bool, String> {
-    let chosen: Vec<&(String, DynStore)> = stores
-        .iter()
-        .filter(|(name, _)| args.entity.is_empty() || args.entity.contains(name))
-        .collect();
-    let mut out = output(&args.out)?;
-    let header = serde_json::json!({
-        "meshql_export": 1,
-        "exported_at": meshql_core::time::now_millis(),
-        "at": at,
-        "history": args.history,
-        "entities": chosen.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-    });
-    let werr = |e: std::io::Error| format!("{}: {e}", args.out.display());
-    writeln!(out, "{header}").map_err(werr)?;
-    let mut progress = Progress::new();
-    let mut total = 0u64;
-    let mut counts: Vec<(String, u64)> = Vec::new();
-    let mut line = Vec::with_capacity(4096);
-    for (name, store) in chosen {
-        let mut n = 0u64;
-        if args.history {
-            let mut cursor = meshql_core::Cursor::seq(0);
-            loop {
-                let page = store
-                    .changes(cursor, BATCH)
-                    .await
-                    .map_err(|e| format!("{name}: {e}"))?;
-                let Some(last) = page.last() else { break };
-                cursor = last.cursor;
-                line.clear();
-                for c in &page {
-                    if at.is_some_and(|at| c.created_at > at) {
-                        continue;
-                    }
-                    let v = Envelope {
-                        id: c.id.clone(),
-                        payload: c.payload.clone(),
-                        created_at: c.created_at,
-                        deleted: c.op == meshql_core::ChangeOp::Delete,
-                        authorized_tokens: c.authorized_tokens.clone(),
-                    };
-                    version_line(&mut line, name, &v);
-                    n += 1;
-                }
-                out.write_all(&line).map_err(werr)?;
-                progress.tick(name, total + n);
+    let mut query: Vec<(&str, String)> = vec![("history", spec.history.to_string())];
+    if let Some(at) = spec.at {
+        query.push(("at", at.to_string()));
+    }
+    if !spec.entities.is_empty() {
+        query.push(("entity", spec.entities.join(",")));
+    }
+    let mut request = reqwest::Client::new()
+        .get(format!("{base}/_meshql/export"))
+        .query(&query);
+    if let Some(t) = &args.token {
+        request = request.bearer_auth(t);
+    }
+    let mut reply = match request.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_connect() => return Ok(false),
+        Err(e) => return Err(format!("{base}: {e}")),
+    };
+    let status = reply.status();
+    if !status.is_success() {
+        let body: serde_json::Value = reply.json().await.unwrap_or_default();
+        return Err(format!(
+            "{base}: {status}: {}",
+            body["error"].as_str().unwrap_or("the service refused")
+        ));
+    }
+    let served = reply
+        .headers()
+        .get(DATA_DIR_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(PathBuf::from);
+    if let (Some(served), Some(wanted)) = (served, expect_dir) {
+        if canonical(&served) != canonical(wanted) {
+            if args.url.is_some() {
+                return Err(format!(
+                    "the service at {base} keeps its data in {}, not {}: pass the right \
+                     --url, or stop it to export {} from its files",
+                    served.display(),
+                    wanted.display(),
+                    wanted.display()
+                ));
             }
-        } else {
-            let filter = TokenFilter::All;
-            let ctx = ReadContext::new(&filter, at);
-            let mut after: Option<String> = None;
-            loop {
-                let page = store
-                    .list_page(after.as_deref(), BATCH, &ctx)
-                    .await
-                    .map_err(|e| format!("{name}: {e}"))?;
-                let Some(last) = page.last() else { break };
-                after = Some(last.id.clone());
-                line.clear();
-                for v in &page {
-                    version_line(&mut line, name, v);
-                }
-                n += page.len() as u64;
-                out.write_all(&line).map_err(werr)?;
-                progress.tick(name, total + n);
-                if page.len() < BATCH {
-                    break;
-                }
-            }
+            // another service on the config's port: this data directory's files, then
+            eprintln!(
+                "the service at {base} keeps its data in {}: exporting {} from its files",
+                served.display(),
+                wanted.display()
+            );
+            return Ok(false);
         }
-        total += n;
-        counts.push((name.clone(), n));
+    }
+    eprintln!("exporting through the service at {base}");
+    let mut out = output(&args.out)?;
+    let werr = |e: std::io::Error| format!("{}: {e}", args.out.display());
+    let mut progress = Progress::new();
+    let (mut bytes, mut lines) = (0u64, 0u64);
+    // the service ends the body abruptly when its export fails: an error here, never a
+    // silently short file
+    while let Some(chunk) = reply
+        .chunk()
+        .await
+        .map_err(|e| format!("{base}: the export stopped: {e}"))?
+    {
+        out.write_all(&chunk).map_err(werr)?;
+        bytes += chunk.len() as u64;
+        lines += chunk.iter().filter(|b| **b == b'\n').count() as u64;
+        progress.tick("exported", lines.saturating_sub(1));
     }
     out.flush().map_err(werr)?;
     drop(out);
     let seconds = progress.done();
+    let versions = lines.saturating_sub(1);
+    eprintln!(
+        "exported {versions} versions ({bytes} bytes) in {seconds:.2} s ({:.0}/s) to {}",
+        versions as f64 / seconds.max(1e-3),
+        args.out.display()
+    );
+    Ok(true)
+}
+
+/// The header naming the data directory of the service that answers an export.
+pub const DATA_DIR_HEADER: &str = "x-meshql-data-dir";
+
+fn canonical(p: &Path) -> PathBuf {
+    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned())
+}
+
+/// Lines into the export's file, with a progress line on a terminal.
+struct FileSink {
+    out: Box<dyn Write + Send>,
+    path: PathBuf,
+    progress: Progress,
+}
+
+#[async_trait::async_trait]
+impl Sink for FileSink {
+    async fn page(&mut self, entity: &str, lines: &[u8], exported: u64) -> Result<(), String> {
+        self.out
+            .write_all(lines)
+            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+        self.progress.tick(entity, exported);
+        Ok(())
+    }
+}
+
+async fn export_stores(
+    stores: &[(String, DynStore)],
+    args: &ExportArgs,
+    spec: &ExportSpec,
+) -> Result<bool, String> {
+    let chosen = meshql_runtime::export::chosen(stores, spec)?;
+    let mut sink = FileSink {
+        out: output(&args.out)?,
+        path: args.out.clone(),
+        progress: Progress::new(),
+    };
+    let werr = |e: std::io::Error| format!("{}: {e}", args.out.display());
+    sink.out
+        .write_all(&meshql_runtime::export::header(spec, &chosen))
+        .map_err(werr)?;
+    let counts = meshql_runtime::export::export(&chosen, spec, &mut sink).await?;
+    sink.out.flush().map_err(werr)?;
+    let seconds = sink.progress.done();
+    drop(sink);
+    let total: u64 = counts.iter().map(|(_, n)| n).sum();
     for (name, n) in counts.iter().filter(|(_, n)| *n > 0) {
         eprintln!("  {name:<24} {n:>10} versions");
     }

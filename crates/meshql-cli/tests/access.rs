@@ -1328,8 +1328,8 @@ async fn every_read_path_applies_the_same_grants() {
     );
 }
 
-/// A backup holds every document of every entity: `POST /_meshql/backup` and
-/// `GET /_meshql/backups` are refused to callers not allowed every action on every entity —
+/// A backup (or an export) holds every document of every entity: `POST /_meshql/backup`,
+/// `GET /_meshql/backups` and `GET /_meshql/export` are refused to callers not allowed every action on every entity —
 /// a forged token as unauthenticated (with its challenge), the reader as forbidden — and
 /// served to the editor (every action on every entity here); only the editor's backup is
 /// written.
@@ -1348,7 +1348,11 @@ async fn backups_are_only_for_callers_with_every_action_on_every_entity() {
             .as_deref()
             .map(|h| vec![("authorization", h)])
             .unwrap_or_default();
-        for (method, path) in [("POST", "/_meshql/backup"), ("GET", "/_meshql/backups")] {
+        for (method, path, what) in [
+            ("POST", "/_meshql/backup", "a backup"),
+            ("GET", "/_meshql/backups", "a backup"),
+            ("GET", "/_meshql/export?history=true", "an export"),
+        ] {
             let r = client.request(method, path, None, &headers).await;
             assert_eq!(r.status, status, "{who}: {method} {path}: {}", r.text);
             let body = r.json();
@@ -1356,7 +1360,7 @@ async fn backups_are_only_for_callers_with_every_action_on_every_entity() {
                 body["error"]
                     .as_str()
                     .unwrap()
-                    .starts_with("a backup needs every action on every entity"),
+                    .starts_with(&format!("{what} needs every action on every entity")),
                 "{who}: {body}"
             );
             if status == 401 {
@@ -1380,4 +1384,13 @@ async fn backups_are_only_for_callers_with_every_action_on_every_entity() {
         .await;
     assert_eq!(listed.status, 200, "{}", listed.text);
     assert_eq!(listed.json()["backups"].as_array().unwrap().len(), 1);
+    let exported = client
+        .request("GET", "/_meshql/export", None, &headers)
+        .await;
+    assert_eq!(exported.status, 200, "{}", exported.text);
+    assert!(
+        exported.text.starts_with("{\"meshql_export\":1"),
+        "{}",
+        exported.text
+    );
 }

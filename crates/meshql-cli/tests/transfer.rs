@@ -328,3 +328,74 @@ fn check_data_counts_documents_a_new_schema_refuses() {
         "{printed}"
     );
 }
+
+/// The lines of an export without its header (whose `exported_at` differs).
+fn versions_of(file: &Path) -> Vec<String> {
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_goes_through_the_running_service_and_equals_the_one_from_its_files() {
+    let config = examples_dir().join("egg-economy/meshql.toml");
+    let data = tempfile::tempdir().unwrap();
+    let server = Server::start_with_data_dir(&config, data.path(), &[]);
+    let client = server.client();
+    history(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (live, offline) = (
+        dir.path().join("live.ndjson"),
+        dir.path().join("files.ndjson"),
+    );
+    let url = server.url("");
+    let export = |out: &Path, data_dir: &Path, url: Option<&str>| {
+        let mut args = vec![
+            "export".to_owned(),
+            config.to_str().unwrap().to_owned(),
+            "--data-dir".to_owned(),
+            data_dir.to_str().unwrap().to_owned(),
+            "--history".to_owned(),
+            "--out".to_owned(),
+            out.to_str().unwrap().to_owned(),
+        ];
+        if let Some(u) = url {
+            args.extend(["--url".to_owned(), u.to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        meshql(&args, &[])
+    };
+
+    // while it serves (and holds its SQLite files): through the service
+    let printed = ok(
+        &export(&live, data.path(), Some(&url)),
+        "export while serving",
+    );
+    assert!(
+        printed.contains("exporting through the service"),
+        "{printed}"
+    );
+    // a service that keeps other data is not exported as if it were this data directory
+    let other = tempfile::tempdir().unwrap();
+    let refused = export(&dir.path().join("x.ndjson"), other.path(), Some(&url));
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("keeps its data in"), "{said}");
+    // its parameters are checked
+    let r = client.get("/_meshql/export?histroy=true").await;
+    r.expect_status(400);
+    assert!(r.json()["error"].as_str().unwrap().contains("histroy"));
+    drop(server);
+
+    // stopped: from its files, the same versions in the same order
+    ok(
+        &export(&offline, data.path(), None),
+        "export from the files",
+    );
+    let (a, b) = (versions_of(&live), versions_of(&offline));
+    assert!(a.len() >= 30, "{} versions", a.len());
+    assert_eq!(a, b);
+}

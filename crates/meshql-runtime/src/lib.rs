@@ -20,6 +20,7 @@ pub mod backup;
 mod caches;
 mod check;
 mod error;
+pub mod export;
 mod feed;
 mod metrics;
 pub mod migrations;

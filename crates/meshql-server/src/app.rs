@@ -245,6 +245,7 @@ impl App {
                 runtime: runtime.clone(),
                 services: services.clone(),
                 config_file: config.file.display().to_string(),
+                data_dir: config.data_dir.display().to_string(),
             },
         )));
         if config.console.enabled && role.reads() {

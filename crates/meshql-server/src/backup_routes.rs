@@ -1,11 +1,13 @@
 //! `POST /_meshql/backup`: an online backup into the service's backup directory (what
-//! `meshql backup` calls), and `GET /_meshql/backups`: the backups there, with a restore
-//! command for each. A backup holds every document of every entity, so only a caller
-//! allowed every action on every entity may take or list them.
+//! `meshql backup` calls); `GET /_meshql/backups`: the backups there, with a restore command
+//! for each; `GET /_meshql/export`: an export streamed as NDJSON (what `meshql export` asks a
+//! running service for; [`meshql_runtime::export`]). Each holds every document of the
+//! entities it covers, so only a caller allowed every action on every entity may use them.
 
 use axum::http::StatusCode;
 use meshql_engine::EntityService;
 use meshql_runtime::backup::{BackupErrorKind, Written};
+use meshql_runtime::export::{ExportSpec, Sink};
 use meshql_runtime::Runtime;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,6 +17,8 @@ pub struct BackupEndpoint {
     pub services: HashMap<String, Arc<EntityService>>,
     /// The config file, for the restore command printed with each backup.
     pub config_file: String,
+    /// The data directory (named in an export's `x-meshql-data-dir` header).
+    pub data_dir: String,
 }
 
 fn json_reply(status: StatusCode, body: serde_json::Value) -> axum::response::Response {
@@ -26,6 +30,7 @@ fn json_reply(status: StatusCode, body: serde_json::Value) -> axum::response::Re
 fn admin(
     endpoint: &BackupEndpoint,
     headers: &axum::http::HeaderMap,
+    what: &str,
 ) -> Result<(), Box<axum::response::Response>> {
     let authorization = headers
         .get(axum::http::header::AUTHORIZATION)
@@ -48,7 +53,7 @@ fn admin(
         if let Err(e) = allowed {
             return Err(Box::new(crate::processors_routes::refusal_saying(
                 &e,
-                format!("a backup needs every action on every entity: {name}: {e}"),
+                format!("{what} needs every action on every entity: {name}: {e}"),
             )));
         }
     }
@@ -79,7 +84,7 @@ async fn take(
     axum::extract::State(endpoint): axum::extract::State<Arc<BackupEndpoint>>,
     headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
-    if let Err(refused) = admin(&endpoint, &headers) {
+    if let Err(refused) = admin(&endpoint, &headers, "a backup") {
         return *refused;
     }
     match endpoint.runtime.backups().take(None).await {
@@ -116,7 +121,7 @@ async fn list(
     axum::extract::State(endpoint): axum::extract::State<Arc<BackupEndpoint>>,
     headers: axum::http::HeaderMap,
 ) -> axum::response::Response {
-    if let Err(refused) = admin(&endpoint, &headers) {
+    if let Err(refused) = admin(&endpoint, &headers, "a backup") {
         return *refused;
     }
     let dir = endpoint.runtime.backups().spec().dir.clone();
@@ -139,11 +144,116 @@ async fn list(
     )
 }
 
+/// The export's parameters, every one checked: an unknown one is refused, not ignored.
+fn export_spec(query: &[(String, String)]) -> Result<ExportSpec, String> {
+    let mut spec = ExportSpec::default();
+    for (key, value) in query {
+        match key.as_str() {
+            "history" => {
+                spec.history = match value.as_str() {
+                    "true" | "1" | "" => true,
+                    "false" | "0" => false,
+                    v => return Err(format!("`history` is true or false, not `{v}`")),
+                }
+            }
+            "at" => spec.at = Some(meshql_runtime::backup::parse_moment(value)?),
+            "entity" => spec.entities.extend(
+                value
+                    .split(',')
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned),
+            ),
+            other => {
+                return Err(format!(
+                    "unknown query parameter `{other}` (an export takes: history, at, entity)"
+                ))
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// Pages of an export into the response body, at most a few ahead of the client.
+struct BodySink(tokio::sync::mpsc::Sender<Result<bytes::Bytes, std::io::Error>>);
+
+#[async_trait::async_trait]
+impl Sink for BodySink {
+    async fn page(&mut self, _entity: &str, lines: &[u8], _exported: u64) -> Result<(), String> {
+        self.0
+            .send(Ok(bytes::Bytes::copy_from_slice(lines)))
+            .await
+            .map_err(|_| "the client went away".to_owned())
+    }
+}
+
+async fn export(
+    axum::extract::State(endpoint): axum::extract::State<Arc<BackupEndpoint>>,
+    headers: axum::http::HeaderMap,
+    query: Result<
+        axum::extract::Query<Vec<(String, String)>>,
+        axum::extract::rejection::QueryRejection,
+    >,
+) -> axum::response::Response {
+    if let Err(refused) = admin(&endpoint, &headers, "an export") {
+        return *refused;
+    }
+    let query = match query {
+        Ok(axum::extract::Query(q)) => q,
+        Err(e) => {
+            return json_reply(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({"error": e.body_text()}),
+            )
+        }
+    };
+    let spec = match export_spec(&query) {
+        Ok(spec) => spec,
+        Err(e) => return json_reply(StatusCode::BAD_REQUEST, serde_json::json!({"error": e})),
+    };
+    let stores: Vec<(String, meshql_core::DynStore)> = endpoint.runtime.stores().to_vec();
+    let header = match meshql_runtime::export::chosen(&stores, &spec) {
+        Ok(chosen) => meshql_runtime::export::header(&spec, &chosen),
+        Err(e) => return json_reply(StatusCode::NOT_FOUND, serde_json::json!({"error": e})),
+    };
+    // a bounded channel: the export reads a page only when the client took the one before
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        if tx.send(Ok(bytes::Bytes::from(header))).await.is_err() {
+            return;
+        }
+        let chosen = meshql_runtime::export::chosen(&stores, &spec).expect("checked above");
+        let mut sink = BodySink(tx.clone());
+        match meshql_runtime::export::export(&chosen, &spec, &mut sink).await {
+            Ok(counts) => {
+                let total: u64 = counts.iter().map(|(_, n)| n).sum();
+                tracing::info!(versions = total, history = spec.history, "export served");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "export failed: the response is cut short");
+                // an error in the body's stream ends the response without its last chunk:
+                // the client sees a broken transfer, never a silently short export
+                let _ = tx.send(Err(std::io::Error::other(e))).await;
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let body = axum::body::Body::from_stream(stream);
+    axum::response::Response::builder()
+        .status(StatusCode::OK)
+        .header(axum::http::header::CONTENT_TYPE, "application/x-ndjson")
+        .header("x-meshql-data-dir", &endpoint.data_dir)
+        .body(body)
+        .expect("a valid response")
+}
+
 /// The routes of [`BackupEndpoint`].
 pub fn router(endpoint: Arc<BackupEndpoint>) -> axum::Router {
     use axum::routing::{get, post};
     axum::Router::new()
         .route("/_meshql/backup", post(take))
         .route("/_meshql/backups", get(list))
+        .route("/_meshql/export", get(export))
         .with_state(endpoint)
 }

@@ -394,6 +394,18 @@ pub fn backup_name(ms: i64) -> String {
     format!("meshql-{}", t.format("%Y%m%dT%H%M%S%.3fZ"))
 }
 
+/// A moment: RFC 3339, or milliseconds since the epoch.
+pub fn parse_moment(text: &str) -> Result<i64, String> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .map_err(|e| {
+            format!("{text:?} is not a moment: give RFC 3339 (2026-12-07T10:15:00Z) or milliseconds since the epoch ({e})")
+        })
+}
+
 /// RFC 3339 in UTC with milliseconds.
 pub fn rfc3339(ms: i64) -> String {
     let t = chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default();
