@@ -175,9 +175,26 @@ enum Command {
     },
 }
 
+/// A command whose output is read through a pipe (`meshql check --data | head -1`) ends
+/// quietly when the reader closes it, as `cat` does, instead of panicking in `println!`. Not
+/// for the commands that serve or load-test: they keep Rust's ignored SIGPIPE (their sockets
+/// are written with `MSG_NOSIGNAL` either way).
+fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread runs
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let color = cli.color.enabled();
+    if !matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Process(_) | Command::Bench { .. }
+    ) {
+        end_quietly_on_a_closed_pipe();
+    }
     match cli.command {
         Command::Bench { command, run } => bench::run(command, *run),
         Command::Changes(args) => changes::run(args),

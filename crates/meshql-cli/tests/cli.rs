@@ -554,3 +554,25 @@ fn projections_rebuild_without_a_server_says_where_it_looked() {
         "{stderr}"
     );
 }
+
+/// Output read through a pipe that closes early (`| head`) ends the command quietly, as it
+/// ends `cat`: no panic about a broken pipe.
+#[test]
+fn a_pipe_closed_early_ends_the_output_quietly() {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} config-schema | head -c 20 >/dev/null; echo \"status ${{PIPESTATUS[0]}}\"",
+            common::meshql_bin()
+        ))
+        .output()
+        .expect("bash");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // 141: ended by SIGPIPE, as a shell expects of a pipeline's writer (0 if it wrote
+    // everything before `head` closed the pipe)
+    assert!(
+        stdout.contains("status 141") || stdout.contains("status 0"),
+        "{stdout}"
+    );
+}
