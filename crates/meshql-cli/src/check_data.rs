@@ -53,7 +53,33 @@ async fn check_stores(
     opened: &Opened,
 ) -> Result<bool, String> {
     let mut clean = true;
+    let declared = meshql_runtime::migrations::configure(config).map_err(|errors| {
+        errors
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
     for entity in &config.entities {
+        if let Some((_, migrations)) = declared.iter().find(|(n, _)| *n == entity.name) {
+            let store = opened.store(&entity.name);
+            let states = meshql_process::migration::status(&entity.name, store, migrations)
+                .await
+                .map_err(|e| e.to_string())?;
+            let pending: Vec<&str> = states
+                .iter()
+                .filter(|(_, s)| !matches!(s, meshql_process::migration::State::Applied(_)))
+                .map(|(n, _)| n.as_str())
+                .collect();
+            if !pending.is_empty() {
+                println!(
+                    "{}: migrations not applied yet ({}): the documents below are checked as \
+                     stored; `meshql migrate --dry-run` checks them as they will be after",
+                    entity.name,
+                    pending.join(", ")
+                );
+            }
+        }
         let Some(schema) = entity.rest.as_ref().and_then(|r| r.schema.as_ref()) else {
             println!("{}: no JSON Schema, nothing to check", entity.name);
             continue;

@@ -203,6 +203,22 @@ async fn migrations_run_once_at_start_as_new_versions_and_reads_before_them_are_
     assert!(text.contains("pending  name-becomes-title"), "{text}");
     assert!(text.contains("pending  eggs-as-integers"), "{text}");
 
+    // `check --data` says the stored documents are not in the new shape yet, and why
+    let checked = meshql(&[
+        "check",
+        v2.to_str().unwrap(),
+        "--data-dir",
+        data_dir,
+        "--data",
+    ]);
+    let text = stdout(&checked);
+    assert!(!checked.status.success(), "{text}");
+    assert!(
+        text.contains("hen: migrations not applied yet (name-becomes-title, eggs-as-integers)")
+            && text.contains("300 of 300 documents fail"),
+        "{text}"
+    );
+
     // a dry run: a sample's diff, the count, and nothing written
     let dry = meshql(&[
         "migrate",
