@@ -35,14 +35,18 @@ const SCHEMA_V2: &str = r#"{
 }"#;
 
 fn config(schema: &str, migrations: &str) -> String {
+    config_on("type = \"sqlite\"\nfile = \"hens.db\"", schema, migrations)
+}
+
+/// The config on the storage `storage` declares (the body of `[storage.main]`).
+fn config_on(storage: &str, schema: &str, migrations: &str) -> String {
     format!(
         r#"
 port = 3999
 data_dir = "data"
 
 [storage.main]
-type = "sqlite"
-file = "hens.db"
+{storage}
 
 [[entity]]
 name = "hen"
@@ -451,4 +455,62 @@ async fn a_read_process_serves_only_once_the_write_process_has_migrated() {
     assert_eq!(now.len(), 500);
     now.iter().for_each(assert_v2);
     drop(writer);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_run_on_postgresql_and_mariadb() {
+    for (backend, storage) in [
+        (
+            "postgres",
+            format!(
+                "type = \"postgres\"\nurl = \"{}\"",
+                common::fresh_postgres_database()
+            ),
+        ),
+        (
+            "mysql",
+            format!(
+                "type = \"mysql\"\nurl = \"{}\"",
+                common::fresh_mysql_database()
+            ),
+        ),
+    ] {
+        let dir = configs(40);
+        std::fs::write(
+            dir.path().join("v1.toml"),
+            config_on(&storage, "v1.schema.json", ""),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("v2.toml"),
+            config_on(&storage, "v2.schema.json", &migrations(40)),
+        )
+        .unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let (v1, v2) = (dir.path().join("v1.toml"), dir.path().join("v2.toml"));
+        let server = Server::start_with_data_dir(&v1, data.path(), &[]);
+        hens(&server.client(), 150).await;
+        server.stop_gracefully();
+
+        let server = Server::start_with_data_dir(&v2, data.path(), &[]);
+        let now = server.client().list("/hen/api").await;
+        assert_eq!(now.len(), 150, "{backend}");
+        now.iter().for_each(assert_v2);
+        server.stop_gracefully();
+        let status = meshql(&[
+            "migrate",
+            v2.to_str().unwrap(),
+            "--data-dir",
+            data.path().to_str().unwrap(),
+            "--status",
+        ]);
+        let text = stdout(&status);
+        assert!(
+            text.contains("applied  eggs-as-integers") && text.contains("(150 documents)"),
+            "{backend}: {text}"
+        );
+        let versions = history(&v2, data.path());
+        assert_eq!(versions.len(), 150, "{backend}");
+        assert!(versions.values().all(|v| v.len() == 2), "{backend}");
+    }
 }
