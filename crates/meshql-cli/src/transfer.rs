@@ -15,18 +15,13 @@
 //! into its change log once, as any write.
 
 use clap::Args;
-use meshql_core::{DynStore, Envelope};
+use meshql_core::DynStore;
 use meshql_runtime::export::{ExportSpec, Sink};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-/// Versions read from a store, or written to one, per round trip.
-const BATCH: usize = 2048;
-/// Refusals shown per entity.
-const EXAMPLES: usize = 5;
 
 #[derive(Args)]
 pub struct ExportArgs {
@@ -66,6 +61,13 @@ pub struct ImportArgs {
     /// The service's data directory, when it is not the config's.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// The running service to import through (default: the config's port on this machine;
+    /// when none answers there, the storage is written directly).
+    #[arg(long)]
+    url: Option<String>,
+    /// A bearer token for the service (a caller allowed every action on every entity).
+    #[arg(long, env = "MESHQL_TOKEN")]
+    token: Option<String>,
 }
 
 pub fn run_export(args: ExportArgs) -> ExitCode {
@@ -189,7 +191,7 @@ fn output(path: &Path) -> Result<Box<dyn Write + Send>, String> {
 }
 
 /// A line's reader: zstd when the file starts with its magic number.
-fn input(path: &Path) -> Result<Box<dyn BufRead>, String> {
+fn input(path: &Path) -> Result<Box<dyn BufRead + Send>, String> {
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut file = std::fs::File::open(path).map_err(io)?;
     let mut magic = [0u8; 4];
@@ -424,36 +426,6 @@ async fn export_stores(
     Ok(true)
 }
 
-/// What an import did with one entity's versions.
-#[derive(Default)]
-struct Tally {
-    read: u64,
-    written: u64,
-    refused: u64,
-    examples: Vec<String>,
-}
-
-impl Tally {
-    fn refuse(&mut self, why: String) {
-        self.refused += 1;
-        if self.examples.len() < EXAMPLES {
-            self.examples.push(why);
-        }
-    }
-}
-
-#[derive(serde::Deserialize)]
-struct Line {
-    entity: String,
-    id: String,
-    created_at: i64,
-    #[serde(default)]
-    deleted: bool,
-    #[serde(default)]
-    authorized_tokens: Vec<String>,
-    payload: Box<serde_json::value::RawValue>,
-}
-
 fn import(args: ImportArgs) -> Result<bool, String> {
     let config = load(&args.config, &args.data_dir)?;
     let mut reader = input(&args.file)?;
@@ -461,142 +433,165 @@ fn import(args: ImportArgs) -> Result<bool, String> {
     reader
         .read_line(&mut first)
         .map_err(|e| format!("{}: {e}", args.file.display()))?;
-    let header: serde_json::Value = serde_json::from_str(&first).map_err(|e| {
-        format!(
-            "{}: line 1 is not a meshql export header: {e}",
-            args.file.display()
-        )
-    })?;
-    if header["meshql_export"] != 1 {
-        return Err(format!(
-            "{}: not a meshql export (format 1) — its first line is {}",
-            args.file.display(),
-            first.trim()
-        ));
-    }
-    let mut validators = HashMap::new();
-    for e in &config.entities {
-        if let Some(schema) = e.rest.as_ref().and_then(|r| r.schema.as_ref()) {
-            let v = meshql_engine::PayloadValidator::new(schema)
-                .map_err(|err| format!("{}: {}", e.name, err.0))?;
-            validators.insert(e.name.clone(), v);
-        }
-    }
+    meshql_runtime::import::check_header(&first)
+        .map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let base = args
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("http://127.0.0.1:{}", config.port));
+    let base = base.trim_end_matches('/').to_owned();
+    let expect = (args.url.is_none() || args.data_dir.is_some()).then_some(&config);
     let rt = runtime()?;
     rt.block_on(async {
-        let opened = Opened::open(&config).await?;
-        let result = import_lines(&opened.stores, &validators, reader, &args.file).await;
-        opened.close().await;
-        result
+        let mut progress = Progress::new();
+        let report = match serves(&base, expect, args.token.as_deref(), args.url.is_some()).await? {
+            true => {
+                eprintln!("importing through the service at {base}");
+                import_through(&base, args.token.as_deref(), first, reader).await?
+            }
+            false if args.url.is_some() => {
+                return Err(format!("no meshql service answers at {base}"))
+            }
+            false => {
+                let validators = meshql_runtime::import::Importer::validators(&config)?;
+                let opened = Opened::open(&config).await?;
+                let result = import_lines(&opened.stores, validators, reader, &mut progress).await;
+                opened.close().await;
+                result?
+            }
+        };
+        Ok(print_report(&report, progress.done()))
     })
+}
+
+/// Whether the service at `base` is the one to import into (or export from): `false` when
+/// nothing answers, or when — found on the config's port, not named by `--url` — it keeps
+/// another data directory (its files are then the ones to use). With `expect`, a service
+/// named by `--url` that keeps other data is an error.
+async fn serves(
+    base: &str,
+    expect: Option<&meshql_config::ResolvedConfig>,
+    token: Option<&str>,
+    named: bool,
+) -> Result<bool, String> {
+    let mut request = reqwest::Client::new().get(format!("{base}/_meshql/backups"));
+    if let Some(t) = token {
+        request = request.bearer_auth(t);
+    }
+    let reply = match request.send().await {
+        Ok(r) => r,
+        Err(e) if e.is_connect() => return Ok(false),
+        Err(e) => return Err(format!("{base}: {e}")),
+    };
+    let status = reply.status();
+    let body: serde_json::Value = reply.json().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(format!(
+            "{base}: {status}: {}",
+            body["error"].as_str().unwrap_or("the service refused")
+        ));
+    }
+    let served = body["dir"].as_str().map(PathBuf::from);
+    if let (Some(served), Some(config)) = (served, expect) {
+        if canonical(&served) != canonical(&config.backup.dir) {
+            if named {
+                return Err(format!(
+                    "the service at {base} keeps its data beside {}, not in {}: pass the right \
+                     --url, or stop it to import into {} directly",
+                    served.display(),
+                    config.data_dir.display(),
+                    config.data_dir.display()
+                ));
+            }
+            eprintln!(
+                "the service at {base} keeps other data: importing into {} directly",
+                config.data_dir.display()
+            );
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Sends the export (its header line, then the rest of `reader`, decompressed) to the
+/// service's `POST /_meshql/import`, streamed; its report.
+async fn import_through(
+    base: &str,
+    token: Option<&str>,
+    first: String,
+    mut reader: Box<dyn BufRead + Send>,
+) -> Result<meshql_runtime::import::ImportReport, String> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    // the file is read on a thread of its own, a chunk ahead of the upload
+    let reading = std::thread::spawn(move || {
+        if tx.blocking_send(Ok(first.into_bytes())).is_err() {
+            return;
+        }
+        loop {
+            let mut chunk = vec![0u8; 1 << 16];
+            match reader.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    if tx.blocking_send(Ok(chunk)).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let mut request = reqwest::Client::new()
+        .post(format!("{base}/_meshql/import"))
+        .header("content-type", "application/x-ndjson")
+        .body(reqwest::Body::wrap_stream(stream));
+    if let Some(t) = token {
+        request = request.bearer_auth(t);
+    }
+    let reply = request
+        .send()
+        .await
+        .map_err(|e| format!("{base}: the import stopped: {e}"))?;
+    let _ = reading.join();
+    let status = reply.status();
+    let body: serde_json::Value = reply
+        .json()
+        .await
+        .map_err(|e| format!("{base}: {status}: {e}"))?;
+    if !status.is_success() {
+        return Err(format!(
+            "{base}: {status}: {}",
+            body["error"].as_str().unwrap_or("the service refused")
+        ));
+    }
+    serde_json::from_value(body).map_err(|e| format!("{base}: an unreadable report: {e}"))
 }
 
 async fn import_lines(
     stores: &[(String, DynStore)],
-    validators: &HashMap<String, meshql_engine::PayloadValidator>,
-    reader: Box<dyn BufRead>,
-    file: &Path,
-) -> Result<bool, String> {
-    let stores: HashMap<&str, &DynStore> = stores.iter().map(|(n, s)| (n.as_str(), s)).collect();
-    let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
-    let mut pending: HashMap<String, Vec<Envelope>> = HashMap::new();
-    let mut progress = Progress::new();
-    let mut seen = 0u64;
-    async fn flush(
-        store: &DynStore,
-        batch: &mut Vec<Envelope>,
-        tally: &mut Tally,
-        entity: &str,
-    ) -> Result<(), String> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let written = store
-            .import_versions(batch)
-            .await
-            .map_err(|e| format!("{entity}: {e}"))?;
-        tally.written += written;
-        batch.clear();
-        Ok(())
-    }
+    validators: HashMap<String, meshql_engine::PayloadValidator>,
+    reader: Box<dyn BufRead + Send>,
+    progress: &mut Progress,
+) -> Result<meshql_runtime::import::ImportReport, String> {
+    let mut importer =
+        meshql_runtime::import::Importer::new(stores, std::sync::Arc::new(validators));
     for (n, line) in reader.lines().enumerate() {
-        let line_no = n + 2;
-        let line = line.map_err(|e| format!("{}: {e}", file.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        seen += 1;
-        let parsed: Line = match serde_json::from_str(&line) {
-            Ok(l) => l,
-            Err(e) => {
-                tallies
-                    .entry("(unreadable lines)".into())
-                    .or_default()
-                    .refuse(format!("line {line_no}: {e}"));
-                continue;
-            }
-        };
-        let tally = tallies.entry(parsed.entity.clone()).or_default();
-        tally.read += 1;
-        let Some(store) = stores.get(parsed.entity.as_str()) else {
-            tally.refuse(format!(
-                "line {line_no}: the config declares no entity \"{}\"",
-                parsed.entity
-            ));
-            continue;
-        };
-        if !parsed.deleted {
-            if let Some(v) = validators.get(&parsed.entity) {
-                let value: serde_json::Value = match serde_json::from_str(parsed.payload.get()) {
-                    Ok(v) => v,
-                    Err(e) => {
-                        tally.refuse(format!("line {line_no}: {}: {e}", parsed.id));
-                        continue;
-                    }
-                };
-                let violations = v.violations(&value);
-                if !violations.is_empty() {
-                    let why: Vec<String> = violations
-                        .iter()
-                        .take(3)
-                        .map(|x| {
-                            format!(
-                                "{} {}",
-                                x["path"].as_str().unwrap_or(""),
-                                x["message"].as_str().unwrap_or("")
-                            )
-                        })
-                        .collect();
-                    tally.refuse(format!(
-                        "line {line_no}: {} at {}: {}",
-                        parsed.id,
-                        parsed.created_at,
-                        why.join("; ")
-                    ));
-                    continue;
-                }
-            }
-        }
-        let batch = pending.entry(parsed.entity.clone()).or_default();
-        batch.push(Envelope {
-            id: parsed.id,
-            payload: parsed.payload.get().to_owned(),
-            created_at: parsed.created_at,
-            deleted: parsed.deleted,
-            authorized_tokens: parsed.authorized_tokens,
-        });
-        if batch.len() >= BATCH {
-            flush(store, batch, tally, &parsed.entity).await?;
-        }
-        progress.tick("imported", seen);
+        let line = line.map_err(|e| e.to_string())?;
+        importer.line(n as u64 + 2, &line).await?;
+        progress.tick("imported", importer.versions());
     }
-    for (entity, batch) in pending.iter_mut() {
-        let tally = tallies.entry(entity.clone()).or_default();
-        flush(stores[entity.as_str()], batch, tally, entity).await?;
-    }
-    let seconds = progress.done();
-    let (mut written, mut refused) = (0u64, 0u64);
-    for (entity, t) in &tallies {
+    importer.finish().await
+}
+
+/// Prints what an import did; `false` when versions were refused.
+fn print_report(report: &meshql_runtime::import::ImportReport, seconds: f64) -> bool {
+    for (entity, t) in &report.entities {
         eprintln!(
             "  {entity:<24} {:>10} read {:>10} written {:>8} already there {:>8} refused",
             t.read,
@@ -607,17 +602,18 @@ async fn import_lines(
         for e in &t.examples {
             eprintln!("      refused: {e}");
         }
-        written += t.written;
-        refused += t.refused;
     }
+    let refused = report.refused();
     eprintln!(
-        "imported {written} of {seen} versions in {seconds:.2} s ({:.0}/s){}",
-        seen as f64 / seconds.max(1e-3),
+        "imported {} of {} versions in {seconds:.2} s ({:.0}/s){}",
+        report.written(),
+        report.versions,
+        report.versions as f64 / seconds.max(1e-3),
         if refused > 0 {
             format!("; {refused} refused (exit 3)")
         } else {
             String::new()
         }
     );
-    Ok(refused == 0)
+    refused == 0
 }

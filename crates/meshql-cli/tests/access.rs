@@ -1328,8 +1328,9 @@ async fn every_read_path_applies_the_same_grants() {
     );
 }
 
-/// A backup (or an export) holds every document of every entity: `POST /_meshql/backup`,
-/// `GET /_meshql/backups` and `GET /_meshql/export` are refused to callers not allowed every action on every entity —
+/// A backup (or an export, or an import) reads or writes every document of every entity:
+/// `POST /_meshql/backup`, `GET /_meshql/backups`, `GET /_meshql/export` and
+/// `POST /_meshql/import` are refused to callers not allowed every action on every entity —
 /// a forged token as unauthenticated (with its challenge), the reader as forbidden — and
 /// served to the editor (every action on every entity here); only the editor's backup is
 /// written.
@@ -1352,6 +1353,7 @@ async fn backups_are_only_for_callers_with_every_action_on_every_entity() {
             ("POST", "/_meshql/backup", "a backup"),
             ("GET", "/_meshql/backups", "a backup"),
             ("GET", "/_meshql/export?history=true", "an export"),
+            ("POST", "/_meshql/import", "an import"),
         ] {
             let r = client.request(method, path, None, &headers).await;
             assert_eq!(r.status, status, "{who}: {method} {path}: {}", r.text);

@@ -340,12 +340,19 @@ fn versions_of(file: &Path) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_export_goes_through_the_running_service_and_equals_the_one_from_its_files() {
+async fn export_and_import_go_through_a_running_service_as_they_do_through_the_files() {
     let config = examples_dir().join("egg-economy/meshql.toml");
     let data = tempfile::tempdir().unwrap();
     let server = Server::start_with_data_dir(&config, data.path(), &[]);
     let client = server.client();
-    history(&client).await;
+    let moments = history(&client).await;
+    let mut expected = Vec::new();
+    for t in &moments {
+        expected.push((
+            at(&client, "/farm/api", *t).await,
+            at(&client, "/coop/api", *t).await,
+        ));
+    }
     let dir = tempfile::tempdir().unwrap();
     let (live, offline) = (
         dir.path().join("live.ndjson"),
@@ -398,4 +405,58 @@ async fn an_export_goes_through_the_running_service_and_equals_the_one_from_its_
     let (a, b) = (versions_of(&live), versions_of(&offline));
     assert!(a.len() >= 30, "{} versions", a.len());
     assert_eq!(a, b);
+
+    // imported through another running service: its `at` reads answer as the first one's
+    let copy = tempfile::tempdir().unwrap();
+    let server = Server::start_with_data_dir(&config, copy.path(), &[]);
+    let url = server.url("");
+    let import = || {
+        meshql(
+            &[
+                "import",
+                config.to_str().unwrap(),
+                live.to_str().unwrap(),
+                "--url",
+                &url,
+                "--data-dir",
+                copy.path().to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let printed = ok(&import(), "import while serving");
+    assert!(
+        printed.contains("importing through the service"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!("imported {} of {}", a.len(), a.len())),
+        "{printed}"
+    );
+    let client = server.client();
+    for (k, t) in moments.iter().enumerate() {
+        assert_eq!(
+            at(&client, "/farm/api", *t).await,
+            expected[k].0,
+            "farms at {k}"
+        );
+        assert_eq!(
+            at(&client, "/coop/api", *t).await,
+            expected[k].1,
+            "coops at {k}"
+        );
+    }
+    let again = ok(&import(), "the same import again");
+    assert!(again.contains("imported 0 of"), "{again}");
+    // not an export: refused before anything is written
+    let r = client
+        .request(
+            "POST",
+            "/_meshql/import",
+            Some(b"{\"hello\":1}\n".to_vec()),
+            &[],
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.text.contains("not a meshql export"), "{}", r.text);
 }

@@ -22,6 +22,7 @@ mod check;
 mod error;
 pub mod export;
 mod feed;
+pub mod import;
 mod metrics;
 pub mod migrations;
 mod processors;

@@ -246,6 +246,10 @@ impl App {
                 services: services.clone(),
                 config_file: config.file.display().to_string(),
                 data_dir: config.data_dir.display().to_string(),
+                validators: Arc::new(
+                    meshql_runtime::import::Importer::validators(config)
+                        .map_err(|e| BuildError::Preflight(vec![e]))?,
+                ),
             },
         )));
         if config.console.enabled && role.reads() {

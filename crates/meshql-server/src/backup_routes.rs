@@ -1,13 +1,16 @@
 //! `POST /_meshql/backup`: an online backup into the service's backup directory (what
 //! `meshql backup` calls); `GET /_meshql/backups`: the backups there, with a restore command
 //! for each; `GET /_meshql/export`: an export streamed as NDJSON (what `meshql export` asks a
-//! running service for; [`meshql_runtime::export`]). Each holds every document of the
-//! entities it covers, so only a caller allowed every action on every entity may use them.
+//! running service for; [`meshql_runtime::export`]); `POST /_meshql/import`: an export's
+//! lines, streamed in, written through `import_versions` ([`meshql_runtime::import`]; at most
+//! one line and a page per entity held). Each reads or writes every document of the entities
+//! it covers, so only a caller allowed every action on every entity may use them.
 
 use axum::http::StatusCode;
 use meshql_engine::EntityService;
 use meshql_runtime::backup::{BackupErrorKind, Written};
 use meshql_runtime::export::{ExportSpec, Sink};
+use meshql_runtime::import::{check_header, Importer};
 use meshql_runtime::Runtime;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +22,8 @@ pub struct BackupEndpoint {
     pub config_file: String,
     /// The data directory (named in an export's `x-meshql-data-dir` header).
     pub data_dir: String,
+    /// The entities' JSON Schemas, which imported versions are validated against.
+    pub validators: Arc<HashMap<String, meshql_engine::PayloadValidator>>,
 }
 
 fn json_reply(status: StatusCode, body: serde_json::Value) -> axum::response::Response {
@@ -248,6 +253,107 @@ async fn export(
         .expect("a valid response")
 }
 
+/// The longest line an import takes: a version bigger than this is refused (413).
+const MAX_LINE: usize = 16 << 20;
+
+async fn import(
+    axum::extract::State(endpoint): axum::extract::State<Arc<BackupEndpoint>>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> axum::response::Response {
+    use futures::StreamExt;
+    if let Err(refused) = admin(&endpoint, &headers, "an import") {
+        return *refused;
+    }
+    let stores: Vec<(String, meshql_core::DynStore)> = endpoint.runtime.stores().to_vec();
+    let mut importer = Importer::new(&stores, endpoint.validators.clone());
+    let mut stream = body.into_data_stream();
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut line_no = 0u64;
+    let bad = |status: StatusCode, e: String| json_reply(status, serde_json::json!({"error": e}));
+    loop {
+        let chunk = match stream.next().await {
+            Some(Ok(chunk)) => Some(chunk),
+            Some(Err(e)) => {
+                return bad(
+                    StatusCode::BAD_REQUEST,
+                    format!("the import's body broke off after line {line_no}: {e}"),
+                )
+            }
+            None => None,
+        };
+        let done = chunk.is_none();
+        if let Some(chunk) = chunk {
+            buffer.extend_from_slice(&chunk);
+        }
+        // every whole line in the buffer (the last one too once the body has ended)
+        let mut start = 0;
+        while let Some(end) = buffer[start..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map(|i| start + i)
+            .or((done && start < buffer.len()).then_some(buffer.len()))
+        {
+            line_no += 1;
+            let Ok(line) = std::str::from_utf8(&buffer[start..end]) else {
+                return bad(
+                    StatusCode::BAD_REQUEST,
+                    format!("line {line_no} is not UTF-8"),
+                );
+            };
+            let result = if line_no == 1 {
+                check_header(line).map_err(|e| (StatusCode::BAD_REQUEST, e))
+            } else {
+                importer
+                    .line(line_no, line)
+                    .await
+                    .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))
+            };
+            if let Err((status, e)) = result {
+                return bad(status, format!("import stopped at line {line_no}: {e}"));
+            }
+            start = (end + 1).min(buffer.len());
+            if end == buffer.len() {
+                break;
+            }
+        }
+        buffer.drain(..start);
+        if buffer.len() > MAX_LINE {
+            return bad(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "line {} is longer than {MAX_LINE} bytes: not a version of an export",
+                    line_no + 1
+                ),
+            );
+        }
+        if done {
+            break;
+        }
+    }
+    if line_no == 0 {
+        return bad(StatusCode::BAD_REQUEST, "an empty import".into());
+    }
+    match importer.finish().await {
+        Ok(report) => {
+            tracing::info!(
+                versions = report.versions,
+                written = report.written(),
+                refused = report.refused(),
+                "import served"
+            );
+            json_reply(
+                StatusCode::OK,
+                serde_json::to_value(&report).expect("a report serialises"),
+            )
+        }
+        Err(e) => bad(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("import stopped at its end: {e}"),
+        ),
+    }
+}
+
 /// The routes of [`BackupEndpoint`].
 pub fn router(endpoint: Arc<BackupEndpoint>) -> axum::Router {
     use axum::routing::{get, post};
@@ -255,5 +361,6 @@ pub fn router(endpoint: Arc<BackupEndpoint>) -> axum::Router {
         .route("/_meshql/backup", post(take))
         .route("/_meshql/backups", get(list))
         .route("/_meshql/export", get(export))
+        .route("/_meshql/import", post(import))
         .with_state(endpoint)
 }

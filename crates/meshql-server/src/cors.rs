@@ -70,7 +70,9 @@ pub(crate) async fn finish(cors: &Cors, mut response: Response, asks_for_token: 
     response
 }
 
-/// `application/json`, or any `application/<x>+json`, with or without parameters.
+/// `application/json`, any `application/<x>+json`, or `application/x-ndjson` (JSON lines:
+/// what `POST /_meshql/import` takes), with or without parameters. None of them is a type a
+/// cross-site form may send without a preflight.
 fn is_json_media_type(value: &str) -> bool {
     let essence = value.split(';').next().unwrap_or("").trim();
     let Some((kind, subtype)) = essence.split_once('/') else {
@@ -78,6 +80,7 @@ fn is_json_media_type(value: &str) -> bool {
     };
     kind.eq_ignore_ascii_case("application")
         && (subtype.eq_ignore_ascii_case("json")
+            || subtype.eq_ignore_ascii_case("x-ndjson")
             || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
 }
 
