@@ -119,41 +119,14 @@ async fn ask_server(
     config: Option<&meshql_config::ResolvedConfig>,
     token: Option<&str>,
 ) -> Result<Option<PathBuf>, String> {
+    if !crate::transfer::serves(base, config, token, true).await? {
+        return Ok(None);
+    }
     let http = reqwest::Client::new();
     let with_token = |r: reqwest::RequestBuilder| match token {
         Some(t) => r.bearer_auth(t),
         None => r,
     };
-    let listed = match with_token(http.get(format!("{base}/_meshql/backups")))
-        .send()
-        .await
-    {
-        Ok(r) => r,
-        Err(e) if e.is_connect() => return Ok(None),
-        Err(e) => return Err(format!("{base}: {e}")),
-    };
-    let status = listed.status();
-    let body: serde_json::Value = listed.json().await.unwrap_or_default();
-    if !status.is_success() {
-        return Err(format!(
-            "{base}: {status}: {}",
-            body["error"].as_str().unwrap_or("the service refused")
-        ));
-    }
-    // the service on the port must be the one of this data directory
-    let served = body["dir"].as_str().map(PathBuf::from);
-    if let (Some(served), Some(config)) = (served, config) {
-        let wanted = config.backup.dir.clone();
-        if canonical(&served) != canonical(&wanted) {
-            return Err(format!(
-                "the service at {base} keeps its data in {}, not {}: pass the right --url, or \
-                 stop it to back up {} from its files",
-                served.parent().unwrap_or(&served).display(),
-                config.data_dir.display(),
-                config.data_dir.display()
-            ));
-        }
-    }
     let reply = with_token(http.post(format!("{base}/_meshql/backup")))
         .send()
         .await
@@ -196,20 +169,6 @@ fn report_upload(uploaded: &Option<String>, error: &Option<String>, pruned: &[St
     }
     for p in pruned {
         eprintln!("deleted an old backup (keep): {p}");
-    }
-}
-
-fn canonical(p: &Path) -> PathBuf {
-    // the backup directory may not exist yet: compare its parent
-    match p.canonicalize() {
-        Ok(c) => c,
-        Err(_) => match (p.parent(), p.file_name()) {
-            (Some(parent), Some(name)) => parent
-                .canonicalize()
-                .unwrap_or_else(|_| parent.to_owned())
-                .join(name),
-            _ => p.to_owned(),
-        },
     }
 }
 

@@ -45,13 +45,8 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The config's `postgres_cdc` sources by database URL: (processor, source) pairs.
 fn sources(config: &Path) -> Result<BTreeMap<String, Vec<(String, PostgresCdcSource)>>, String> {
     let resolved = meshql_config::load(config).map_err(|e| e.to_string())?;
-    let plans = meshql_runtime::processor_plans(&resolved).map_err(|errors| {
-        errors
-            .iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
+    let plans = meshql_runtime::processor_plans(&resolved)
+        .map_err(|errors| meshql_config::ConfigErrors(errors).to_string())?;
     let mut by_url: BTreeMap<String, Vec<(String, PostgresCdcSource)>> = BTreeMap::new();
     for plan in &plans {
         if let Some(s) = plan.source().and_then(|s| pgcdc::of(s.as_ref())) {

@@ -53,13 +53,8 @@ async fn check_stores(
     opened: &Opened,
 ) -> Result<bool, String> {
     let mut clean = true;
-    let declared = meshql_runtime::migrations::configure(config).map_err(|errors| {
-        errors
-            .iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
+    let declared = meshql_runtime::migrations::configure(config)
+        .map_err(|errors| meshql_config::ConfigErrors(errors).to_string())?;
     for entity in &config.entities {
         if let Some((_, migrations)) = declared.iter().find(|(n, _)| *n == entity.name) {
             let store = opened.store(&entity.name);

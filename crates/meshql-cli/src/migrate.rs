@@ -50,13 +50,8 @@ pub fn run(args: MigrateArgs) -> ExitCode {
 
 fn migrate(args: &MigrateArgs) -> Result<bool, String> {
     let config = load(&args.config, &args.data_dir)?;
-    let declared = meshql_runtime::migrations::configure(&config).map_err(|errors| {
-        errors
-            .iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join("\n")
-    })?;
+    let declared = meshql_runtime::migrations::configure(&config)
+        .map_err(|errors| meshql_config::ConfigErrors(errors).to_string())?;
     for e in &args.entity {
         if !declared.iter().any(|(name, _)| name == e) {
             return Err(format!(

@@ -373,8 +373,19 @@ async fn through_service(
 /// The header naming the data directory of the service that answers an export.
 pub const DATA_DIR_HEADER: &str = "x-meshql-data-dir";
 
+/// `p` with its links resolved; a directory that does not exist yet (a backup directory) by
+/// its parent's.
 fn canonical(p: &Path) -> PathBuf {
-    std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned())
+    match p.canonicalize() {
+        Ok(c) => c,
+        Err(_) => match (p.parent(), p.file_name()) {
+            (Some(parent), Some(name)) => parent
+                .canonicalize()
+                .unwrap_or_else(|_| parent.to_owned())
+                .join(name),
+            _ => p.to_owned(),
+        },
+    }
 }
 
 /// Lines into the export's file, with a progress line on a terminal.
@@ -464,11 +475,11 @@ fn import(args: ImportArgs) -> Result<bool, String> {
     })
 }
 
-/// Whether the service at `base` is the one to import into (or export from): `false` when
-/// nothing answers, or when — found on the config's port, not named by `--url` — it keeps
-/// another data directory (its files are then the ones to use). With `expect`, a service
-/// named by `--url` that keeps other data is an error.
-async fn serves(
+/// Whether the service at `base` is the one to back up, export from or import into: `false`
+/// when nothing answers. A service that keeps another data directory than `expect`'s is an
+/// error when `named` (by `--url`, or always for a backup), else `false` too (its files are
+/// then the ones to use).
+pub(crate) async fn serves(
     base: &str,
     expect: Option<&meshql_config::ResolvedConfig>,
     token: Option<&str>,
@@ -491,22 +502,19 @@ async fn serves(
             body["error"].as_str().unwrap_or("the service refused")
         ));
     }
+    // the backup directory it answers with is its data directory's (or configured beside it)
     let served = body["dir"].as_str().map(PathBuf::from);
     if let (Some(served), Some(config)) = (served, expect) {
         if canonical(&served) != canonical(&config.backup.dir) {
+            let theirs = served.parent().unwrap_or(&served).display().to_string();
+            let ours = config.data_dir.display();
             if named {
                 return Err(format!(
-                    "the service at {base} keeps its data beside {}, not in {}: pass the right \
-                     --url, or stop it to import into {} directly",
-                    served.display(),
-                    config.data_dir.display(),
-                    config.data_dir.display()
+                    "the service at {base} keeps its data in {theirs}, not {ours}: pass the \
+                     right --url, or stop it to use {ours} from its files"
                 ));
             }
-            eprintln!(
-                "the service at {base} keeps other data: importing into {} directly",
-                config.data_dir.display()
-            );
+            eprintln!("the service at {base} keeps its data in {theirs}: using {ours} directly");
             return Ok(false);
         }
     }

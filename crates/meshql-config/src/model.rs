@@ -714,31 +714,14 @@ pub struct ProcessorConfig {
 
 impl<'de> Deserialize<'de> for ProcessorConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields;
-
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = ProcessorConfig;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a processor's fields")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<ProcessorConfig, A::Error> {
-                use serde::de::Error;
-                let block = read_block(map)?;
-                Ok(ProcessorConfig {
-                    name: block.name.ok_or_else(|| A::Error::missing_field("name"))?,
-                    kind: block.kind.ok_or_else(|| A::Error::missing_field("type"))?,
-                    settings: block.settings,
-                    offsets: block.offsets,
-                })
-            }
-        }
-
-        deserializer.deserialize_map(Fields)
+        use serde::de::Error;
+        let block = Block::deserialize(deserializer)?;
+        Ok(ProcessorConfig {
+            name: block.name.ok_or_else(|| D::Error::missing_field("name"))?,
+            kind: block.kind.ok_or_else(|| D::Error::missing_field("type"))?,
+            settings: block.settings,
+            offsets: block.offsets,
+        })
     }
 }
 
@@ -749,6 +732,26 @@ struct Block {
     kind: Option<Spanned<String>>,
     settings: serde_json::Map<String, serde_json::Value>,
     offsets: BTreeMap<String, usize>,
+}
+
+impl<'de> Deserialize<'de> for Block {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = Block;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table of fields")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Block, A::Error> {
+                read_block(map)
+            }
+        }
+
+        deserializer.deserialize_map(Fields)
+    }
 }
 
 fn read_block<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Block, A::Error> {
@@ -797,35 +800,18 @@ pub struct MigrationConfig {
 
 impl<'de> Deserialize<'de> for MigrationConfig {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Fields;
-
-        impl<'de> serde::de::Visitor<'de> for Fields {
-            type Value = MigrationConfig;
-
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a migration's fields")
-            }
-
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<MigrationConfig, A::Error> {
-                use serde::de::Error;
-                let block = read_block(map)?;
-                if block.kind.is_some() {
-                    return Err(A::Error::custom(
-                        "a migration has no `type`: it declares `rename`, `set`, `drop` and `default`",
-                    ));
-                }
-                Ok(MigrationConfig {
-                    name: block.name.ok_or_else(|| A::Error::missing_field("name"))?,
-                    settings: block.settings,
-                    offsets: block.offsets,
-                })
-            }
+        use serde::de::Error;
+        let block = Block::deserialize(deserializer)?;
+        if block.kind.is_some() {
+            return Err(D::Error::custom(
+                "a migration has no `type`: it declares `rename`, `set`, `drop` and `default`",
+            ));
         }
-
-        deserializer.deserialize_map(Fields)
+        Ok(MigrationConfig {
+            name: block.name.ok_or_else(|| D::Error::missing_field("name"))?,
+            settings: block.settings,
+            offsets: block.offsets,
+        })
     }
 }
 
