@@ -405,7 +405,11 @@ fn restore(mut args: RestoreArgs) -> Result<(), String> {
             fs::copy(&from, &to).map_err(|e| format!("{}: {e}", to.display()))?;
         }
         match at {
-            Some(at) => cut_to(&staging, &manifest, at),
+            Some(at) => {
+                let mut report = cut_to(&staging, &manifest, at)?;
+                report.extend(rewind_migrations(&config, &staging, at)?);
+                Ok(report)
+            }
             None => Ok(Vec::new()),
         }
     })();
@@ -569,6 +573,44 @@ fn cut_to(dir: &Path, manifest: &Manifest, at: i64) -> Result<Vec<String>, Strin
         ));
     }
     Ok(report)
+}
+
+/// The records of declared migrations in the restored SQLite files, put back as they stood
+/// at `at` (a migration run after it is pending again; one running then resumes when served).
+fn rewind_migrations(
+    config: &meshql_config::ResolvedConfig,
+    dir: &Path,
+    at: i64,
+) -> Result<Vec<String>, String> {
+    let mut restored = config.clone();
+    restored.set_data_dir(dir.to_owned());
+    // only what the backup holds: the embedded files, never a server's database
+    let embedded = |e: &meshql_config::ResolvedEntity| {
+        config
+            .storages
+            .get(&e.storage)
+            .is_some_and(|s| s.kind == "sqlite")
+    };
+    restored.entities.retain(embedded);
+    if restored.entities.is_empty() {
+        return Ok(Vec::new());
+    }
+    crate::transfer::runtime()?.block_on(async {
+        let opened = crate::transfer::Opened::open(&restored).await?;
+        let mut said = Vec::new();
+        let mut result = Ok(());
+        for e in &restored.entities {
+            match meshql_process::migration::rewind(&e.name, opened.store(&e.name), at).await {
+                Ok(lines) => said.extend(lines),
+                Err(err) => {
+                    result = Err(err.to_string());
+                    break;
+                }
+            }
+        }
+        opened.close().await;
+        result.map(|()| said)
+    })
 }
 
 /// The last offset of the log in `dir` such that it and every record before it were

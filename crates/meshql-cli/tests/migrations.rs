@@ -514,3 +514,92 @@ async fn migrations_run_on_postgresql_and_mariadb() {
         assert!(versions.values().all(|v| v.len() == 2), "{backend}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_to_a_moment_before_a_migration_makes_it_pending_again() {
+    let dir = configs(100);
+    let data = tempfile::tempdir().unwrap();
+    let (v1, v2) = (dir.path().join("v1.toml"), dir.path().join("v2.toml"));
+    let server = Server::start_with_data_dir(&v1, data.path(), &[]);
+    hens(&server.client(), 200).await;
+    server.stop_gracefully();
+    std::thread::sleep(Duration::from_millis(5));
+    let before = now_ms();
+    std::thread::sleep(Duration::from_millis(5));
+    // migrated at start-up, then backed up
+    let server = Server::start_with_data_dir(&v2, data.path(), &[]);
+    server
+        .client()
+        .list("/hen/api")
+        .await
+        .iter()
+        .for_each(assert_v2);
+    server.stop_gracefully();
+    let backups = dir.path().join("backups");
+    let data_dir = data.path().to_str().unwrap();
+    let out = meshql(&[
+        "backup",
+        v2.to_str().unwrap(),
+        "--data-dir",
+        data_dir,
+        "--to",
+        backups.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let backup = std::fs::read_dir(&backups)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("meshql-")
+        })
+        .expect("a backup");
+
+    // restored as of before the migration: the old shape, and the migrations pending again
+    let restored = dir.path().join("restored");
+    let out = meshql(&[
+        "restore",
+        backup.to_str().unwrap(),
+        "--config",
+        v2.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+        "--at",
+        &before.to_string(),
+    ]);
+    let text = stdout(&out);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("`name-becomes-title` ran after the moment: pending again"),
+        "{text}"
+    );
+    let status = meshql(&[
+        "migrate",
+        v2.to_str().unwrap(),
+        "--data-dir",
+        restored.to_str().unwrap(),
+        "--status",
+    ]);
+    let text = stdout(&status);
+    assert!(text.contains("pending  name-becomes-title"), "{text}");
+    assert!(text.contains("pending  eggs-as-integers"), "{text}");
+
+    // served, the restored data is migrated again
+    let server = Server::start_with_data_dir(&v2, &restored, &[]);
+    let now = server.client().list("/hen/api").await;
+    assert_eq!(now.len(), 200);
+    now.iter().for_each(assert_v2);
+    server.stop_gracefully();
+    let versions = history(&v2, &restored);
+    assert!(versions.values().all(|v| v.len() == 2));
+}

@@ -75,7 +75,7 @@
 mod run;
 
 pub use run::{
-    dry_run, run, status, Applied, Changed, DryRun, MigrationError, Progress, Report, State,
+    dry_run, rewind, run, status, Applied, Changed, DryRun, MigrationError, Progress, Report, State,
 };
 
 use crate::mapping::{value_fits, Expression};

@@ -126,6 +126,9 @@ pub struct Applied {
     pub documents: u64,
     /// The declaration that ran.
     pub declaration: Value,
+    /// The migrations of its run, in the order they were composed.
+    #[serde(default)]
+    pub run: Vec<String>,
 }
 
 /// A run in progress (or interrupted).
@@ -540,6 +543,7 @@ pub async fn run(
                 finished_at,
                 documents: run.migrated,
                 declaration: m.declaration().clone(),
+                run: run.names.clone(),
             };
             batch.state.push(StateWrite {
                 key: format!("{APPLIED_GROUP}/{}", m.name()),
@@ -561,6 +565,124 @@ pub async fn run(
         report.unchanged += run.unchanged;
     }
     Ok(report)
+}
+
+/// Puts `entity`'s migration records back as they stood at `at`, after a restore to that
+/// moment removed every version written later: a migration whose run began after it is
+/// pending again; one whose run was going on then becomes an interrupted run, which resumes
+/// from the first document at the next start (the documents it had migrated by `at` were
+/// written after the run began, so they are left alone). Says what it changed.
+pub async fn rewind(
+    entity: &str,
+    store: &DynStore,
+    at: Millis,
+) -> Result<Vec<String>, MigrationError> {
+    if !store.supports_outputs() {
+        return Ok(Vec::new());
+    }
+    let consumer = consumer(entity);
+    let failed = |error| MigrationError::Store {
+        entity: entity.to_owned(),
+        error,
+    };
+    let unreadable = |reason: String| MigrationError::Record {
+        entity: entity.to_owned(),
+        reason,
+    };
+    let mut state = Vec::new();
+    let mut said = Vec::new();
+    let mut resumed: Option<Running> = None;
+    let running = store
+        .output_state(&consumer, &[RUN_KEY.to_owned()])
+        .await
+        .map_err(failed)?;
+    if let Some(text) = running.get(RUN_KEY) {
+        let mut r: Running = serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
+        if r.started_at > at {
+            said.push(format!(
+                "{entity}: the run of {} began after the moment: pending again",
+                names(&r.names)
+            ));
+            state.push(StateWrite {
+                key: RUN_KEY.to_owned(),
+                group: None,
+                value: None,
+            });
+        } else {
+            r.after = None;
+            resumed = Some(r);
+        }
+    }
+    let mut partial: Vec<Applied> = Vec::new();
+    for (key, value) in store
+        .output_group(&consumer, APPLIED_GROUP)
+        .await
+        .map_err(failed)?
+    {
+        let a: Applied = serde_json::from_str(&value).map_err(|e| unreadable(e.to_string()))?;
+        if a.finished_at <= at {
+            continue;
+        }
+        state.push(StateWrite {
+            key,
+            group: Some(APPLIED_GROUP.to_owned()),
+            value: None,
+        });
+        if a.started_at > at {
+            said.push(format!(
+                "{entity}: `{}` ran after the moment: pending again",
+                a.name
+            ));
+        } else {
+            partial.push(a);
+        }
+    }
+    if let Some(first) = partial.first() {
+        // a run going on at the moment: its migrations, in their order
+        let started_at = first.started_at;
+        let mut of_run: Vec<&Applied> = partial
+            .iter()
+            .filter(|a| a.started_at == started_at)
+            .collect();
+        let order = |a: &Applied| {
+            first
+                .run
+                .iter()
+                .position(|n| *n == a.name)
+                .unwrap_or(usize::MAX)
+        };
+        of_run.sort_by_key(|a| (order(a), a.name.clone()));
+        resumed = Some(Running {
+            names: of_run.iter().map(|a| a.name.clone()).collect(),
+            declarations: of_run.iter().map(|a| a.declaration.clone()).collect(),
+            started_at,
+            after: None,
+            migrated: 0,
+            unchanged: 0,
+        });
+    }
+    if let Some(r) = resumed {
+        said.push(format!(
+            "{entity}: {} was running at the moment: it resumes when served",
+            names(&r.names)
+        ));
+        state.push(run_state(&r));
+    }
+    if state.is_empty() {
+        return Ok(said);
+    }
+    let position = store
+        .output_position(&consumer)
+        .await
+        .map_err(failed)?
+        .unwrap_or(0);
+    let mut batch = OutputBatch::new(&consumer, position + 1);
+    batch.state = state;
+    store
+        .apply_output(batch, &WriteContext::SYSTEM)
+        .await
+        .map_err(failed)?;
+    Ok(said)
 }
 
 fn run_state(run: &Running) -> StateWrite {

@@ -378,3 +378,47 @@ async fn a_migration_declared_before_one_that_ran_is_refused() {
     assert_eq!(e.kind(), "out_of_order", "{e}");
     assert!(e.to_string().contains("`inserted-before`"), "{e}");
 }
+
+#[tokio::test]
+async fn a_rewind_makes_later_runs_pending_and_one_going_on_at_the_moment_interrupted() {
+    let store = store_with(20).await;
+    let migrations = declared();
+    run("hen", &store, &migrations, Some(&validator()), &mut |_| {})
+        .await
+        .unwrap();
+    let states = status("hen", &store, &migrations).await.unwrap();
+    let State::Applied(a) = &states[0].1 else {
+        panic!("{states:?}")
+    };
+    let (started, finished) = (a.started_at, a.finished_at);
+
+    // a moment after the run: nothing changes
+    assert!(rewind("hen", &store, finished).await.unwrap().is_empty());
+    // a moment while it ran: one interrupted run of both, in their order
+    let said = rewind("hen", &store, started).await.unwrap();
+    assert_eq!(
+        said,
+        ["hen: `rename-name`, `eggs-as-integers` was running at the moment: it resumes when served"]
+    );
+    let states = status("hen", &store, &migrations).await.unwrap();
+    assert!(
+        states
+            .iter()
+            .all(|(_, s)| matches!(s, State::Running { started_at, .. } if *started_at == started)),
+        "{states:?}"
+    );
+    // resumed, it writes nothing: every document was written after the run began
+    let report = run("hen", &store, &migrations, Some(&validator()), &mut |_| {})
+        .await
+        .unwrap();
+    assert!(report.resumed);
+    assert_eq!((report.migrated, report.newer), (0, 20));
+    // a moment before it began: pending again
+    let said = rewind("hen", &store, started - 1).await.unwrap();
+    assert_eq!(said.len(), 2, "{said:?}");
+    let states = status("hen", &store, &migrations).await.unwrap();
+    assert!(
+        states.iter().all(|(_, s)| *s == State::Pending),
+        "{states:?}"
+    );
+}
