@@ -23,6 +23,7 @@ mod error;
 mod feed;
 mod metrics;
 mod processors;
+mod rate_limits;
 mod registries;
 mod relays;
 mod runtime;
