@@ -433,22 +433,30 @@ mod tests {
         let limiter = Arc::new(RateLimiter::new(&spec, Arc::new(meshql_core::NoAuth), None));
         let client = ip(7);
         // cost 4: 1 at the door, 3 once planned
-        let mut gate = block_on(GraphqlGate::enter(&limiter, None, client)).unwrap().unwrap();
+        let mut gate = block_on(GraphqlGate::enter(&limiter, None, client))
+            .unwrap()
+            .unwrap();
         assert!(gate.by_cost());
         block_on(gate.charge(4)).unwrap();
         drop(gate);
         // 6 left: a cost of 7 passes the door, then is refused
-        let mut gate = block_on(GraphqlGate::enter(&limiter, None, client)).unwrap().unwrap();
+        let mut gate = block_on(GraphqlGate::enter(&limiter, None, client))
+            .unwrap()
+            .unwrap();
         let refusal = block_on(gate.charge(7)).unwrap_err();
         assert_eq!(refusal.class, Class::Graphql);
         drop(gate);
         // a cost above the burst is charged the burst: 5 left, so refused too
-        let mut gate = block_on(GraphqlGate::enter(&limiter, None, client)).unwrap().unwrap();
+        let mut gate = block_on(GraphqlGate::enter(&limiter, None, client))
+            .unwrap()
+            .unwrap();
         assert!(block_on(gate.charge(1_000)).is_err());
         drop(gate);
         // cost 1 takes nothing more
         for _ in 0..4 {
-            let mut gate = block_on(GraphqlGate::enter(&limiter, None, client)).unwrap().unwrap();
+            let mut gate = block_on(GraphqlGate::enter(&limiter, None, client))
+                .unwrap()
+                .unwrap();
             block_on(gate.charge(1)).unwrap();
         }
         // empty now: refused at the door

@@ -58,7 +58,8 @@ impl Shared {
     ) -> Option<Result<(), Duration>> {
         match self.store.take(&bucket(class, caller), rule, cost).await {
             Ok(decision) => {
-                if self.failing.load(Ordering::Relaxed) && self.failing.swap(false, Ordering::Relaxed)
+                if self.failing.load(Ordering::Relaxed)
+                    && self.failing.swap(false, Ordering::Relaxed)
                 {
                     tracing::info!(
                         store = self.store.kind(),
