@@ -81,7 +81,7 @@ impl Gate {
         }
     }
 
-    fn close(&mut self, cause: &RedisError) {
+    fn close(&mut self, cause: impl std::fmt::Display) {
         self.closed_until = Some(Instant::now() + RETRY_EVERY);
         self.cause = cause.to_string();
     }
@@ -269,6 +269,16 @@ impl Link {
             }
             self.0.down.store(false, Ordering::Release);
         }
+    }
+
+    /// A call got no answer within `timeout`: the gate closes for a while, as for a Redis
+    /// that cannot be reached. For callers on every request's path (the rate limits), which a
+    /// stalled Redis must not hold for the whole timeout each; the cache keeps trying (a
+    /// slow answer there costs a read, not every request).
+    pub(crate) fn stalled(&self, timeout: Duration) {
+        self.gate()
+            .close(format_args!("no answer within {} ms", timeout.as_millis()));
+        self.0.down.store(true, Ordering::Release);
     }
 
     /// A call failed: when the connection is the cause, the gate closes for a while.

@@ -46,7 +46,9 @@
 //!
 //! **Rate limits.** The same Redis (or another) can keep `[server.rate_limit]`'s token buckets
 //! for several processes: one Lua script per request (see `limiter`), its key expiring when
-//! the bucket is full again. A failure there is decided by the server's own buckets.
+//! the bucket is full again. A failure there is decided by the server's own buckets; unlike
+//! the cache's calls, one that times out stops calls for a second as an unreachable Redis
+//! does (a stalled Redis must not hold every request for the timeout).
 //!
 //! [`RedisBackend`] registers the cache as `[cache] redis = { … }` and the rate limits' store
 //! as `[server.rate_limit] redis = { … }`: it owns the blocks' fields ([`RedisSettings`]:

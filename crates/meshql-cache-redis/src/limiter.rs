@@ -18,7 +18,9 @@
 //!
 //! **Failures** are the link's (see [`crate::client::Link`]): every call is bounded by
 //! `timeout_ms`, and while Redis is unreachable calls fail at once with at most one a second
-//! let through. The server then decides the request with its own buckets.
+//! let through. Unlike the cache, a call that times out closes the way too: a Redis that
+//! accepts commands but stalls would otherwise hold every request for the timeout. The
+//! server then decides the request with its own buckets.
 
 use crate::client::{Failure, Link};
 use crate::settings::RedisSettings;
@@ -104,12 +106,22 @@ impl SharedLimiter for RedisLimiter {
             .arg(tolerance)
             .arg(cost.clamp(1, burst));
         let invocation = &invocation;
-        let wait: u64 = self
+        let called = self
             .link
             .call(self.timeout, |mut m| async move {
-                invocation.invoke_async(&mut m).await
+                invocation.invoke_async::<u64>(&mut m).await
             })
-            .await?;
+            .await;
+        let wait = match called {
+            Ok(wait) => wait,
+            Err(failure) => {
+                if let Failure::Timeout(_) = failure {
+                    // a stalled Redis must not hold every request for the timeout
+                    self.link.stalled(self.timeout);
+                }
+                return Err(failure.into());
+            }
+        };
         Ok(match wait {
             0 => Ok(()),
             micros => Err(Duration::from_micros(micros)),

@@ -769,6 +769,84 @@ async fn with_redis_stopped_requests_fall_back_to_the_process_limit() {
     redis(FAULT_PORT, "stop");
 }
 
+/// Redis stalls (connected, but answering nothing: the proxy holds every byte): a request
+/// waits at most `timeout_ms` for it, and after one has waited, the next ones do not wait at
+/// all for a second (Redis is tried again once a second); each is decided in process. When
+/// it answers again, requests are decided there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_holds_no_request_longer_than_its_timeout() {
+    let url = shared_redis();
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("redis://")
+        .parse()
+        .expect("redis://host:port");
+    let proxy = common::fault_proxy::FaultProxy::start(upstream).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = service(
+        dir.path(),
+        &format!(
+            "[server.rate_limit]\nreads = {{ per_second = 0.01, burst = 5 }}\n\
+             redis = {{ url = \"redis://{}\", prefix = \"{}\", timeout_ms = 1000 }}\n",
+            proxy.addr(),
+            unique_prefix("stall")
+        ),
+    );
+    let server = Server::start(&file, &[]);
+    let id = public_farm(&server).await;
+    let http = reqwest::Client::new();
+    let read = |who: &str| {
+        http.get(server.url(&format!("/farm/api/{id}")))
+            .header("authorization", bearer(who))
+    };
+    let fallbacks = || {
+        metric(
+            &server,
+            "meshql_rate_limit_shared_fallbacks_total{class=\"reads\"}",
+        )
+    };
+    for _ in 0..5 {
+        assert_eq!(send(read("gil")).await.0, 200);
+    }
+    assert_eq!(send(read("gil")).await.0, 429);
+    assert_eq!(fallbacks().await, 0);
+
+    proxy.pause();
+    // 20 reads one after another: were each to wait for Redis, they would take 20 s at
+    // least; the bound leaves room for a busy machine
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        statuses.push(send(read("gil")).await.0);
+    }
+    let took = started.elapsed();
+    eprintln!("20 reads with Redis stalled: {took:?}");
+    assert!(
+        took < Duration::from_secs(12),
+        "20 reads with Redis stalled took {took:?}"
+    );
+    // decided in process: gil's bucket here is full (Redis kept it until now)
+    assert_eq!(&statuses[..5], [200; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
+    assert_eq!(fallbacks().await, 20);
+
+    // answering again: a new caller's reads stop counting as fallbacks (the bound only
+    // catches a hang)
+    proxy.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = fallbacks().await;
+        assert_eq!(send(read("hal")).await.0, 200);
+        if fallbacks().await == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Redis not used again within 20 s of answering"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A Redis never reachable (nothing listens on its port) is no reason not to serve: the
 /// process starts, and limits by its own buckets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! check ─▶ auth, policy ─▶ storage (a database per target, a served store per entity,
-//!          replica probes) ─▶ cache ─▶ entity services ─▶ GraphQL registry
+//!          replica probes) ─▶ cache, rate-limit store ─▶ entity services ─▶ GraphQL registry
 //!       ─▶ change log + hub ─▶ subscriptions ─▶ relays ─▶ processors
 //! ```
 //!
