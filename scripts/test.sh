@@ -72,7 +72,7 @@ fi
 # Real servers for the storage backends and the relays: installed if missing, started on
 # unusual loopback ports, stopped when the tests end. A test that needs one fails loudly if it
 # cannot start.
-trap 'scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16389 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16399 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16419 MESHQL_REDIS_TLS=1 scripts/services/redis.sh stop; scripts/services/nats.sh stop; scripts/services/kafka.sh stop; scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres-replica.sh stop; scripts/services/postgres.sh stop; scripts/services/seaweedfs.sh stop' EXIT
+trap 'scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16389 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16399 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16409 scripts/services/redis.sh stop; MESHQL_REDIS_PORT=16419 MESHQL_REDIS_TLS=1 scripts/services/redis.sh stop; scripts/services/nats.sh stop; scripts/services/kafka.sh stop; scripts/services/ferretdb.sh stop; scripts/services/mariadb.sh stop; scripts/services/postgres-replica.sh stop; scripts/services/postgres.sh stop; scripts/services/seaweedfs.sh stop' EXIT
 MESHQL_TEST_POSTGRES_URL=$(scripts/services/postgres.sh start)
 # a streaming hot standby of it, for the read-replica tests
 MESHQL_TEST_POSTGRES_REPLICA_URL=$(scripts/services/postgres-replica.sh start)
@@ -80,7 +80,8 @@ MESHQL_TEST_MYSQL_URL=$(scripts/services/mariadb.sh start)
 MESHQL_TEST_MONGO_URL=$(scripts/services/ferretdb.sh start)
 MESHQL_TEST_KAFKA_BROKERS=$(scripts/services/kafka.sh start)
 MESHQL_TEST_NATS_URL=$(scripts/services/nats.sh start)
-# the shared read cache (tests that stop and start Redis use servers on ports of their own)
+# the shared read cache and shared rate limits (tests that stop and start Redis use servers
+# on ports of their own)
 MESHQL_TEST_REDIS_URL=$(scripts/services/redis.sh start)
 # an S3-compatible server for backups to a bucket (SeaweedFS, built once from the Go module proxy)
 MESHQL_TEST_S3_URL=$(scripts/services/seaweedfs.sh start)

@@ -1,13 +1,17 @@
-//! The Redis shared cache's registration: its settings checked into what connects.
+//! The registrations of Redis — as the shared cache and as the rate limits' shared store —
+//! their settings checked into what connects.
 
 use crate::client::{Link, RedisCache};
+use crate::limiter::RedisLimiter;
 use crate::settings::{redacted, RedisSettings};
 use async_trait::async_trait;
-use meshql_core::{Component, SettingError};
+use meshql_core::{Component, SettingError, SharedLimiter, SharedLimiterTarget, SharedLimits};
 use meshql_engine::{SharedCache, SharedCacheTarget, SharedCaches};
 use std::sync::Arc;
 
-/// Registers the Redis shared cache (`[cache] redis = { … }`) with the server.
+/// Registers Redis with the server: as the shared cache (`[cache] redis = { … }`, in a
+/// `SharedCacheRegistry`) and as the rate limits' shared store (`[server.rate_limit] redis =
+/// { … }`, in a `SharedLimitRegistry`). Both blocks have the same fields.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RedisBackend;
 
@@ -29,7 +33,25 @@ impl Component<SharedCaches> for RedisBackend {
     }
 }
 
-/// Checked settings, ready to connect.
+impl Component<SharedLimits> for RedisBackend {
+    const KIND: &'static str = "redis";
+    type Settings = RedisSettings;
+
+    fn parse(&self, settings: &serde_json::Value) -> Result<RedisSettings, SettingError> {
+        RedisSettings::read(settings)
+    }
+
+    fn build(
+        &self,
+        settings: RedisSettings,
+        _: &(),
+    ) -> Result<Box<dyn SharedLimiterTarget>, SettingError> {
+        settings.check()?;
+        Ok(Box::new(RedisTarget(settings)))
+    }
+}
+
+/// Checked settings, ready to connect (as a cache or as a rate-limit store).
 struct RedisTarget(RedisSettings);
 
 impl std::fmt::Debug for RedisTarget {
@@ -49,8 +71,18 @@ impl SharedCacheTarget for RedisTarget {
     async fn connect(
         &self,
     ) -> Result<Arc<dyn SharedCache>, Box<dyn std::error::Error + Send + Sync>> {
-        let link = Link::new(&self.0).map_err(|e| e.to_string())?;
+        let link = Link::new(&self.0, "cache").map_err(|e| e.to_string())?;
         Ok(Arc::new(RedisCache::new(&self.0, link)))
+    }
+}
+
+#[async_trait]
+impl SharedLimiterTarget for RedisTarget {
+    async fn connect(
+        &self,
+    ) -> Result<Arc<dyn SharedLimiter>, Box<dyn std::error::Error + Send + Sync>> {
+        let link = Link::new(&self.0, "rate limits").map_err(|e| e.to_string())?;
+        Ok(Arc::new(RedisLimiter::new(&self.0, link)))
     }
 }
 
@@ -74,6 +106,21 @@ mod tests {
             !debug.contains("secret") && debug.contains("***"),
             "{debug}"
         );
+    }
+
+    #[test]
+    fn the_rate_limit_store_checks_the_same_fields() {
+        let configure = |v: &serde_json::Value| {
+            meshql_core::registry::Part::<SharedLimits>::configure(&RedisBackend, v, &())
+        };
+        assert!(configure(&json!({ "url": "redis://127.0.0.1:6379" })).is_ok());
+        let e = configure(&json!({ "url": "http://h" })).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("url"));
+        let e = configure(&json!({ "url": "redis://h", "timeout_ms": 0 })).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("timeout_ms"));
+        let e = configure(&json!({ "prefix": "x" })).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("url"));
+        assert_eq!(<RedisBackend as Component<SharedLimits>>::KIND, "redis");
     }
 
     #[test]

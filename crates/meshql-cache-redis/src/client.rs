@@ -81,7 +81,7 @@ impl Gate {
         }
     }
 
-    fn close(&mut self, cause: &RedisError) {
+    fn close(&mut self, cause: impl std::fmt::Display) {
         self.closed_until = Some(Instant::now() + RETRY_EVERY);
         self.cause = cause.to_string();
     }
@@ -92,6 +92,8 @@ struct LinkState {
     config: ConnectionManagerConfig,
     /// For logs.
     url: String,
+    /// What the link serves, for logs (`"cache"`, `"rate limits"`).
+    purpose: &'static str,
     gate: Mutex<Gate>,
     /// `gate.closed_until` is set (read without the lock on every call).
     down: AtomicBool,
@@ -121,8 +123,12 @@ thread_local! {
 pub(crate) struct Link(Arc<LinkState>);
 
 impl Link {
-    /// Only settings the client library rejects (checked before) are an error.
-    pub(crate) fn new(settings: &RedisSettings) -> Result<Link, meshql_core::SettingError> {
+    /// Only settings the client library rejects (checked before) are an error. `purpose`
+    /// names what the link serves in logs.
+    pub(crate) fn new(
+        settings: &RedisSettings,
+        purpose: &'static str,
+    ) -> Result<Link, meshql_core::SettingError> {
         let client = settings.client()?;
         // No retries of its own: a failed reconnect is tried again by the next call let
         // through the gate.
@@ -133,6 +139,7 @@ impl Link {
             client,
             config,
             url: redacted(settings.url.trim()),
+            purpose,
             gate: Mutex::new(Gate::default()),
             down: AtomicBool::new(false),
         })))
@@ -207,11 +214,11 @@ impl Link {
                         Ok(m) => {
                             gate.closed_until = None;
                             state.down.store(false, Ordering::Release);
-                            tracing::debug!(url = %state.url, "redis cache connected");
+                            tracing::debug!(url = %state.url, "redis ({}) connected", state.purpose);
                             Ok(m)
                         }
                         Err(e) => {
-                            tracing::debug!(url = %state.url, error = %e, "redis cache: cannot connect");
+                            tracing::debug!(url = %state.url, error = %e, "redis ({}): cannot connect", state.purpose);
                             gate.close(&e);
                             state.down.store(true, Ordering::Release);
                             Err(Failure::Redis(e))
@@ -223,15 +230,55 @@ impl Link {
         })
     }
 
+    /// Runs `op` on this thread's connection within `timeout`. A command sent on a
+    /// connection found dropped (Redis restarted since the last call) is sent once more on
+    /// the new one.
+    pub(crate) async fn call<T, F, Fut>(&self, timeout: Duration, op: F) -> Result<T, Failure>
+    where
+        F: Fn(ConnectionManager) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let work = async {
+            let mut resent = false;
+            loop {
+                let manager = self.manager().await?;
+                match op(manager).await {
+                    Ok(v) => {
+                        self.answered();
+                        return Ok(v);
+                    }
+                    Err(e) if e.is_connection_dropped() && !resent => resent = true,
+                    Err(e) => {
+                        self.failed(&e);
+                        return Err(Failure::Redis(e));
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .map_err(|_| Failure::Timeout(timeout.as_millis()))?
+    }
+
     /// A call was answered: the gate opens.
     fn answered(&self) {
         if self.0.down.load(Ordering::Acquire) {
             let mut gate = self.gate();
             if gate.closed_until.take().is_some() {
-                tracing::debug!(url = %self.0.url, "redis cache answering again");
+                tracing::debug!(url = %self.0.url, "redis ({}) answering again", self.0.purpose);
             }
             self.0.down.store(false, Ordering::Release);
         }
+    }
+
+    /// A call got no answer within `timeout`: the gate closes for a while, as for a Redis
+    /// that cannot be reached. For callers on every request's path (the rate limits), which a
+    /// stalled Redis must not hold for the whole timeout each; the cache keeps trying (a
+    /// slow answer there costs a read, not every request).
+    pub(crate) fn stalled(&self, timeout: Duration) {
+        self.gate()
+            .close(format_args!("no answer within {} ms", timeout.as_millis()));
+        self.0.down.store(true, Ordering::Release);
     }
 
     /// A call failed: when the connection is the cause, the gate closes for a while.
@@ -278,33 +325,12 @@ impl RedisCache {
         format!("{}:v:{key}", self.prefix)
     }
 
-    /// Runs `op` on the connection within the timeout. A command sent on a connection found
-    /// dropped (Redis restarted since the last call) is sent once more on the new one.
     async fn call<T, F, Fut>(&self, op: F) -> Result<T, Failure>
     where
         F: Fn(ConnectionManager) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        let work = async {
-            let mut resent = false;
-            loop {
-                let manager = self.link.manager().await?;
-                match op(manager).await {
-                    Ok(v) => {
-                        self.link.answered();
-                        return Ok(v);
-                    }
-                    Err(e) if e.is_connection_dropped() && !resent => resent = true,
-                    Err(e) => {
-                        self.link.failed(&e);
-                        return Err(Failure::Redis(e));
-                    }
-                }
-            }
-        };
-        tokio::time::timeout(self.timeout, work)
-            .await
-            .map_err(|_| Failure::Timeout(self.timeout.as_millis()))?
+        self.link.call(self.timeout, op).await
     }
 }
 

@@ -11,6 +11,7 @@
 //! | `<prefix>:c:<tag>`   | the stamp (Unix milliseconds) of the newest write to the tag   |
 //! | `<prefix>:a:<tag>`   | when the tag was last advanced (Unix ms, after its writes committed) |
 //! | `<prefix>:v:<key>`   | a cached answer (the engine's bytes), expiring after the `ttl` |
+//! | `<prefix>:rl:<class>:<caller>` | a rate limit's bucket (`[server.rate_limit] redis`), expiring when full again |
 //!
 //! A missing generation, stamp or moment reads as 0 (a tag advanced only by a process older
 //! than the `a:` keys then counts as advanced at its stamp). Tags have no expiry (there are few: one per
@@ -43,11 +44,19 @@
 //! for all. A command sent on a connection found dropped (Redis restarted while the process
 //! was idle) is sent once more on the new connection within the same bound.
 //!
-//! [`RedisBackend`] registers the cache as `[cache] redis = { … }`: it owns the block's fields
-//! ([`RedisSettings`]: defaults, checks, JSON Schema).
+//! **Rate limits.** The same Redis (or another) can keep `[server.rate_limit]`'s token buckets
+//! for several processes: one Lua script per request (see `limiter`), its key expiring when
+//! the bucket is full again. A failure there is decided by the server's own buckets; unlike
+//! the cache's calls, one that times out stops calls for a second as an unreachable Redis
+//! does (a stalled Redis must not hold every request for the timeout).
+//!
+//! [`RedisBackend`] registers the cache as `[cache] redis = { … }` and the rate limits' store
+//! as `[server.rate_limit] redis = { … }`: it owns the blocks' fields ([`RedisSettings`]:
+//! defaults, checks, JSON Schema).
 
 mod backend;
 mod client;
+mod limiter;
 mod settings;
 
 pub use backend::RedisBackend;

@@ -11,10 +11,11 @@ const MAX_TIMEOUT_MS: u64 = 60_000;
 /// The longest prefix accepted.
 const MAX_PREFIX_LEN: usize = 128;
 
-/// A Redis shared by several meshql processes as their read cache. Keys start with
-/// `<prefix>:`; tag generations and stamps have no expiry, answers expire after the cache's
-/// `ttl`, so the server must not evict keys without an expiry (`maxmemory-policy` `noeviction`
-/// or one of the `volatile-*` policies).
+/// A Redis shared by several meshql processes as their read cache (`[cache] redis`) or their
+/// rate limits' store (`[server.rate_limit] redis`). Keys start with `<prefix>:`. For the
+/// cache, tag generations and stamps have no expiry, answers expire after the cache's `ttl`,
+/// so the server must not evict keys without an expiry (`maxmemory-policy` `noeviction` or
+/// one of the `volatile-*` policies); rate limits' buckets all expire.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedisSettings {
@@ -30,7 +31,8 @@ pub struct RedisSettings {
     #[serde(default = "default_prefix")]
     pub prefix: String,
     /// Every call to Redis is bounded by this many milliseconds; a slower answer counts as a
-    /// failure and the read goes to storage (default 100, at most 60000).
+    /// failure: a read goes to storage, a rate-limited request is decided by the process's own
+    /// buckets (default 100, at most 60000).
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// A connection attempt is bounded by this many milliseconds (default 1000, at most
@@ -62,7 +64,7 @@ impl RedisSettings {
         if settings.get("url").is_none() {
             return Err(SettingError::new(
                 "url",
-                "a redis cache needs `url = \"redis://host:port\"`",
+                "`redis` needs `url = \"redis://host:port\"`",
             ));
         }
         parse_settings(settings)

@@ -1,11 +1,11 @@
-//! The parts this binary is built with — every storage backend, relay and shared cache,
-//! each registered with one line. The runtime and the server know none of them by name; a
+//! The parts this binary is built with — every storage backend, relay, shared cache and
+//! shared rate-limit store, each registered with one line. The runtime and the server know none of them by name; a
 //! config picks them by `type`.
 
 use meshql_runtime::Registries;
 use std::sync::OnceLock;
 
-/// The storage backends, relays and shared caches of this build, in the order error messages
+/// The storage backends, relays, shared caches and rate-limit stores of this build, in the order error messages
 /// and `meshql config-schema` list them.
 pub fn registries() -> &'static Registries {
     static REGISTRIES: OnceLock<Registries> = OnceLock::new();
@@ -23,6 +23,7 @@ pub fn registries() -> &'static Registries {
             .register(meshql_relay_jsonl::JsonlBackend),
         caches: meshql_engine::SharedCacheRegistry::new()
             .register(meshql_cache_redis::RedisBackend),
+        limits: meshql_core::SharedLimitRegistry::new().register(meshql_cache_redis::RedisBackend),
     })
 }
 

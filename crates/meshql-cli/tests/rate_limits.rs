@@ -3,10 +3,13 @@
 //! time; callers are known by their token's subject, or by their address without one;
 //! writes and GraphQL (by cost) have buckets of their own; `/metrics` counts every decision
 //! per class; the table of buckets stays within `max_callers`; config errors name the field.
+//! With `redis = { … }` (a real Redis, started by `scripts/services/redis.sh`): two
+//! processes share each caller's one limit, and a Redis stopped mid-test (or never
+//! reachable) costs no request: each is decided by its process's own buckets and counted.
 
 mod common;
 
-use common::{bearer, check_error_line, Server, JWT_SECRET};
+use common::{bearer, check_error_line, free_port, Server, JWT_SECRET};
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -517,9 +520,361 @@ fn config_errors_name_the_field_and_line() {
             "server.rate_limit.max_callers",
             3,
         ),
+        (
+            "[server.rate_limit]\nreads = { per_second = 1 }\nredis = { url = \"http://h:6379\" }\n",
+            "server.rate_limit.redis.url: must start with `redis://`",
+            3,
+        ),
+        (
+            "[server.rate_limit]\nreads = { per_second = 1 }\n[server.rate_limit.redis]\nurl = \"redis://h\"\ntimeout_ms = 0\n",
+            "server.rate_limit.redis.timeout_ms: must be between 1 and 60000",
+            3,
+        ),
+        (
+            "[server.rate_limit]\nreads = { per_second = 1 }\nredis = { prefix = \"x\" }\n",
+            "server.rate_limit.redis.url: `redis` needs `url",
+            3,
+        ),
     ] {
         let file = service(dir.path(), table);
         let said = check_error_line(&file, needle);
         assert!(said.contains(&format!("meshql.toml:{line}:")), "{said}");
     }
+}
+
+/// Runs `scripts/services/redis.sh <action>` for the server on `port`; its output (the URL
+/// for `start`). Fails loudly when the script does.
+fn redis(port: u16, action: &str) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/services/redis.sh");
+    let out = std::process::Command::new(&script)
+        .arg(action)
+        .env("MESHQL_REDIS_PORT", port.to_string())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "redis.sh {action} (port {port}) failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// The test Redis most tests share (`MESHQL_REDIS_PORT`, default 16379), started if it is
+/// not running; its URL.
+fn shared_redis() -> String {
+    let port = std::env::var("MESHQL_REDIS_PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(16379);
+    redis(port, "start")
+}
+
+/// A key prefix no other test or earlier run uses.
+fn unique_prefix(test: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("rl-{test}-{}-{nanos}", std::process::id())
+}
+
+/// Two processes of one config keep their buckets in one Redis: a caller flooding both is
+/// admitted about one limit in total (its burst, then its rate), not one per process, while
+/// another caller is served by both throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_sharing_redis_hold_a_caller_to_one_limit() {
+    let url = shared_redis();
+    let prefix = unique_prefix("two");
+    let dir = tempfile::tempdir().unwrap();
+    // a generous timeout: on a busy machine a slow answer would be decided in process,
+    // which this test counts (and expects none of)
+    let file = service(
+        dir.path(),
+        &format!(
+            "[server.rate_limit]\nreads = {{ per_second = 1, burst = 20 }}\n\
+             redis = {{ url = \"{url}\", prefix = \"{prefix}\", timeout_ms = 2000 }}\n"
+        ),
+    );
+    let servers = [Server::start(&file, &[]), Server::start(&file, &[])];
+    // memory storage: each process has a farm of its own
+    let mut farms = Vec::new();
+    for server in &servers {
+        farms.push(server.url(&format!("/farm/api/{}", public_farm(server).await)));
+    }
+    let http = reqwest::Client::new();
+
+    // alice floods reads by id, two tasks on each process
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut floods = Vec::new();
+    for farm in &farms {
+        let (http, farm, token) = (http.clone(), farm.clone(), bearer("alice"));
+        floods.push(flood(2, 20_000, 1, stop.clone(), move || {
+            http.get(&farm).header("authorization", &token)
+        }));
+    }
+    // meanwhile bob (within his own limit: 12 requests, a burst of 20) reads from each
+    // process in turn: by id, the list and GraphQL
+    let bob = bearer("bob");
+    let mut bob_ok = 0;
+    for round in 0..12 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let server = &servers[round % 2];
+        let request = match round % 3 {
+            0 => http.get(&farms[round % 2]),
+            1 => http.get(server.url("/farm/api")),
+            _ => http
+                .post(server.url("/farm/graph"))
+                .json(&json!({"query": "{ getAll { name } }"})),
+        };
+        let (status, _, body) = send(request.header("authorization", &bob)).await;
+        assert_eq!(
+            status, 200,
+            "bob's request {round} during alice's flood: {body}"
+        );
+        bob_ok += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut alice_ok = 0;
+    let mut alice_limited = 0;
+    for (tally, handles) in floods {
+        for h in handles {
+            h.await.unwrap();
+        }
+        alice_ok += tally.ok.load(Ordering::Relaxed);
+        alice_limited += tally.limited.load(Ordering::Relaxed);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    eprintln!(
+        "alice: {alice_ok} served, {alice_limited} refused over two processes in {elapsed:.1} s; bob: {bob_ok} served"
+    );
+    let reads = |outcome: &str| {
+        format!("meshql_rate_limit_requests_total{{class=\"reads\",outcome=\"{outcome}\"}}")
+    };
+    let mut allowed = 0;
+    for (n, server) in servers.iter().enumerate() {
+        assert_eq!(
+            metric(
+                server,
+                "meshql_rate_limit_shared_fallbacks_total{class=\"reads\"}"
+            )
+            .await,
+            0,
+            "process {n} decided every request through Redis:\n{}",
+            server.log()
+        );
+        let (ok, limited) = (
+            metric(server, &reads("allowed")).await,
+            metric(server, &reads("limited")).await,
+        );
+        // the flood reached both processes, and both refused it
+        assert!(
+            ok > 0 && limited > 0,
+            "process {n}: {ok} allowed, {limited} limited"
+        );
+        allowed += ok;
+    }
+    assert_eq!(allowed, alice_ok + bob_ok, "every decision counted once");
+    // one limit: the burst of 20, then 1 a second (two tokens of slack); a limit per process
+    // would have served at least 40
+    assert!(alice_ok >= 20, "alice had her burst: {alice_ok}");
+    assert!(
+        (alice_ok as f64) <= 20.0 + elapsed + 2.0,
+        "alice served {alice_ok} in {elapsed:.1} s over two processes"
+    );
+}
+
+/// The port of the Redis the fault test stops and starts (no other test uses it).
+const FAULT_PORT: u16 = 16409;
+
+/// Redis stopped mid-test: no request waits for it or fails; each is decided by the
+/// process's own buckets (the same limit, per process), counted and logged once; once Redis
+/// is back, requests are decided there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_stopped_requests_fall_back_to_the_process_limit() {
+    let url = redis(FAULT_PORT, "start");
+    let dir = tempfile::tempdir().unwrap();
+    // one token every 100 s: nothing refills during the test
+    let file = service(
+        dir.path(),
+        &format!(
+            "[server.rate_limit]\nreads = {{ per_second = 0.01, burst = 5 }}\n\
+             redis = {{ url = \"{url}\", prefix = \"{}\", timeout_ms = 100 }}\n",
+            unique_prefix("fault")
+        ),
+    );
+    let server = Server::start(&file, &[]);
+    let id = public_farm(&server).await;
+    let http = client_from("127.0.0.1");
+    let read = |who: &str| {
+        http.get(server.url(&format!("/farm/api/{id}")))
+            .header("authorization", bearer(who))
+    };
+    let fallbacks = || {
+        metric(
+            &server,
+            "meshql_rate_limit_shared_fallbacks_total{class=\"reads\"}",
+        )
+    };
+    // through Redis: the burst, then refused
+    for n in 0..5 {
+        assert_eq!(send(read("dan")).await.0, 200, "dan's read {n}");
+    }
+    assert_eq!(send(read("dan")).await.0, 429);
+    assert_eq!(fallbacks().await, 0);
+
+    redis(FAULT_PORT, "stop");
+    // every request is answered, within a bound that only catches a hang: dan's bucket in
+    // this process was never used (Redis kept it), so he has a burst here
+    let mut statuses = Vec::new();
+    for _ in 0..8 {
+        let started = Instant::now();
+        statuses.push(send(read("dan")).await.0);
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(10),
+            "a read took {took:?} with Redis down"
+        );
+    }
+    assert_eq!(&statuses[..5], [200; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
+    // another caller is limited on his own, in process too
+    assert_eq!(send(read("eve")).await.0, 200);
+    assert!(fallbacks().await >= 9, "fallbacks: {}", fallbacks().await);
+    let log = server.log();
+    assert_eq!(
+        log.matches("shared rate limits unavailable").count(),
+        1,
+        "logged once:\n{log}"
+    );
+
+    // Redis back (empty: nothing persisted): dan is served again, which only Redis can do
+    // (his bucket in this process is empty for 100 s), within a bound that only catches a
+    // hang (Redis is tried again at most once a second while it was down)
+    redis(FAULT_PORT, "start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = send(read("dan")).await.0;
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 429);
+        assert!(
+            Instant::now() < deadline,
+            "Redis not used again within 20 s of its return"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    redis(FAULT_PORT, "stop");
+}
+
+/// Redis stalls (connected, but answering nothing: the proxy holds every byte): a request
+/// waits at most `timeout_ms` for it, and after one has waited, the next ones do not wait at
+/// all for a second (Redis is tried again once a second); each is decided in process. When
+/// it answers again, requests are decided there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_holds_no_request_longer_than_its_timeout() {
+    let url = shared_redis();
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("redis://")
+        .parse()
+        .expect("redis://host:port");
+    let proxy = common::fault_proxy::FaultProxy::start(upstream).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = service(
+        dir.path(),
+        &format!(
+            "[server.rate_limit]\nreads = {{ per_second = 0.01, burst = 5 }}\n\
+             redis = {{ url = \"redis://{}\", prefix = \"{}\", timeout_ms = 1000 }}\n",
+            proxy.addr(),
+            unique_prefix("stall")
+        ),
+    );
+    let server = Server::start(&file, &[]);
+    let id = public_farm(&server).await;
+    let http = reqwest::Client::new();
+    let read = |who: &str| {
+        http.get(server.url(&format!("/farm/api/{id}")))
+            .header("authorization", bearer(who))
+    };
+    let fallbacks = || {
+        metric(
+            &server,
+            "meshql_rate_limit_shared_fallbacks_total{class=\"reads\"}",
+        )
+    };
+    for _ in 0..5 {
+        assert_eq!(send(read("gil")).await.0, 200);
+    }
+    assert_eq!(send(read("gil")).await.0, 429);
+    assert_eq!(fallbacks().await, 0);
+
+    proxy.pause();
+    // 20 reads one after another: were each to wait for Redis, they would take 20 s at
+    // least; the bound leaves room for a busy machine
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        statuses.push(send(read("gil")).await.0);
+    }
+    let took = started.elapsed();
+    eprintln!("20 reads with Redis stalled: {took:?}");
+    assert!(
+        took < Duration::from_secs(12),
+        "20 reads with Redis stalled took {took:?}"
+    );
+    // decided in process: gil's bucket here is full (Redis kept it until now)
+    assert_eq!(&statuses[..5], [200; 5], "{statuses:?}");
+    assert!(statuses[5..].iter().all(|s| *s == 429), "{statuses:?}");
+    assert_eq!(fallbacks().await, 20);
+
+    // answering again: a new caller's reads stop counting as fallbacks (the bound only
+    // catches a hang)
+    proxy.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = fallbacks().await;
+        assert_eq!(send(read("hal")).await.0, 200);
+        if fallbacks().await == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Redis not used again within 20 s of answering"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Redis never reachable (nothing listens on its port) is no reason not to serve: the
+/// process starts, and limits by its own buckets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_never_reachable_limits_in_process() {
+    let closed = free_port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = service(
+        dir.path(),
+        &format!(
+            "[server.rate_limit]\nreads = {{ per_second = 0.01, burst = 3 }}\n\
+             redis = {{ url = \"redis://127.0.0.1:{closed}\", timeout_ms = 100 }}\n"
+        ),
+    );
+    let server = Server::start(&file, &[]);
+    let id = public_farm(&server).await;
+    let url = server.url(&format!("/farm/api/{id}"));
+    let from_2 = client_from("127.0.0.2");
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(send(from_2.get(&url)).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(
+        metric(
+            &server,
+            "meshql_rate_limit_shared_fallbacks_total{class=\"reads\"}"
+        )
+        .await,
+        5
+    );
 }

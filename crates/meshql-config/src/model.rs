@@ -207,10 +207,19 @@ pub struct RateLimitConfig {
     pub graphql: Option<Spanned<BucketConfig>>,
     /// Callers remembered at once per class (1 to 10000000, default 100000). Beyond it the
     /// least recently used caller's bucket is dropped (it starts full when that caller comes
-    /// back); an idle caller's is dropped once it would have refilled anyway.
+    /// back); an idle caller's is dropped once it would have refilled anyway. With `redis`,
+    /// this bounds the buckets of this process's fallback only.
     #[serde(default)]
     #[schemars(with = "Option<u64>")]
     pub max_callers: Option<Spanned<u64>>,
+    /// A Redis keeping the buckets, shared by every process that names it, so that a
+    /// caller's limit holds across them all (`url`, `prefix`, `timeout_ms`,
+    /// `connect_timeout_ms`, `ca_file`: the fields of `[cache] redis`). A Redis that is down
+    /// or slower than `timeout_ms` (default 100) is skipped: the request is decided by this
+    /// process's own buckets. Without it, each process keeps its own.
+    #[serde(default)]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub redis: Option<Spanned<serde_json::Value>>,
 }
 
 /// One class's token bucket: `per_second` tokens are added each second, up to `burst`.

@@ -1361,7 +1361,7 @@ pub use cache::{CacheSpec, SharedCacheSpec};
 mod server;
 pub use server::{read_cert_chain, read_private_key, ServerSpec, TlsSpec};
 mod rate_limit;
-pub use rate_limit::{BucketSpec, RateLimitSpec};
+pub use rate_limit::{BucketSpec, RateLimitSpec, SharedLimitSpec};
 mod persisted_queries;
 pub use persisted_queries::{PersistedOperation, PersistedQueriesSpec, MANIFEST_FORMAT};
 

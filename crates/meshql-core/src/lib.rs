@@ -22,6 +22,7 @@ pub mod output;
 pub mod registry;
 pub mod replica;
 pub mod serving;
+pub mod shared_limit;
 pub mod store;
 pub mod suggest;
 pub mod template;
@@ -40,6 +41,10 @@ pub use error::{ErrorKind, StoreError};
 pub use field_set::{parse_payload, FieldSet};
 pub use output::{DeadLetter, OutputBatch, OutputStore, OutputWrite, StateWrite};
 pub use registry::{Component, Family, Registry};
+pub use shared_limit::{
+    LimitRule, SharedLimitError, SharedLimitRegistry, SharedLimiter, SharedLimiterTarget,
+    SharedLimits,
+};
 pub use store::{
     in_request_order, page_as_of, BatchRows, BatchSearch, ChangeFeed, Document, DynReader,
     DynStore, DynWriter, KeyedRows, LogLag, Nested, NestedRow, Placement, ReadContext, Relation,

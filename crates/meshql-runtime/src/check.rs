@@ -1,5 +1,6 @@
 //! Checks that need more than the config crate knows (compiled JSON Schemas, the fields of
-//! each storage backend, relay type, shared cache and processor, what each backend supports).
+//! each storage backend, relay type, shared cache, rate-limit store and processor, what each
+//! backend supports).
 //! The server adds its own (the CORS header, the TLS pair); `meshql check` runs them all, so
 //! it accepts exactly what `serve` does. Nothing is opened or connected.
 
@@ -22,6 +23,9 @@ pub fn check(config: &ResolvedConfig, registries: &Registries) -> Vec<String> {
         problems.extend(errors.iter().map(|e| e.to_string()));
     }
     if let Err(errors) = crate::caches::configure(config, &registries.caches) {
+        problems.extend(errors.iter().map(|e| e.to_string()));
+    }
+    if let Err(errors) = crate::rate_limits::configure(config, &registries.limits) {
         problems.extend(errors.iter().map(|e| e.to_string()));
     }
     if let Err(errors) = crate::processors::configure(config) {

@@ -26,6 +26,7 @@ pub mod import;
 mod metrics;
 pub mod migrations;
 mod processors;
+mod rate_limits;
 mod registries;
 mod relays;
 mod runtime;

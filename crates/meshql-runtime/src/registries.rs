@@ -1,9 +1,9 @@
-//! Every pluggable part a binary knows, by family: storage backends, relays and shared
-//! caches (processor sources and types are `meshql-process`'s own). The binary registers its
+//! Every pluggable part a binary knows, by family: storage backends, relays, shared caches
+//! and shared rate-limit stores (processor sources and types are `meshql-process`'s own). The binary registers its
 //! parts — one line each — and hands them to the runtime; the runtime knows no backend.
 
 use meshql_changes::RelayRegistry;
-use meshql_core::BackendRegistry;
+use meshql_core::{BackendRegistry, SharedLimitRegistry};
 use meshql_engine::SharedCacheRegistry;
 
 /// The parts a service can be built of.
@@ -12,6 +12,8 @@ pub struct Registries {
     pub storage: BackendRegistry,
     pub relays: RelayRegistry,
     pub caches: SharedCacheRegistry,
+    /// Stores `[server.rate_limit]` may keep its buckets in (`redis = { … }`).
+    pub limits: SharedLimitRegistry,
 }
 
 impl Registries {

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! check ─▶ auth, policy ─▶ storage (a database per target, a served store per entity,
-//!          replica probes) ─▶ cache ─▶ entity services ─▶ GraphQL registry
+//!          replica probes) ─▶ cache, rate-limit store ─▶ entity services ─▶ GraphQL registry
 //!       ─▶ change log + hub ─▶ subscriptions ─▶ relays ─▶ processors
 //! ```
 //!
@@ -18,7 +18,7 @@ use crate::Registries;
 use meshql_changes::{Hub, HubError, HubOptions};
 use meshql_config::{ResolvedConfig, Role};
 use meshql_core::metrics::Metrics;
-use meshql_core::{DynDatabase, DynReader, DynStore, StoreError};
+use meshql_core::{DynDatabase, DynReader, DynStore, SharedLimiter, StoreError};
 use meshql_engine::{EntityService, FallbackReader, PayloadValidator, ReadAfter, ReplicaHealth};
 use meshql_graphql::{Graphlette, GraphletteSpec, Registry};
 use meshql_process::Processors;
@@ -54,6 +54,8 @@ pub struct Runtime {
     backups: Arc<crate::backup::Backups>,
     /// The scheduled backups' task.
     backup_schedule: Option<tokio::task::JoinHandle<()>>,
+    /// `[server.rate_limit]`'s shared store (`redis = { … }`), for the server's limiter.
+    shared_limiter: Option<Arc<dyn SharedLimiter>>,
 }
 
 /// What the storage step opened.
@@ -102,6 +104,8 @@ impl Runtime {
         let acknowledged = Arc::new(meshql_core::time::Acknowledged::new());
         // the read cache, in front of each entity's reader (the primary or its replica)
         let cache = crate::caches::build(config, &registries.caches).await?;
+        // the rate limits' shared store (the limiter is the server's)
+        let shared_limiter = crate::rate_limits::connect(config, &registries.limits).await?;
         let mut services: HashMap<String, Arc<EntityService>> = HashMap::new();
         for entity in &config.entities {
             let validator = match &entity.rest {
@@ -275,7 +279,13 @@ impl Runtime {
             metrics,
             backups,
             backup_schedule,
+            shared_limiter,
         })
+    }
+
+    /// The store `[server.rate_limit]` keeps its buckets in, when it names one.
+    pub fn shared_limiter(&self) -> Option<&Arc<dyn SharedLimiter>> {
+        self.shared_limiter.as_ref()
     }
 
     /// The service's backups: see [`crate::backup`].

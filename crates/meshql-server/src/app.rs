@@ -128,7 +128,11 @@ impl App {
                 .next()
                 .map(|s| s.authorizer().clone())
                 .unwrap_or_else(|| Arc::new(meshql_core::NoAuth));
-            Arc::new(RateLimiter::new(spec, authorizer))
+            Arc::new(RateLimiter::new(
+                spec,
+                authorizer,
+                runtime.shared_limiter().cloned(),
+            ))
         });
         let persisted = Arc::new(PersistedQueries::new(&config.server.persisted_queries));
         // what reads by id and GraphQL POSTs skip the router for, and the fixed routes that stay

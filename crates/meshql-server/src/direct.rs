@@ -138,7 +138,7 @@ impl Direct {
             return Ok(Box::pin(async move {
                 let read = async {
                     let caller = caller_from(&limit.limiter, &parts.headers, client);
-                    match limit.admit_read(&caller) {
+                    match limit.admit_read(&caller).await {
                         Ok(()) => {
                             restlette
                                 .read_one(&id, parts.uri.query(), &parts.headers)

@@ -153,7 +153,7 @@ impl GraphEndpoint {
     /// Takes a GraphQL request's first token from its caller's bucket: `Ok(None)` when
     /// GraphQL is not limited, the refusal when the bucket is empty (answered with
     /// [`graphql_refusal`]).
-    pub(crate) fn gate(
+    pub(crate) async fn gate(
         &self,
         headers: &HeaderMap,
         client: Option<IpAddr>,
@@ -164,7 +164,7 @@ impl GraphEndpoint {
         let authorization = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
-        GraphqlGate::enter(limiter, authorization, client)
+        GraphqlGate::enter(limiter, authorization, client).await
     }
 
     /// Runs a request (charged its cost when GraphQL is limited by cost).
@@ -182,7 +182,7 @@ impl GraphEndpoint {
             Ok(plan) => plan,
             Err(body) => return json(StatusCode::OK, body),
         };
-        if let Err(refusal) = gate.charge(plan.cost) {
+        if let Err(refusal) = gate.charge(plan.cost).await {
             return graphql_refusal(&refusal);
         }
         let body = self

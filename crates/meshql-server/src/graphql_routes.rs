@@ -108,7 +108,7 @@ impl GraphEndpoint {
         client: Option<IpAddr>,
         body: Result<Bytes, BodyError>,
     ) -> Response {
-        let gate = match self.gate(headers, client) {
+        let gate = match self.gate(headers, client).await {
             Ok(g) => g,
             Err(refusal) => return graphql_refusal(&refusal),
         };
@@ -182,7 +182,7 @@ async fn get_query(
     let client = client.map(|c| c.0 .0);
     if let Ok(upgrade) = upgrade {
         // a WebSocket counts as one request when it opens
-        if let Err(refusal) = e.gate(&headers, client) {
+        if let Err(refusal) = e.gate(&headers, client).await {
             return graphql_refusal(&refusal);
         }
         let authorization = headers
@@ -228,7 +228,7 @@ async fn get_query(
             "Must provide query string.".to_owned(),
         );
     }
-    let gate = match e.gate(&headers, client) {
+    let gate = match e.gate(&headers, client).await {
         Ok(g) => g,
         Err(refusal) => return graphql_refusal(&refusal),
     };

@@ -26,8 +26,19 @@ pub struct RateLimitSpec {
     pub writes: Option<BucketSpec>,
     /// GraphQL requests, by cost.
     pub graphql: Option<BucketSpec>,
-    /// Callers remembered at once per class.
+    /// Callers remembered at once per class (in process).
     pub max_callers: u64,
+    /// A store shared by several processes keeping the buckets (`None`: in process only).
+    pub shared: Option<SharedLimitSpec>,
+}
+
+/// A shared store's block: its kind (`"redis"`), its settings as written (checked by the
+/// crate registered for the kind) and the line it starts at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedLimitSpec {
+    pub kind: &'static str,
+    pub settings: serde_json::Value,
+    pub line: Option<usize>,
 }
 
 impl RateLimitSpec {
@@ -81,11 +92,17 @@ impl Resolver {
             );
             return None;
         }
+        let shared = r.redis.as_ref().map(|settings| SharedLimitSpec {
+            kind: "redis",
+            settings: settings.get_ref().clone(),
+            line: Some(crate::error::line_of(&self.text, settings.span().start)),
+        });
         Some(RateLimitSpec {
             reads,
             writes,
             graphql,
             max_callers,
+            shared,
         })
     }
 
@@ -192,6 +209,38 @@ mod tests {
             .unwrap();
         assert_eq!((only_reads.writes, only_reads.graphql), (None, None));
         assert_eq!(only_reads.max_callers, RateLimitSpec::DEFAULT_MAX_CALLERS);
+    }
+
+    #[test]
+    fn a_redis_block_is_kept_for_its_crate_with_its_line() {
+        let spec = load(
+            "[server.rate_limit]\nreads = { per_second = 10 }\n\
+             redis = { url = \"redis://127.0.0.1:6379\", prefix = \"eggs\" }\n",
+        )
+        .expect("valid")
+        .server
+        .rate_limit
+        .expect("limits");
+        let shared = spec.shared.expect("shared");
+        assert_eq!(shared.kind, "redis");
+        assert_eq!(shared.settings["prefix"], "eggs");
+        assert_eq!(shared.line, Some(4));
+        // the table form names its own line too
+        let spec = load(
+            "[server.rate_limit]\nreads = { per_second = 10 }\n\
+             [server.rate_limit.redis]\nurl = \"redis://h:1\"\n",
+        )
+        .expect("valid")
+        .server
+        .rate_limit
+        .expect("limits");
+        assert_eq!(spec.shared.expect("shared").line, Some(4));
+        let none = load("[server.rate_limit]\nreads = { per_second = 10 }\n")
+            .expect("valid")
+            .server
+            .rate_limit
+            .expect("limits");
+        assert_eq!(none.shared, None);
     }
 
     #[test]

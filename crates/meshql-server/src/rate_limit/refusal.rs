@@ -103,8 +103,8 @@ impl RestLimit {
 
     /// Admits a read by id (the server's direct path; a refusal is answered with
     /// [`rest_refusal`]).
-    pub(crate) fn admit_read(&self, caller: &CallerKey) -> Result<(), Refusal> {
-        self.limiter.admit(Class::Reads, caller, 1)
+    pub(crate) async fn admit_read(&self, caller: &CallerKey) -> Result<(), Refusal> {
+        self.limiter.admit(Class::Reads, caller, 1).await
     }
 }
 
@@ -118,7 +118,7 @@ pub(crate) async fn limit_rest(
         return next.run(request).await;
     };
     let caller = caller_of(&gate.limiter, &request);
-    match gate.limiter.admit(class, &caller, 1) {
+    match gate.limiter.admit(class, &caller, 1).await {
         Ok(()) => next.run(request).await,
         Err(refusal) => rest_refusal(&refusal),
     }
@@ -165,8 +165,9 @@ mod tests {
             writes: None,
             graphql: None,
             max_callers: 10,
+            shared: None,
         };
-        let limiter = Arc::new(RateLimiter::new(&spec, Arc::new(meshql_core::NoAuth)));
+        let limiter = Arc::new(RateLimiter::new(&spec, Arc::new(meshql_core::NoAuth), None));
         let gate = RestLimit::new(limiter, "/farm/api");
         assert_eq!(
             gate.class_of(&Method::GET, "/farm/api/x"),
