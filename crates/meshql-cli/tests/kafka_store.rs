@@ -370,9 +370,10 @@ async fn kill_9_mid_load_then_restart_applies_every_acknowledged_write_once() {
             assert_eq!(have.get(id), Some(name), "round {round}: {id} lost");
         }
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut writers = Vec::new();
         for w in 0..4 {
-            let (base, stop) = (server.url("/farm/api"), stop.clone());
+            let (base, stop, acked) = (server.url("/farm/api"), stop.clone(), acked.clone());
             writers.push(tokio::spawn(async move {
                 let mut made = Vec::new();
                 let mut n = 0;
@@ -382,7 +383,8 @@ async fn kill_9_mid_load_then_restart_applies_every_acknowledged_write_once() {
                     // the kill cuts requests off: only a 201 that arrived counts
                     match try_post(&base, &json!({ "name": name })).await {
                         Some((201, body)) => {
-                            made.push((body["id"].as_str().unwrap().to_owned(), name))
+                            made.push((body["id"].as_str().unwrap().to_owned(), name));
+                            acked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         _ => break,
                     }
@@ -390,7 +392,17 @@ async fn kill_9_mid_load_then_restart_applies_every_acknowledged_write_once() {
                 made
             }));
         }
-        tokio::time::sleep(Duration::from_millis(700 + 300 * round)).await;
+        // killed mid-load: once a few dozen writes are acknowledged (however slow the
+        // machine), and a moment later in each round, while writes are still in flight
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while acked.load(std::sync::atomic::Ordering::Relaxed) < 30 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: writes too slow"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100 * round)).await;
         server.signal("KILL");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut written = 0;
