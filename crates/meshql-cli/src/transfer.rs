@@ -256,7 +256,7 @@ fn export(args: ExportArgs) -> Result<bool, String> {
         at: args
             .at
             .as_deref()
-            .map(crate::backup::parse_moment)
+            .map(meshql_runtime::backup::parse_moment)
             .transpose()?,
     };
     let base = args
