@@ -100,6 +100,13 @@ fn meshql(args: &[&str]) -> Output {
         .expect("run meshql")
 }
 
+/// What `meshql migrate CONFIG --data-dir DIR --status` prints.
+fn status_of(config: &str, data_dir: &str) -> String {
+    let out = meshql(&["migrate", config, "--data-dir", data_dir, "--status"]);
+    assert!(out.status.success(), "{out:?}");
+    stdout(&out)
+}
+
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
@@ -276,14 +283,7 @@ async fn migrations_run_once_at_start_as_new_versions_and_reads_before_them_are_
         .expect_status(400);
     server.stop_gracefully();
 
-    let status = meshql(&[
-        "migrate",
-        v2.to_str().unwrap(),
-        "--data-dir",
-        data_dir,
-        "--status",
-    ]);
-    let text = stdout(&status);
+    let text = status_of(v2.to_str().unwrap(), data_dir);
     assert!(text.contains("applied  name-becomes-title"), "{text}");
     assert!(
         text.contains("applied  eggs-as-integers") && text.contains("(300 documents)"),
@@ -360,14 +360,7 @@ async fn a_migration_killed_half_way_resumes_at_the_next_start_and_writes_each_d
         "the run finished before the kill:\n{text}"
     );
 
-    let status = meshql(&[
-        "migrate",
-        v2.to_str().unwrap(),
-        "--data-dir",
-        data.path().to_str().unwrap(),
-        "--status",
-    ]);
-    let text = stdout(&status);
+    let text = status_of(v2.to_str().unwrap(), data.path().to_str().unwrap());
     assert!(text.contains("running  name-becomes-title"), "{text}");
     assert!(text.contains("interrupted"), "{text}");
 
@@ -497,14 +490,7 @@ async fn migrations_run_on_postgresql_and_mariadb() {
         assert_eq!(now.len(), 150, "{backend}");
         now.iter().for_each(assert_v2);
         server.stop_gracefully();
-        let status = meshql(&[
-            "migrate",
-            v2.to_str().unwrap(),
-            "--data-dir",
-            data.path().to_str().unwrap(),
-            "--status",
-        ]);
-        let text = stdout(&status);
+        let text = status_of(v2.to_str().unwrap(), data.path().to_str().unwrap());
         assert!(
             text.contains("applied  eggs-as-integers") && text.contains("(150 documents)"),
             "{backend}: {text}"
@@ -583,14 +569,7 @@ async fn a_restore_to_a_moment_before_a_migration_makes_it_pending_again() {
         text.contains("`name-becomes-title` ran after the moment: pending again"),
         "{text}"
     );
-    let status = meshql(&[
-        "migrate",
-        v2.to_str().unwrap(),
-        "--data-dir",
-        restored.to_str().unwrap(),
-        "--status",
-    ]);
-    let text = stdout(&status);
+    let text = status_of(v2.to_str().unwrap(), restored.to_str().unwrap());
     assert!(text.contains("pending  name-becomes-title"), "{text}");
     assert!(text.contains("pending  eggs-as-integers"), "{text}");
 
